@@ -1,0 +1,10 @@
+//! picket-core: the sans-IO heart of Picket.
+//!
+//! - [`paxos`]: a hand-written Multi-Paxos replica.
+//! - [`locks`]: the deterministic lock state machine that applies what Paxos chooses.
+//! - [`time`]: time as a value; nothing in this crate reads a clock, spawns a thread, does IO or
+//!   draws unseeded randomness (enforced by `core/clippy.toml`).
+
+pub mod locks;
+pub mod paxos;
+pub mod time;

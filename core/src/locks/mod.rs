@@ -1,0 +1,1 @@
+//! The lock state machine (being written).

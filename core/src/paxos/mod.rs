@@ -1,0 +1,1 @@
+//! The Multi-Paxos replica (being written).

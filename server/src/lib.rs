@@ -1,0 +1,3 @@
+//! The node driver and the `picketd` / `picketctl` binaries.
+//!
+//! Nothing is here yet: this crate is filled by the server issue.

@@ -1,0 +1,1 @@
+//! picket-storage: the append-only log, hard state and snapshots (being written).
