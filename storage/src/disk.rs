@@ -1,0 +1,148 @@
+//! The `Disk` trait under the log, hard state and snapshots, and [`RealDisk`] over `std::fs`.
+//!
+//! The trait is deliberately small: whole-file namespace operations (create, open, rename,
+//! remove, list, directory fsync) and positional reads/writes on an open file. Everything the
+//! storage layer promises about durability is expressed with `sync_data` on a file and
+//! `sync_dir` on a directory, so a simulated disk ([`crate::SimDisk`]) can model exactly what a
+//! crash loses.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// A file system as the storage layer sees it.
+///
+/// Paths are used as given (no working-directory games). Durability rules, which both
+/// implementations follow:
+/// - bytes written to a file are durable only after that file's [`DiskFile::sync_data`];
+/// - a create, rename or remove is durable only after [`Disk::sync_dir`] on the parent directory;
+/// - directories made by [`Disk::create_dir_all`] are durable when the call returns.
+pub trait Disk: Send + Sync + fmt::Debug {
+    /// An open file of this disk.
+    type File: DiskFile;
+
+    /// Creates a directory and its parents; succeeds if it already exists.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the regular files directly inside `dir`, sorted. Subdirectories are left out.
+    fn list_files(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Whether a regular file exists at `path`.
+    fn file_exists(&self, path: &Path) -> io::Result<bool>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Self::File>;
+    /// Creates a file (truncating any existing one) for reading and writing.
+    fn create(&self, path: &Path) -> io::Result<Self::File>;
+    /// Atomically replaces `to` with `from` (both in the same directory).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the creates, renames and removes of entries directly in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// An open file of a [`Disk`].
+pub trait DiskFile: Send + Sync + fmt::Debug {
+    /// Current length in bytes (including unsynced writes).
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Reads exactly `buf.len()` bytes at `offset`; `UnexpectedEof` if the file is shorter.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `data` at `offset`, extending the file (with zeros) if needed.
+    fn write_all_at(&mut self, data: &[u8], offset: u64) -> io::Result<()>;
+    /// Truncates or extends (with zeros) the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// `fdatasync`: makes every byte written so far, and the length, durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
+/// The real file system, through `std::fs`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealDisk;
+
+/// A file of [`RealDisk`].
+#[derive(Debug)]
+pub struct RealFile(File);
+
+impl Disk for RealDisk {
+    type File = RealFile;
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn list_files(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn file_exists(&self, path: &Path) -> io::Result<bool> {
+        match fs::metadata(path) {
+            Ok(meta) => Ok(meta.is_file()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open(&self, path: &Path) -> io::Result<RealFile> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map(RealFile)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<RealFile> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map(RealFile)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+impl DiskFile for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(&self.0, buf, offset)
+    }
+
+    fn write_all_at(&mut self, data: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(&self.0, data, offset)
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}

@@ -1,0 +1,567 @@
+//! The segmented append-only log of opaque records.
+//!
+//! Records have contiguous `u64` indexes. The log is a sequence of segment files, each named by
+//! the index of its first record (`<20 digits>.seg`) and opened by a header; only the last
+//! segment is ever written. Appends go to the page cache; one [`Log::sync`] makes all of them
+//! durable with one `fdatasync` (group commit). Opening a log recovers it (see [`crate::recovery`]).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::disk::{Disk, DiskFile};
+use crate::error::{Error, Result};
+use crate::format::{self, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::recovery::{self, RecoveryReport};
+
+/// Limits and sizes of a [`Log`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// A segment is rolled over once the next record would take it past this many bytes (a single
+    /// record larger than this gets a segment of its own). Default 64 MiB; at most `u32::MAX`.
+    pub segment_size_bytes: u64,
+    /// Largest record payload accepted. Also bounds what recovery will believe of a length field.
+    /// Default 64 MiB.
+    pub record_size_max: u32,
+    /// Most records in one `append` call. Default 65 536.
+    pub batch_records_max: usize,
+    /// Most payload bytes in one `append` call. Default 256 MiB.
+    pub batch_bytes_max: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_size_bytes: 64 << 20,
+            record_size_max: 64 << 20,
+            batch_records_max: 1 << 16,
+            batch_bytes_max: 256 << 20,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the configuration, naming the first value out of range.
+    pub fn validate(&self) -> Result<()> {
+        let min = (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN) as u64;
+        if self.segment_size_bytes < min || self.segment_size_bytes > u64::from(u32::MAX) {
+            return Err(Error::Config(format!(
+                "segment_size_bytes {} must be in [{min}, {}]",
+                self.segment_size_bytes,
+                u32::MAX
+            )));
+        }
+        // A segment holding one maximal record must still have u32 offsets.
+        let longest = min + u64::from(self.record_size_max);
+        if longest > u64::from(u32::MAX) {
+            return Err(Error::Config(format!(
+                "record_size_max {} too large for u32 segment offsets",
+                self.record_size_max
+            )));
+        }
+        if self.batch_records_max == 0 || self.batch_bytes_max == 0 {
+            return Err(Error::Config("batch limits must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// The longest segment file this configuration can produce: a full segment, or a header and
+    /// one maximal record. Recovery rejects longer files as corruption rather than reading them.
+    pub fn segment_len_max(&self) -> u64 {
+        let one_record =
+            (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN) as u64 + u64::from(self.record_size_max);
+        self.segment_size_bytes.max(one_record)
+    }
+}
+
+/// One segment file as the log tracks it.
+#[derive(Debug)]
+pub(crate) struct Segment<F> {
+    /// Index of the segment's first record (also in its name and header).
+    pub first_index: u64,
+    pub path: PathBuf,
+    pub file: F,
+    /// Byte offset of each record's frame: `offsets[i]` holds index `first_index + i`.
+    /// Strictly increasing, all `>= SEGMENT_HEADER_LEN` and `< end`.
+    pub offsets: Vec<u32>,
+    /// Bytes of the segment in use (header and whole records); the next record goes here.
+    pub end: u64,
+}
+
+impl<F> Segment<F> {
+    fn next_index(&self) -> u64 {
+        self.first_index + self.offsets.len() as u64
+    }
+
+    fn frame_end(&self, i: usize) -> u64 {
+        self.offsets.get(i + 1).map_or(self.end, |&o| u64::from(o))
+    }
+}
+
+/// Name of the segment file whose first record has index `first_index`.
+pub fn segment_file_name(first_index: u64) -> String {
+    format!("{first_index:020}.seg")
+}
+
+/// The append-only log. See the module docs.
+#[derive(Debug)]
+pub struct Log<D: Disk> {
+    disk: D,
+    dir: PathBuf,
+    config: LogConfig,
+    /// Ordered by first index, contiguous, never empty; only the last one is written.
+    segments: Vec<Segment<D::File>>,
+    /// The last segment has writes not yet made durable. Earlier segments never do: a roll-over
+    /// syncs the segment it leaves before creating the next one.
+    dirty: bool,
+    /// Every record up to this index is durable. Never above `last_index()`.
+    synced_index: u64,
+    /// A write or fsync failed: the files are in an unknown state until reopened.
+    poisoned: bool,
+    /// Reused encoding buffer.
+    buf: Vec<u8>,
+}
+
+impl<D: Disk> Log<D> {
+    /// Opens the log in `dir` (creating it, with an empty log starting at index 1, if needed) and
+    /// recovers it: a torn tail of the last segment is cut off and reported; anything else that is
+    /// wrong is [`Error::Corruption`].
+    pub fn open(disk: D, dir: &Path, config: LogConfig) -> Result<(Log<D>, RecoveryReport)> {
+        config.validate()?;
+        disk.create_dir_all(dir)
+            .map_err(Error::io("create_dir_all", dir))?;
+        let (mut segments, report) = recovery::recover(&disk, dir, &config)?;
+        if segments.is_empty() {
+            segments.push(create_segment(&disk, dir, 1)?);
+        }
+        let mut log = Log {
+            disk,
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            dirty: true,
+            synced_index: 0,
+            poisoned: false,
+            buf: Vec::new(),
+        };
+        // What recovery read may still sit only in the page cache (after a process crash).
+        log.sync()?;
+        log.check_invariants();
+        Ok((log, report))
+    }
+
+    /// The log's configuration.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Index of the first record held (or, if the log is empty, of the next one appended).
+    pub fn first_index(&self) -> u64 {
+        self.segments[0].first_index
+    }
+
+    /// Index the next appended record must have.
+    pub fn next_index(&self) -> u64 {
+        self.last_segment().next_index()
+    }
+
+    /// Index of the last record, `first_index() - 1` if the log is empty.
+    pub fn last_index(&self) -> u64 {
+        self.next_index() - 1
+    }
+
+    /// Whether the log holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.next_index() == self.first_index()
+    }
+
+    /// Every record up to this index is durable.
+    pub fn synced_index(&self) -> u64 {
+        self.synced_index
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn last_segment(&self) -> &Segment<D::File> {
+        self.segments.last().expect("a log always has a segment")
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Appends `records` with indexes `first_index, first_index + 1, ...`; `first_index` must be
+    /// [`Log::next_index`]. The records are readable at once and durable after the next
+    /// [`Log::sync`]. Bad input (wrong index, record or batch too large) changes nothing.
+    pub fn append<R: AsRef<[u8]>>(&mut self, first_index: u64, records: &[R]) -> Result<()> {
+        self.check_open()?;
+        self.check_batch(first_index, records)?;
+        let result = self.append_unchecked(records);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        self.check_invariants();
+        result
+    }
+
+    fn check_batch<R: AsRef<[u8]>>(&self, first_index: u64, records: &[R]) -> Result<()> {
+        let expected = self.next_index();
+        if first_index != expected {
+            return Err(Error::WrongIndex {
+                expected,
+                got: first_index,
+            });
+        }
+        let mut bytes = 0u64;
+        for r in records {
+            let len = r.as_ref().len();
+            if len > self.config.record_size_max as usize {
+                return Err(Error::RecordTooLarge {
+                    len,
+                    max: self.config.record_size_max,
+                });
+            }
+            bytes += len as u64;
+        }
+        if records.len() > self.config.batch_records_max || bytes > self.config.batch_bytes_max {
+            return Err(Error::BatchTooLarge {
+                records: records.len(),
+                bytes,
+                max_records: self.config.batch_records_max,
+                max_bytes: self.config.batch_bytes_max,
+            });
+        }
+        assert!(
+            expected.checked_add(records.len() as u64).is_some(),
+            "log index overflow: next {expected} + {} records",
+            records.len()
+        );
+        Ok(())
+    }
+
+    fn append_unchecked<R: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut pending: Vec<u32> = Vec::new();
+        let mut result = Ok(());
+        for r in records {
+            let payload = r.as_ref();
+            let frame = (RECORD_HEADER_LEN + payload.len()) as u64;
+            let seg = self.last_segment();
+            let at = seg.end + buf.len() as u64;
+            let has_records = !seg.offsets.is_empty() || !pending.is_empty();
+            if has_records && at + frame > self.config.segment_size_bytes {
+                result = self.flush_and_roll(&buf, &mut pending);
+                if result.is_err() {
+                    break;
+                }
+                buf.clear();
+                continue_into(&mut buf, &mut pending, self.last_segment().end, payload);
+                continue;
+            }
+            continue_into(&mut buf, &mut pending, seg.end, payload);
+        }
+        if result.is_ok() {
+            result = self.write_pending(&buf, &mut pending);
+        }
+        self.buf = buf;
+        result
+    }
+
+    /// Writes `buf` (frames at `pending` offsets) at the end of the last segment.
+    fn write_pending(&mut self, buf: &[u8], pending: &mut Vec<u32>) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        seg.file
+            .write_all_at(buf, seg.end)
+            .map_err(Error::io("write", &seg.path))?;
+        seg.end += buf.len() as u64;
+        seg.offsets.append(pending);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Finishes the last segment (write, fdatasync) and starts a new one after it.
+    fn flush_and_roll(&mut self, buf: &[u8], pending: &mut Vec<u32>) -> Result<()> {
+        self.write_pending(buf, pending)?;
+        self.sync_inner()?;
+        let next = self.next_index();
+        let seg = create_segment(&self.disk, &self.dir, next)?;
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable: one `fdatasync` of the last segment (the
+    /// others were synced when it was created). After a failure the log is poisoned.
+    pub fn sync(&mut self) -> Result<()> {
+        self.check_open()?;
+        let result = self.sync_inner();
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    fn sync_inner(&mut self) -> Result<()> {
+        if self.dirty {
+            let seg = self
+                .segments
+                .last_mut()
+                .expect("a log always has a segment");
+            seg.file
+                .sync_data()
+                .map_err(Error::io("fdatasync", &seg.path))?;
+            self.dirty = false;
+        }
+        self.synced_index = self.last_index();
+        Ok(())
+    }
+
+    fn check_range(&self, index: u64) -> Result<()> {
+        if index < self.first_index() || index > self.next_index() {
+            return Err(Error::OutOfRange {
+                index,
+                first: self.first_index(),
+                last_plus_one: self.next_index(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the records with indexes in `range`, stopping early once more than `bytes_max` of
+    /// payload would be returned (at least one record is returned if the range is not empty).
+    /// Checksums are verified; a mismatch is [`Error::Corruption`].
+    pub fn read(&self, range: Range<u64>, bytes_max: u64) -> Result<Vec<Vec<u8>>> {
+        self.check_open()?;
+        self.check_range(range.start)?;
+        self.check_range(range.end)?;
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        let mut index = range.start;
+        while index < range.end {
+            let s = self.segments.partition_point(|s| s.first_index <= index) - 1;
+            let seg = &self.segments[s];
+            let lo = (index - seg.first_index) as usize;
+            let hi = ((range.end - seg.first_index) as usize).min(seg.offsets.len());
+            let start = u64::from(seg.offsets[lo]);
+            let end = seg.frame_end(hi - 1);
+            let mut chunk = vec![0u8; (end - start) as usize];
+            seg.file
+                .read_exact_at(&mut chunk, start)
+                .map_err(Error::io("read", &seg.path))?;
+            for i in lo..hi {
+                let off = (u64::from(seg.offsets[i]) - start) as usize;
+                let frame_end = (seg.frame_end(i) - start) as usize;
+                let bad = || {
+                    Error::corruption(
+                        &seg.path,
+                        u64::from(seg.offsets[i]),
+                        crate::error::CorruptionKind::Checksum,
+                    )
+                };
+                match format::check_record(&chunk[..frame_end], off, self.config.record_size_max) {
+                    Ok(e) if e == frame_end => {}
+                    _ => return Err(bad()),
+                }
+                let payload = &chunk[off + RECORD_HEADER_LEN..frame_end];
+                if !out.is_empty() && bytes + payload.len() as u64 > bytes_max {
+                    return Ok(out);
+                }
+                bytes += payload.len() as u64;
+                out.push(payload.to_vec());
+                index += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes every record with an index above `after` (an acceptor overwriting its suffix).
+    /// Durable when it returns. `after` must be in `[first_index() - 1, last_index()]`.
+    pub fn truncate_suffix(&mut self, after: u64) -> Result<()> {
+        self.check_open()?;
+        if after == u64::MAX {
+            return Err(Error::OutOfRange {
+                index: after,
+                first: self.first_index(),
+                last_plus_one: self.next_index(),
+            });
+        }
+        self.check_range(after + 1)?;
+        if after == self.last_index() {
+            return Ok(());
+        }
+        let result = self.truncate_inner(after);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        self.check_invariants();
+        result
+    }
+
+    fn truncate_inner(&mut self, after: u64) -> Result<()> {
+        // Whole segments go first, newest first, each removal made durable before the next, so
+        // that a crash at any point leaves a log that is a prefix of the old one.
+        while self.segments.len() > 1 && self.last_segment().first_index > after {
+            let seg = self.segments.pop().expect("len > 1");
+            drop(seg.file);
+            self.remove_durably(&seg.path)?;
+            self.dirty = false;
+        }
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        let keep = (after + 1 - seg.first_index) as usize;
+        if keep < seg.offsets.len() {
+            let new_end = u64::from(seg.offsets[keep]);
+            seg.offsets.truncate(keep);
+            seg.end = new_end;
+            seg.file
+                .set_len(new_end)
+                .map_err(Error::io("set_len", &seg.path))?;
+            self.dirty = true;
+        }
+        self.sync_inner()
+    }
+
+    /// Removes whole segments all of whose records are below `index` (compaction after a
+    /// snapshot). The last segment is never removed, so [`Log::first_index`] may stay below
+    /// `index`. Returns how many segments were removed.
+    pub fn drop_below(&mut self, index: u64) -> Result<usize> {
+        self.check_open()?;
+        if index > self.next_index() {
+            return Err(Error::OutOfRange {
+                index,
+                first: self.first_index(),
+                last_plus_one: self.next_index(),
+            });
+        }
+        let mut removed = 0;
+        // Oldest first, one durable removal at a time: a crash leaves a suffix of the log.
+        while self.segments.len() > 1 && self.segments[1].first_index <= index {
+            let seg = self.segments.remove(0);
+            drop(seg.file);
+            if let Err(e) = self.remove_durably(&seg.path) {
+                self.poisoned = true;
+                return Err(e);
+            }
+            removed += 1;
+        }
+        self.check_invariants();
+        Ok(removed)
+    }
+
+    /// Throws the whole log away and starts an empty one whose next index is `next_index` (a
+    /// replica installing a snapshot from a peer). A crash part-way leaves a prefix of the old
+    /// log or an empty log at index 1; the caller, who saved the snapshot first, repeats the reset.
+    pub fn reset(&mut self, next_index: u64) -> Result<()> {
+        self.check_open()?;
+        if next_index == 0 {
+            return Err(Error::OutOfRange {
+                index: 0,
+                first: 1,
+                last_plus_one: u64::MAX,
+            });
+        }
+        let result = self.reset_inner(next_index);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        self.check_invariants();
+        result
+    }
+
+    fn reset_inner(&mut self, next_index: u64) -> Result<()> {
+        while let Some(seg) = self.segments.pop() {
+            drop(seg.file);
+            self.remove_durably(&seg.path)?;
+        }
+        self.dirty = false;
+        self.segments
+            .push(create_segment(&self.disk, &self.dir, next_index)?);
+        self.synced_index = next_index - 1;
+        Ok(())
+    }
+
+    fn remove_durably(&self, path: &Path) -> Result<()> {
+        self.disk
+            .remove_file(path)
+            .map_err(Error::io("remove_file", path))?;
+        self.disk
+            .sync_dir(&self.dir)
+            .map_err(Error::io("fsync dir", &self.dir))
+    }
+
+    fn check_invariants(&self) {
+        if self.poisoned {
+            return;
+        }
+        assert!(!self.segments.is_empty(), "log without segments");
+        for pair in self.segments.windows(2) {
+            assert_eq!(
+                pair[0].next_index(),
+                pair[1].first_index,
+                "segments not contiguous: {} then {}",
+                pair[0].path.display(),
+                pair[1].path.display()
+            );
+        }
+        let last = self.last_segment();
+        assert!(
+            last.end >= SEGMENT_HEADER_LEN as u64,
+            "segment end {} inside its header",
+            last.end
+        );
+        if let Some(&o) = last.offsets.last() {
+            assert!(
+                u64::from(o) < last.end,
+                "record offset {o} at or past end {}",
+                last.end
+            );
+        }
+        assert!(
+            self.synced_index <= self.last_index() || self.is_empty(),
+            "synced index {} above last index {}",
+            self.synced_index,
+            self.last_index()
+        );
+    }
+}
+
+/// Appends one record's frame to `buf`, noting its offset in the segment.
+fn continue_into(buf: &mut Vec<u8>, pending: &mut Vec<u32>, seg_end: u64, payload: &[u8]) {
+    let at = seg_end + buf.len() as u64;
+    pending.push(u32::try_from(at).expect("segment offsets fit in u32 (checked by LogConfig)"));
+    format::encode_record(buf, payload);
+}
+
+/// Creates a segment file with its header, durably: fdatasync the file, then the directory.
+pub(crate) fn create_segment<D: Disk>(
+    disk: &D,
+    dir: &Path,
+    first_index: u64,
+) -> Result<Segment<D::File>> {
+    let path = dir.join(segment_file_name(first_index));
+    let mut file = disk.create(&path).map_err(Error::io("create", &path))?;
+    file.write_all_at(&format::encode_segment_header(first_index), 0)
+        .map_err(Error::io("write", &path))?;
+    file.sync_data().map_err(Error::io("fdatasync", &path))?;
+    disk.sync_dir(dir).map_err(Error::io("fsync dir", dir))?;
+    Ok(Segment {
+        first_index,
+        path,
+        file,
+        offsets: Vec::new(),
+        end: SEGMENT_HEADER_LEN as u64,
+    })
+}

@@ -1,0 +1,220 @@
+//! Recovery of the log at open: what a crash may leave is repaired, anything else is reported.
+//!
+//! Rules (the reasons are in `docs/storage.md`):
+//! - Segments must be named `<20 digits>.seg`, carry a valid header naming the same first index,
+//!   and follow each other without a gap. Otherwise: corruption.
+//! - Every record of a segment that is not the last must check out, and must end exactly at the
+//!   end of the file (segments before the last are fully synced before the next is created).
+//! - In the last segment, the first bad record starts a *torn tail* if no valid record starts at
+//!   any later offset of the file: the tail is cut off (durably) and reported. If a valid record
+//!   does follow, the damage cannot be a torn append: corruption.
+//! - A last segment shorter than a header, or all zeros, is a segment whose creation was torn:
+//!   its header is rewritten from its name and the repair reported.
+
+use std::path::{Path, PathBuf};
+
+use crate::disk::{Disk, DiskFile};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::{self, SEGMENT_HEADER_LEN};
+use crate::log::{LogConfig, Segment};
+
+/// What recovery repaired. Everything it did not repair was an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The torn tail cut from the last segment, if there was one.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// A torn tail cut off the last segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment file.
+    pub file: PathBuf,
+    /// Offset of the first byte removed (the file's new length, or 0 for a torn header, which
+    /// was then rewritten).
+    pub offset: u64,
+    /// How many bytes were removed.
+    pub bytes: u64,
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Scans `dir`, returning its segments (possibly none) with the last one's torn tail removed.
+pub(crate) fn recover<D: Disk>(
+    disk: &D,
+    dir: &Path,
+    config: &LogConfig,
+) -> Result<(Vec<Segment<D::File>>, RecoveryReport)> {
+    let mut names = Vec::new();
+    for name in disk.list_files(dir).map_err(Error::io("list", dir))? {
+        if !name.ends_with(".seg") {
+            continue; // not ours (an editor's backup, ...): left alone
+        }
+        match parse_segment_name(&name) {
+            Some(index) => names.push((index, dir.join(&name))),
+            None => {
+                return Err(Error::corruption(
+                    dir.join(&name),
+                    0,
+                    CorruptionKind::BadFileName,
+                ))
+            }
+        }
+    }
+    names.sort();
+    let mut report = RecoveryReport::default();
+    let mut segments: Vec<Segment<D::File>> = Vec::with_capacity(names.len());
+    let mut buf = Vec::new();
+    let count = names.len();
+    for (i, (name_index, path)) in names.into_iter().enumerate() {
+        let is_last = i + 1 == count;
+        let seg = scan_segment(
+            disk,
+            &path,
+            name_index,
+            is_last,
+            config,
+            &mut buf,
+            &mut report,
+        )?;
+        if let Some(prev) = segments.last() {
+            let expected = prev.first_index + prev.offsets.len() as u64;
+            if seg.first_index != expected {
+                return Err(Error::corruption(
+                    &path,
+                    0,
+                    CorruptionKind::Gap {
+                        expected,
+                        found: seg.first_index,
+                    },
+                ));
+            }
+        }
+        segments.push(seg);
+    }
+    Ok((segments, report))
+}
+
+fn scan_segment<D: Disk>(
+    disk: &D,
+    path: &Path,
+    name_index: u64,
+    is_last: bool,
+    config: &LogConfig,
+    buf: &mut Vec<u8>,
+    report: &mut RecoveryReport,
+) -> Result<Segment<D::File>> {
+    let mut file = disk.open(path).map_err(Error::io("open", path))?;
+    let len = file.len().map_err(Error::io("stat", path))?;
+    if len > config.segment_len_max() {
+        return Err(Error::corruption(
+            path,
+            config.segment_len_max(),
+            CorruptionKind::BadRecord("segment longer than any segment this log writes"),
+        ));
+    }
+    buf.clear();
+    buf.resize(len as usize, 0);
+    file.read_exact_at(buf, 0)
+        .map_err(Error::io("read", path))?;
+
+    let header_index = match format::decode_segment_header(buf) {
+        Ok(index) => index,
+        Err(_) if is_last && (buf.len() < SEGMENT_HEADER_LEN || buf.iter().all(|&b| b == 0)) => {
+            return repair_torn_header(disk, path, name_index, len, report);
+        }
+        Err(why) => return Err(Error::corruption(path, 0, CorruptionKind::BadHeader(why))),
+    };
+    if header_index != name_index {
+        return Err(Error::corruption(
+            path,
+            0,
+            CorruptionKind::NameMismatch {
+                header: header_index,
+                name: name_index,
+            },
+        ));
+    }
+
+    let mut offsets = Vec::new();
+    let mut off = SEGMENT_HEADER_LEN;
+    while off < buf.len() {
+        match format::check_record(buf, off, config.record_size_max) {
+            Ok(end) => {
+                offsets.push(u32::try_from(off).expect("segment length bounded by u32"));
+                off = end;
+            }
+            Err(why) if !is_last => {
+                return Err(Error::corruption(
+                    path,
+                    off as u64,
+                    CorruptionKind::BadRecord(why),
+                ));
+            }
+            Err(why) => {
+                if let Some(valid_at) =
+                    format::find_valid_record_after(buf, off, config.record_size_max)
+                {
+                    return Err(Error::corruption(
+                        path,
+                        off as u64,
+                        CorruptionKind::BadRecordBeforeValid {
+                            reason: why,
+                            valid_at: valid_at as u64,
+                        },
+                    ));
+                }
+                file.set_len(off as u64)
+                    .map_err(Error::io("set_len", path))?;
+                file.sync_data().map_err(Error::io("fdatasync", path))?;
+                report.torn_tail = Some(TornTail {
+                    file: path.to_path_buf(),
+                    offset: off as u64,
+                    bytes: len - off as u64,
+                });
+                break;
+            }
+        }
+    }
+    Ok(Segment {
+        first_index: header_index,
+        path: path.to_path_buf(),
+        file,
+        offsets,
+        end: off as u64,
+    })
+}
+
+/// The last segment's creation was torn (short or zero header): rewrite the header from the
+/// file name, durably, and report it.
+fn repair_torn_header<D: Disk>(
+    disk: &D,
+    path: &Path,
+    name_index: u64,
+    len: u64,
+    report: &mut RecoveryReport,
+) -> Result<Segment<D::File>> {
+    let mut file = disk.open(path).map_err(Error::io("open", path))?;
+    file.set_len(0).map_err(Error::io("set_len", path))?;
+    file.write_all_at(&format::encode_segment_header(name_index), 0)
+        .map_err(Error::io("write", path))?;
+    file.sync_data().map_err(Error::io("fdatasync", path))?;
+    report.torn_tail = Some(TornTail {
+        file: path.to_path_buf(),
+        offset: 0,
+        bytes: len,
+    });
+    Ok(Segment {
+        first_index: name_index,
+        path: path.to_path_buf(),
+        file,
+        offsets: Vec::new(),
+        end: SEGMENT_HEADER_LEN as u64,
+    })
+}
