@@ -449,3 +449,155 @@ impl DiskFile for SimFile {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    fn setup(seed: u64) -> SimDisk {
+        let disk = SimDisk::new(seed);
+        disk.create_dir_all(&p("/d")).expect("mkdir");
+        disk
+    }
+
+    #[test]
+    fn unsynced_writes_are_lost_and_synced_ones_kept() {
+        let disk = setup(1);
+        let mut f = disk.create(&p("/d/f")).expect("create");
+        f.write_all_at(b"durable", 0).expect("write");
+        f.sync_data().expect("sync");
+        disk.sync_dir(&p("/d")).expect("sync dir");
+        f.write_all_at(b"-lost", 7).expect("write");
+        assert_eq!(
+            disk.read_file(&p("/d/f")).as_deref(),
+            Some(&b"durable-lost"[..])
+        );
+        disk.crash_with(CrashMode::DropUnsynced);
+        assert_eq!(disk.read_file(&p("/d/f")).as_deref(), Some(&b"durable"[..]));
+        assert!(
+            f.len().is_err(),
+            "handle from before the crash must be stale"
+        );
+    }
+
+    #[test]
+    fn file_created_without_dir_sync_disappears() {
+        let disk = setup(2);
+        let mut f = disk.create(&p("/d/new")).expect("create");
+        f.write_all_at(b"x", 0).expect("write");
+        f.sync_data().expect("sync");
+        disk.crash();
+        assert_eq!(disk.read_file(&p("/d/new")), None);
+    }
+
+    #[test]
+    fn rename_without_dir_sync_reverts_to_old_contents() {
+        let disk = setup(3);
+        for (name, body) in [("/d/a", &b"old"[..]), ("/d/a.tmp", &b"new"[..])] {
+            let mut f = disk.create(&p(name)).expect("create");
+            f.write_all_at(body, 0).expect("write");
+            f.sync_data().expect("sync");
+        }
+        disk.sync_dir(&p("/d")).expect("sync dir");
+        disk.rename(&p("/d/a.tmp"), &p("/d/a")).expect("rename");
+        assert_eq!(disk.read_file(&p("/d/a")).as_deref(), Some(&b"new"[..]));
+        disk.crash();
+        assert_eq!(disk.read_file(&p("/d/a")).as_deref(), Some(&b"old"[..]));
+        assert_eq!(disk.read_file(&p("/d/a.tmp")).as_deref(), Some(&b"new"[..]));
+        disk.rename(&p("/d/a.tmp"), &p("/d/a")).expect("rename");
+        disk.sync_dir(&p("/d")).expect("sync dir");
+        disk.crash();
+        assert_eq!(disk.read_file(&p("/d/a")).as_deref(), Some(&b"new"[..]));
+        assert_eq!(disk.read_file(&p("/d/a.tmp")), None);
+    }
+
+    #[test]
+    fn torn_crash_keeps_a_prefix_of_the_unsynced_writes() {
+        for seed in 0..64 {
+            let disk = setup(seed);
+            let mut f = disk.create(&p("/d/f")).expect("create");
+            disk.sync_dir(&p("/d")).expect("sync dir");
+            f.write_all_at(b"base", 0).expect("write");
+            f.sync_data().expect("sync");
+            f.write_all_at(b"ABCD", 4).expect("write");
+            f.write_all_at(b"EFGH", 8).expect("write");
+            disk.crash();
+            let got = disk.read_file(&p("/d/f")).expect("file");
+            let full = b"baseABCDEFGH";
+            assert!(got.len() <= full.len(), "seed {seed}: {got:?}");
+            assert_eq!(&got[..4], b"base", "seed {seed}");
+            // Each byte is either what was written or a zero of a torn, zero-filled write.
+            for (i, &b) in got.iter().enumerate() {
+                assert!(b == full[i] || b == 0, "seed {seed}: byte {i} is {b}");
+            }
+            // Whatever survives of the second write implies the first survived whole.
+            if got.len() > 8 && got[8..].iter().any(|&b| b != 0) {
+                assert_eq!(&got[..8], b"baseABCD", "seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_crash() {
+        let run = |seed| {
+            let disk = setup(seed);
+            let mut f = disk.create(&p("/d/f")).expect("create");
+            disk.sync_dir(&p("/d")).expect("sync dir");
+            for i in 0..10u8 {
+                f.write_all_at(&[i; 100], u64::from(i) * 100)
+                    .expect("write");
+            }
+            disk.crash();
+            disk.read_file(&p("/d/f")).expect("file")
+        };
+        assert_eq!(run(9), run(9));
+        let differs = (10..20).any(|s| run(s) != run(9));
+        assert!(differs, "crashes do not depend on the seed");
+    }
+
+    #[test]
+    fn corrupt_flips_durable_bytes_and_sync_failures_make_nothing_durable() {
+        let disk = setup(4);
+        let mut f = disk.create(&p("/d/f")).expect("create");
+        disk.sync_dir(&p("/d")).expect("sync dir");
+        f.write_all_at(b"abc", 0).expect("write");
+        f.sync_data().expect("sync");
+        let mask = disk.corrupt(&p("/d/f"), 1).expect("corrupt");
+        assert_ne!(mask, 0);
+        assert!(disk.corrupt(&p("/d/f"), 3).is_err());
+        disk.fail_next_syncs(1);
+        f.write_all_at(b"zzz", 3).expect("write");
+        assert!(f.sync_data().is_err());
+        disk.crash_with(CrashMode::DropUnsynced);
+        assert_eq!(
+            disk.read_file(&p("/d/f")),
+            Some(vec![b'a', b'b' ^ mask, b'c'])
+        );
+        assert_eq!(disk.sync_data_count(), 1);
+    }
+
+    #[test]
+    fn fork_is_independent() {
+        let disk = setup(5);
+        let mut f = disk.create(&p("/d/f")).expect("create");
+        f.write_all_at(b"one", 0).expect("write");
+        let copy = disk.fork();
+        f.write_all_at(b"two", 0).expect("write");
+        assert_eq!(copy.read_file(&p("/d/f")).as_deref(), Some(&b"one"[..]));
+        assert_eq!(disk.read_file(&p("/d/f")).as_deref(), Some(&b"two"[..]));
+    }
+
+    #[test]
+    fn missing_parent_and_missing_file_are_not_found() {
+        let disk = setup(6);
+        let e = disk.create(&p("/nope/f")).expect_err("no parent dir");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let e = disk.open(&p("/d/missing")).expect_err("no file");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(disk.list_files(&p("/d")).expect("list").is_empty());
+    }
+}

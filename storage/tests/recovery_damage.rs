@@ -1,0 +1,274 @@
+//! Recovery against damaged files: cut at every byte offset, a byte flipped at every offset, and
+//! random damage. Recovery never panics; it returns a prefix of what was written or reports
+//! corruption, and damage to a record that has a valid record after it is always corruption.
+
+use std::path::{Path, PathBuf};
+
+use picket_storage::format::{self, SEGMENT_HEADER_LEN};
+use picket_storage::{
+    CorruptionKind, Disk, DiskFile, Error, Log, LogConfig, RecoveryReport, SimDisk,
+};
+use proptest::prelude::*;
+
+const DIR: &str = "/n/log";
+
+fn config(segment_size_bytes: u64) -> LogConfig {
+    LogConfig {
+        segment_size_bytes,
+        ..LogConfig::default()
+    }
+}
+
+fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+/// A synced log of `lens.len()` records; returns the disk, the records and the segment paths.
+fn build(seed: u64, lens: &[usize], segment_size: u64) -> (SimDisk, Vec<Vec<u8>>, Vec<PathBuf>) {
+    let disk = SimDisk::new(seed);
+    let (mut log, _) = Log::open(disk.clone(), Path::new(DIR), config(segment_size)).expect("open");
+    let records: Vec<Vec<u8>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| payload(i, l))
+        .collect();
+    // Several batches, so batch boundaries and roll-overs both occur.
+    for chunk in records.chunks(3) {
+        log.append(log.next_index(), chunk).expect("append");
+        log.sync().expect("sync");
+    }
+    let segments = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    (disk, records, segments)
+}
+
+fn recover(disk: &SimDisk, segment_size: u64) -> Result<(Vec<Vec<u8>>, RecoveryReport), Error> {
+    let (log, report) = Log::open(disk.clone(), Path::new(DIR), config(segment_size))?;
+    let records = log.read(log.first_index()..log.next_index(), u64::MAX)?;
+    Ok((records, report))
+}
+
+/// `(start, end)` of the records framed in a segment file's bytes.
+fn record_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut off = SEGMENT_HEADER_LEN;
+    while off < bytes.len() {
+        let end = format::check_record(bytes, off, u32::MAX).expect("well-formed test log");
+        spans.push((off, end));
+        off = end;
+    }
+    spans
+}
+
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    record_spans(bytes).iter().map(|&(o, _)| o).collect()
+}
+
+fn set_len(disk: &SimDisk, path: &Path, len: u64) {
+    let mut f = disk.open(path).expect("open segment");
+    f.set_len(len).expect("set_len");
+    f.sync_data().expect("sync");
+}
+
+const LENS: [usize; 12] = [10, 0, 70, 33, 90, 5, 64, 64, 1, 120, 48, 17];
+const SEG: u64 = 300;
+
+#[test]
+fn cut_of_the_last_segment_at_every_offset_recovers_a_prefix() {
+    let (disk, records, segs) = build(1, &LENS, SEG);
+    assert!(
+        segs.len() >= 3,
+        "test wants several segments, got {}",
+        segs.len()
+    );
+    let last = segs.last().expect("segments");
+    let bytes = disk.read_file(last).expect("last segment");
+    let spans = record_spans(&bytes);
+    let offsets = record_offsets(&bytes);
+    let before_last = records.len() - spans.len();
+    for cut in 0..bytes.len() {
+        let d = disk.fork();
+        set_len(&d, last, cut as u64);
+        let (got, report) = recover(&d, SEG).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let kept = before_last + spans.iter().filter(|&&(_, end)| end <= cut).count();
+        assert_eq!(got.len(), kept, "cut at {cut}");
+        assert!(got[..] == records[..kept], "cut at {cut}: not a prefix");
+        let at_boundary = cut == SEGMENT_HEADER_LEN || offsets.contains(&cut);
+        match (&report.torn_tail, at_boundary) {
+            (None, true) => {}
+            (Some(t), false) => {
+                assert_eq!(&t.file, last);
+                let expected_offset = if cut < SEGMENT_HEADER_LEN {
+                    0
+                } else {
+                    *offsets.iter().filter(|&&o| o <= cut).max().expect("record")
+                };
+                assert_eq!(t.offset, expected_offset as u64, "cut at {cut}");
+            }
+            (t, b) => panic!("cut at {cut}: torn tail {t:?}, at boundary {b}"),
+        }
+        // A second recovery finds nothing left to repair.
+        let (again, report) = recover(&d, SEG).expect("second recovery");
+        assert_eq!(again.len(), kept);
+        assert_eq!(report.torn_tail, None);
+    }
+}
+
+#[test]
+fn cut_of_any_earlier_segment_is_corruption() {
+    let (disk, _, segs) = build(2, &LENS, SEG);
+    for seg in &segs[..segs.len() - 1] {
+        let len = disk.read_file(seg).expect("segment").len();
+        for cut in 0..len {
+            let d = disk.fork();
+            set_len(&d, seg, cut as u64);
+            match recover(&d, SEG) {
+                Err(Error::Corruption { .. }) => {}
+                other => panic!("{} cut at {cut}: {other:?}", seg.display()),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_flipped_byte_anywhere_but_the_last_record_is_corruption() {
+    let (disk, records, segs) = build(3, &LENS, SEG);
+    let last = segs.last().expect("segments");
+    let last_bytes = disk.read_file(last).expect("last");
+    let last_record_at = *record_offsets(&last_bytes)
+        .last()
+        .expect("last segment has records");
+    for seg in &segs {
+        let len = disk.read_file(seg).expect("segment").len();
+        for at in 0..len {
+            let d = disk.fork();
+            d.corrupt(seg, at as u64).expect("flip");
+            let result = recover(&d, SEG);
+            if seg == last && at >= last_record_at {
+                // Indistinguishable from a torn append of the last record.
+                let (got, report) = result.unwrap_or_else(|e| panic!("flip at {at}: {e}"));
+                assert!(got[..] == records[..records.len() - 1], "flip at {at}");
+                let t = report.torn_tail.expect("torn tail reported");
+                assert_eq!(
+                    (t.file.as_path(), t.offset),
+                    (last.as_path(), last_record_at as u64)
+                );
+            } else {
+                match result {
+                    Err(Error::Corruption { file, offset, .. }) => {
+                        assert_eq!(&file, seg, "flip at {at} blamed on the wrong file");
+                        assert!(offset <= at as u64, "flip at {at} reported at {offset}");
+                    }
+                    other => panic!("{} flip at {at}: {other:?}", seg.display()),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn length_field_pointing_past_eof_with_valid_records_after_is_corruption() {
+    let (disk, _, segs) = build(4, &LENS, 1 << 20);
+    assert_eq!(segs.len(), 1);
+    let bytes = disk.read_file(&segs[0]).expect("segment");
+    let offsets = record_offsets(&bytes);
+    let victim = offsets[3];
+    let mut f = disk.open(&segs[0]).expect("open");
+    // A length well within the record size limit, but past the end of the file.
+    f.write_all_at(&100_000u32.to_le_bytes(), victim as u64)
+        .expect("write");
+    f.sync_data().expect("sync");
+    match recover(&disk, 1 << 20) {
+        Err(Error::Corruption {
+            offset,
+            kind: CorruptionKind::BadRecordBeforeValid { valid_at, .. },
+            ..
+        }) => {
+            assert_eq!(offset, victim as u64);
+            assert_eq!(valid_at, offsets[4] as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn zero_filled_and_partial_tails_are_torn_tails() {
+    let (disk, records, segs) = build(5, &LENS, 1 << 20);
+    let seg = &segs[0];
+    let len = disk.read_file(seg).expect("segment").len() as u64;
+    let mut f = disk.open(seg).expect("open");
+    let mut partial = Vec::new();
+    format::encode_record(&mut partial, &[9u8; 50]);
+    f.write_all_at(&partial[..30], len)
+        .expect("write partial record");
+    f.write_all_at(&[0u8; 4096], len + 30).expect("write zeros");
+    f.sync_data().expect("sync");
+    let (got, report) = recover(&disk, 1 << 20).expect("recover");
+    assert!(got == records);
+    let t = report.torn_tail.expect("torn tail");
+    assert_eq!((t.offset, t.bytes), (len, 30 + 4096));
+}
+
+#[test]
+fn gap_and_bad_name_are_corruption() {
+    let (disk, _, segs) = build(6, &LENS, SEG);
+    let d = disk.fork();
+    d.remove_file(&segs[1]).expect("remove");
+    assert!(matches!(
+        recover(&d, SEG),
+        Err(Error::Corruption {
+            kind: CorruptionKind::Gap { .. },
+            ..
+        })
+    ));
+    let d = disk.fork();
+    let stray = Path::new(DIR).join("12.seg");
+    d.create(&stray).expect("create");
+    match recover(&d, SEG) {
+        Err(Error::Corruption {
+            file,
+            kind: CorruptionKind::BadFileName,
+            ..
+        }) => assert_eq!(file, stray),
+        other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn random_damage_never_panics_and_never_invents_records(
+        seed in any::<u64>(),
+        lens in prop::collection::vec(0usize..200, 1..24),
+        segment_size in 100u64..1000,
+        file_pick in any::<prop::sample::Index>(),
+        flip_at in any::<prop::sample::Index>(),
+        cut_at in prop::option::of(any::<prop::sample::Index>()),
+    ) {
+        let (disk, records, segs) = build(seed, &lens, segment_size);
+        let seg = file_pick.get(&segs);
+        let bytes = disk.read_file(seg).expect("segment");
+        let at = flip_at.index(bytes.len());
+        disk.corrupt(seg, at as u64).expect("flip");
+        if let Some(cut) = cut_at {
+            set_len(&disk, seg, cut.index(bytes.len() + 1) as u64);
+        }
+        let is_last = seg == segs.last().expect("segments");
+        // A record after the flipped byte that survives whole (the cut may have removed it).
+        let len_after = cut_at.map_or(bytes.len(), |c| c.index(bytes.len() + 1));
+        let followed_by_valid = record_spans(&bytes).iter().any(|&(o, end)| o > at && end <= len_after);
+        match recover(&disk, segment_size) {
+            Ok((got, _)) => {
+                prop_assert!(got.len() <= records.len());
+                prop_assert!(got[..] == records[..got.len()], "recovered records are not a prefix");
+                prop_assert!(is_last, "damage to an earlier segment went unnoticed");
+                prop_assert!(!followed_by_valid,
+                    "flip at {} with a valid record after it was taken for a torn tail", at);
+            }
+            Err(Error::Corruption { .. }) => {}
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
+    }
+}
