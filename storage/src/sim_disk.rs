@@ -65,6 +65,7 @@ struct State {
     entries_durable: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
     syncs_to_fail: u32,
+    dir_syncs_to_fail: u32,
     sync_data_count: u64,
     sync_dir_count: u64,
 }
@@ -129,6 +130,7 @@ impl SimDisk {
                 entries_durable: BTreeMap::new(),
                 dirs,
                 syncs_to_fail: 0,
+                dir_syncs_to_fail: 0,
                 sync_data_count: 0,
                 sync_dir_count: 0,
             })),
@@ -222,6 +224,11 @@ impl SimDisk {
     /// The next `n` calls to `sync_data` or `sync_dir` fail (and make nothing durable).
     pub fn fail_next_syncs(&self, n: u32) {
         self.lock().syncs_to_fail = n;
+    }
+
+    /// The next `n` calls to `sync_dir` fail (and make nothing durable); file syncs still work.
+    pub fn fail_next_dir_syncs(&self, n: u32) {
+        self.lock().dir_syncs_to_fail = n;
     }
 
     /// How many `sync_data` calls succeeded so far.
@@ -354,6 +361,12 @@ impl Disk for SimDisk {
             return Err(not_found(dir));
         }
         st.take_sync_failure()?;
+        if st.dir_syncs_to_fail > 0 {
+            st.dir_syncs_to_fail -= 1;
+            return Err(io::Error::other(
+                "SimDisk: injected directory fsync failure",
+            ));
+        }
         st.entries_durable.retain(|p, _| p.parent() != Some(dir));
         for (path, id) in &st.entries {
             if path.parent() == Some(dir) {
