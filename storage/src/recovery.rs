@@ -119,7 +119,8 @@ fn scan_segment<D: Disk>(
             CorruptionKind::BadRecord("segment longer than any segment this log writes"),
         ));
     }
-    buf.clear();
+    // `resize` only zero-fills growth: the buffer is reused across segments, so recovering a
+    // long log does not memset every segment before reading over it.
     buf.resize(len as usize, 0);
     file.read_exact_at(buf, 0)
         .map_err(Error::io("read", path))?;
