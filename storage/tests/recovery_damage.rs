@@ -272,3 +272,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn zeroed_last_segment_is_a_torn_creation_but_a_zeroed_earlier_one_is_corruption() {
+    let (disk, records, segs) = build(7, &LENS, SEG);
+    let last = segs.last().expect("segments");
+    let last_len = disk.read_file(last).expect("last").len();
+    let in_last = record_offsets(&disk.read_file(last).expect("last")).len();
+
+    let d = disk.fork();
+    let mut f = d.open(last).expect("open");
+    f.write_all_at(&vec![0u8; last_len], 0).expect("zero");
+    f.sync_data().expect("sync");
+    let (got, report) = recover(&d, SEG).expect("recover");
+    assert!(got[..] == records[..records.len() - in_last]);
+    let t = report.torn_tail.expect("torn tail");
+    assert_eq!(
+        (t.file.as_path(), t.offset, t.bytes),
+        (last.as_path(), 0, last_len as u64)
+    );
+    // The header was rewritten from the name: appends continue at the right index.
+    let (mut log, report) = Log::open(d.clone(), Path::new(DIR), config(SEG)).expect("reopen");
+    assert_eq!(report.torn_tail, None);
+    log.append(log.next_index(), &[b"again"]).expect("append");
+
+    let d = disk.fork();
+    let mut f = d.open(&segs[0]).expect("open");
+    f.write_all_at(&[0u8; SEGMENT_HEADER_LEN], 0)
+        .expect("zero header");
+    f.sync_data().expect("sync");
+    match recover(&d, SEG) {
+        Err(Error::Corruption {
+            file,
+            offset: 0,
+            kind: CorruptionKind::BadHeader(_),
+        }) => assert_eq!(file, segs[0]),
+        other => panic!("{other:?}"),
+    }
+}
