@@ -210,7 +210,7 @@ fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     "failed log not poisoned"
                 );
                 drop(log);
-                log = restart(&disk, Some(seed % 2 == 0));
+                log = restart(&disk, Some(seed.is_multiple_of(2)));
                 check_recovered(&log, &mut m, &e)?;
             }
         }
