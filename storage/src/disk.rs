@@ -71,7 +71,16 @@ impl Disk for RealDisk {
     type File = RealFile;
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        fs::create_dir_all(dir)
+        // Directories this call creates are made durable: each new directory's parent is
+        // fsynced, from the top down, so the entry exists after a crash.
+        let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.exists()).collect();
+        fs::create_dir_all(dir)?;
+        for created in missing.iter().rev() {
+            if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
+                self.sync_dir(parent)?;
+            }
+        }
+        Ok(())
     }
 
     fn list_files(&self, dir: &Path) -> io::Result<Vec<String>> {
