@@ -138,6 +138,13 @@ pub enum CorruptionKind {
         /// Offset of a later record that checks out.
         valid_at: u64,
     },
+    /// A bad record in the last segment after which the scan for a valid record ran out of its
+    /// work budget: it could not be proven a torn tail, so it is not cut.
+    #[error("bad record ({reason}); the rest of the file could not be proven torn within the scan budget")]
+    TailUnverified {
+        /// Why the record at the reported offset is bad.
+        reason: &'static str,
+    },
     /// A payload whose checksum does not match (hard state, snapshot, or a record found on read).
     #[error("checksum mismatch")]
     Checksum,

@@ -99,22 +99,51 @@ pub fn check_record(buf: &[u8], off: usize, max_len: u32) -> Result<usize, &'sta
     Ok(end)
 }
 
-/// Whether some offset in `(from, buf.len())` starts a record that passes [`check_record`].
+/// What [`scan_for_valid_record`] found after a bad record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanAhead {
+    /// A record that passes [`check_record`] starts at this offset.
+    Valid(usize),
+    /// No later offset starts a good record.
+    NoneFound,
+    /// The hashing budget ran out first: neither could be established.
+    BudgetExhausted,
+}
+
+/// Looks for an offset in `(from, buf.len())` that starts a record passing [`check_record`].
 ///
 /// Used to tell a torn tail (nothing valid after the bad record) from corruption (a valid record
 /// follows). Eight zero bytes can never start a good record (the checksum of a zero length is
 /// not zero), so runs of zeros, the usual shape of a torn tail, are skipped cheaply.
-pub fn find_valid_record_after(buf: &[u8], from: usize, max_len: u32) -> Option<usize> {
+///
+/// Each candidate with a plausible length costs a checksum of that length, so adversarial bytes
+/// could make the scan quadratic; the bytes hashed are bounded by `16 * (buf.len() - from)` plus
+/// 256 MiB, after which the answer is [`ScanAhead::BudgetExhausted`] (the caller reports
+/// corruption: it must not cut records it could not prove torn).
+pub fn scan_for_valid_record(buf: &[u8], from: usize, max_len: u32) -> ScanAhead {
+    let mut budget = 16 * (buf.len() - from) as u64 + (256 << 20);
     let mut p = from + 1;
     while p + RECORD_HEADER_LEN <= buf.len() {
-        if buf[p..p + RECORD_HEADER_LEN] != [0u8; RECORD_HEADER_LEN]
-            && check_record(buf, p, max_len).is_ok()
-        {
-            return Some(p);
+        if buf[p..p + RECORD_HEADER_LEN] != [0u8; RECORD_HEADER_LEN] {
+            let len = u64::from(u32::from_le_bytes(
+                buf[p..p + 4].try_into().expect("4 bytes"),
+            ));
+            let plausible = len <= u64::from(max_len)
+                && p as u64 + RECORD_HEADER_LEN as u64 + len <= buf.len() as u64;
+            if plausible {
+                let cost = len + 4;
+                if cost > budget {
+                    return ScanAhead::BudgetExhausted;
+                }
+                budget -= cost;
+                if check_record(buf, p, max_len).is_ok() {
+                    return ScanAhead::Valid(p);
+                }
+            }
         }
         p += 1;
     }
-    None
+    ScanAhead::NoneFound
 }
 
 /// The decoded header of a hard state or snapshot file.
@@ -197,7 +226,23 @@ mod tests {
             Err("length above the maximum record size")
         );
         assert!(check_record(&[0u8; 8], 0, 64).is_err());
-        assert_eq!(find_valid_record_after(&buf, 0, 64), Some(13));
+        assert_eq!(scan_for_valid_record(&buf, 0, 64), ScanAhead::Valid(13));
+        assert_eq!(scan_for_valid_record(&buf, 13, 64), ScanAhead::NoneFound);
+    }
+
+    #[test]
+    fn scan_ahead_gives_up_on_adversarial_bytes_instead_of_going_quadratic() {
+        // Every offset offers a plausible length that reaches near the end of the buffer.
+        let n = 1 << 22;
+        let mut buf = vec![0u8; n];
+        for (i, chunk) in buf.chunks_mut(4).enumerate() {
+            let len = (n - 4 * i).saturating_sub(64) as u32;
+            chunk.copy_from_slice(&len.to_le_bytes());
+        }
+        assert_eq!(
+            scan_for_valid_record(&buf, 0, u32::MAX),
+            ScanAhead::BudgetExhausted
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::{self, SEGMENT_HEADER_LEN};
+use crate::format::{self, ScanAhead, SEGMENT_HEADER_LEN};
 use crate::log::{LogConfig, Segment};
 
 /// What recovery repaired. Everything it did not repair was an error.
@@ -159,17 +159,18 @@ fn scan_segment<D: Disk>(
                 ));
             }
             Err(why) => {
-                if let Some(valid_at) =
-                    format::find_valid_record_after(buf, off, config.record_size_max)
-                {
-                    return Err(Error::corruption(
-                        path,
-                        off as u64,
-                        CorruptionKind::BadRecordBeforeValid {
-                            reason: why,
-                            valid_at: valid_at as u64,
-                        },
-                    ));
+                let kind = match format::scan_for_valid_record(buf, off, config.record_size_max) {
+                    ScanAhead::NoneFound => None,
+                    ScanAhead::Valid(valid_at) => Some(CorruptionKind::BadRecordBeforeValid {
+                        reason: why,
+                        valid_at: valid_at as u64,
+                    }),
+                    ScanAhead::BudgetExhausted => {
+                        Some(CorruptionKind::TailUnverified { reason: why })
+                    }
+                };
+                if let Some(kind) = kind {
+                    return Err(Error::corruption(path, off as u64, kind));
                 }
                 file.set_len(off as u64)
                     .map_err(Error::io("set_len", path))?;
