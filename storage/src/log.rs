@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::{self, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::recovery::{self, RecoveryReport};
 
@@ -352,8 +352,19 @@ impl<D: Disk> Log<D> {
             let s = self.segments.partition_point(|s| s.first_index <= index) - 1;
             let seg = &self.segments[s];
             let lo = (index - seg.first_index) as usize;
-            let hi = ((range.end - seg.first_index) as usize).min(seg.offsets.len());
+            let hi_max = ((range.end - seg.first_index) as usize).min(seg.offsets.len());
             let start = u64::from(seg.offsets[lo]);
+            // Read only as far as `bytes_max` allows (the first record always).
+            let budget = bytes_max.saturating_sub(bytes);
+            let mut hi = lo + 1;
+            while hi < hi_max {
+                let frames = seg.frame_end(hi) - start;
+                let payload = frames - (RECORD_HEADER_LEN * (hi + 1 - lo)) as u64;
+                if payload > budget {
+                    break;
+                }
+                hi += 1;
+            }
             let end = seg.frame_end(hi - 1);
             let mut chunk = vec![0u8; (end - start) as usize];
             seg.file
@@ -366,7 +377,7 @@ impl<D: Disk> Log<D> {
                     Error::corruption(
                         &seg.path,
                         u64::from(seg.offsets[i]),
-                        crate::error::CorruptionKind::Checksum,
+                        CorruptionKind::Checksum,
                     )
                 };
                 match format::check_record(&chunk[..frame_end], off, self.config.record_size_max) {

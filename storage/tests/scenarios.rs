@@ -64,6 +64,25 @@ fn roll_over_creates_segments_and_survives_reopen() {
 }
 
 #[test]
+fn read_verifies_checksums_and_names_the_damaged_record() {
+    let disk = SimDisk::new(13);
+    let mut st = open(&disk, Path::new(ROOT));
+    st.log.append(1, &recs(1..4)).expect("append");
+    st.log.sync().expect("sync");
+    let seg = Path::new(ROOT).join("log/00000000000000000001.seg");
+    let second = 32 + 8 + rec(1).len() as u64;
+    disk.corrupt(&seg, second + 10).expect("flip");
+    assert_eq!(
+        st.log.read(1..2, u64::MAX).expect("first is fine"),
+        vec![rec(1)]
+    );
+    match st.log.read(1..4, u64::MAX) {
+        Err(Error::Corruption { file, offset, .. }) => assert_eq!((file, offset), (seg, second)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn one_sync_is_one_fdatasync_for_a_whole_batch() {
     let disk = SimDisk::new(2);
     let mut st = Storage::open(disk.clone(), Path::new(ROOT), StorageConfig::default())
