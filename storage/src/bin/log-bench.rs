@@ -51,85 +51,120 @@ fn check(r: std::io::Result<()>, what: &str) {
     }
 }
 
-/// Raw rate: write `len` bytes at the end of a file, fdatasync, repeat.
-fn raw_fdatasync_rate(dir: &Path, secs: f64, len: usize) -> f64 {
-    let path = dir.join("raw-fdatasync");
-    let file = File::create(&path).expect("create raw file");
-    let buf = vec![0xabu8; len];
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed().as_secs_f64() < secs {
-        check(file.write_all_at(&buf, n * len as u64), "raw write");
-        check(file.sync_data(), "raw fdatasync");
-        n += 1;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    drop(file);
-    check(fs::remove_file(&path), "remove raw file");
-    rate
+/// The raw disk: write `len` bytes at the end of a file, fdatasync, repeat.
+struct RawWriter {
+    file: File,
+    buf: Vec<u8>,
+    written: u64,
+    /// Write from offset 0 again instead of growing the file past this.
+    wrap_at: Option<u64>,
 }
 
-/// Appends batches of `batch` records of 256 bytes, one `sync` per batch. Returns
-/// (records/s, fsyncs/s).
-fn log_rate(dir: &Path, batch: usize, secs: f64) -> (f64, f64) {
-    let log_dir = dir.join(format!("log-batch-{batch}"));
-    let (mut log, _) = Log::open(RealDisk, &log_dir, LogConfig::default()).expect("open log");
-    let records: Vec<Vec<u8>> = (0..batch).map(|i| vec![i as u8; RECORD_LEN]).collect();
-    let start = Instant::now();
-    let mut syncs = 0u64;
-    while start.elapsed().as_secs_f64() < secs {
-        log.append(log.next_index(), &records).expect("append");
-        log.sync().expect("sync");
-        syncs += 1;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    drop(log);
-    check(fs::remove_dir_all(&log_dir), "remove log dir");
-    (
-        syncs as f64 * batch as f64 / elapsed,
-        syncs as f64 / elapsed,
-    )
-}
-
-/// Raw fdatasync and the log at each batch size, measured in interleaved slices so that drift
-/// in the disk's speed (other tenants, the host's cache) hits every case alike; medians reported.
-fn group_commit(dir: &Path, secs: f64) {
-    const BATCHES: [usize; 4] = [1, 16, 64, 1024];
-    const ROUNDS: usize = 10;
-    let slice = secs / ROUNDS as f64;
-    println!(
-        "\n== group commit: 256-byte records, one sync per batch, {secs}s per case in {ROUNDS} interleaved slices =="
-    );
-    let mut raw = Vec::new();
-    let mut raw_batch = Vec::new();
-    let mut logs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); BATCHES.len()];
-    for _ in 0..ROUNDS {
-        raw.push(raw_fdatasync_rate(dir, slice, RECORD_LEN));
-        raw_batch.push(raw_fdatasync_rate(dir, slice, 64 * (RECORD_LEN + 8)));
-        for (i, &batch) in BATCHES.iter().enumerate() {
-            logs[i].push(log_rate(dir, batch, slice));
+impl RawWriter {
+    fn new(dir: &Path, name: &str, len: usize) -> RawWriter {
+        let file = File::create(dir.join(name)).expect("create raw file");
+        RawWriter {
+            file,
+            buf: vec![0xab; len],
+            written: 0,
+            wrap_at: None,
         }
     }
-    let raw = median(raw);
-    println!("raw write(256 B)+fdatasync:   {raw:>10.0} fsyncs/s (median of {ROUNDS})");
-    println!(
-        "raw write(16.5 KiB)+fdatasync: {:>8.0} fsyncs/s (the bytes of a 64-record batch)",
-        median(raw_batch)
-    );
-    for (i, &batch) in BATCHES.iter().enumerate() {
-        let records = median(logs[i].iter().map(|r| r.0).collect());
-        let fsyncs = median(logs[i].iter().map(|r| r.1).collect());
-        println!(
-            "log batch {batch:>4}: {records:>10.0} records/s {fsyncs:>8.0} fsyncs/s ({:.0}% of raw 256 B fsync rate)",
-            fsyncs / raw * 100.0
-        );
+
+    /// One write and one fdatasync; returns the seconds it took.
+    fn step(&mut self) -> f64 {
+        if self
+            .wrap_at
+            .is_some_and(|w| self.written + self.buf.len() as u64 > w)
+        {
+            self.written = 0;
+        }
+        let start = Instant::now();
+        check(self.file.write_all_at(&self.buf, self.written), "raw write");
+        check(self.file.sync_data(), "raw fdatasync");
+        self.written += self.buf.len() as u64;
+        start.elapsed().as_secs_f64()
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The log: append `batch` records of 256 bytes, sync, repeat.
+struct LogWriter {
+    log: Log<RealDisk>,
+    records: Vec<Vec<u8>>,
 }
+
+impl LogWriter {
+    fn new(dir: &Path, batch: usize) -> LogWriter {
+        let (log, _) = Log::open(RealDisk, dir, LogConfig::default()).expect("open log");
+        let records = (0..batch).map(|i| vec![i as u8; RECORD_LEN]).collect();
+        LogWriter { log, records }
+    }
+
+    /// One append of the batch and one sync; returns the seconds it took.
+    fn step(&mut self) -> f64 {
+        let start = Instant::now();
+        self.log
+            .append(self.log.next_index(), &self.records)
+            .expect("append");
+        self.log.sync().expect("sync");
+        start.elapsed().as_secs_f64()
+    }
+}
+
+/// Runs `a` and `b` alternately, one operation each, for `secs` in total, and returns each
+/// one's operations per second of its own time. Interleaving per operation makes both see the
+/// same disk: this one's fsync rate swings by 10x within seconds when other tenants write.
+fn paired(secs: f64, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64) {
+    let (mut time_a, mut time_b, mut n) = (0.0, 0.0, 0u64);
+    while time_a + time_b < secs {
+        time_a += a();
+        time_b += b();
+        n += 1;
+    }
+    (n as f64 / time_a, n as f64 / time_b)
+}
+
+fn group_commit(dir: &Path, secs: f64) {
+    println!(
+        "\n== group commit: 256-byte records, one sync per batch, each case interleaved op by op \
+         with the raw 256 B write+fdatasync loop, {secs}s per case =="
+    );
+    let mut raw = RawWriter::new(dir, "raw-fdatasync", RECORD_LEN);
+    // Context: the bytes of one 64-record batch, appended (the file grows by blocks) and
+    // overwriting a pre-zeroed file (no growth, no block allocation).
+    let batch_bytes = 64 * (RECORD_LEN + 8);
+    let mut append_batch = RawWriter::new(dir, "raw-append-batch", batch_bytes);
+    let (base, appended) = paired(secs / 2.0, || raw.step(), || append_batch.step());
+    let mut overwrite_batch = RawWriter::new(dir, "raw-overwrite-batch", batch_bytes);
+    let zeros = vec![0u8; 64 << 20];
+    check(overwrite_batch.file.write_all_at(&zeros, 0), "pre-zero");
+    check(overwrite_batch.file.sync_all(), "fsync pre-zeroed file");
+    overwrite_batch.wrap_at = Some(zeros.len() as u64);
+    let (base2, overwritten) = paired(secs / 2.0, || raw.step(), || overwrite_batch.step());
+    println!(
+        "raw 16.5 KiB (the bytes of a 64-record batch) + fdatasync: appended {appended:.0}/s \
+         ({:.0}% of raw 256 B), overwriting a pre-zeroed file {overwritten:.0}/s ({:.0}%)",
+        appended / base * 100.0,
+        overwritten / base2 * 100.0
+    );
+    for batch in [1usize, 16, 64, 1024] {
+        let log_dir = dir.join(format!("log-batch-{batch}"));
+        let mut log = LogWriter::new(&log_dir, batch);
+        let (raw_rate, log_rate) = paired(secs, || raw.step(), || log.step());
+        println!(
+            "log batch {batch:>4}: {:>10.0} records/s {log_rate:>7.0} fsyncs/s | raw 256 B \
+             {raw_rate:>6.0} fsyncs/s | log/raw {:>4.0}%",
+            log_rate * batch as f64,
+            log_rate / raw_rate * 100.0
+        );
+        drop(log);
+        check(fs::remove_dir_all(&log_dir), "remove log dir");
+    }
+    for name in ["raw-fdatasync", "raw-append-batch", "raw-overwrite-batch"] {
+        check(fs::remove_file(dir.join(name)), "remove raw file");
+    }
+}
+
 
 fn drop_caches() -> bool {
     // `sync` first so dirty pages can be dropped too.
