@@ -26,6 +26,10 @@ pub struct LogConfig {
     pub batch_records_max: usize,
     /// Most payload bytes in one `append` call. Default 256 MiB.
     pub batch_bytes_max: u64,
+    /// Zero-fill the last segment this far ahead of its data (capped at the segment size), so
+    /// that most appends overwrite allocated blocks inside the file: their `fdatasync` then needs
+    /// no block allocation or size change in the file system journal. Default 4 MiB; 0 disables.
+    pub preallocate_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -35,6 +39,7 @@ impl Default for LogConfig {
             record_size_max: 64 << 20,
             batch_records_max: 1 << 16,
             batch_bytes_max: 256 << 20,
+            preallocate_bytes: 4 << 20,
         }
     }
 }
@@ -85,6 +90,9 @@ pub(crate) struct Segment<F> {
     pub offsets: Vec<u32>,
     /// Bytes of the segment in use (header and whole records); the next record goes here.
     pub end: u64,
+    /// Length of the file: `end` plus zero-filled preallocated space (only in the last segment;
+    /// a segment is cut back to `end` when the log rolls over to the next one).
+    pub len: u64,
 }
 
 impl<F> Segment<F> {
@@ -131,7 +139,7 @@ impl<D: Disk> Log<D> {
             .map_err(Error::io("create_dir_all", dir))?;
         let (mut segments, report) = recovery::recover(&disk, dir, &config)?;
         if segments.is_empty() {
-            segments.push(create_segment(&disk, dir, 1)?);
+            segments.push(create_segment(&disk, dir, 1, &config)?);
         }
         let mut log = Log {
             disk,
@@ -278,6 +286,7 @@ impl<D: Disk> Log<D> {
         if buf.is_empty() {
             return Ok(());
         }
+        let prealloc = self.preallocate_to(self.last_segment().end + buf.len() as u64);
         let seg = self
             .segments
             .last_mut()
@@ -286,17 +295,46 @@ impl<D: Disk> Log<D> {
             .write_all_at(buf, seg.end)
             .map_err(Error::io("write", &seg.path))?;
         seg.end += buf.len() as u64;
+        seg.len = seg.len.max(seg.end);
         seg.offsets.append(pending);
         self.dirty = true;
+        if prealloc > seg.len {
+            // Zeros after the data: a crash that keeps them is a clean end, not a torn tail.
+            write_zeros(&mut seg.file, &seg.path, seg.len, prealloc)?;
+            seg.len = prealloc;
+        }
         Ok(())
+    }
+
+    /// How far the last segment should be zero-filled once its data reaches `data_end`: nothing
+    /// new while the data stays inside the file, else `preallocate_bytes` ahead (capped at the
+    /// segment size).
+    fn preallocate_to(&self, data_end: u64) -> u64 {
+        let seg = self.last_segment();
+        if self.config.preallocate_bytes == 0 || data_end < seg.len {
+            return 0;
+        }
+        (data_end + self.config.preallocate_bytes).min(self.config.segment_size_bytes)
     }
 
     /// Finishes the last segment (write, fdatasync) and starts a new one after it.
     fn flush_and_roll(&mut self, buf: &[u8], pending: &mut Vec<u32>) -> Result<()> {
         self.write_pending(buf, pending)?;
+        // Segments before the last end exactly at their last record (recovery checks it).
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        if seg.len > seg.end {
+            seg.file
+                .set_len(seg.end)
+                .map_err(Error::io("set_len", &seg.path))?;
+            seg.len = seg.end;
+            self.dirty = true;
+        }
         self.sync_inner()?;
         let next = self.next_index();
-        let seg = create_segment(&self.disk, &self.dir, next)?;
+        let seg = create_segment(&self.disk, &self.dir, next, &self.config)?;
         self.segments.push(seg);
         Ok(())
     }
@@ -437,6 +475,7 @@ impl<D: Disk> Log<D> {
             let new_end = u64::from(seg.offsets[keep]);
             seg.offsets.truncate(keep);
             seg.end = new_end;
+            seg.len = new_end;
             seg.file
                 .set_len(new_end)
                 .map_err(Error::io("set_len", &seg.path))?;
@@ -498,8 +537,12 @@ impl<D: Disk> Log<D> {
             self.remove_durably(&seg.path)?;
         }
         self.dirty = false;
-        self.segments
-            .push(create_segment(&self.disk, &self.dir, next_index)?);
+        self.segments.push(create_segment(
+            &self.disk,
+            &self.dir,
+            next_index,
+            &self.config,
+        )?);
         self.synced_index = next_index - 1;
         Ok(())
     }
@@ -528,6 +571,20 @@ impl<D: Disk> Log<D> {
             );
         }
         let last = self.last_segment();
+        assert!(
+            last.len >= last.end,
+            "segment file length {} below its data end {}",
+            last.len,
+            last.end
+        );
+        for seg in &self.segments[..self.segments.len() - 1] {
+            assert_eq!(
+                seg.len,
+                seg.end,
+                "{} keeps preallocated space",
+                seg.path.display()
+            );
+        }
         assert!(
             last.end >= SEGMENT_HEADER_LEN as u64,
             "segment end {} inside its header",
@@ -561,11 +618,17 @@ pub(crate) fn create_segment<D: Disk>(
     disk: &D,
     dir: &Path,
     first_index: u64,
+    config: &LogConfig,
 ) -> Result<Segment<D::File>> {
     let path = dir.join(segment_file_name(first_index));
     let mut file = disk.create(&path).map_err(Error::io("create", &path))?;
     file.write_all_at(&format::encode_segment_header(first_index), 0)
         .map_err(Error::io("write", &path))?;
+    let header_len = SEGMENT_HEADER_LEN as u64;
+    let len = (header_len + config.preallocate_bytes)
+        .min(config.segment_size_bytes)
+        .max(header_len);
+    write_zeros(&mut file, &path, header_len, len)?;
     file.sync_data().map_err(Error::io("fdatasync", &path))?;
     disk.sync_dir(dir).map_err(Error::io("fsync dir", dir))?;
     Ok(Segment {
@@ -573,6 +636,21 @@ pub(crate) fn create_segment<D: Disk>(
         path,
         file,
         offsets: Vec::new(),
-        end: SEGMENT_HEADER_LEN as u64,
+        end: header_len,
+        len,
     })
+}
+
+/// Writes zeros over `[from, to)` of a file, in chunks of at most 1 MiB.
+fn write_zeros<F: DiskFile>(file: &mut F, path: &Path, from: u64, to: u64) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK.min(to.saturating_sub(from)) as usize];
+    let mut at = from;
+    while at < to {
+        let n = CHUNK.min(to - at) as usize;
+        file.write_all_at(&zeros[..n], at)
+            .map_err(Error::io("write", path))?;
+        at += n as u64;
+    }
+    Ok(())
 }

@@ -5,9 +5,11 @@
 //!   and follow each other without a gap. Otherwise: corruption.
 //! - Every record of a segment that is not the last must check out, and must end exactly at the
 //!   end of the file (segments before the last are fully synced before the next is created).
-//! - In the last segment, the first bad record starts a *torn tail* if no valid record starts at
-//!   any later offset of the file: the tail is cut off (durably) and reported. If a valid record
-//!   does follow, the damage cannot be a torn append: corruption.
+//! - In the last segment, zeros from the first bad record to the end of the file are
+//!   preallocated space: the log ends there, nothing is reported. Otherwise that bad record
+//!   starts a *torn tail* if no valid record starts at any later offset of the file: the tail is
+//!   cut off (durably) and reported. If a valid record does follow, the damage cannot be a torn
+//!   append: corruption.
 //! - A last segment shorter than a header, or all zeros, is a segment whose creation was torn:
 //!   its header is rewritten from its name and the repair reported.
 
@@ -145,6 +147,7 @@ fn scan_segment<D: Disk>(
 
     let mut offsets = Vec::new();
     let mut off = SEGMENT_HEADER_LEN;
+    let mut file_len = len;
     while off < buf.len() {
         match format::check_record(buf, off, config.record_size_max) {
             Ok(end) => {
@@ -157,6 +160,11 @@ fn scan_segment<D: Disk>(
                     off as u64,
                     CorruptionKind::BadRecord(why),
                 ));
+            }
+            Err(_) if buf[off..].iter().all(|&b| b == 0) => {
+                // Zeros to the end: preallocated space (or a tail whose data never reached the
+                // disk, which looks the same). Appends continue here; nothing to report.
+                break;
             }
             Err(why) => {
                 let kind = match format::scan_for_valid_record(buf, off, config.record_size_max) {
@@ -175,6 +183,7 @@ fn scan_segment<D: Disk>(
                 file.set_len(off as u64)
                     .map_err(Error::io("set_len", path))?;
                 file.sync_data().map_err(Error::io("fdatasync", path))?;
+                file_len = off as u64;
                 report.torn_tail = Some(TornTail {
                     file: path.to_path_buf(),
                     offset: off as u64,
@@ -190,6 +199,7 @@ fn scan_segment<D: Disk>(
         file,
         offsets,
         end: off as u64,
+        len: file_len,
     })
 }
 
@@ -218,5 +228,6 @@ fn repair_torn_header<D: Disk>(
         file,
         offsets: Vec::new(),
         end: SEGMENT_HEADER_LEN as u64,
+        len: SEGMENT_HEADER_LEN as u64,
     })
 }

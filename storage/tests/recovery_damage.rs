@@ -55,7 +55,8 @@ fn recover(disk: &SimDisk, segment_size: u64) -> Result<(Vec<Vec<u8>>, RecoveryR
 fn record_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut off = SEGMENT_HEADER_LEN;
-    while off < bytes.len() {
+    // Stop at the zeros of preallocated space.
+    while off < bytes.len() && bytes[off..].iter().any(|&b| b != 0) {
         let end = format::check_record(bytes, off, u32::MAX).expect("well-formed test log");
         spans.push((off, end));
         off = end;
@@ -87,7 +88,6 @@ fn cut_of_the_last_segment_at_every_offset_recovers_a_prefix() {
     let last = segs.last().expect("segments");
     let bytes = disk.read_file(last).expect("last segment");
     let spans = record_spans(&bytes);
-    let offsets = record_offsets(&bytes);
     let before_last = records.len() - spans.len();
     for cut in 0..bytes.len() {
         let d = disk.fork();
@@ -96,19 +96,27 @@ fn cut_of_the_last_segment_at_every_offset_recovers_a_prefix() {
         let kept = before_last + spans.iter().filter(|&&(_, end)| end <= cut).count();
         assert_eq!(got.len(), kept, "cut at {cut}");
         assert!(got[..] == records[..kept], "cut at {cut}: not a prefix");
-        let at_boundary = cut == SEGMENT_HEADER_LEN || offsets.contains(&cut);
-        match (&report.torn_tail, at_boundary) {
-            (None, true) => {}
-            (Some(t), false) => {
+        // The end of the last whole record kept; a torn tail is reported iff something other
+        // than preallocated zeros lies between it and the cut.
+        let whole_end = spans
+            .iter()
+            .map(|&(_, end)| end)
+            .filter(|&end| end <= cut)
+            .max()
+            .unwrap_or(SEGMENT_HEADER_LEN);
+        let torn = cut < SEGMENT_HEADER_LEN || bytes[whole_end..cut].iter().any(|&b| b != 0);
+        match (&report.torn_tail, torn) {
+            (None, false) => {}
+            (Some(t), true) => {
                 assert_eq!(&t.file, last);
                 let expected_offset = if cut < SEGMENT_HEADER_LEN {
                     0
                 } else {
-                    *offsets.iter().filter(|&&o| o <= cut).max().expect("record")
+                    whole_end
                 };
                 assert_eq!(t.offset, expected_offset as u64, "cut at {cut}");
             }
-            (t, b) => panic!("cut at {cut}: torn tail {t:?}, at boundary {b}"),
+            (t, expected) => panic!("cut at {cut}: torn tail {t:?}, expected one: {expected}"),
         }
         // A second recovery finds nothing left to repair.
         let (again, report) = recover(&d, SEG).expect("second recovery");
@@ -138,7 +146,7 @@ fn a_flipped_byte_anywhere_but_the_last_record_is_corruption() {
     let (disk, records, segs) = build(3, &LENS, SEG);
     let last = segs.last().expect("segments");
     let last_bytes = disk.read_file(last).expect("last");
-    let last_record_at = *record_offsets(&last_bytes)
+    let (last_record_at, data_end) = *record_spans(&last_bytes)
         .last()
         .expect("last segment has records");
     for seg in &segs {
@@ -147,7 +155,13 @@ fn a_flipped_byte_anywhere_but_the_last_record_is_corruption() {
             let d = disk.fork();
             d.corrupt(seg, at as u64).expect("flip");
             let result = recover(&d, SEG);
-            if seg == last && at >= last_record_at {
+            if seg == last && at >= data_end {
+                // Garbage in the preallocated zeros after the data: a torn tail, no record lost.
+                let (got, report) = result.unwrap_or_else(|e| panic!("flip at {at}: {e}"));
+                assert!(got == records, "flip at {at}");
+                let t = report.torn_tail.expect("torn tail reported");
+                assert_eq!(t.offset, data_end as u64);
+            } else if seg == last && at >= last_record_at {
                 // Indistinguishable from a torn append of the last record.
                 let (got, report) = result.unwrap_or_else(|e| panic!("flip at {at}: {e}"));
                 assert!(got[..] == records[..records.len() - 1], "flip at {at}");
@@ -178,7 +192,7 @@ fn length_field_pointing_past_eof_with_valid_records_after_is_corruption() {
     let victim = offsets[3];
     let mut f = disk.open(&segs[0]).expect("open");
     // A length well within the record size limit, but past the end of the file.
-    f.write_all_at(&100_000u32.to_le_bytes(), victim as u64)
+    f.write_all_at(&10_000_000u32.to_le_bytes(), victim as u64)
         .expect("write");
     f.sync_data().expect("sync");
     match recover(&disk, 1 << 20) {
@@ -198,18 +212,40 @@ fn length_field_pointing_past_eof_with_valid_records_after_is_corruption() {
 fn zero_filled_and_partial_tails_are_torn_tails() {
     let (disk, records, segs) = build(5, &LENS, 1 << 20);
     let seg = &segs[0];
-    let len = disk.read_file(seg).expect("segment").len() as u64;
+    let bytes = disk.read_file(seg).expect("segment");
+    let data_end = record_spans(&bytes).last().expect("records").1 as u64;
+    assert!(
+        bytes.len() as u64 > data_end + 4096,
+        "segment not preallocated"
+    );
+    // A torn append into the preallocated zeros, then zeros past the old end of the file.
     let mut f = disk.open(seg).expect("open");
     let mut partial = Vec::new();
     format::encode_record(&mut partial, &[9u8; 50]);
-    f.write_all_at(&partial[..30], len)
+    f.write_all_at(&partial[..30], data_end)
         .expect("write partial record");
-    f.write_all_at(&[0u8; 4096], len + 30).expect("write zeros");
+    let len = bytes.len() as u64 + 4096;
+    f.set_len(len).expect("extend with zeros");
     f.sync_data().expect("sync");
     let (got, report) = recover(&disk, 1 << 20).expect("recover");
     assert!(got == records);
     let t = report.torn_tail.expect("torn tail");
-    assert_eq!((t.offset, t.bytes), (len, 30 + 4096));
+    assert_eq!((t.offset, t.bytes), (data_end, len - data_end));
+    assert_eq!(disk.read_file(seg).expect("segment").len() as u64, data_end);
+}
+
+#[test]
+fn preallocated_zeros_are_a_clean_end() {
+    let (disk, records, segs) = build(8, &LENS, 1 << 20);
+    let len = disk.read_file(&segs[0]).expect("segment").len();
+    let (got, report) = recover(&disk, 1 << 20).expect("recover");
+    assert!(got == records);
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(
+        disk.read_file(&segs[0]).expect("segment").len(),
+        len,
+        "preallocation cut"
+    );
 }
 
 #[test]

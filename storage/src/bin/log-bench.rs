@@ -165,7 +165,6 @@ fn group_commit(dir: &Path, secs: f64) {
     }
 }
 
-
 fn drop_caches() -> bool {
     // `sync` first so dirty pages can be dropped too.
     let synced = std::process::Command::new("sync")
