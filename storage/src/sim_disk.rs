@@ -456,7 +456,6 @@ impl DiskFile for SimFile {
             for op in std::mem::take(&mut node.ops) {
                 apply(&mut node.durable, &op);
             }
-            debug_assert_eq!(node.durable, node.data);
             st.sync_data_count += 1;
             Ok(())
         })
