@@ -238,10 +238,11 @@ impl<D: Disk> SnapshotStore<D> {
     }
 
     /// Saves a snapshot at `index`, durably; only then are snapshots beyond the newest `kept`
-    /// removed. `index` must be above every snapshot on disk.
+    /// removed. `index` must be at least that of every snapshot on disk; an equal index replaces
+    /// that file atomically (e.g. re-taking a snapshot found damaged).
     pub fn save(&mut self, index: u64, payload: &[u8]) -> Result<()> {
         if let Some(&newest) = self.indexes.last() {
-            if index <= newest {
+            if index < newest {
                 return Err(Error::SnapshotNotNewer { index, newest });
             }
         }
@@ -258,7 +259,9 @@ impl<D: Disk> SnapshotStore<D> {
             &path,
             &format::encode_blob(SNAPSHOT_MAGIC, index, payload),
         )?;
-        self.indexes.push(index);
+        if self.indexes.last() != Some(&index) {
+            self.indexes.push(index);
+        }
         while self.indexes.len() > self.kept {
             let old = self.indexes[0];
             let old_path = self.dir.join(snapshot_file_name(old));

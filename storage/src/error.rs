@@ -78,8 +78,8 @@ pub enum Error {
         /// One past the last index held.
         last_plus_one: u64,
     },
-    /// A snapshot whose index is not above the newest durable one.
-    #[error("snapshot at index {index} is not newer than the newest snapshot at index {newest}")]
+    /// A snapshot whose index is below the newest one on disk.
+    #[error("snapshot at index {index} is older than the newest snapshot at index {newest}")]
     SnapshotNotNewer {
         /// The index given.
         index: u64,

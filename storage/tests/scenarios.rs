@@ -436,6 +436,13 @@ fn snapshots_replace_keep_two_and_fall_back_past_a_damaged_one() {
         load.damaged[0].file,
         snap_dir.join("00000000000000000030.snap")
     );
+    // Re-taking the damaged snapshot at the same index replaces it.
+    let mut st = st;
+    st.snapshots.save(30, b"state@30 again").expect("save");
+    assert_eq!(st.snapshots.indexes(), &[20, 30]);
+    let load = st.snapshots.load_latest().expect("load");
+    assert_eq!(load.latest, Some((30, b"state@30 again".to_vec())));
+    assert!(load.damaged.is_empty());
 }
 
 #[test]
