@@ -76,6 +76,21 @@ pub(crate) fn recover<D: Disk>(
     let count = names.len();
     for (i, (name_index, path)) in names.into_iter().enumerate() {
         let is_last = i + 1 == count;
+        // Checked on the name, before the segment is scanned: the last segment's scan may repair
+        // it, and a file reported as corrupt must be left as it was.
+        if let Some(prev) = segments.last() {
+            let expected = prev.first_index + prev.offsets.len() as u64;
+            if name_index != expected {
+                return Err(Error::corruption(
+                    &path,
+                    0,
+                    CorruptionKind::Gap {
+                        expected,
+                        found: name_index,
+                    },
+                ));
+            }
+        }
         let seg = scan_segment(
             disk,
             &path,
@@ -85,19 +100,10 @@ pub(crate) fn recover<D: Disk>(
             &mut buf,
             &mut report,
         )?;
-        if let Some(prev) = segments.last() {
-            let expected = prev.first_index + prev.offsets.len() as u64;
-            if seg.first_index != expected {
-                return Err(Error::corruption(
-                    &path,
-                    0,
-                    CorruptionKind::Gap {
-                        expected,
-                        found: seg.first_index,
-                    },
-                ));
-            }
-        }
+        assert_eq!(
+            seg.first_index, name_index,
+            "scan_segment checks the header"
+        );
         segments.push(seg);
     }
     Ok((segments, report))

@@ -260,6 +260,32 @@ fn gap_and_bad_name_are_corruption() {
             ..
         })
     ));
+    // A gap before a last segment with a torn tail: reported, and the torn file left untouched.
+    let d = disk.fork();
+    d.remove_file(&segs[1]).expect("remove");
+    let last = segs.last().expect("segments");
+    let data_end = record_spans(&d.read_file(last).expect("last"))
+        .last()
+        .expect("records")
+        .1;
+    let mut f = d.open(last).expect("open");
+    f.write_all_at(&[0xee; 5], data_end as u64)
+        .expect("garbage");
+    f.sync_data().expect("sync");
+    let before = d.read_file(last);
+    assert!(matches!(
+        recover(&d, SEG),
+        Err(Error::Corruption {
+            kind: CorruptionKind::Gap { .. },
+            ..
+        })
+    ));
+    assert_eq!(
+        d.read_file(last),
+        before,
+        "a file of a corrupt log was modified"
+    );
+
     let d = disk.fork();
     let stray = Path::new(DIR).join("12.seg");
     d.create(&stray).expect("create");
