@@ -151,7 +151,7 @@ impl WatchLog {
         limit: usize,
         current: Revision,
     ) -> Result<WatchPage, WatchError> {
-        if from <= self.compacted_through {
+        if self.compacted_through > Revision(0) && from <= self.compacted_through {
             return Err(WatchError::Compacted {
                 requested: from,
                 oldest_available: Revision(self.compacted_through.0 + 1),
