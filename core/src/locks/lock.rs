@@ -5,6 +5,8 @@
 //! a later revision, so its token is above every token ever given on the key anyway.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
 use super::command::{AcquireReply, Reply};
@@ -20,11 +22,12 @@ use crate::time::Instant;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NamespaceState {
     pub classes: ClassRegistry,
-    /// Only held keys have an entry.
-    pub locks: BTreeMap<String, LockEntry>,
+    /// Only held keys have an entry. Key names are shared (`Arc<str>`) with the sessions' hold
+    /// and wait sets, the age index and the watch events: one allocation per held key.
+    pub locks: BTreeMap<Arc<str>, LockEntry>,
     /// (token, key) of every hold of the namespace, so the oldest hold is the first entry.
     /// (Several keys can share a token: one revision may hand over several keys.)
-    pub holds_by_age: BTreeSet<(Token, String)>,
+    pub holds_by_age: BTreeSet<(Token, Arc<str>)>,
 }
 
 impl NamespaceState {
@@ -73,11 +76,20 @@ pub(crate) fn emit(
     watch: &mut WatchLog,
     revision: Revision,
     time: Instant,
-    namespace: &str,
-    key: &str,
+    namespace: &Arc<str>,
+    key: &Arc<str>,
     kind: EventKind,
 ) {
     watch.push(revision, time, namespace, key, kind);
+}
+
+/// The stored (shared) name and the value for `name`, mutably.
+pub(crate) fn named_mut<'a, V>(
+    map: &'a mut BTreeMap<Arc<str>, V>,
+    name: &str,
+) -> Option<(&'a Arc<str>, &'a mut V)> {
+    map.range_mut::<str, _>((Bound::Included(name), Bound::Included(name)))
+        .next()
 }
 
 impl LockStateMachine {
@@ -149,8 +161,8 @@ impl LockStateMachine {
         wait: bool,
     ) -> Result<AcquireReply, LockError> {
         let state = &self.sessions[&session];
-        let ns_state = self.namespaces.get(&namespace);
-        let entry = ns_state.and_then(|ns| ns.locks.get(&key));
+        let ns_state = self.namespaces.get(namespace.as_str());
+        let entry = ns_state.and_then(|ns| ns.locks.get(key.as_str()));
         if let Some(entry) = entry {
             if entry.holder.session == session {
                 return Ok(AcquireReply::Granted {
@@ -203,6 +215,11 @@ impl LockStateMachine {
             token,
             granted_at: self.time,
         };
+        let namespace: Arc<str> = match self.namespaces.get_key_value(namespace.as_str()) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(namespace),
+        };
+        let key: Arc<str> = Arc::from(key);
         let state = self.sessions.get_mut(&session).expect("caller checked");
         set_insert(&mut state.holds, &namespace, &key);
         state.holds_and_waits += 1;
@@ -216,11 +233,7 @@ impl LockStateMachine {
         );
         let ns_state = self.namespaces.entry(namespace).or_default();
         let inserted = ns_state.holds_by_age.insert((token, key.clone()));
-        assert!(
-            inserted,
-            "`{namespace_key}` granted twice at {token}",
-            namespace_key = key
-        );
+        assert!(inserted, "`{key}` granted twice at {token}");
         let entry = LockEntry {
             holder: hold,
             waiters: VecDeque::new(),
@@ -232,25 +245,24 @@ impl LockStateMachine {
     }
 
     fn enqueue(&mut self, session: SessionId, namespace: &str, key: &str) -> AcquireReply {
-        let entry = self
-            .namespaces
-            .get_mut(namespace)
-            .and_then(|ns| ns.locks.get_mut(key))
-            .expect("caller saw the entry");
+        let (namespace, ns_state) =
+            named_mut(&mut self.namespaces, namespace).expect("caller saw the namespace");
+        let (key, entry) = named_mut(&mut ns_state.locks, key).expect("caller saw the entry");
+        let (namespace, key) = (namespace.clone(), key.clone());
         entry.waiters.push_back(Waiter {
             session,
             queued_at: self.time,
         });
         let position = u32::try_from(entry.waiters.len()).expect("waiters are bounded");
         let state = self.sessions.get_mut(&session).expect("caller checked");
-        set_insert(&mut state.waits, namespace, key);
+        set_insert(&mut state.waits, &namespace, &key);
         state.holds_and_waits += 1;
         emit(
             &mut self.watch,
             self.revision,
             self.time,
-            namespace,
-            key,
+            &namespace,
+            &key,
             EventKind::Queued { session, position },
         );
         AcquireReply::Queued { position }
@@ -283,8 +295,8 @@ impl LockStateMachine {
         validate_key(&key)?;
         let entry = self
             .namespaces
-            .get(&namespace)
-            .and_then(|ns| ns.locks.get(&key))
+            .get(namespace.as_str())
+            .and_then(|ns| ns.locks.get(key.as_str()))
             .filter(|entry| entry.holder.session == session);
         let Some(entry) = entry else {
             return Err(LockError::NotHolder {
@@ -319,14 +331,12 @@ impl LockStateMachine {
         end: HoldEnd,
     ) -> Option<(SessionId, Token)> {
         let (revision, time) = (self.revision, self.time);
-        let ns_state = self
-            .namespaces
-            .get_mut(namespace)
-            .expect("ending a hold in a known namespace");
-        let entry = ns_state
-            .locks
-            .get_mut(key)
-            .expect("ending a hold of a held key");
+        let (namespace, ns_state) =
+            named_mut(&mut self.namespaces, namespace).expect("ending a hold in a known namespace");
+        let namespace = namespace.clone();
+        let (key, entry) =
+            named_mut(&mut ns_state.locks, key).expect("ending a hold of a held key");
+        let key = key.clone();
         let hold = entry.holder;
         // A hold never ends in the revision that granted it: so the next token on this key (this
         // revision) is strictly above the ended one, and tokens rise strictly per key.
@@ -335,10 +345,10 @@ impl LockStateMachine {
             "hold of `{namespace}/{key}` with {} ends at {revision}",
             hold.token
         );
-        let removed = ns_state.holds_by_age.remove(&(hold.token, key.to_owned()));
+        let removed = ns_state.holds_by_age.remove(&(hold.token, key.clone()));
         assert!(removed, "hold {} missing from the age index", hold.token);
         if let Some(state) = self.sessions.get_mut(&hold.session) {
-            set_remove(&mut state.holds, namespace, key);
+            set_remove(&mut state.holds, &namespace, &key);
             state.holds_and_waits -= 1;
         }
         let kind = match end {
@@ -357,11 +367,11 @@ impl LockStateMachine {
                 session_revoked,
             },
         };
-        emit(&mut self.watch, revision, time, namespace, key, kind);
+        emit(&mut self.watch, revision, time, &namespace, &key, kind);
         let Some(waiter) = entry.waiters.pop_front() else {
-            ns_state.locks.remove(key);
+            ns_state.locks.remove(&key);
             if ns_state.is_empty() {
-                self.namespaces.remove(namespace);
+                self.namespaces.remove(&namespace);
             }
             return None;
         };
@@ -372,7 +382,7 @@ impl LockStateMachine {
             granted_at: time,
         };
         entry.floor = revision;
-        let inserted = ns_state.holds_by_age.insert((token, key.to_owned()));
+        let inserted = ns_state.holds_by_age.insert((token, key.clone()));
         assert!(inserted, "`{namespace}/{key}` granted twice at {token}");
         let state = self.sessions.get_mut(&waiter.session).unwrap_or_else(|| {
             panic!(
@@ -380,15 +390,15 @@ impl LockStateMachine {
                 waiter.session
             )
         });
-        set_remove(&mut state.waits, namespace, key);
-        set_insert(&mut state.holds, namespace, key);
+        set_remove(&mut state.waits, &namespace, &key);
+        set_insert(&mut state.holds, &namespace, &key);
         let session = waiter.session;
         emit(
             &mut self.watch,
             revision,
             time,
-            namespace,
-            key,
+            &namespace,
+            &key,
             EventKind::Granted { session, token },
         );
         Some((session, token))
@@ -417,8 +427,8 @@ impl LockStateMachine {
                 for key in keys {
                     let entry = self
                         .namespaces
-                        .get_mut(namespace)
-                        .and_then(|ns| ns.locks.get_mut(key))
+                        .get_mut(&**namespace)
+                        .and_then(|ns| ns.locks.get_mut(&**key))
                         .expect("a waited-for key is held");
                     let before = entry.waiters.len();
                     entry.waiters.retain(|waiter| waiter.session != *session);
@@ -439,10 +449,12 @@ impl LockStateMachine {
             for (namespace, keys) in &state.holds {
                 for key in keys {
                     let end = match forced {
-                        Some((request, ns, k)) if ns == namespace && k == key => HoldEnd::Forced {
-                            request,
-                            session_revoked: true,
-                        },
+                        Some((request, ns, k)) if ns == &**namespace && k == &**key => {
+                            HoldEnd::Forced {
+                                request,
+                                session_revoked: true,
+                            }
+                        }
                         _ => HoldEnd::Released(cause),
                     };
                     self.end_hold(namespace, key, end);

@@ -5,6 +5,7 @@
 //! gives every session a full TTL from its takeover ([`LockStateMachine::sessions`] lists them).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::class::check_len;
 use super::command::{Identity, Reply};
@@ -25,9 +26,9 @@ pub(crate) struct Session {
     /// Log time of creation.
     pub created_at: Instant,
     /// namespace -> keys this session holds. Mirrors the lock table exactly.
-    pub holds: BTreeMap<String, BTreeSet<String>>,
+    pub holds: KeySets,
     /// namespace -> keys this session waits for. Mirrors the waiter queues exactly.
-    pub waits: BTreeMap<String, BTreeSet<String>>,
+    pub waits: KeySets,
     /// Number of keys in `holds` plus `waits`; at most `holds_per_session_max`.
     pub holds_and_waits: usize,
     /// The newest request id applied without error, if any. Never decreases.
@@ -105,20 +106,23 @@ impl Session {
     }
 }
 
+/// namespace -> keys; the names are shared with the lock table (`Arc<str>`), not copied.
+pub(crate) type KeySets = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
+
 /// Inserts `key` under `namespace` in a session's holds or waits.
-pub(crate) fn set_insert(set: &mut BTreeMap<String, BTreeSet<String>>, namespace: &str, key: &str) {
-    let inserted = match set.get_mut(namespace) {
-        Some(keys) => keys.insert(key.to_owned()),
+pub(crate) fn set_insert(set: &mut KeySets, namespace: &Arc<str>, key: &Arc<str>) {
+    let inserted = match set.get_mut(&**namespace) {
+        Some(keys) => keys.insert(key.clone()),
         None => set
-            .entry(namespace.to_owned())
+            .entry(namespace.clone())
             .or_default()
-            .insert(key.to_owned()),
+            .insert(key.clone()),
     };
     assert!(inserted, "`{namespace}/{key}` recorded twice for a session");
 }
 
 /// Removes `key` under `namespace` from a session's holds or waits.
-pub(crate) fn set_remove(set: &mut BTreeMap<String, BTreeSet<String>>, namespace: &str, key: &str) {
+pub(crate) fn set_remove(set: &mut KeySets, namespace: &str, key: &str) {
     let keys = set
         .get_mut(namespace)
         .unwrap_or_else(|| panic!("session has nothing in namespace `{namespace}`"));

@@ -4,6 +4,7 @@
 //! typed error instead of panicking on an inconsistent one.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -103,8 +104,8 @@ impl LockStateMachine {
         for (namespace, ns) in &self.namespaces {
             for (key, entry) in &ns.locks {
                 locks.push(LockSnapshotEntry {
-                    namespace: namespace.clone(),
-                    key: key.clone(),
+                    namespace: namespace.to_string(),
+                    key: key.to_string(),
                     holder: HoldSnapshot {
                         session: entry.holder.session,
                         token: entry.holder.token,
@@ -121,7 +122,11 @@ impl LockStateMachine {
                     floor: entry.floor,
                 });
             }
-            classes.extend(ns.classes.iter().map(|c| (namespace.clone(), c.clone())));
+            classes.extend(
+                ns.classes
+                    .iter()
+                    .map(|c| (namespace.to_string(), c.clone())),
+            );
         }
         LockSnapshot {
             config: self.config.clone(),
@@ -157,7 +162,10 @@ impl LockStateMachine {
             validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
             class.validate(&sm.config).map_err(|e| bad(e.to_string()))?;
             let prefix = class.prefix.clone();
-            let ns = sm.namespaces.entry(namespace.clone()).or_default();
+            let ns = sm
+                .namespaces
+                .entry(Arc::from(namespace.as_str()))
+                .or_default();
             if ns.classes.put(class).is_some() {
                 return Err(bad(format!(
                     "class at `{namespace}` prefix `{prefix}` listed twice"
@@ -217,6 +225,11 @@ impl LockStateMachine {
         if self.entry(&namespace, &key).is_some() {
             return Err(bad(format!("`{namespace}/{key}` listed twice")));
         }
+        let namespace: Arc<str> = match self.namespaces.get_key_value(namespace.as_str()) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(namespace),
+        };
+        let key: Arc<str> = Arc::from(key);
         let mut sessions = vec![holder.session];
         for waiter in &waiters {
             if sessions.contains(&waiter.session) {
