@@ -223,7 +223,11 @@ impl LockStateMachine {
                 request: id,
                 session_revoked: false,
             };
-            self.end_hold(namespace, key, end)
+            let shared_key = self.sessions[&request.holder]
+                .held_key(namespace, key)
+                .expect("the holder was checked above");
+            self.end_hold(namespace, &shared_key, end, None)
+                .expect("no token expected")
         };
         Ok(Reply::ForceReleaseApproved {
             floor: self.revision,

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
 pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
-pub use command::{AcquireReply, Actor, Command, Identity, Outcome, Reply, Role};
+pub use command::{AcquireReply, Actor, Command, Identity, Outcome, RememberedReply, Reply, Role};
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
 pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::check_len;
-use super::command::{Identity, Reply};
+use super::command::{Identity, RememberedReply, Reply};
 use super::error::LockError;
 use super::ids::{RequestId, SessionId};
 use super::watch::ReleaseCause;
@@ -35,7 +35,7 @@ pub(crate) struct Session {
     pub request_newest: Option<RequestId>,
     /// Replies to the last `dedup_window` requests applied without error, oldest first, ids
     /// strictly increasing.
-    pub replies: VecDeque<(RequestId, Reply)>,
+    pub replies: VecDeque<(RequestId, RememberedReply)>,
 }
 
 /// What a request id means for a session.
@@ -43,7 +43,7 @@ pub(crate) enum Dedup {
     /// Newer than every request seen: apply it.
     New,
     /// A retry of a request answered before: answer the same.
-    Retry(Reply),
+    Retry(RememberedReply),
     /// Older than the window: cannot be answered safely.
     TooOld { newest: RequestId },
 }
@@ -66,7 +66,7 @@ impl Session {
         match self.request_newest {
             Some(newest) if request <= newest => {
                 match self.replies.iter().find(|(id, _)| *id == request) {
-                    Some((_, reply)) => Dedup::Retry(reply.clone()),
+                    Some((_, reply)) => Dedup::Retry(*reply),
                     None => Dedup::TooOld { newest },
                 }
             }
@@ -75,7 +75,7 @@ impl Session {
     }
 
     /// Remembers the reply to a request that was applied without error.
-    pub fn remember(&mut self, request: RequestId, reply: Reply, window: usize) {
+    pub fn remember(&mut self, request: RequestId, reply: RememberedReply, window: usize) {
         if let Some(newest) = self.request_newest {
             assert!(
                 request > newest,
@@ -87,6 +87,11 @@ impl Session {
             self.replies.pop_front();
         }
         self.replies.push_back((request, reply));
+    }
+
+    /// The shared name of `key` if this session holds it.
+    pub fn held_key(&self, namespace: &str, key: &str) -> Option<Arc<str>> {
+        self.holds.get(namespace)?.get(key).cloned()
     }
 
     pub fn holds(&self, namespace: &str, key: &str) -> bool {

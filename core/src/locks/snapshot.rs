@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use super::audit::{AuditLog, AuditRecord};
 use super::class::ClassSpec;
-use super::command::{Identity, Reply};
+use super::command::{Identity, RememberedReply};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::ids::{RequestId, Revision, SessionId, Token};
@@ -48,7 +48,7 @@ pub struct SessionSnapshot {
     pub ttl_ms: u64,
     pub created_at: Instant,
     pub request_newest: Option<RequestId>,
-    pub replies: Vec<(RequestId, Reply)>,
+    pub replies: Vec<(RequestId, RememberedReply)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
