@@ -9,6 +9,7 @@ use super::audit::{AuditAction, AuditRecord};
 use super::command::{Actor, Reply, Role};
 use super::config::LockConfig;
 use super::error::LockError;
+use super::lock::NamespaceState;
 use super::names::{validate_class_name, validate_namespace, validate_prefix};
 use super::watch::EventKind;
 use super::LockStateMachine;
@@ -213,7 +214,11 @@ impl LockStateMachine {
         }
         let verb = if exists { "replaced" } else { "registered" };
         self.record_class_change(&actor, &namespace, &class, AuditAction::ClassPut, verb);
-        let ns_state = self.namespaces.entry(Arc::from(namespace)).or_default();
+        let name: Arc<str> = Arc::from(namespace);
+        let ns_state = self
+            .namespaces
+            .entry(name.clone())
+            .or_insert_with(|| NamespaceState::new(name));
         let replaced = ns_state.classes.put(class).is_some();
         Ok(Reply::ClassPut { replaced })
     }

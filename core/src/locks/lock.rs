@@ -6,7 +6,6 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
@@ -21,8 +20,10 @@ use super::LockStateMachine;
 use crate::time::Instant;
 
 /// One namespace: its classes, its held keys and an age index of its holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NamespaceState {
+    /// The namespace's name, shared with the map key, the sessions' sets and the events.
+    pub name: Arc<str>,
     pub classes: ClassRegistry,
     /// Only held keys have an entry. Key names are shared (`Arc<str>`) with the sessions' hold
     /// and wait sets, the age index and the watch events: one allocation per held key.
@@ -33,6 +34,15 @@ pub(crate) struct NamespaceState {
 }
 
 impl NamespaceState {
+    pub fn new(name: Arc<str>) -> NamespaceState {
+        NamespaceState {
+            name,
+            classes: ClassRegistry::default(),
+            locks: BTreeMap::new(),
+            holds_by_age: BTreeSet::new(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty() && self.classes.is_empty()
     }
@@ -83,15 +93,6 @@ pub(crate) fn emit(
     kind: EventKind,
 ) {
     watch.push(revision, time, namespace, key, kind);
-}
-
-/// The stored (shared) name and the value for `name`, mutably.
-pub(crate) fn named_mut<'a, V>(
-    map: &'a mut BTreeMap<Arc<str>, V>,
-    name: &str,
-) -> Option<(&'a Arc<str>, &'a mut V)> {
-    map.range_mut::<str, _>((Bound::Included(name), Bound::Included(name)))
-        .next()
 }
 
 impl LockStateMachine {
@@ -167,11 +168,11 @@ impl LockStateMachine {
         let (revision, time) = (self.revision, self.time);
         let state = self.sessions.get_mut(&session).expect("caller checked");
         let key: Arc<str> = Arc::from(key);
-        let Some((namespace, ns_state)) = named_mut(&mut self.namespaces, &namespace) else {
+        let Some(ns_state) = self.namespaces.get_mut(namespace.as_str()) else {
             // A namespace without classes or holds: the key is free, the class the default.
             admit(session, state, &self.default_class, &self.config)?;
             let namespace: Arc<str> = Arc::from(namespace);
-            let mut ns_state = NamespaceState::default();
+            let mut ns_state = NamespaceState::new(namespace.clone());
             let (token, entry) = grant(
                 session,
                 state,
@@ -186,12 +187,13 @@ impl LockStateMachine {
             self.namespaces.insert(namespace, ns_state);
             return Ok(AcquireReply::Granted { token });
         };
-        let namespace = namespace.clone();
         let NamespaceState {
+            name: namespace,
             classes,
             locks,
             holds_by_age,
         } = ns_state;
+        let namespace = namespace.clone();
         let mut occupied = match locks.entry(key.clone()) {
             Entry::Vacant(vacant) => {
                 let class = class_of(Some(classes), &self.default_class, &key);
@@ -312,10 +314,13 @@ impl LockStateMachine {
         expected: Option<Token>,
     ) -> Result<Option<(SessionId, Token)>, Token> {
         let (revision, time) = (self.revision, self.time);
-        let (namespace, ns_state) =
-            named_mut(&mut self.namespaces, namespace).expect("ending a hold in a known namespace");
-        let namespace = namespace.clone();
+        let ns_state = self
+            .namespaces
+            .get_mut(namespace)
+            .expect("ending a hold in a known namespace");
+        let namespace = ns_state.name.clone();
         let NamespaceState {
+            name: _,
             classes,
             locks,
             holds_by_age,

@@ -14,7 +14,7 @@ use super::command::{Identity, RememberedReply};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::ids::{RequestId, Revision, SessionId, Token};
-use super::lock::{Hold, LockEntry, Waiter};
+use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::session::{set_insert, validate_identity, Session};
 use super::watch::{Event, WatchLog};
@@ -162,10 +162,11 @@ impl LockStateMachine {
             validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
             class.validate(&sm.config).map_err(|e| bad(e.to_string()))?;
             let prefix = class.prefix.clone();
+            let name: Arc<str> = Arc::from(namespace.as_str());
             let ns = sm
                 .namespaces
-                .entry(Arc::from(namespace.as_str()))
-                .or_default();
+                .entry(name.clone())
+                .or_insert_with(|| NamespaceState::new(name));
             if ns.classes.put(class).is_some() {
                 return Err(bad(format!(
                     "class at `{namespace}` prefix `{prefix}` listed twice"
@@ -253,7 +254,10 @@ impl LockStateMachine {
             }
             session.holds_and_waits += 1;
         }
-        let ns = self.namespaces.entry(namespace.clone()).or_default();
+        let ns = self
+            .namespaces
+            .entry(namespace.clone())
+            .or_insert_with(|| NamespaceState::new(namespace.clone()));
         if !ns.holds_by_age.insert((holder.token, key.clone())) {
             return Err(bad(format!("`{namespace}/{key}` listed twice")));
         }
