@@ -116,6 +116,28 @@ fn run(cfg: ClusterConfig, ops: Vec<Op>) {
     );
     c.run_for(500);
     c.check_prefixes_agree();
+    // A replica that lost its disk rejoins the voters once every other replica is reachable.
+    let mut waited = 0;
+    while c
+        .ids()
+        .iter()
+        .any(|id| c.replica(*id).is_some_and(|r| r.is_amnesiac()))
+    {
+        if waited >= 20_000 && tracing {
+            dump(&c);
+        }
+        assert!(
+            waited < 20_000,
+            "seed {}: amnesiac replica never recovered",
+            c.cfg.seed
+        );
+        c.run_for(100);
+        waited += 100;
+    }
+    assert!(
+        c.commit_within(u64::MAX - 1, 20_000).is_some(),
+        "no commit after recovery"
+    );
     if std::env::var_os("PAXOS_STATS").is_some() {
         eprintln!("stats: now={} applied={}", c.now, c.checker.slots_applied());
     }
@@ -130,14 +152,22 @@ fn run(cfg: ClusterConfig, ops: Vec<Op>) {
 /// Prints the end of the trace and each replica's state (debugging aid, `PAXOS_TRACE=1`).
 fn dump(c: &Sim) {
     let t = c.trace.as_ref().expect("tracing");
-    for l in t.iter().skip(t.len().saturating_sub(60)) {
+    for l in t.iter().skip(t.len().saturating_sub(
+        if std::env::var_os("PAXOS_TRACE_ALL").is_some() {
+            usize::MAX
+        } else {
+            60
+        },
+    )) {
         println!("{l}");
     }
     for id in c.ids() {
         if let Some(r) = c.replica(id) {
             println!(
-                "{id} {:?} promised={} leader={:?} applied={} chosen={} {:?}",
+                "{id} {:?} amnesiac={} snap={} promised={} leader={:?} applied={} chosen={} {:?}",
                 r.role(),
+                r.is_amnesiac(),
+                r.slot_snapshot(),
                 r.ballot_promised(),
                 r.leader(),
                 r.slot_applied(),

@@ -31,7 +31,9 @@ where
             self.raise_promise(ballot);
             self.observe_ballot(ballot);
         }
-        let lo = slot_from.max(self.applied.next());
+        // Everything above the snapshot, even slots we know chosen: an amnesiac candidate must
+        // re-propose every chosen value it may have forgotten accepting.
+        let lo = slot_from.max(self.slot_snapshot().next());
         let accepted = self
             .accepted
             .range(lo..)
@@ -40,6 +42,7 @@ where
         let msg = Message::Promise {
             ballot,
             slot_applied: self.applied,
+            slot_snapshot: self.slot_snapshot(),
             accepted,
         };
         self.send_after_persist(from, msg);
@@ -57,7 +60,8 @@ where
             self.counters.dropped_malformed += 1;
             return;
         }
-        if self.amnesiac {
+        if self.amnesiac && from != self.cfg.id {
+            // Only our own (recovery) leadership's accepts are taken while amnesiac.
             self.counters.dropped_amnesiac += 1;
             self.note_leader(from, ballot);
             self.learn_commit(from, ballot, slot_chosen);
@@ -148,20 +152,25 @@ where
             return;
         }
         self.leader_seen_at = Some(self.now);
+        if self.amnesiac {
+            // Keep recovering (a live leader must not postpone it); only remember whom to
+            // learn chosen values from. A higher ballot ends our own recovery attempt.
+            self.observe_ballot(ballot);
+            if matches!(self.role, Role::Leader(_)) {
+                return;
+            }
+            if self.leader != Some(from) {
+                self.leader = Some(from);
+                self.report_role();
+            }
+            return;
+        }
         match &self.role {
             Role::Leader(_) => {}
-            Role::Follower | Role::Recovering { .. } if self.leader == Some(from) => {
+            Role::Follower if self.leader == Some(from) => {
                 self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
             }
-            _ => {
-                if self.amnesiac && matches!(self.role, Role::Recovering { .. }) {
-                    // Keep collecting recovery replies; only remember whom to learn from.
-                    self.leader = Some(from);
-                    self.report_role();
-                } else {
-                    self.become_follower(Some(from));
-                }
-            }
+            _ => self.become_follower(Some(from)),
         }
     }
 

@@ -38,6 +38,10 @@ pub(super) struct LeaderState<C> {
     /// Highest heartbeat round each peer acknowledged at `ballot`.
     pub(super) hb_acked: BTreeMap<NodeId, u64>,
     pub(super) reads: VecDeque<PendingRead>,
+    /// While amnesiac: (every slot up to here chosen again at our ballot, our durable snapshot
+    /// at least here) ends recovery.
+    /// The third element is whom to fetch that snapshot from.
+    pub(super) recovery_goal: Option<(Slot, Slot, NodeId)>,
 }
 
 impl<C, S> Replica<C, S>
@@ -60,7 +64,13 @@ where
         self.leader = None;
         self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
         self.report_role();
-        let slot_from = self.applied.next();
+        // An amnesiac candidate asks for everything above its (durable) snapshot: it must
+        // accept again every value it may have accepted before the loss.
+        let slot_from = if self.amnesiac {
+            self.slot_snapshot().next()
+        } else {
+            self.applied.next()
+        };
         for i in 0..self.cfg.members.len() {
             let to = self.cfg.members[i];
             // An amnesiac candidate's own promise does not count: it cannot report what it
@@ -76,13 +86,15 @@ where
         &mut self,
         from: NodeId,
         ballot: Ballot,
-        slot_applied: Slot,
+        floors: (Slot, Slot),
         accepted: Vec<AcceptedEntry<C>>,
     ) {
-        let well_formed = accepted.windows(2).all(|w| w[0].0 < w[1].0)
+        let (slot_applied, slot_snapshot) = floors;
+        let well_formed = slot_snapshot <= slot_applied
+            && accepted.windows(2).all(|w| w[0].0 < w[1].0)
             && accepted
                 .iter()
-                .all(|(s, b, _)| *b <= ballot && *s > slot_applied);
+                .all(|(s, b, _)| *b <= ballot && *s > slot_snapshot);
         if !well_formed {
             self.counters.dropped_malformed += 1;
             return;
@@ -100,7 +112,7 @@ where
             self.counters.dropped_stale += 1;
             return;
         }
-        promises.insert(from, (slot_applied, accepted));
+        promises.insert(from, (floors, accepted));
         if promises.len() >= quorum {
             self.become_leader();
         }
@@ -114,11 +126,21 @@ where
         else {
             unreachable!("become_leader outside candidacy")
         };
+        // Slots at or below the floor are not proposed again: slots under a promiser's durable
+        // snapshot (we fetch the snapshot from it: it can always serve it) and, unless amnesiac,
+        // slots we applied ourselves. Every other slot up to the highest reported is proposed
+        // again with its highest-ballot value, or a no-op.
+        let amnesiac = self.amnesiac;
+        let base = if amnesiac {
+            self.slot_snapshot()
+        } else {
+            self.applied
+        };
         let mut highest: BTreeMap<Slot, (Ballot, Value<C>)> = BTreeMap::new();
-        let mut floor = (self.applied, self.cfg.id);
-        for (node, (slot_applied, entries)) in promises {
-            if slot_applied > floor.0 {
-                floor = (slot_applied, node);
+        let mut floor = (base, self.cfg.id);
+        for (node, ((_, slot_snapshot), entries)) in promises {
+            if slot_snapshot > floor.0 {
+                floor = (slot_snapshot, node);
             }
             for (s, b, v) in entries {
                 if highest.get(&s).is_none_or(|(hb, _)| *hb < b) {
@@ -128,12 +150,7 @@ where
         }
         let slot_top = highest.keys().next_back().copied().unwrap_or(Slot::ZERO);
         let slot_next = slot_top.max(floor.0).max(self.applied).next();
-        if self.amnesiac {
-            // Recovery complete: a quorum of the others promised a ballot above every ballot
-            // any of them knew when we asked (see docs/protocol.md, "Amnesia").
-            self.amnesiac = false;
-            self.persist(None, Vec::new(), None, true);
-        }
+        let first = floor.0.next();
         let heartbeat = self.now.add_ms(self.cfg.heartbeat_ms);
         let mut heard_at = BTreeMap::new();
         for m in &self.cfg.members {
@@ -141,7 +158,7 @@ where
         }
         self.role = Role::Leader(Box::new(LeaderState {
             ballot,
-            slot_next: self.applied.next().max(floor.0.next()),
+            slot_next: first,
             proposals: BTreeMap::new(),
             reproposed: 0,
             queue: VecDeque::new(),
@@ -150,11 +167,11 @@ where
             hb_seq: 0,
             hb_acked: BTreeMap::new(),
             reads: VecDeque::new(),
+            recovery_goal: amnesiac.then_some((Slot(slot_next.0 - 1), floor.0, floor.1)),
         }));
         self.leader = Some(self.cfg.id);
         self.leader_seen_at = Some(self.now);
         self.report_role();
-        let first = self.applied.max(floor.0).next();
         let mut s = first;
         while s < slot_next {
             let value = match highest.remove(&s) {
@@ -173,13 +190,35 @@ where
         if let Role::Leader(l) = &mut self.role {
             l.reproposed = l.proposals.len();
         }
-        if floor.0 > self.applied {
+        if floor.0 > self.applied || (amnesiac && floor.0 > self.slot_snapshot()) {
             let from = floor.1;
             self.slot_chosen_heard = self.slot_chosen_heard.max(floor.0);
             self.request_catchup(from);
         }
         self.broadcast_heartbeat();
         self.fill_window();
+        self.check_recovered();
+    }
+
+    /// An amnesiac leader becomes an ordinary voter once every value it may have accepted
+    /// before the loss is durably accepted again at its ballot (or under its durable snapshot).
+    /// The `recovered` persist is ordered after those persists (see docs/protocol.md).
+    pub(super) fn check_recovered(&mut self) {
+        if !self.amnesiac {
+            return;
+        }
+        let (applied, snap) = (self.applied, self.slot_snapshot());
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        let Some((top, snap_min, _)) = l.recovery_goal else {
+            return;
+        };
+        if applied >= top && snap >= snap_min {
+            l.recovery_goal = None;
+            self.amnesiac = false;
+            self.persist(None, Vec::new(), None, true);
+        }
     }
 
     /// Proposes `value` in the next slot at our ballot.

@@ -71,6 +71,7 @@ where
             self.slot_chosen_heard = self.slot_chosen_heard.max(self.applied);
             self.retire_proposals();
             self.release_reads();
+            self.check_recovered();
         }
     }
 
@@ -100,18 +101,40 @@ where
         }
         self.catchup_deadline = Some(self.now.add_ms(self.cfg.heartbeat_ms * 2));
         self.counters.catchups_requested += 1;
-        let slot_from = self.applied.next();
+        let slot_from = if self.wants_snapshot() {
+            self.slot_snapshot().next()
+        } else {
+            self.applied.next()
+        };
         self.send(from, Message::CatchupRequest { slot_from });
+    }
+
+    /// A recovering leader needs a durable snapshot, not only the values: from whom.
+    fn snapshot_source(&self) -> Option<NodeId> {
+        match &self.role {
+            Role::Leader(l) => match l.recovery_goal {
+                Some((_, snap_min, from)) if snap_min > self.slot_snapshot() => Some(from),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn wants_snapshot(&self) -> bool {
+        self.snapshot_source().is_some()
     }
 
     /// On a timeout: if still behind what we know is chosen, ask again.
     pub(super) fn retry_catchup_if_due(&mut self) {
-        if self.catchup_deadline.is_some_and(|t| self.now >= t) {
-            self.catchup_deadline = None;
-            if self.applied < self.slot_chosen_heard {
-                if let Some(from) = self.catchup_source {
-                    self.request_catchup(from);
-                }
+        if self.catchup_deadline.is_some_and(|t| self.now < t) {
+            return;
+        }
+        self.catchup_deadline = None;
+        if let Some(from) = self.snapshot_source() {
+            self.request_catchup(from);
+        } else if self.applied < self.slot_chosen_heard {
+            if let Some(from) = self.catchup_source {
+                self.request_catchup(from);
             }
         }
     }
@@ -161,6 +184,9 @@ where
         if let Some((slot, snap)) = snapshot {
             if slot > self.applied {
                 self.take_snapshot(slot, snap, true);
+            } else if slot > self.slot_snapshot() {
+                // Same state as ours at `slot` (applied prefixes agree): keep it as our own.
+                self.take_snapshot(slot, snap, false);
             }
         }
         for (slot, value) in entries {
@@ -179,6 +205,10 @@ where
         self.apply_ready();
         if self.applied < self.slot_chosen_heard {
             self.request_catchup(from);
+        } else if let Some(source) = self.snapshot_source() {
+            if source != from {
+                self.request_catchup(source);
+            }
         }
         self.fill_window();
     }
@@ -216,5 +246,6 @@ where
             self.apply_ready();
             self.release_reads();
         }
+        self.check_recovered();
     }
 }

@@ -16,11 +16,13 @@ pub enum Message<C, S> {
     /// Phase 1a over every slot >= `slot_from` (a range prepare).
     Prepare { ballot: Ballot, slot_from: Slot },
     /// Phase 1b: the acceptor promised `ballot`; every slot <= `slot_applied` is chosen and
-    /// known to it; `accepted` lists its accepted values above `max(slot_from - 1, slot_applied)`.
-    /// Sent only after the promise is durable.
+    /// known to it; slots <= `slot_snapshot` are covered by its durable snapshot; `accepted`
+    /// lists its accepted values at slots >= `slot_from` above the snapshot.
+    /// Sent only after the promise (and everything persisted before it) is durable.
     Promise {
         ballot: Ballot,
         slot_applied: Slot,
+        slot_snapshot: Slot,
         accepted: Vec<AcceptedEntry<C>>,
     },
     /// Phase 2a. `slot_chosen` is the leader's applied prefix (piggybacked commit point).

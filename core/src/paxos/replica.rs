@@ -42,7 +42,8 @@ pub(super) enum Role<C> {
     },
     Candidate {
         ballot: Ballot,
-        promises: BTreeMap<NodeId, (Slot, Vec<AcceptedEntry<C>>)>,
+        /// Per promiser: ((slot applied, slot snapshot), accepted entries).
+        promises: BTreeMap<NodeId, ((Slot, Slot), Vec<AcceptedEntry<C>>)>,
     },
     Leader(Box<LeaderState<C>>),
     Recovering {
@@ -340,8 +341,9 @@ where
             Message::Promise {
                 ballot,
                 slot_applied,
+                slot_snapshot,
                 accepted,
-            } => self.on_promise(from, ballot, slot_applied, accepted),
+            } => self.on_promise(from, ballot, (slot_applied, slot_snapshot), accepted),
             Message::Accept {
                 ballot,
                 slot,
@@ -522,8 +524,13 @@ where
             );
         }
         assert!(self.inbox.is_empty(), "inbox not drained");
-        if self.amnesiac {
-            assert!(!matches!(self.role, Role::Leader(_)), "amnesiac leader");
+        if let Role::Leader(l) = &self.role {
+            if self.amnesiac {
+                assert!(
+                    l.recovery_goal.is_some(),
+                    "amnesiac leader without recovery goal"
+                );
+            }
         }
         match &self.role {
             Role::Leader(l) => {

@@ -57,9 +57,11 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
         Message::Promise {
             ballot,
             slot_applied,
+            slot_snapshot,
             accepted,
         } => {
-            let mut s = format!("promise {ballot} applied=s{slot_applied}");
+            let mut s =
+                format!("promise {ballot} applied=s{slot_applied} snapshot=s{slot_snapshot}");
             for (slot, b, v) in accepted {
                 s += &format!(" (s{slot}@{b}={v})");
             }
