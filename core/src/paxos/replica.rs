@@ -32,6 +32,9 @@ pub struct Counters {
     pub catchups_requested: u64,
 }
 
+/// What one promiser reported: ((slot applied, slot snapshot), accepted entries).
+pub(super) type PromiseReport<C> = ((Slot, Slot), Vec<AcceptedEntry<C>>);
+
 /// The role-specific state. Transitions are the `become_*` functions.
 #[derive(Debug)]
 pub(super) enum Role<C> {
@@ -43,7 +46,7 @@ pub(super) enum Role<C> {
     Candidate {
         ballot: Ballot,
         /// Per promiser: ((slot applied, slot snapshot), accepted entries).
-        promises: BTreeMap<NodeId, ((Slot, Slot), Vec<AcceptedEntry<C>>)>,
+        promises: BTreeMap<NodeId, PromiseReport<C>>,
     },
     Leader(Box<LeaderState<C>>),
     Recovering {
