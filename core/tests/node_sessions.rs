@@ -37,6 +37,9 @@ struct Sim {
     /// (node index, proposal, outcome) of every reply.
     replies: Vec<(usize, u64, Outcome)>,
     reads: Vec<(usize, u64, Answer)>,
+    failed: Vec<(usize, u64)>,
+    /// A node cut off from the others (messages to and from it are dropped).
+    isolated: Option<usize>,
 }
 
 fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
@@ -66,6 +69,8 @@ impl Sim {
             seq: 0,
             replies: Vec::new(),
             reads: Vec::new(),
+            failed: Vec::new(),
+            isolated: None,
         };
         for i in 0..3 {
             let node = Node::new(config(i, seed, 1), NodeDurable::default()).unwrap();
@@ -101,6 +106,10 @@ impl Sim {
                     node.step(self.now, Input::Persisted { id }).unwrap();
                 }
                 Action::Replica(paxos::Action::Send { to, msg }) => {
+                    let to_index = to.0 as usize - 1;
+                    if self.isolated.is_some_and(|x| x == i || x == to_index) {
+                        continue;
+                    }
                     let delay = 1 + self.rng.next_u64() % DELAY_MS_MAX;
                     self.seq += 1;
                     self.net.push(Envelope {
@@ -114,10 +123,9 @@ impl Sim {
                 Action::Replica(other) => panic!("unexpected replica action {other:?}"),
                 Action::Reply { proposal, outcome } => self.replies.push((i, proposal.0, outcome)),
                 Action::ReadReply { read, answer, .. } => self.reads.push((i, read.0, answer)),
-                Action::ProposalFailed { .. }
-                | Action::ReadFailed { .. }
-                | Action::RoleChanged { .. }
-                | Action::Applied { .. } => {}
+                Action::ProposalFailed { proposal, .. } => self.failed.push((i, proposal.0)),
+                Action::ReadFailed { .. } | Action::RoleChanged { .. } | Action::Applied { .. } => {
+                }
             }
         }
     }
@@ -451,5 +459,142 @@ fn an_abandoned_session_expires_within_ttl_plus_one_election_timeout() {
             let role_count = sim.live().filter(|n| n.role() == RoleKind::Leader).count();
             assert!(role_count <= 1);
         }
+    }
+}
+
+#[test]
+fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
+    let mut sim = Sim::new(40);
+    let session = create_session(&mut sim, "svc");
+    let leader = sim.wait_for_leader();
+    let follower = (leader + 1) % 3;
+    let now = sim.now;
+    let refused = sim.nodes[follower]
+        .as_mut()
+        .unwrap()
+        .keepalive(now, session);
+    assert_eq!(
+        refused,
+        Err(KeepAliveError::NotLeader {
+            leader_hint: Some(NodeId(leader as u64 + 1))
+        })
+    );
+    let unknown = SessionId(9_999);
+    let refused = sim.nodes[leader].as_mut().unwrap().keepalive(now, unknown);
+    assert_eq!(
+        refused,
+        Err(KeepAliveError::UnknownSession { session: unknown })
+    );
+    assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 1);
+
+    // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
+    sim.isolated = Some(leader);
+    let command = Command::Acquire {
+        session,
+        request: RequestId(7),
+        namespace: "ns".into(),
+        key: "k".into(),
+        wait: false,
+    };
+    let proposal = sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose(now, command.clone())
+        .unwrap();
+    sim.drain(leader);
+    sim.run_for(2 * ELECTION_MS_MAX + 100);
+    assert!(
+        sim.failed.contains(&(leader, proposal.0)),
+        "{:?}",
+        sim.failed
+    );
+    assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 0);
+    assert_eq!(
+        sim.nodes[leader]
+            .as_ref()
+            .unwrap()
+            .counters()
+            .proposals_failed,
+        1
+    );
+    // The client retries at the new leader with the same request id: granted once.
+    let new = sim.wait_for_leader();
+    assert_ne!(new, leader);
+    let outcome = sim.commit(command.clone());
+    let Ok(Reply::Acquire(AcquireReply::Granted { token })) = outcome else {
+        panic!("{outcome:?}")
+    };
+    sim.isolated = None;
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    assert_eq!(
+        sim.commit(command),
+        Ok(Reply::Acquire(AcquireReply::Granted { token }))
+    );
+    sim.run_for(200);
+    let revisions: Vec<_> = sim.live().map(|n| n.state().revision()).collect();
+    assert!(revisions.windows(2).all(|w| w[0] == w[1]), "{revisions:?}");
+}
+
+#[test]
+fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
+    let mut sim = Sim::new(50);
+    let session = create_session(&mut sim, "busy");
+    let leader = sim.wait_for_leader();
+    let lagging = (leader + 1) % 3;
+    sim.crash(lagging);
+    // Enough commands for the others to compact their logs (every 50 slots) past it.
+    for i in 0..60u64 {
+        let key = format!("k{i}");
+        let token = acquire_with(&mut sim, session, 2 * i + 1, &key);
+        let release = Command::Release {
+            session,
+            request: RequestId(2 * i + 2),
+            namespace: "ns".into(),
+            key,
+            token,
+        };
+        assert!(matches!(sim.commit(release), Ok(Reply::Released { .. })));
+        let _ = sim.keepalive(session);
+    }
+    assert!(sim.live().all(|n| n.counters().compactions > 0));
+    sim.restart(lagging);
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    let node = sim.nodes[lagging].as_ref().unwrap();
+    assert!(
+        node.counters().snapshots_installed > 0,
+        "caught up from a snapshot"
+    );
+    let snapshots: Vec<_> = sim.live().map(|n| n.state().snapshot()).collect();
+    assert!(
+        snapshots.windows(2).all(|w| w[0] == w[1]),
+        "replicas disagree"
+    );
+    // A node restarted from its own durable snapshot installs it at once.
+    let leader = sim.wait_for_leader();
+    sim.crash(leader);
+    sim.restart(leader);
+    assert!(
+        sim.nodes[leader]
+            .as_ref()
+            .unwrap()
+            .counters()
+            .snapshots_installed
+            > 0
+    );
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    assert!(sim.session_live_everywhere(session));
+}
+
+fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> Token {
+    let command = Command::Acquire {
+        session,
+        request: RequestId(request),
+        namespace: "ns".into(),
+        key: key.into(),
+        wait: false,
+    };
+    match sim.commit(command) {
+        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        other => panic!("{other:?}"),
     }
 }

@@ -124,8 +124,20 @@ pub enum KeepAliveError {
     Expiring { session: SessionId },
 }
 
+/// Counters for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    pub snapshots_installed: u64,
+    pub compactions: u64,
+    /// `ExpireSessions` commands proposed (each for up to 1,000 sessions).
+    pub expiry_proposals: u64,
+    pub keepalives_accepted: u64,
+    pub proposals_failed: u64,
+}
+
 /// One Picket replica.
 pub struct Node {
+    counters: NodeCounters,
     cfg: NodeConfig,
     replica: NodeReplica,
     sm: LockStateMachine,
@@ -153,6 +165,7 @@ impl Node {
     pub fn new(cfg: NodeConfig, durable: NodeDurable) -> Result<Node, ConfigError> {
         let replica = Replica::new(cfg.replica.clone(), durable)?;
         let mut node = Node {
+            counters: NodeCounters::default(),
             sm: LockStateMachine::new(cfg.locks.clone()),
             replica,
             slot_applied: Slot::ZERO,
@@ -220,6 +233,7 @@ impl Node {
             });
         };
         self.leases.extend(session, self.now.add_ms(info.ttl_ms));
+        self.counters.keepalives_accepted += 1;
         Ok(info.ttl_ms)
     }
 
@@ -257,6 +271,10 @@ impl Node {
             };
         }
         next
+    }
+
+    pub fn counters(&self) -> &NodeCounters {
+        &self.counters
     }
 
     pub fn state(&self) -> &LockStateMachine {
@@ -378,6 +396,7 @@ impl Node {
             Err(error) => panic!("snapshot at slot {slot} does not restore: {error}"),
         };
         self.slot_applied = slot;
+        self.counters.snapshots_installed += 1;
         if self.role == RoleKind::Leader {
             self.grant_grace_to_untracked();
         }
@@ -444,6 +463,7 @@ impl Node {
         self.expiry_retry_at = None;
         let leader_hint = self.leader;
         for (proposal, ()) in std::mem::take(&mut self.pending) {
+            self.counters.proposals_failed += 1;
             self.actions.push_back(Action::ProposalFailed {
                 proposal,
                 leader_hint,
@@ -492,7 +512,10 @@ impl Node {
             },
         };
         match self.replica.propose(self.now, entry) {
-            Ok(()) => self.leases.mark_expiring(&due),
+            Ok(()) => {
+                self.counters.expiry_proposals += 1;
+                self.leases.mark_expiring(&due);
+            }
             Err(_) => {
                 self.expiry_retry_at = Some(self.now.add_ms(self.cfg.replica.heartbeat_ms));
             }
@@ -509,6 +532,7 @@ impl Node {
             compacted.is_ok(),
             "compaction at applied slot: {compacted:?}"
         );
+        self.counters.compactions += 1;
     }
 }
 
