@@ -10,6 +10,7 @@ use picket_core::locks::{
 use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, Query};
 use picket_core::paxos::{self, Input, NodeId, RoleKind};
 use picket_core::time::Instant;
+use proptest::prelude::*;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -40,6 +41,8 @@ struct Sim {
     failed: Vec<(usize, u64)>,
     /// A node cut off from the others (messages to and from it are dropped).
     isolated: Option<usize>,
+    /// Messages lost at random, per mille.
+    drop_per_mille: u64,
 }
 
 fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
@@ -71,6 +74,7 @@ impl Sim {
             reads: Vec::new(),
             failed: Vec::new(),
             isolated: None,
+            drop_per_mille: 0,
         };
         for i in 0..3 {
             let node = Node::new(config(i, seed, 1), NodeDurable::default()).unwrap();
@@ -108,6 +112,9 @@ impl Sim {
                 Action::Replica(paxos::Action::Send { to, msg }) => {
                     let to_index = to.0 as usize - 1;
                     if self.isolated.is_some_and(|x| x == i || x == to_index) {
+                        continue;
+                    }
+                    if self.rng.next_u64() % 1_000 < self.drop_per_mille {
                         continue;
                     }
                     let delay = 1 + self.rng.next_u64() % DELAY_MS_MAX;
@@ -596,5 +603,34 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
         other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    /// Random seeds, message loss and crash/restart schedules: a session kept alive is never
+    /// expired, its hold stays, and the replicas' states agree.
+    #[test]
+    fn kept_alive_sessions_survive_random_faults(
+        seed in 100..10_000u64,
+        drop_per_mille in 0..50u64,
+        crashes in prop::collection::vec((0..3usize, 200..1_500u64), 1..4),
+    ) {
+        let mut sim = Sim::new(seed);
+        sim.drop_per_mille = drop_per_mille;
+        let session = create_session(&mut sim, "svc");
+        let token = acquire(&mut sim, session, "k");
+        for (node, down_ms) in crashes {
+            keep_alive_for(&mut sim, session, 500, TTL_MS / 4);
+            sim.crash(node);
+            keep_alive_for(&mut sim, session, down_ms, TTL_MS / 4);
+            sim.restart(node);
+        }
+        sim.drop_per_mille = 0;
+        keep_alive_for(&mut sim, session, 2 * TTL_MS, TTL_MS / 4);
+        prop_assert!(sim.session_live_everywhere(session), "seed {}", seed);
+        let snapshots: Vec<_> = sim.live().map(|n| n.state().snapshot()).collect();
+        prop_assert!(snapshots.windows(2).all(|w| w[0] == w[1]), "seed {}: replicas disagree", seed);
+        let holder = sim.live().next().unwrap().state().inspect("ns", "k", sim.now).unwrap().holder;
+        prop_assert_eq!(holder.map(|h| (h.session, h.token)), Some((session, token)));
     }
 }
