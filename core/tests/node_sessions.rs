@@ -7,7 +7,9 @@ use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, Outcome, ReleaseCause, Reply,
     RequestId, SessionId, Token, WatchFilter,
 };
-use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, Query};
+use picket_core::node::{
+    Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
+};
 use picket_core::paxos::{self, Input, NodeId, RoleKind};
 use picket_core::time::Instant;
 use proptest::prelude::*;
@@ -493,6 +495,12 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         Err(KeepAliveError::UnknownSession { session: unknown })
     );
     assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 1);
+    // Clients cannot expire sessions: only the leader proposes that.
+    let expire = Command::ExpireSessions {
+        sessions: vec![session],
+    };
+    let refused = sim.nodes[leader].as_mut().unwrap().propose(now, expire);
+    assert_eq!(refused, Err(NodeProposeError::LeaderOnlyCommand));
 
     // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
     sim.isolated = Some(leader);

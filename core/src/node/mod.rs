@@ -148,6 +148,15 @@ pub enum Action {
     Applied { revision: Revision },
 }
 
+/// Why a proposal was refused; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum NodeProposeError {
+    #[error(transparent)]
+    Replica(#[from] ProposeError),
+    #[error("ExpireSessions is proposed by the leader when deadlines pass, never by a client")]
+    LeaderOnlyCommand,
+}
+
 /// Why a keepalive was not accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum KeepAliveError {
@@ -236,7 +245,14 @@ impl Node {
     }
 
     /// Proposes a client command; its outcome comes back as `Action::Reply` once applied.
-    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ProposeError> {
+    pub fn propose(
+        &mut self,
+        now: Instant,
+        command: Command,
+    ) -> Result<ProposalId, NodeProposeError> {
+        if matches!(command, Command::ExpireSessions { .. }) {
+            return Err(NodeProposeError::LeaderOnlyCommand);
+        }
         self.now = self.now.max(now);
         let proposal = ProposalId(self.proposal_next);
         let entry = NodeCommand {
@@ -251,7 +267,7 @@ impl Node {
             self.pending.insert(proposal, ());
         }
         self.after_input();
-        result.map(|()| proposal)
+        result.map(|()| proposal).map_err(NodeProposeError::from)
     }
 
     /// A keepalive (leader only, not logged): extends the session's deadline to `now + ttl` and
