@@ -206,6 +206,9 @@ proptest! {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/paxos_props.txt",
         ))),
+        // Each case is a few milliseconds: run 4x PROPTEST_CASES (4,096 cases over the four
+        // properties at the CI default of 256) to search more schedules in bounded time.
+        cases: 4 * ProptestConfig::default().cases,
         ..ProptestConfig::default()
     })]
 
