@@ -83,7 +83,11 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
                 let _ = c.propose(to, cmds);
             }
             Op::Read(i) => {
-                let _ = c.read_index(pick(i));
+                let to = match c.leader() {
+                    Some(l) if i < 4 => l,
+                    _ => pick(i),
+                };
+                let _ = c.read_index(to);
             }
             Op::Crash(i) => c.crash(pick(i)),
             Op::Restart(i) => c.restart(pick(i)),
@@ -150,7 +154,12 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
         "no commit after recovery"
     );
     if std::env::var_os("PAXOS_STATS").is_some() {
-        eprintln!("stats: now={} applied={}", c.now, c.checker.slots_applied());
+        let reads: usize = c.ids().iter().map(|id| c.node(*id).reads_ready.len()).sum();
+        eprintln!(
+            "stats: now={} applied={} reads={reads}",
+            c.now,
+            c.checker.slots_applied()
+        );
     }
     for id in c.ids() {
         assert!(
