@@ -288,6 +288,13 @@ where
         self.blocked.insert((b, a));
     }
 
+    /// Loses every message from `from` to `to` (the other direction still works).
+    pub fn cut_one_way(&mut self, from: NodeId, to: NodeId) {
+        if from != to {
+            self.blocked.insert((from, to));
+        }
+    }
+
     /// Isolates the `group` from everybody else.
     pub fn partition(&mut self, group: &[NodeId]) {
         for a in self.ids() {
