@@ -1,1 +1,202 @@
-//! The lock state machine (being written).
+//! The lock state machine: a deterministic function from (state, log time, command) to (state,
+//! reply). Every replica applies the same chosen commands in the same order and reaches the same
+//! state, bit for bit. Nothing here reads a clock: log time is the leader's stamp on each batch,
+//! taken as `max(previous, stamp)`.
+//!
+//! The full semantics (every command, its errors, its events) are in `docs/locks.md`.
+//!
+//! ```
+//! use picket_core::locks::{AcquireReply, Command, Identity, LockConfig, LockStateMachine, Reply, RequestId};
+//! use picket_core::time::Instant;
+//!
+//! let mut sm = LockStateMachine::new(LockConfig::default());
+//! let identity = Identity { name: "billing".into(), host: "h1".into(), pid: 7, principal: "svc-billing".into() };
+//! let created = sm.apply(Instant::from_millis(1_000), Command::CreateSession { ttl_ms: None, identity });
+//! let Ok(Reply::SessionCreated { session, .. }) = created else { panic!("{created:?}") };
+//! let acquire = Command::Acquire {
+//!     session, request: RequestId(1), namespace: "orders".into(), key: "invoice/42".into(), wait: false,
+//! };
+//! let reply = sm.apply(Instant::from_millis(1_005), acquire);
+//! // The token is the revision of the grant: the second command applied.
+//! assert_eq!(reply, Ok(Reply::Acquire(AcquireReply::Granted { token: picket_core::locks::Token(2) })));
+//! sm.check_invariants();
+//! ```
+
+mod audit;
+mod class;
+mod command;
+mod config;
+mod error;
+mod force_release;
+mod ids;
+mod invariants;
+mod lock;
+mod names;
+mod query;
+mod session;
+mod snapshot;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
+pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
+pub use command::{AcquireReply, Actor, Command, Identity, Outcome, RememberedReply, Reply, Role};
+pub use config::LockConfig;
+pub use error::{LockError, WatchError};
+pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};
+pub use ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
+pub use names::{
+    validate_class_name, validate_key, validate_namespace, validate_prefix, NameError, KEY_LEN_MAX,
+    NAME_LEN_MAX,
+};
+pub use query::{HoldInfo, KeyInfo, NamespaceHold, SessionInfo, WaiterInfo};
+pub use session::IDENTITY_FIELD_LEN_MAX;
+pub use snapshot::{
+    HoldSnapshot, LockSnapshot, LockSnapshotEntry, SessionSnapshot, SnapshotError, WaiterSnapshot,
+};
+pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};
+
+use audit::AuditLog;
+use force_release::ForceReleases;
+use lock::NamespaceState;
+use session::Session;
+use watch::WatchLog;
+
+use crate::time::Instant;
+
+/// The replicated lock state. See the module docs and `docs/locks.md`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockStateMachine {
+    config: LockConfig,
+    /// Derived from `config`; the class of keys no registered class covers.
+    default_class: ClassSpec,
+    /// Commands applied so far. Never decreases; +1 per command.
+    revision: Revision,
+    /// Log time: the max of every stamp seen. Never decreases.
+    time: Instant,
+    sessions: BTreeMap<SessionId, Session>,
+    /// Only non-empty namespaces (some class or some hold) have an entry.
+    namespaces: BTreeMap<Arc<str>, NamespaceState>,
+    force_releases: ForceReleases,
+    audit: AuditLog,
+    watch: WatchLog,
+}
+
+impl LockStateMachine {
+    /// An empty state at revision 0.
+    pub fn new(config: LockConfig) -> LockStateMachine {
+        config.assert_valid();
+        LockStateMachine {
+            default_class: ClassSpec::builtin_default(&config),
+            revision: Revision(0),
+            time: Instant::ZERO,
+            sessions: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
+            force_releases: ForceReleases::default(),
+            audit: AuditLog::new(config.audit_retention),
+            watch: WatchLog::new(config.watch_retention),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &LockConfig {
+        &self.config
+    }
+
+    /// The revision of the last applied command.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Log time (the largest stamp applied so far).
+    pub fn time(&self) -> Instant {
+        self.time
+    }
+
+    /// Applies one batch of the log: every command at log time `max(previous, stamp)`.
+    pub fn apply_batch(
+        &mut self,
+        stamp: Instant,
+        commands: impl IntoIterator<Item = Command>,
+    ) -> Vec<Outcome> {
+        commands
+            .into_iter()
+            .map(|command| self.apply(stamp, command))
+            .collect()
+    }
+
+    /// Applies one command at log time `max(previous, stamp)`. The revision advances by one
+    /// whatever the outcome; an error changes nothing else.
+    pub fn apply(&mut self, stamp: Instant, command: Command) -> Outcome {
+        self.time = self.time.max(stamp);
+        self.revision = Revision(
+            self.revision
+                .0
+                .checked_add(1)
+                .expect("revision overflow after 2^64 commands"),
+        );
+        self.sweep_force_releases();
+        let outcome = self.dispatch(command);
+        self.check_invariants_cheap();
+        outcome
+    }
+
+    fn dispatch(&mut self, command: Command) -> Outcome {
+        match command {
+            Command::CreateSession { ttl_ms, identity } => {
+                self.apply_create_session(ttl_ms, identity)
+            }
+            Command::CloseSession { session } => self.apply_close_session(session),
+            Command::ExpireSessions { sessions } => self.apply_expire_sessions(&sessions),
+            Command::Acquire {
+                session,
+                request,
+                namespace,
+                key,
+                wait,
+            } => self.apply_acquire(session, request, namespace, key, wait),
+            Command::Release {
+                session,
+                request,
+                namespace,
+                key,
+                token,
+            } => self.apply_release(session, request, namespace, key, token),
+            Command::PutClass {
+                actor,
+                namespace,
+                class,
+            } => self.apply_put_class(actor, namespace, class),
+            Command::RemoveClass {
+                actor,
+                namespace,
+                prefix,
+            } => self.apply_remove_class(actor, namespace, prefix),
+            Command::RequestForceRelease {
+                actor,
+                namespace,
+                key,
+                expected_token,
+                reason,
+                revoke_session,
+            } => self.apply_request_force_release(
+                actor,
+                namespace,
+                key,
+                expected_token,
+                reason,
+                revoke_session,
+            ),
+            Command::ApproveForceRelease {
+                actor,
+                id,
+                acknowledged_fenced,
+            } => self.apply_approve_force_release(actor, id, acknowledged_fenced),
+            Command::DenyForceRelease { actor, id, reason } => {
+                self.apply_deny_force_release(actor, id, reason)
+            }
+        }
+    }
+}

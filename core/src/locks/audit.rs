@@ -1,0 +1,130 @@
+//! The audit trail: a replicated record of every force-release request, approval, denial and
+//! expiry, every session revocation and every class change. Bounded: the oldest records are
+//! dropped first, and a query says how far the trail was compacted.
+
+use std::collections::VecDeque;
+
+use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use crate::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditAction {
+    ForceReleaseRequested,
+    ForceReleaseApproved,
+    ForceReleaseDenied,
+    ForceReleaseExpired,
+    SessionRevoked,
+    ClassPut,
+    ClassRemoved,
+}
+
+/// One audit record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub revision: Revision,
+    /// Log time.
+    pub time: Instant,
+    /// The principal who acted (`""` for an expiry, which nobody did).
+    pub actor: String,
+    pub action: AuditAction,
+    pub namespace: String,
+    /// The key (for class changes: the class prefix).
+    pub key: String,
+    pub token: Option<Token>,
+    /// The class's fenced flag as shown to the operators.
+    pub fenced: Option<bool>,
+    pub session: Option<SessionId>,
+    pub request: Option<ForceReleaseId>,
+    pub reason: String,
+}
+
+/// Which records to read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditQuery {
+    pub namespace: Option<String>,
+    pub key: Option<String>,
+    /// Inclusive.
+    pub revision_min: Revision,
+    /// Inclusive.
+    pub revision_max: Revision,
+    pub limit: usize,
+}
+
+impl Default for AuditQuery {
+    fn default() -> Self {
+        AuditQuery {
+            namespace: None,
+            key: None,
+            revision_min: Revision(0),
+            revision_max: Revision(u64::MAX),
+            limit: 1_000,
+        }
+    }
+}
+
+/// Records matching a query, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecord>,
+    /// Records at revisions up to this one may have been dropped (0: none dropped). If the
+    /// query's `revision_min` is at or below it, the page may be missing records.
+    pub compacted_through: Revision,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AuditLog {
+    /// Revisions never decrease along the deque.
+    pub records: VecDeque<AuditRecord>,
+    pub compacted_through: Revision,
+    pub retention: usize,
+}
+
+impl AuditLog {
+    pub fn new(retention: usize) -> AuditLog {
+        AuditLog {
+            records: VecDeque::new(),
+            compacted_through: Revision(0),
+            retention,
+        }
+    }
+
+    pub fn push(&mut self, record: AuditRecord) {
+        if let Some(last) = self.records.back() {
+            assert!(
+                last.revision <= record.revision,
+                "audit record at {} after {}",
+                record.revision,
+                last.revision
+            );
+        }
+        if self.records.len() == self.retention {
+            let dropped = self.records.pop_front().expect("retention > 0");
+            self.compacted_through = dropped.revision;
+        }
+        self.records.push_back(record);
+    }
+
+    pub fn query(&self, query: &AuditQuery) -> AuditPage {
+        let start = self
+            .records
+            .partition_point(|record| record.revision < query.revision_min);
+        let records = self
+            .records
+            .range(start..)
+            .take_while(|record| record.revision <= query.revision_max)
+            .filter(|record| {
+                query
+                    .namespace
+                    .as_deref()
+                    .is_none_or(|namespace| namespace == record.namespace)
+                    && query.key.as_deref().is_none_or(|key| key == record.key)
+            })
+            .take(query.limit)
+            .cloned()
+            .collect();
+        AuditPage {
+            records,
+            compacted_through: self.compacted_through,
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Every way a command can be refused. A refused command changes nothing but the revision.
+
+use thiserror::Error;
+
+use super::ids::{ForceReleaseId, RequestId, SessionId, Token};
+use super::names::NameError;
+
+/// A caller's mistake or a bound that was hit; each variant names the rule.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum LockError {
+    #[error(transparent)]
+    BadName(#[from] NameError),
+    #[error("{field} is {len} bytes long: at most {max} allowed")]
+    TextTooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{field} is empty: it is required")]
+    TextEmpty { field: &'static str },
+
+    // Sessions.
+    #[error("session {session} is unknown (never created, closed, expired or revoked)")]
+    UnknownSession { session: SessionId },
+    #[error("session TTL {ttl_ms} ms is outside the cluster's bounds [{min}, {max}] ms")]
+    SessionTtlOutOfBounds { ttl_ms: u64, min: u64, max: u64 },
+    #[error(
+        "session TTL {ttl_ms} ms is above the {max} ms allowed by class `{class}` for this key"
+    )]
+    SessionTtlAboveClassMax {
+        ttl_ms: u64,
+        class: String,
+        max: u64,
+    },
+    #[error("too many sessions: at most {max} live sessions")]
+    TooManySessions { max: usize },
+    #[error("request {request} of session {session} is older than its retry window (newest {newest}): a retry this late cannot be answered safely")]
+    RequestTooOld {
+        session: SessionId,
+        request: RequestId,
+        newest: RequestId,
+    },
+
+    // Locks.
+    #[error("session {session} already holds or waits for {max} keys: at most {max} per session")]
+    TooManyHolds { session: SessionId, max: usize },
+    #[error("`{namespace}/{key}` already has {max} waiters: at most {max} per key")]
+    TooManyWaiters {
+        namespace: String,
+        key: String,
+        max: usize,
+    },
+    #[error("session {session} does not hold `{namespace}/{key}`")]
+    NotHolder {
+        namespace: String,
+        key: String,
+        session: SessionId,
+    },
+    #[error("wrong token {given} for `{namespace}/{key}`: the session holds it with {current}")]
+    WrongToken {
+        namespace: String,
+        key: String,
+        given: Token,
+        current: Token,
+    },
+
+    // Classes.
+    #[error("class `{class}`: {rule}")]
+    BadClass { class: String, rule: String },
+    #[error("namespace `{namespace}` already has {max} classes: at most {max}")]
+    TooManyClasses { namespace: String, max: usize },
+    #[error("namespace `{namespace}` has no class registered at prefix `{prefix}`")]
+    UnknownClass { namespace: String, prefix: String },
+
+    // Operators.
+    #[error("{principal} lacks the role to {action}: one of {needed} is required")]
+    MissingRole {
+        principal: String,
+        action: &'static str,
+        needed: &'static str,
+    },
+
+    // Force-release.
+    #[error("`{namespace}/{key}` is not held: nothing to force-release")]
+    NotHeld { namespace: String, key: String },
+    #[error("`{namespace}/{key}` is held with token {current}, not the expected {expected}")]
+    TokenMismatch {
+        namespace: String,
+        key: String,
+        expected: Token,
+        current: Token,
+    },
+    #[error("too many pending force-release requests: at most {max}")]
+    TooManyForceReleases { max: usize },
+    #[error("force-release request {id} is unknown: never made, or already approved, denied or expired (requests expire 10 min after they are made, in log time)")]
+    UnknownForceRelease { id: ForceReleaseId },
+    #[error(
+        "{principal} made force-release request {id} and cannot approve it: a second person must"
+    )]
+    ApproverIsRequester {
+        id: ForceReleaseId,
+        principal: String,
+    },
+    #[error("force-release request {id} is for a {} lock; the approval acknowledged {}: approve again after reading the safety statement", if *.fenced { "fenced" } else { "advisory" }, if *.acknowledged { "fenced" } else { "advisory" })]
+    FencedNotAcknowledged {
+        id: ForceReleaseId,
+        fenced: bool,
+        acknowledged: bool,
+    },
+    #[error("the holder of `{namespace}/{key}` changed since request {id} (expected session {session} with {token}): make a new request")]
+    HolderChanged {
+        id: ForceReleaseId,
+        namespace: String,
+        key: String,
+        session: SessionId,
+        token: Token,
+    },
+}
+
+/// Why a watch cannot resume from the revision asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum WatchError {
+    #[error("watch history from {requested} was compacted: the oldest revision still available is {oldest_available}; re-read the state and watch from there")]
+    Compacted {
+        requested: super::ids::Revision,
+        oldest_available: super::ids::Revision,
+    },
+}

@@ -1,0 +1,292 @@
+//! The state machine's invariants. The O(1) ones are asserted after every command (also in
+//! release builds); the O(n) ones are checked by [`LockStateMachine::check_invariants`], which
+//! tests call after every command, and by snapshot restore (as an error, not a panic, since a
+//! snapshot comes from outside).
+
+use std::collections::BTreeSet;
+
+use super::ids::{SessionId, Token};
+use super::lock::LockEntry;
+use super::LockStateMachine;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+impl LockStateMachine {
+    /// O(1) checks after every command.
+    pub(crate) fn check_invariants_cheap(&self) {
+        assert!(
+            self.sessions.len() <= self.config.sessions_max,
+            "{} sessions, bound {}",
+            self.sessions.len(),
+            self.config.sessions_max
+        );
+        assert!(
+            self.force_releases.pending.len() <= self.config.force_releases_pending_max,
+            "{} pending force-releases, bound {}",
+            self.force_releases.pending.len(),
+            self.config.force_releases_pending_max
+        );
+        if let Some(event) = self.watch.events.back() {
+            assert!(
+                event.revision <= self.revision,
+                "event at {} beyond revision {}",
+                event.revision,
+                self.revision
+            );
+        }
+        if let Some(record) = self.audit.records.back() {
+            assert!(
+                record.revision <= self.revision,
+                "audit record at {} beyond revision {}",
+                record.revision,
+                self.revision
+            );
+        }
+    }
+
+    /// Checks every invariant, O(n). Panics with the values if one is broken.
+    pub fn check_invariants(&self) {
+        if let Err(violation) = self.invariant_violation() {
+            panic!("lock state machine invariant broken: {violation}");
+        }
+    }
+
+    /// The first broken invariant, if any.
+    pub(crate) fn invariant_violation(&self) -> Result<(), String> {
+        self.check_locks()?;
+        self.check_sessions()?;
+        self.check_force_releases()?;
+        self.check_histories()
+    }
+
+    fn check_locks(&self) -> Result<(), String> {
+        for (namespace, ns) in &self.namespaces {
+            ensure!(!ns.is_empty(), "empty namespace `{namespace}` kept");
+            ensure!(
+                ns.name == *namespace,
+                "namespace `{namespace}` stored as `{}`",
+                ns.name
+            );
+            ns.classes.check_invariants();
+            ensure!(
+                ns.holds_by_age.len() == ns.locks.len(),
+                "`{namespace}`: {} holds in the age index, {} held keys",
+                ns.holds_by_age.len(),
+                ns.locks.len()
+            );
+            for (key, entry) in &ns.locks {
+                ensure!(
+                    ns.holds_by_age.contains(&(entry.holder.token, key.clone())),
+                    "`{namespace}/{key}`: hold {} missing from the age index",
+                    entry.holder.token
+                );
+                self.check_entry(namespace, key, entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_entry(&self, namespace: &str, key: &str, entry: &LockEntry) -> Result<(), String> {
+        let hold = entry.holder;
+        ensure!(
+            hold.token.0 <= self.revision.0,
+            "`{namespace}/{key}`: token {} beyond revision {}",
+            hold.token,
+            self.revision
+        );
+        ensure!(
+            hold.token.0 >= entry.floor.0,
+            "`{namespace}/{key}`: token {} below floor {}",
+            hold.token,
+            entry.floor
+        );
+        let holder = self.sessions.get(&hold.session);
+        ensure!(
+            holder.is_some_and(|s| s.holds(namespace, key)),
+            "`{namespace}/{key}`: holder {} is not live or does not record the hold",
+            hold.session
+        );
+        ensure!(
+            entry.waiters.len() <= self.config.waiters_per_key_max,
+            "`{namespace}/{key}`: {} waiters, bound {}",
+            entry.waiters.len(),
+            self.config.waiters_per_key_max
+        );
+        let mut seen: BTreeSet<SessionId> = BTreeSet::new();
+        for waiter in &entry.waiters {
+            ensure!(
+                waiter.session != hold.session,
+                "`{namespace}/{key}`: holder {} also waits",
+                hold.session
+            );
+            ensure!(
+                seen.insert(waiter.session),
+                "`{namespace}/{key}`: {} waits twice",
+                waiter.session
+            );
+            let state = self.sessions.get(&waiter.session);
+            ensure!(
+                state.is_some_and(|s| s.waits_for(namespace, key)),
+                "`{namespace}/{key}`: waiter {} is not live or does not record the wait",
+                waiter.session
+            );
+        }
+        Ok(())
+    }
+
+    fn check_sessions(&self) -> Result<(), String> {
+        for (id, session) in &self.sessions {
+            ensure!(
+                id.0 <= self.revision.0,
+                "session {id} beyond revision {}",
+                self.revision
+            );
+            let mut count = 0;
+            for (namespace, keys) in &session.holds {
+                ensure!(!keys.is_empty(), "session {id}: empty hold set kept");
+                for key in keys {
+                    count += 1;
+                    let entry = self.entry(namespace, key);
+                    ensure!(
+                        entry.is_some_and(|e| e.holder.session == *id),
+                        "session {id} records a hold of `{namespace}/{key}` it does not have"
+                    );
+                }
+            }
+            for (namespace, keys) in &session.waits {
+                ensure!(!keys.is_empty(), "session {id}: empty wait set kept");
+                for key in keys {
+                    count += 1;
+                    let entry = self.entry(namespace, key);
+                    ensure!(
+                        entry.is_some_and(|e| e.waiters.iter().any(|w| w.session == *id)),
+                        "session {id} records a wait for `{namespace}/{key}` it does not have"
+                    );
+                }
+            }
+            ensure!(
+                count == session.holds_and_waits,
+                "session {id}: {count} holds and waits, counted {}",
+                session.holds_and_waits
+            );
+            ensure!(
+                count <= self.config.holds_per_session_max,
+                "session {id}: {count} holds and waits, bound {}",
+                self.config.holds_per_session_max
+            );
+            ensure!(
+                session.replies.len() <= self.config.dedup_window,
+                "session {id}: {} remembered replies, window {}",
+                session.replies.len(),
+                self.config.dedup_window
+            );
+            let ids: Vec<_> = session.replies.iter().map(|(r, _)| *r).collect();
+            ensure!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "session {id}: remembered request ids not rising: {ids:?}"
+            );
+            ensure!(
+                ids.last().copied() == session.request_newest,
+                "session {id}: newest request {:?} but last remembered {:?}",
+                session.request_newest,
+                ids.last()
+            );
+        }
+        Ok(())
+    }
+
+    fn check_force_releases(&self) -> Result<(), String> {
+        let pending = &self.force_releases.pending;
+        ensure!(
+            pending.len() == self.force_releases.by_deadline.len(),
+            "{} pending force-releases, {} deadlines",
+            pending.len(),
+            self.force_releases.by_deadline.len()
+        );
+        for (id, request) in pending {
+            ensure!(request.id == *id, "request {} stored as {id}", request.id);
+            ensure!(
+                self.force_releases
+                    .by_deadline
+                    .contains(&(request.expires_at, *id)),
+                "request {id} missing from the deadline index"
+            );
+            ensure!(
+                request.expires_at > self.time,
+                "request {id} expired at {} still pending at {}",
+                request.expires_at,
+                self.time
+            );
+            ensure!(
+                request.token <= Token(self.revision.0),
+                "request {id}: token {} beyond revision {}",
+                request.token,
+                self.revision
+            );
+        }
+        Ok(())
+    }
+
+    fn check_histories(&self) -> Result<(), String> {
+        let events = &self.watch.events;
+        ensure!(
+            events.len() <= self.config.watch_retention,
+            "{} watch events, retention {}",
+            events.len(),
+            self.config.watch_retention
+        );
+        ensure!(
+            events
+                .iter()
+                .zip(events.iter().skip(1))
+                .all(|(a, b)| a.revision <= b.revision),
+            "watch events out of revision order"
+        );
+        if let Some(first) = events.front() {
+            ensure!(
+                first.revision >= self.watch.compacted_through,
+                "watch event at {} below compaction point {}",
+                first.revision,
+                self.watch.compacted_through
+            );
+        }
+        let records = &self.audit.records;
+        ensure!(
+            records.len() <= self.config.audit_retention,
+            "{} audit records, retention {}",
+            records.len(),
+            self.config.audit_retention
+        );
+        ensure!(
+            records
+                .iter()
+                .zip(records.iter().skip(1))
+                .all(|(a, b)| a.revision <= b.revision),
+            "audit records out of revision order"
+        );
+        let newest_event = events.back().map(|e| e.revision);
+        let newest_record = records.back().map(|r| r.revision);
+        ensure!(
+            newest_event.max(newest_record) <= Some(self.revision),
+            "history beyond revision {}: event {newest_event:?}, audit {newest_record:?}",
+            self.revision
+        );
+        ensure!(
+            self.watch.compacted_through <= self.revision
+                && self.audit.compacted_through <= self.revision,
+            "compaction point beyond revision {}",
+            self.revision
+        );
+        Ok(())
+    }
+
+    pub(crate) fn entry(&self, namespace: &str, key: &str) -> Option<&LockEntry> {
+        self.namespaces.get(namespace)?.locks.get(key)
+    }
+}

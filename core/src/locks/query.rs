@@ -1,0 +1,242 @@
+//! Read-only queries: inspection of one key, holds of a namespace by age, the longest hold per
+//! namespace, sessions, classes, force-release requests, audit and watch.
+//!
+//! Queries take the caller's `now` to compute how long something has been held (log time of the
+//! grant to `now`). The remaining TTL of a session is leader-local knowledge (keepalives are not
+//! logged): the state machine answers `session_remaining_ms: None` and the Node fills it in from
+//! its deadlines before answering.
+
+use super::audit::{AuditPage, AuditQuery};
+use super::class::ClassSpec;
+use super::command::Identity;
+use super::error::{LockError, WatchError};
+use super::force_release::ForceReleaseRequest;
+use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::lock::{Hold, LockEntry};
+use super::names::{validate_key, validate_namespace};
+use super::watch::{WatchFilter, WatchPage};
+use super::LockStateMachine;
+use crate::time::Instant;
+
+/// A hold, as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldInfo {
+    pub namespace: String,
+    pub key: String,
+    pub session: SessionId,
+    pub identity: Identity,
+    /// The grant revision, which is the token.
+    pub token: Token,
+    /// Log time of the grant.
+    pub granted_at: Instant,
+    /// `now - granted_at`.
+    pub held_for_ms: u64,
+    pub session_ttl_ms: u64,
+    /// Filled in by the Node (leader-local deadline); `None` from the state machine.
+    pub session_remaining_ms: Option<u64>,
+    /// The class's alert threshold (0: none).
+    pub hold_ms_max_expected: u64,
+}
+
+/// A hold in a namespace listing.
+pub type NamespaceHold = HoldInfo;
+
+/// A waiter, as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaiterInfo {
+    pub session: SessionId,
+    pub identity: Identity,
+    /// 1 is next in line.
+    pub position: u32,
+    /// Log time of queueing.
+    pub queued_at: Instant,
+    pub waiting_for_ms: u64,
+}
+
+/// Everything about one key, for the on-call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// The state's revision when inspected.
+    pub revision: Revision,
+    pub namespace: String,
+    pub key: String,
+    /// The class covering the key (the longest registered prefix, or the default).
+    pub class: ClassSpec,
+    pub holder: Option<HoldInfo>,
+    pub queue_depth: usize,
+    pub waiters: Vec<WaiterInfo>,
+    /// Tokens below the floor are invalid on this key; `None` for a free key (every future token
+    /// is above the current revision).
+    pub floor: Option<Revision>,
+    pub pending_force_releases: Vec<ForceReleaseRequest>,
+}
+
+/// A live session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: SessionId,
+    pub identity: Identity,
+    pub ttl_ms: u64,
+    /// Log time of creation.
+    pub created_at: Instant,
+    pub holds: usize,
+    pub waits: usize,
+}
+
+impl LockStateMachine {
+    /// Everything about `namespace/key`.
+    pub fn inspect(&self, namespace: &str, key: &str, now: Instant) -> Result<KeyInfo, LockError> {
+        validate_namespace(namespace)?;
+        validate_key(key)?;
+        let class = self.class_of(namespace, key).clone();
+        let entry = self.entry(namespace, key);
+        let pending_force_releases = self
+            .force_releases
+            .pending
+            .values()
+            .filter(|r| r.namespace == namespace && r.key == key)
+            .cloned()
+            .collect();
+        let mut info = KeyInfo {
+            revision: self.revision,
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            holder: None,
+            queue_depth: 0,
+            waiters: Vec::new(),
+            floor: None,
+            pending_force_releases,
+            class,
+        };
+        if let Some(entry) = entry {
+            info.holder = Some(self.hold_info(namespace, key, &entry.holder, now));
+            info.queue_depth = entry.waiters.len();
+            info.waiters = self.waiter_infos(entry, now);
+            info.floor = Some(entry.floor);
+        }
+        Ok(info)
+    }
+
+    fn hold_info(&self, namespace: &str, key: &str, hold: &Hold, now: Instant) -> HoldInfo {
+        let session = self
+            .sessions
+            .get(&hold.session)
+            .expect("a holder's session is live");
+        HoldInfo {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            session: hold.session,
+            identity: session.identity.clone(),
+            token: hold.token,
+            granted_at: hold.granted_at,
+            held_for_ms: now.ms_since(hold.granted_at),
+            session_ttl_ms: session.ttl_ms,
+            session_remaining_ms: None,
+            hold_ms_max_expected: self.class_of(namespace, key).hold_ms_max_expected,
+        }
+    }
+
+    fn waiter_infos(&self, entry: &LockEntry, now: Instant) -> Vec<WaiterInfo> {
+        entry
+            .waiters
+            .iter()
+            .zip(1u32..)
+            .map(|(waiter, position)| WaiterInfo {
+                session: waiter.session,
+                identity: self.sessions[&waiter.session].identity.clone(),
+                position,
+                queued_at: waiter.queued_at,
+                waiting_for_ms: now.ms_since(waiter.queued_at),
+            })
+            .collect()
+    }
+
+    /// The holds of a namespace, oldest first, at most `limit`.
+    pub fn list_holds(
+        &self,
+        namespace: &str,
+        now: Instant,
+        limit: usize,
+    ) -> Result<Vec<HoldInfo>, LockError> {
+        validate_namespace(namespace)?;
+        let Some(ns) = self.namespaces.get(namespace) else {
+            return Ok(Vec::new());
+        };
+        Ok(ns
+            .holds_by_age
+            .iter()
+            .take(limit)
+            .map(|(_, key)| self.hold_info(namespace, key, &ns.locks[key].holder, now))
+            .collect())
+    }
+
+    /// The oldest hold of every namespace that has one (for `picket_longest_hold_seconds`).
+    pub fn longest_holds(&self, now: Instant) -> Vec<HoldInfo> {
+        self.namespaces
+            .iter()
+            .filter_map(|(namespace, ns)| {
+                let (_, key) = ns.holds_by_age.first()?;
+                Some(self.hold_info(namespace, key, &ns.locks[key].holder, now))
+            })
+            .collect()
+    }
+
+    /// Every live session, by id. A new leader gives each a full TTL from its takeover.
+    pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
+        self.sessions
+            .keys()
+            .map(|id| self.session(*id).expect("listing a session that exists"))
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<SessionInfo> {
+        let session = self.sessions.get(&id)?;
+        let holds = session.hold_count();
+        Some(SessionInfo {
+            id,
+            identity: session.identity.clone(),
+            ttl_ms: session.ttl_ms,
+            created_at: session.created_at,
+            holds,
+            waits: session.holds_and_waits - holds,
+        })
+    }
+
+    /// The classes registered in a namespace, by prefix (the built-in default is not listed;
+    /// see [`LockStateMachine::class_of`]).
+    pub fn classes(&self, namespace: &str) -> Result<Vec<ClassSpec>, LockError> {
+        validate_namespace(namespace)?;
+        Ok(self
+            .namespaces
+            .get(namespace)
+            .map(|ns| ns.classes.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    /// Pending force-release requests, oldest first.
+    pub fn force_release_requests(&self) -> impl Iterator<Item = &ForceReleaseRequest> {
+        self.force_releases.pending.values()
+    }
+
+    pub fn force_release_request(&self, id: ForceReleaseId) -> Option<&ForceReleaseRequest> {
+        self.force_releases.pending.get(&id)
+    }
+
+    pub fn audit(&self, query: &AuditQuery) -> AuditPage {
+        self.audit.query(query)
+    }
+
+    /// Events at revisions `>= from` matching `filter` (about `limit`; pages end at revision
+    /// boundaries), or `Compacted` if some of them were dropped.
+    pub fn watch(
+        &self,
+        from: Revision,
+        filter: &WatchFilter,
+        limit: usize,
+    ) -> Result<WatchPage, WatchError> {
+        self.watch.read(from, filter, limit, self.revision)
+    }
+}

@@ -1,0 +1,209 @@
+//! Sessions: created, closed, expired (proposed by the leader) or revoked (by a force-release).
+//!
+//! Keepalives are leader-local and never reach the log; the state machine only knows each
+//! session's TTL. The leader proposes `ExpireSessions` when a deadline passes, and a new leader
+//! gives every session a full TTL from its takeover ([`LockStateMachine::sessions`] lists them).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use super::class::check_len;
+use super::command::{Identity, RememberedReply, Reply};
+use super::error::LockError;
+use super::ids::{RequestId, SessionId};
+use super::watch::ReleaseCause;
+use super::LockStateMachine;
+use crate::time::Instant;
+
+/// Longest identity field (name, host, principal), in bytes.
+pub const IDENTITY_FIELD_LEN_MAX: usize = 256;
+
+/// One live session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Session {
+    pub identity: Identity,
+    pub ttl_ms: u64,
+    /// Log time of creation.
+    pub created_at: Instant,
+    /// namespace -> keys this session holds. Mirrors the lock table exactly.
+    pub holds: KeySets,
+    /// namespace -> keys this session waits for. Mirrors the waiter queues exactly.
+    pub waits: KeySets,
+    /// Number of keys in `holds` plus `waits`; at most `holds_per_session_max`.
+    pub holds_and_waits: usize,
+    /// The newest request id applied without error, if any. Never decreases.
+    pub request_newest: Option<RequestId>,
+    /// Replies to the last `dedup_window` requests applied without error, oldest first, ids
+    /// strictly increasing.
+    pub replies: VecDeque<(RequestId, RememberedReply)>,
+}
+
+/// What a request id means for a session.
+pub(crate) enum Dedup {
+    /// Newer than every request seen: apply it.
+    New,
+    /// A retry of a request answered before: answer the same.
+    Retry(RememberedReply),
+    /// Older than the window: cannot be answered safely.
+    TooOld { newest: RequestId },
+}
+
+impl Session {
+    pub fn new(identity: Identity, ttl_ms: u64, created_at: Instant) -> Session {
+        Session {
+            identity,
+            ttl_ms,
+            created_at,
+            holds: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            holds_and_waits: 0,
+            request_newest: None,
+            replies: VecDeque::new(),
+        }
+    }
+
+    pub fn dedup(&self, request: RequestId) -> Dedup {
+        match self.request_newest {
+            Some(newest) if request <= newest => {
+                match self.replies.iter().find(|(id, _)| *id == request) {
+                    Some((_, reply)) => Dedup::Retry(*reply),
+                    None => Dedup::TooOld { newest },
+                }
+            }
+            _ => Dedup::New,
+        }
+    }
+
+    /// Remembers the reply to a request that was applied without error.
+    pub fn remember(&mut self, request: RequestId, reply: RememberedReply, window: usize) {
+        if let Some(newest) = self.request_newest {
+            assert!(
+                request > newest,
+                "request ids must rise: {request} after {newest}"
+            );
+        }
+        self.request_newest = Some(request);
+        if self.replies.len() == window {
+            self.replies.pop_front();
+        }
+        self.replies.push_back((request, reply));
+    }
+
+    /// The shared name of `key` if this session holds it.
+    pub fn held_key(&self, namespace: &str, key: &str) -> Option<Arc<str>> {
+        self.holds.get(namespace)?.get(key).cloned()
+    }
+
+    pub fn holds(&self, namespace: &str, key: &str) -> bool {
+        self.holds
+            .get(namespace)
+            .is_some_and(|keys| keys.contains(key))
+    }
+
+    pub fn waits_for(&self, namespace: &str, key: &str) -> bool {
+        self.waits
+            .get(namespace)
+            .is_some_and(|keys| keys.contains(key))
+    }
+
+    pub fn hold_count(&self) -> usize {
+        self.holds.values().map(BTreeSet::len).sum()
+    }
+}
+
+/// namespace -> keys; the names are shared with the lock table (`Arc<str>`), not copied.
+pub(crate) type KeySets = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
+
+/// Inserts `key` under `namespace` in a session's holds or waits.
+pub(crate) fn set_insert(set: &mut KeySets, namespace: &Arc<str>, key: &Arc<str>) {
+    let inserted = match set.get_mut(&**namespace) {
+        Some(keys) => keys.insert(key.clone()),
+        None => set
+            .entry(namespace.clone())
+            .or_default()
+            .insert(key.clone()),
+    };
+    assert!(inserted, "`{namespace}/{key}` recorded twice for a session");
+}
+
+/// Removes `key` under `namespace` from a session's holds or waits.
+pub(crate) fn set_remove(set: &mut KeySets, namespace: &str, key: &str) {
+    let keys = set
+        .get_mut(namespace)
+        .unwrap_or_else(|| panic!("session has nothing in namespace `{namespace}`"));
+    assert!(
+        keys.remove(key),
+        "session does not have `{namespace}/{key}`"
+    );
+    if keys.is_empty() {
+        set.remove(namespace);
+    }
+}
+
+pub(crate) fn validate_identity(identity: &Identity) -> Result<(), LockError> {
+    check_len("identity name", &identity.name, IDENTITY_FIELD_LEN_MAX)?;
+    check_len("identity host", &identity.host, IDENTITY_FIELD_LEN_MAX)?;
+    check_len(
+        "identity principal",
+        &identity.principal,
+        IDENTITY_FIELD_LEN_MAX,
+    )?;
+    Ok(())
+}
+
+impl LockStateMachine {
+    pub(crate) fn apply_create_session(
+        &mut self,
+        ttl_ms: Option<u64>,
+        identity: Identity,
+    ) -> Result<Reply, LockError> {
+        let ttl_ms = ttl_ms.unwrap_or(self.config.session_ttl_ms_default);
+        let (min, max) = (
+            self.config.session_ttl_ms_min,
+            self.config.session_ttl_ms_max,
+        );
+        if ttl_ms < min || ttl_ms > max {
+            return Err(LockError::SessionTtlOutOfBounds { ttl_ms, min, max });
+        }
+        validate_identity(&identity)?;
+        if self.sessions.len() >= self.config.sessions_max {
+            return Err(LockError::TooManySessions {
+                max: self.config.sessions_max,
+            });
+        }
+        let session = SessionId(self.revision.0);
+        let previous = self
+            .sessions
+            .insert(session, Session::new(identity, ttl_ms, self.time));
+        assert!(previous.is_none(), "session id {session} reused");
+        Ok(Reply::SessionCreated { session, ttl_ms })
+    }
+
+    pub(crate) fn apply_close_session(&mut self, session: SessionId) -> Result<Reply, LockError> {
+        let Some(state) = self.sessions.get(&session) else {
+            return Err(LockError::UnknownSession { session });
+        };
+        let holds_released = state.hold_count();
+        let waits_removed = state.holds_and_waits - holds_released;
+        self.end_sessions(&[session], ReleaseCause::SessionClosed, None);
+        Ok(Reply::SessionClosed {
+            holds_released,
+            waits_removed,
+        })
+    }
+
+    pub(crate) fn apply_expire_sessions(
+        &mut self,
+        sessions: &[SessionId],
+    ) -> Result<Reply, LockError> {
+        let mut expired: Vec<SessionId> = sessions
+            .iter()
+            .copied()
+            .filter(|id| self.sessions.contains_key(id))
+            .collect();
+        expired.sort_unstable();
+        expired.dedup();
+        self.end_sessions(&expired, ReleaseCause::SessionExpired, None);
+        Ok(Reply::SessionsExpired { expired })
+    }
+}

@@ -1,0 +1,308 @@
+//! Snapshot and restore of the whole state as a plain Rust value (no byte encoding here: `net`
+//! encodes it). `restore(sm.snapshot()) == sm`, and snapshotting a restored state gives the same
+//! snapshot. A snapshot comes from outside (disk, a peer), so restore checks it and answers a
+//! typed error instead of panicking on an inconsistent one.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use super::audit::{AuditLog, AuditRecord};
+use super::class::ClassSpec;
+use super::command::{Identity, RememberedReply};
+use super::config::LockConfig;
+use super::force_release::ForceReleaseRequest;
+use super::ids::{RequestId, Revision, SessionId, Token};
+use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
+use super::names::{validate_key, validate_namespace};
+use super::session::{set_insert, validate_identity, Session};
+use super::watch::{Event, WatchLog};
+use super::LockStateMachine;
+use crate::time::Instant;
+
+/// The whole replicated state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockSnapshot {
+    pub config: LockConfig,
+    pub revision: Revision,
+    pub time: Instant,
+    /// By id.
+    pub sessions: Vec<SessionSnapshot>,
+    /// By (namespace, key): held keys only.
+    pub locks: Vec<LockSnapshotEntry>,
+    /// (namespace, class), by namespace then prefix.
+    pub classes: Vec<(String, ClassSpec)>,
+    /// By id.
+    pub force_releases: Vec<ForceReleaseRequest>,
+    pub audit: Vec<AuditRecord>,
+    pub audit_compacted_through: Revision,
+    pub events: Vec<Event>,
+    pub events_compacted_through: Revision,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSnapshot {
+    pub id: SessionId,
+    pub identity: Identity,
+    pub ttl_ms: u64,
+    pub created_at: Instant,
+    pub request_newest: Option<RequestId>,
+    pub replies: Vec<(RequestId, RememberedReply)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockSnapshotEntry {
+    pub namespace: String,
+    pub key: String,
+    pub holder: HoldSnapshot,
+    pub waiters: Vec<WaiterSnapshot>,
+    pub floor: Revision,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldSnapshot {
+    pub session: SessionId,
+    pub token: Token,
+    pub granted_at: Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaiterSnapshot {
+    pub session: SessionId,
+    pub queued_at: Instant,
+}
+
+/// A snapshot that cannot be a state this machine reached.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("inconsistent lock snapshot: {rule}")]
+pub struct SnapshotError {
+    pub rule: String,
+}
+
+fn bad(rule: String) -> SnapshotError {
+    SnapshotError { rule }
+}
+
+impl LockStateMachine {
+    /// The whole state as a plain value.
+    pub fn snapshot(&self) -> LockSnapshot {
+        let sessions = self
+            .sessions
+            .iter()
+            .map(|(id, s)| SessionSnapshot {
+                id: *id,
+                identity: s.identity.clone(),
+                ttl_ms: s.ttl_ms,
+                created_at: s.created_at,
+                request_newest: s.request_newest,
+                replies: s.replies.iter().cloned().collect(),
+            })
+            .collect();
+        let mut locks = Vec::new();
+        let mut classes = Vec::new();
+        for (namespace, ns) in &self.namespaces {
+            for (key, entry) in &ns.locks {
+                locks.push(LockSnapshotEntry {
+                    namespace: namespace.to_string(),
+                    key: key.to_string(),
+                    holder: HoldSnapshot {
+                        session: entry.holder.session,
+                        token: entry.holder.token,
+                        granted_at: entry.holder.granted_at,
+                    },
+                    waiters: entry
+                        .waiters
+                        .iter()
+                        .map(|w| WaiterSnapshot {
+                            session: w.session,
+                            queued_at: w.queued_at,
+                        })
+                        .collect(),
+                    floor: entry.floor,
+                });
+            }
+            classes.extend(
+                ns.classes
+                    .iter()
+                    .map(|c| (namespace.to_string(), c.clone())),
+            );
+        }
+        LockSnapshot {
+            config: self.config.clone(),
+            revision: self.revision,
+            time: self.time,
+            sessions,
+            locks,
+            classes,
+            force_releases: self.force_releases.pending.values().cloned().collect(),
+            audit: self.audit.records.iter().cloned().collect(),
+            audit_compacted_through: self.audit.compacted_through,
+            events: self.watch.events.iter().cloned().collect(),
+            events_compacted_through: self.watch.compacted_through,
+        }
+    }
+
+    /// Rebuilds the state a snapshot describes, checking every invariant.
+    pub fn restore(snapshot: LockSnapshot) -> Result<LockStateMachine, SnapshotError> {
+        snapshot.config.validate().map_err(bad)?;
+        let mut sm = LockStateMachine::new(snapshot.config);
+        sm.revision = snapshot.revision;
+        sm.time = snapshot.time;
+        for s in snapshot.sessions {
+            validate_identity(&s.identity).map_err(|e| bad(e.to_string()))?;
+            let mut session = Session::new(s.identity, s.ttl_ms, s.created_at);
+            session.request_newest = s.request_newest;
+            session.replies = VecDeque::from(s.replies);
+            if sm.sessions.insert(s.id, session).is_some() {
+                return Err(bad(format!("session {} listed twice", s.id)));
+            }
+        }
+        for (namespace, class) in snapshot.classes {
+            validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
+            class.validate(&sm.config).map_err(|e| bad(e.to_string()))?;
+            let prefix = class.prefix.clone();
+            let name: Arc<str> = Arc::from(namespace.as_str());
+            let ns = sm
+                .namespaces
+                .entry(name.clone())
+                .or_insert_with(|| NamespaceState::new(name));
+            if ns.classes.put(class).is_some() {
+                return Err(bad(format!(
+                    "class at `{namespace}` prefix `{prefix}` listed twice"
+                )));
+            }
+        }
+        for entry in snapshot.locks {
+            sm.restore_entry(entry)?;
+        }
+        for request in snapshot.force_releases {
+            let id = request.id;
+            sm.force_releases
+                .by_deadline
+                .insert((request.expires_at, id));
+            if sm.force_releases.pending.insert(id, request).is_some() {
+                return Err(bad(format!("force-release request {id} listed twice")));
+            }
+        }
+        sm.audit = restore_history(
+            snapshot.audit,
+            snapshot.audit_compacted_through,
+            sm.config.audit_retention,
+            "audit records",
+            |r| r.revision,
+        )
+        .map(|(records, compacted_through, retention)| AuditLog {
+            records,
+            compacted_through,
+            retention,
+        })?;
+        sm.watch = restore_history(
+            snapshot.events,
+            snapshot.events_compacted_through,
+            sm.config.watch_retention,
+            "watch events",
+            |e| e.revision,
+        )
+        .map(|(events, compacted_through, retention)| WatchLog {
+            events,
+            compacted_through,
+            retention,
+        })?;
+        sm.invariant_violation().map_err(bad)?;
+        Ok(sm)
+    }
+
+    fn restore_entry(&mut self, entry: LockSnapshotEntry) -> Result<(), SnapshotError> {
+        let LockSnapshotEntry {
+            namespace,
+            key,
+            holder,
+            waiters,
+            floor,
+        } = entry;
+        validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
+        validate_key(&key).map_err(|e| bad(e.to_string()))?;
+        if self.entry(&namespace, &key).is_some() {
+            return Err(bad(format!("`{namespace}/{key}` listed twice")));
+        }
+        let namespace: Arc<str> = match self.namespaces.get_key_value(namespace.as_str()) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(namespace),
+        };
+        let key: Arc<str> = Arc::from(key);
+        let mut sessions = vec![holder.session];
+        for waiter in &waiters {
+            if sessions.contains(&waiter.session) {
+                return Err(bad(format!(
+                    "`{namespace}/{key}`: {} holds or waits twice",
+                    waiter.session
+                )));
+            }
+            sessions.push(waiter.session);
+        }
+        for (index, id) in sessions.iter().enumerate() {
+            let Some(session) = self.sessions.get_mut(id) else {
+                return Err(bad(format!(
+                    "`{namespace}/{key}`: session {id} is not listed"
+                )));
+            };
+            if index == 0 {
+                set_insert(&mut session.holds, &namespace, &key);
+            } else {
+                set_insert(&mut session.waits, &namespace, &key);
+            }
+            session.holds_and_waits += 1;
+        }
+        let ns = self
+            .namespaces
+            .entry(namespace.clone())
+            .or_insert_with(|| NamespaceState::new(namespace.clone()));
+        if !ns.holds_by_age.insert((holder.token, key.clone())) {
+            return Err(bad(format!("`{namespace}/{key}` listed twice")));
+        }
+        let lock = LockEntry {
+            holder: Hold {
+                session: holder.session,
+                token: holder.token,
+                granted_at: holder.granted_at,
+            },
+            waiters: waiters
+                .iter()
+                .map(|w| Waiter {
+                    session: w.session,
+                    queued_at: w.queued_at,
+                })
+                .collect(),
+            floor,
+        };
+        if ns.locks.insert(key.clone(), lock).is_some() {
+            return Err(bad(format!("`{namespace}/{key}` listed twice")));
+        }
+        Ok(())
+    }
+}
+
+type History<T> = (VecDeque<T>, Revision, usize);
+
+fn restore_history<T>(
+    items: Vec<T>,
+    compacted_through: Revision,
+    retention: usize,
+    what: &str,
+    revision_of: impl Fn(&T) -> Revision,
+) -> Result<History<T>, SnapshotError> {
+    if items.len() > retention {
+        return Err(bad(format!(
+            "{} {what}, retention {retention}",
+            items.len()
+        )));
+    }
+    if items
+        .windows(2)
+        .any(|pair| revision_of(&pair[0]) > revision_of(&pair[1]))
+    {
+        return Err(bad(format!("{what} out of revision order")));
+    }
+    Ok((VecDeque::from(items), compacted_through, retention))
+}
