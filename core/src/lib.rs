@@ -7,4 +7,6 @@
 
 pub mod locks;
 pub mod paxos;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod time;

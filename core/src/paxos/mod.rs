@@ -1,1 +1,75 @@
-//! The Multi-Paxos replica (being written).
+//! A hand-written Multi-Paxos replica, sans IO.
+//!
+//! [`Replica`] is one replica of a static 3- or 5-member cluster, generic over the command type
+//! `C` and the state machine's snapshot type `S`. It reads no clock, does no IO and draws no
+//! unseeded randomness: every input comes through [`Replica::step`], [`Replica::propose`],
+//! [`Replica::read_index`] and [`Replica::compact`]; every output leaves through one FIFO,
+//! [`Replica::poll_action`], plus [`Replica::poll_timeout`].
+//!
+//! The driver loop (what `server` does with real disks and sockets):
+//!
+//! ```
+//! use picket_core::paxos::{Action, Config, Durable, Input, NodeId, Replica};
+//! use picket_core::time::Instant;
+//!
+//! let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+//! let mut replica: Replica<String, Vec<String>> =
+//!     Replica::new(Config::new(NodeId(1), members, 42), Durable::default()).unwrap();
+//! let mut now = Instant::ZERO;
+//! let mut state_machine: Vec<String> = Vec::new();
+//! for _ in 0..10 {
+//!     // 1. Feed inputs: due timeouts (and, in a real driver, peer messages and fsync acks).
+//!     if let Some(deadline) = replica.poll_timeout() {
+//!         now = now.max(deadline);
+//!         replica.step(now, Input::Timeout).unwrap();
+//!     }
+//!     // 2. Drain the outputs in order.
+//!     while let Some(action) = replica.poll_action() {
+//!         match action {
+//!             Action::Persist { id, .. } => {
+//!                 // write + fsync, then acknowledge (here: at once)
+//!                 replica.step(now, Input::Persisted { id }).unwrap();
+//!             }
+//!             Action::Send { to, msg } => { let _ = (to, msg); /* hand to the transport */ }
+//!             Action::Apply { value, .. } => state_machine.push(format!("{value}")),
+//!             Action::InstallSnapshot { snapshot, .. } => state_machine = snapshot,
+//!             Action::ReadReady { .. } | Action::ReadFailed { .. } => {}
+//!             Action::RoleChanged { .. } => {}
+//!         }
+//!     }
+//! }
+//! // Alone, the replica asked for pre-votes but could not become leader.
+//! assert!(replica.counters().elections_started == 0);
+//! assert!(state_machine.is_empty());
+//! ```
+//!
+//! Ordering rules live here, not in the driver: a `Promise` or `Accepted` is only emitted after
+//! the `Persist` it depends on was acknowledged, so every `Send` may go out at once.
+//!
+//! Protocol and invariants: `docs/protocol.md`. Words: `docs/glossary.md`.
+
+mod acceptor;
+mod ballot;
+mod config;
+mod election;
+mod io;
+mod leader;
+mod learner;
+mod message;
+mod quorum;
+mod read_index;
+mod recovery;
+mod replica;
+
+#[cfg(test)]
+mod tests;
+
+pub use ballot::{Ballot, NodeId, Slot, Value};
+pub use config::{Config, ConfigError};
+pub use io::{
+    Action, CompactError, Durable, Input, PersistId, ProposeError, ReadId, RoleKind, StepError,
+};
+pub use learner::CATCHUP_ENTRIES_MAX;
+pub use message::{AcceptedEntry, Message};
+pub use quorum::Votes;
+pub use replica::{Counters, Replica};

@@ -1,0 +1,189 @@
+//! The acceptor's handlers: `Prepare`, `Accept`, `Heartbeat`, and the `Nack`s they provoke.
+//!
+//! Rule: a `Promise` or `Accepted` leaves only after the `Persist` carrying the state it reports
+//! is acknowledged (`send_after_persist`). An amnesiac replica answers none of them.
+
+use std::fmt::Debug;
+
+use super::ballot::{Ballot, NodeId, Slot, Value};
+use super::message::Message;
+use super::replica::{Replica, Role};
+
+impl<C, S> Replica<C, S>
+where
+    C: Clone + Debug + Eq,
+    S: Clone + Debug + Eq,
+{
+    pub(super) fn on_prepare(&mut self, from: NodeId, ballot: Ballot, slot_from: Slot) {
+        if ballot.node != from || slot_from == Slot::ZERO {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        if self.amnesiac {
+            self.counters.dropped_amnesiac += 1;
+            return;
+        }
+        if ballot < self.promised {
+            self.nack(from, ballot);
+            return;
+        }
+        if ballot > self.promised {
+            self.raise_promise(ballot);
+            self.observe_ballot(ballot);
+        }
+        // Everything above the snapshot, even slots we know chosen: an amnesiac candidate must
+        // re-propose every chosen value it may have forgotten accepting.
+        let lo = slot_from.max(self.slot_snapshot().next());
+        let accepted = self
+            .accepted
+            .range(lo..)
+            .map(|(s, (b, v))| (*s, *b, v.clone()))
+            .collect();
+        let msg = Message::Promise {
+            ballot,
+            slot_applied: self.applied,
+            slot_snapshot: self.slot_snapshot(),
+            accepted,
+        };
+        self.send_after_persist(from, msg);
+    }
+
+    pub(super) fn on_accept(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        slot: Slot,
+        value: Value<C>,
+        slot_chosen: Slot,
+    ) {
+        if ballot.node != from || slot == Slot::ZERO {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        if self.amnesiac && from != self.cfg.id {
+            // Only our own (recovery) leadership's accepts are taken while amnesiac.
+            self.counters.dropped_amnesiac += 1;
+            self.note_leader(from, ballot);
+            self.learn_commit(from, ballot, slot_chosen);
+            return;
+        }
+        if ballot < self.promised {
+            self.nack(from, ballot);
+            return;
+        }
+        let promised = if ballot > self.promised {
+            self.promised = ballot;
+            self.round_seen_max = self.round_seen_max.max(ballot.round);
+            self.observe_ballot(ballot);
+            Some(ballot)
+        } else {
+            None
+        };
+        self.note_leader(from, ballot);
+        if slot <= self.slot_snapshot() {
+            // Chosen and compacted here already; the leader learns it from our commit point.
+            if let Some(b) = promised {
+                self.persist(Some(b), Vec::new(), None, false);
+            }
+            self.counters.dropped_stale += 1;
+            // The proposer does not know it is chosen: hand it the snapshot.
+            self.on_catchup_request(from, slot);
+            self.learn_commit(from, ballot, slot_chosen);
+            return;
+        }
+        let fresh = self
+            .accepted
+            .get(&slot)
+            .is_none_or(|(b, v)| *b != ballot || *v != value);
+        if fresh {
+            if let Some((b, _)) = self.accepted.get(&slot) {
+                assert!(
+                    *b <= ballot,
+                    "accepted ballot at {slot} would go back: {ballot} < {b}"
+                );
+            }
+            self.accepted.insert(slot, (ballot, value.clone()));
+            self.accepted_ballot_max = self.accepted_ballot_max.max(ballot);
+            self.persist(promised, vec![(slot, ballot, value)], None, false);
+        } else if promised.is_some() {
+            self.persist(promised, Vec::new(), None, false);
+        }
+        self.send_after_persist(from, Message::Accepted { ballot, slot });
+        self.learn_commit(from, ballot, slot_chosen);
+    }
+
+    pub(super) fn on_heartbeat(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        slot_chosen: Slot,
+        seq: u64,
+    ) {
+        if ballot.node != from {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        if self.amnesiac {
+            self.counters.dropped_amnesiac += 1;
+            self.note_leader(from, ballot);
+            self.learn_commit(from, ballot, slot_chosen);
+            return;
+        }
+        if ballot < self.promised {
+            self.nack(from, ballot);
+            return;
+        }
+        self.note_leader(from, ballot);
+        // Our promise is <= `ballot` now, so no higher ballot can have used us in a phase 1
+        // before this instant: that is what confirms the leader's reads.
+        self.send(from, Message::HeartbeatAck { ballot, seq });
+        self.learn_commit(from, ballot, slot_chosen);
+    }
+
+    pub(super) fn nack(&mut self, to: NodeId, ballot: Ballot) {
+        self.counters.nacks_sent += 1;
+        let promised = self.promised;
+        self.send(to, Message::Nack { ballot, promised });
+    }
+
+    /// A proposer at `ballot` (>= our promise) is active: follow it.
+    pub(super) fn note_leader(&mut self, from: NodeId, ballot: Ballot) {
+        if ballot < self.promised || from == self.cfg.id {
+            return;
+        }
+        self.leader_seen_at = Some(self.now);
+        if self.amnesiac {
+            // Keep recovering (a live leader must not postpone it); only remember whom to
+            // learn chosen values from. A higher ballot ends our own recovery attempt.
+            self.observe_ballot(ballot);
+            if matches!(self.role, Role::Leader(_)) {
+                return;
+            }
+            if self.leader != Some(from) {
+                self.leader = Some(from);
+                self.report_role();
+            }
+            return;
+        }
+        match &self.role {
+            Role::Leader(_) => {}
+            Role::Follower if self.leader == Some(from) => {
+                self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
+            }
+            _ => self.become_follower(Some(from)),
+        }
+    }
+
+    /// A ballot above our own proposer ballot exists: a candidate or leader steps down.
+    pub(super) fn observe_ballot(&mut self, ballot: Ballot) {
+        self.round_seen_max = self.round_seen_max.max(ballot.round);
+        let mine = match &self.role {
+            Role::Candidate { ballot, .. } => Some(*ballot),
+            Role::Leader(l) => Some(l.ballot),
+            _ => None,
+        };
+        if mine.is_some_and(|m| m < ballot) {
+            self.become_follower(None);
+        }
+    }
+}

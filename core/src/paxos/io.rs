@@ -1,0 +1,159 @@
+//! What goes in and out of a replica: inputs, actions, durable state and errors.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use super::ballot::{Ballot, NodeId, Slot, Value};
+use super::message::{AcceptedEntry, Message};
+
+/// Identifies a `Persist` action; ids increase by one from 1.
+pub type PersistId = u64;
+
+/// Identifies a linearizable read started with `Replica::read_index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadId(pub u64);
+
+/// An input from the driver (besides `propose`/`read_index`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input<C, S> {
+    /// A message from peer `from`.
+    Message { from: NodeId, msg: Message<C, S> },
+    /// `now` reached (or passed) the instant `poll_timeout` returned.
+    Timeout,
+    /// The `Persist` action `id` and every earlier one are durable.
+    Persisted { id: PersistId },
+}
+
+/// The replica's role, as reported by `Action::RoleChanged`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RoleKind {
+    Follower,
+    /// Asking for pre-votes; holds no ballot yet.
+    PreCandidate,
+    /// Running phase 1 at its ballot.
+    Candidate,
+    /// Phase 1 done; proposes.
+    Leader,
+    /// Durable state was lost: neither promises nor accepts until re-learned from the others.
+    Recovering,
+}
+
+/// An output for the driver, taken from one FIFO with `poll_action`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action<C, S> {
+    /// Make this durable, then step `Input::Persisted { id }`. Storage applies it as: set the
+    /// promised ballot if `Some`, upsert each accepted entry, replace the snapshot if `Some`
+    /// (dropping accepted entries at or below its slot), clear the "lost" flag if `recovered`.
+    Persist {
+        id: PersistId,
+        promised: Option<Ballot>,
+        accepted: Vec<AcceptedEntry<C>>,
+        snapshot: Option<(Slot, S)>,
+        recovered: bool,
+    },
+    /// Send `msg` to `to` (any time, in any order: ordering rules are kept by the replica).
+    Send { to: NodeId, msg: Message<C, S> },
+    /// Apply the chosen `value` of `slot`: strictly in slot order, exactly once per slot.
+    Apply { slot: Slot, value: Value<C> },
+    /// Replace the state machine with `snapshot` (state as of `slot`); `Apply` goes on at slot+1.
+    InstallSnapshot { slot: Slot, snapshot: S },
+    /// Read `id` is linearizable now: leadership was confirmed by a quorum after it arrived
+    /// and the state machine has applied at least `slot_applied_min`.
+    ReadReady { id: ReadId, slot_applied_min: Slot },
+    /// Read `id` cannot be served here (leadership lost); the client retries elsewhere.
+    ReadFailed { id: ReadId },
+    /// The role or the known leader changed. Commands queued but not yet in a slot are dropped
+    /// when leadership is lost; clients retry (idempotently).
+    RoleChanged {
+        role: RoleKind,
+        ballot: Ballot,
+        leader: Option<NodeId>,
+    },
+}
+
+/// What storage gave back at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Durable<C, S> {
+    pub promised: Ballot,
+    pub accepted: BTreeMap<Slot, (Ballot, Value<C>)>,
+    pub snapshot: Option<(Slot, S)>,
+    /// Storage lost or found damaged acknowledged state: the replica must not vote until it
+    /// has re-learned from the other replicas.
+    pub lost: bool,
+}
+
+impl<C, S> Default for Durable<C, S> {
+    fn default() -> Self {
+        Durable {
+            promised: Ballot::ZERO,
+            accepted: BTreeMap::new(),
+            snapshot: None,
+            lost: false,
+        }
+    }
+}
+
+impl<C: Clone, S: Clone> Durable<C, S> {
+    /// Applies a `Persist` action the way storage must, asserting that nothing goes backwards:
+    /// the promised ballot never decreases and a slot's accepted ballot never decreases.
+    pub fn apply_persist(
+        &mut self,
+        promised: Option<Ballot>,
+        accepted: &[AcceptedEntry<C>],
+        snapshot: Option<&(Slot, S)>,
+        recovered: bool,
+    ) {
+        if let Some(p) = promised {
+            assert!(
+                p >= self.promised,
+                "promised ballot went backwards: {p} < {}",
+                self.promised
+            );
+            self.promised = p;
+        }
+        for (slot, ballot, value) in accepted {
+            if let Some((old, _)) = self.accepted.get(slot) {
+                assert!(
+                    ballot >= old,
+                    "accepted ballot at slot {slot} went backwards: {ballot} < {old}"
+                );
+            }
+            self.accepted.insert(*slot, (*ballot, value.clone()));
+        }
+        if let Some((slot, snap)) = snapshot {
+            if self.snapshot.as_ref().is_none_or(|(s, _)| s < slot) {
+                self.snapshot = Some((*slot, snap.clone()));
+                self.accepted = self.accepted.split_off(&slot.next());
+            }
+        }
+        if recovered {
+            self.lost = false;
+        }
+    }
+}
+
+/// A proposal or read the replica refuses; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ProposeError {
+    #[error("not the leader (leader hint: {leader_hint:?})")]
+    NotLeader { leader_hint: Option<NodeId> },
+    #[error("busy: {pending} pending, at most {max}")]
+    Busy { pending: usize, max: usize },
+}
+
+/// A driver mistake in `step`; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum StepError {
+    #[error("Persisted {{ id: {id} }} acknowledges a persist never issued (last issued {issued})")]
+    PersistedUnknown { id: PersistId, issued: PersistId },
+}
+
+/// A caller mistake in `compact`; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CompactError {
+    #[error("cannot compact at slot {slot}: only slots <= applied {applied} may be compacted")]
+    NotApplied { slot: Slot, applied: Slot },
+    #[error("cannot compact at slot {slot}: already compacted at {snapshot}")]
+    Stale { slot: Slot, snapshot: Slot },
+}

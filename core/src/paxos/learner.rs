@@ -1,0 +1,251 @@
+//! Learning: which slots are chosen, applying them in order, catching up by fetching chosen
+//! values or a snapshot, and compaction.
+
+use std::fmt::Debug;
+
+use super::ballot::{Ballot, NodeId, Slot, Value};
+use super::io::Action;
+use super::message::Message;
+use super::replica::{Replica, Role};
+
+/// Chosen values sent in one catch-up reply at most.
+pub const CATCHUP_ENTRIES_MAX: usize = 512;
+
+impl<C, S> Replica<C, S>
+where
+    C: Clone + Debug + Eq,
+    S: Clone + Debug + Eq,
+{
+    /// The proposer of `ballot` declares every slot <= `slot_chosen` chosen. Our accepted value
+    /// at slot s is the chosen one when we accepted it at exactly `ballot` (a proposer proposes
+    /// one value per slot per ballot, and it proposed the chosen one). Other slots are fetched.
+    pub(super) fn learn_commit(&mut self, from: NodeId, ballot: Ballot, slot_chosen: Slot) {
+        if from == self.cfg.id {
+            return;
+        }
+        if slot_chosen > self.slot_chosen_heard {
+            self.slot_chosen_heard = slot_chosen;
+        }
+        let mut s = self.applied.next();
+        while s <= slot_chosen {
+            if !self.log.contains_key(&s) {
+                match self.accepted.get(&s) {
+                    Some((b, v)) if *b == ballot => {
+                        let v = v.clone();
+                        self.log.insert(s, v);
+                    }
+                    _ => break,
+                }
+            }
+            s = s.next();
+        }
+        self.apply_ready();
+        if self.applied < slot_chosen {
+            self.request_catchup(from);
+        }
+    }
+
+    /// `slot` is chosen with `value` (we lead and a quorum accepted it).
+    pub(super) fn on_chosen(&mut self, slot: Slot, value: Value<C>) {
+        if slot <= self.slot_snapshot() {
+            return;
+        }
+        if let Some(known) = self.log.get(&slot) {
+            assert_eq!(*known, value, "two values chosen at slot {slot}");
+            return;
+        }
+        self.log.insert(slot, value);
+        self.apply_ready();
+    }
+
+    /// Emits `Apply` for every consecutive known-chosen slot after `applied`.
+    pub(super) fn apply_ready(&mut self) {
+        let before = self.applied;
+        while let Some(v) = self.log.get(&self.applied.next()) {
+            let slot = self.applied.next();
+            let value = v.clone();
+            self.actions.push_back(Action::Apply { slot, value });
+            self.applied = slot;
+        }
+        if self.applied > before {
+            self.slot_chosen_heard = self.slot_chosen_heard.max(self.applied);
+            self.retire_proposals();
+            self.release_reads();
+            self.check_recovered();
+        }
+    }
+
+    /// A leader that learned slots chosen by other means (catch-up) stops proposing them.
+    fn retire_proposals(&mut self) {
+        let applied = self.applied;
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        // A proposal overtaken this way can only differ from the chosen value if a higher
+        // ballot chose it, i.e. we are deposed and about to hear so; its commands are dropped
+        // like any queued command of a deposed leader.
+        l.proposals = l.proposals.split_off(&applied.next());
+        if l.slot_next <= applied {
+            l.slot_next = applied.next();
+        }
+    }
+
+    /// Asks `from` for chosen values after `applied`, unless a request is outstanding.
+    pub(super) fn request_catchup(&mut self, from: NodeId) {
+        if from == self.cfg.id {
+            return;
+        }
+        self.catchup_source = Some(from);
+        if self.catchup_deadline.is_some_and(|t| self.now < t) {
+            return;
+        }
+        self.catchup_deadline = Some(self.now.add_ms(self.cfg.heartbeat_ms * 2));
+        self.counters.catchups_requested += 1;
+        let slot_from = if self.wants_snapshot() {
+            self.slot_snapshot().next()
+        } else {
+            self.applied.next()
+        };
+        self.send(from, Message::CatchupRequest { slot_from });
+    }
+
+    /// A recovering leader needs a durable snapshot, not only the values: from whom.
+    fn snapshot_source(&self) -> Option<NodeId> {
+        match &self.role {
+            Role::Leader(l) => match l.recovery_goal {
+                Some((_, snap_min, from)) if snap_min > self.slot_snapshot() => Some(from),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn wants_snapshot(&self) -> bool {
+        self.snapshot_source().is_some()
+    }
+
+    /// On a timeout: if still behind what we know is chosen, ask again.
+    pub(super) fn retry_catchup_if_due(&mut self) {
+        if self.catchup_deadline.is_some_and(|t| self.now < t) {
+            return;
+        }
+        self.catchup_deadline = None;
+        if let Some(from) = self.snapshot_source() {
+            self.request_catchup(from);
+        } else if self.applied < self.slot_chosen_heard {
+            if let Some(from) = self.catchup_source {
+                self.request_catchup(from);
+            }
+        }
+    }
+
+    pub(super) fn on_catchup_request(&mut self, from: NodeId, slot_from: Slot) {
+        if slot_from == Slot::ZERO {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        let (snapshot, start) = match &self.snapshot {
+            Some((s, snap)) if slot_from <= *s => (Some((*s, snap.clone())), s.next()),
+            _ => (None, slot_from),
+        };
+        let mut entries = Vec::new();
+        let mut s = start;
+        while s <= self.applied && entries.len() < CATCHUP_ENTRIES_MAX {
+            match self.log.get(&s) {
+                Some(v) => entries.push((s, v.clone())),
+                None => break,
+            }
+            s = s.next();
+        }
+        if snapshot.is_none() && entries.is_empty() {
+            self.counters.dropped_stale += 1;
+            return;
+        }
+        self.send(from, Message::CatchupReply { snapshot, entries });
+    }
+
+    pub(super) fn on_catchup_reply(
+        &mut self,
+        from: NodeId,
+        snapshot: Option<(Slot, S)>,
+        entries: Vec<(Slot, Value<C>)>,
+    ) {
+        let consecutive = entries.windows(2).all(|w| w[1].0 == w[0].0.next());
+        let starts_right = match (&snapshot, entries.first()) {
+            (Some((s, _)), Some((e, _))) => *e == s.next(),
+            (None, Some((e, _))) => *e > Slot::ZERO,
+            _ => true,
+        };
+        if !consecutive || !starts_right {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        self.catchup_deadline = None;
+        if let Some((slot, snap)) = snapshot {
+            if slot > self.applied {
+                self.take_snapshot(slot, snap, true);
+            } else if slot > self.slot_snapshot() {
+                // Same state as ours at `slot` (applied prefixes agree): keep it as our own.
+                self.take_snapshot(slot, snap, false);
+            }
+        }
+        for (slot, value) in entries {
+            if slot <= self.slot_snapshot() {
+                continue;
+            }
+            if let Some(known) = self.log.get(&slot) {
+                assert_eq!(
+                    *known, value,
+                    "catch-up from {from} disagrees at slot {slot}"
+                );
+                continue;
+            }
+            self.log.insert(slot, value);
+        }
+        self.apply_ready();
+        if self.applied < self.slot_chosen_heard {
+            self.request_catchup(from);
+        } else if let Some(source) = self.snapshot_source() {
+            if source != from {
+                self.request_catchup(source);
+            }
+        }
+        self.fill_window();
+    }
+
+    /// Installs a snapshot at `slot`: the log, accepted values and proposals at or below it go.
+    /// `install` tells the state machine to replace its state (catch-up); `compact` does not.
+    pub(super) fn take_snapshot(&mut self, slot: Slot, snapshot: S, install: bool) {
+        assert!(
+            slot > self.slot_snapshot(),
+            "snapshot {slot} not above current"
+        );
+        if install {
+            assert!(
+                slot > self.applied,
+                "installing snapshot {slot} at or below applied"
+            );
+            self.applied = slot;
+            self.slot_chosen_heard = self.slot_chosen_heard.max(slot);
+            self.actions.push_back(Action::InstallSnapshot {
+                slot,
+                snapshot: snapshot.clone(),
+            });
+        }
+        self.log = self.log.split_off(&slot.next());
+        self.accepted = self.accepted.split_off(&slot.next());
+        if let Role::Leader(l) = &mut self.role {
+            l.proposals = l.proposals.split_off(&slot.next());
+            if l.slot_next <= slot {
+                l.slot_next = slot.next();
+            }
+        }
+        self.snapshot = Some((slot, snapshot.clone()));
+        self.persist(None, Vec::new(), Some((slot, snapshot)), false);
+        if install {
+            self.apply_ready();
+            self.release_reads();
+        }
+        self.check_recovered();
+    }
+}

@@ -1,0 +1,79 @@
+//! Peer messages. Plain Rust types: `net` encodes them; `core` never sees bytes.
+
+use super::ballot::{Ballot, Slot, Value};
+
+/// One accepted value as reported in a `Promise` or persisted: (slot, ballot, value).
+pub type AcceptedEntry<C> = (Slot, Ballot, Value<C>);
+
+/// A message between replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message<C, S> {
+    /// "Would you vote for me at `round`?" Changes no state (pre-vote): a rejoining replica
+    /// cannot depose a healthy leader by merely asking.
+    PreVote { round: u64 },
+    /// Answer to `PreVote`; granted only when the voter has not heard from a live leader.
+    PreVoteReply { round: u64, granted: bool },
+    /// Phase 1a over every slot >= `slot_from` (a range prepare).
+    Prepare { ballot: Ballot, slot_from: Slot },
+    /// Phase 1b: the acceptor promised `ballot`; every slot <= `slot_applied` is chosen and
+    /// known to it; slots <= `slot_snapshot` are covered by its durable snapshot; `accepted`
+    /// lists its accepted values at slots >= `slot_from` above the snapshot.
+    /// Sent only after the promise (and everything persisted before it) is durable.
+    Promise {
+        ballot: Ballot,
+        slot_applied: Slot,
+        slot_snapshot: Slot,
+        accepted: Vec<AcceptedEntry<C>>,
+    },
+    /// Phase 2a. `slot_chosen` is the leader's applied prefix (piggybacked commit point).
+    Accept {
+        ballot: Ballot,
+        slot: Slot,
+        value: Value<C>,
+        slot_chosen: Slot,
+    },
+    /// Phase 2b, sent only after the acceptance is durable.
+    Accepted { ballot: Ballot, slot: Slot },
+    /// "Your `ballot` is below what I promised."
+    Nack { ballot: Ballot, promised: Ballot },
+    /// Leader liveness, commit point and read-index confirmation round `seq`.
+    Heartbeat {
+        ballot: Ballot,
+        slot_chosen: Slot,
+        seq: u64,
+    },
+    /// "At the time I received heartbeat `seq` I had promised nothing above `ballot`."
+    HeartbeatAck { ballot: Ballot, seq: u64 },
+    /// "Send me the chosen values from `slot_from` on (or a snapshot)."
+    CatchupRequest { slot_from: Slot },
+    /// Chosen values, consecutive, starting right after the snapshot if there is one.
+    CatchupReply {
+        snapshot: Option<(Slot, S)>,
+        entries: Vec<(Slot, Value<C>)>,
+    },
+    /// An amnesiac replica asks for the highest ballot the peer has promised.
+    RecoverQuery { nonce: u64 },
+    /// Answer to `RecoverQuery`.
+    RecoverReply { nonce: u64, promised: Ballot },
+}
+
+impl<C, S> Message<C, S> {
+    /// Short name for traces and counters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::PreVote { .. } => "pre-vote",
+            Message::PreVoteReply { .. } => "pre-vote-reply",
+            Message::Prepare { .. } => "prepare",
+            Message::Promise { .. } => "promise",
+            Message::Accept { .. } => "accept",
+            Message::Accepted { .. } => "accepted",
+            Message::Nack { .. } => "nack",
+            Message::Heartbeat { .. } => "heartbeat",
+            Message::HeartbeatAck { .. } => "heartbeat-ack",
+            Message::CatchupRequest { .. } => "catchup-request",
+            Message::CatchupReply { .. } => "catchup-reply",
+            Message::RecoverQuery { .. } => "recover-query",
+            Message::RecoverReply { .. } => "recover-reply",
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! The replica: one object, one entry (`step`, `propose`, `read_index`, `compact`), one exit
+//! (`poll_action`, `poll_timeout`). The handlers live in the role modules; this file holds the
+//! state, the dispatch, the persist-before-reply machinery and the invariants.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Debug;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::ballot::{Ballot, NodeId, Slot, Value};
+use super::config::{Config, ConfigError};
+use super::io::{
+    Action, CompactError, Durable, Input, PersistId, ProposeError, RoleKind, StepError,
+};
+use super::leader::LeaderState;
+use super::message::{AcceptedEntry, Message};
+use super::quorum::Votes;
+use crate::time::Instant;
+
+/// Counters of dropped input, for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Peer messages that arrived too late to matter (old ballot, finished round, ...).
+    pub dropped_stale: u64,
+    /// Peer messages that broke the protocol's shape (unknown sender, bad ranges, ...).
+    pub dropped_malformed: u64,
+    /// Votes (prepare, accept, heartbeat) ignored because this replica is amnesiac.
+    pub dropped_amnesiac: u64,
+    pub nacks_sent: u64,
+    pub elections_started: u64,
+    pub catchups_requested: u64,
+}
+
+/// What one promiser reported: ((slot applied, slot snapshot), accepted entries).
+pub(super) type PromiseReport<C> = ((Slot, Slot), Vec<AcceptedEntry<C>>);
+
+/// The role-specific state. Transitions are the `become_*` functions.
+#[derive(Debug)]
+pub(super) enum Role<C> {
+    Follower,
+    PreCandidate {
+        round: u64,
+        granted: Votes,
+    },
+    Candidate {
+        ballot: Ballot,
+        /// Per promiser: ((slot applied, slot snapshot), accepted entries).
+        promises: BTreeMap<NodeId, PromiseReport<C>>,
+    },
+    Leader(Box<LeaderState<C>>),
+    Recovering {
+        nonce: u64,
+        replies: BTreeMap<NodeId, Ballot>,
+    },
+}
+
+/// A Multi-Paxos replica over commands `C` and state-machine snapshots `S`.
+pub struct Replica<C, S> {
+    pub(super) cfg: Config,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) now: Instant,
+
+    // Acceptor (in memory; storage lags until `Persisted`).
+    /// Never decreases (checked after every step).
+    pub(super) promised: Ballot,
+    /// Accepted (ballot, value) per slot above the snapshot; a slot's ballot never decreases.
+    pub(super) accepted: BTreeMap<Slot, (Ballot, Value<C>)>,
+    /// Highest ballot in `accepted`; never above `promised`.
+    pub(super) accepted_ballot_max: Ballot,
+    /// Durable state was lost: no promise, accept or heartbeat ack until recovered.
+    pub(super) amnesiac: bool,
+
+    // Persist-before-reply.
+    pub(super) persist_issued: PersistId,
+    pub(super) persist_acked: PersistId,
+    /// Messages waiting for the persist they depend on, in persist order.
+    pub(super) held: VecDeque<(PersistId, NodeId, Message<C, S>)>,
+
+    // Learner.
+    /// Chosen values above the snapshot (applied or waiting for a gap to fill).
+    pub(super) log: BTreeMap<Slot, Value<C>>,
+    /// Every slot <= applied was emitted as `Apply` (or is covered by the snapshot).
+    pub(super) applied: Slot,
+    pub(super) snapshot: Option<(Slot, S)>,
+    /// Highest commit point any leader told us about.
+    pub(super) slot_chosen_heard: Slot,
+    /// No new catch-up request before this instant (one outstanding at a time).
+    pub(super) catchup_deadline: Option<Instant>,
+    /// Whom to ask again if the last catch-up request got no answer.
+    pub(super) catchup_source: Option<NodeId>,
+
+    // Roles and elections.
+    pub(super) role: Role<C>,
+    pub(super) leader: Option<NodeId>,
+    pub(super) leader_seen_at: Option<Instant>,
+    pub(super) round_seen_max: u64,
+    pub(super) deadline_election: Instant,
+    pub(super) role_reported: (RoleKind, Option<NodeId>),
+    pub(super) next_read_id: u64,
+
+    pub(super) actions: VecDeque<Action<C, S>>,
+    pub(super) inbox: VecDeque<Message<C, S>>,
+    pub(super) counters: Counters,
+    checked_promised: Ballot,
+    checked_applied: Slot,
+}
+
+impl<C, S> Replica<C, S>
+where
+    C: Clone + Debug + Eq,
+    S: Clone + Debug + Eq,
+{
+    /// Builds a replica from its configuration and what storage restored. If a snapshot was
+    /// restored, the first action is `InstallSnapshot` for it.
+    pub fn new(cfg: Config, restored: Durable<C, S>) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ cfg.id.0.rotate_left(32));
+        let Durable {
+            promised,
+            accepted,
+            snapshot,
+            lost,
+        } = restored;
+        let (promised, mut accepted) = if lost {
+            (Ballot::ZERO, BTreeMap::new())
+        } else {
+            (promised, accepted)
+        };
+        let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s);
+        accepted = accepted.split_off(&slot_snapshot.next());
+        let accepted_ballot_max = accepted
+            .values()
+            .map(|(b, _)| *b)
+            .max()
+            .unwrap_or(Ballot::ZERO);
+        assert!(
+            accepted_ballot_max <= promised,
+            "restored accepted ballot {accepted_ballot_max} above restored promise {promised}"
+        );
+        let mut r = Replica {
+            cfg,
+            rng,
+            now: Instant::ZERO,
+            promised,
+            accepted,
+            accepted_ballot_max,
+            amnesiac: lost,
+            persist_issued: 0,
+            persist_acked: 0,
+            held: VecDeque::new(),
+            log: BTreeMap::new(),
+            applied: slot_snapshot,
+            snapshot: None,
+            slot_chosen_heard: slot_snapshot,
+            catchup_deadline: None,
+            catchup_source: None,
+            role: Role::Follower,
+            leader: None,
+            leader_seen_at: None,
+            round_seen_max: promised.round,
+            deadline_election: Instant::ZERO,
+            role_reported: (RoleKind::Follower, None),
+            next_read_id: 1,
+            actions: VecDeque::new(),
+            inbox: VecDeque::new(),
+            counters: Counters::default(),
+            checked_promised: promised,
+            checked_applied: slot_snapshot,
+        };
+        if lost {
+            r.role_reported = (RoleKind::Recovering, None);
+        }
+        if let Some((slot, snap)) = snapshot {
+            r.actions.push_back(Action::InstallSnapshot {
+                slot,
+                snapshot: snap.clone(),
+            });
+            r.snapshot = Some((slot, snap));
+        }
+        r.deadline_election = r.now.add_ms(r.election_timeout_ms_random());
+        r.check_invariants();
+        Ok(r)
+    }
+
+    /// Feeds one input. `now` never goes backwards (an earlier `now` is treated as the latest).
+    pub fn step(&mut self, now: Instant, input: Input<C, S>) -> Result<(), StepError> {
+        self.now = self.now.max(now);
+        match input {
+            Input::Message { from, msg } => {
+                if from == self.cfg.id || !self.cfg.members.contains(&from) {
+                    self.counters.dropped_malformed += 1;
+                } else {
+                    self.on_message(from, msg);
+                }
+            }
+            Input::Timeout => self.on_timeout(),
+            Input::Persisted { id } => {
+                if id > self.persist_issued {
+                    return Err(StepError::PersistedUnknown {
+                        id,
+                        issued: self.persist_issued,
+                    });
+                }
+                self.on_persisted(id);
+            }
+        }
+        self.drain_inbox();
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Queues `command` for the next slot the leader proposes.
+    pub fn propose(&mut self, now: Instant, command: C) -> Result<(), ProposeError> {
+        self.propose_many(now, std::iter::once(command))
+    }
+
+    /// Queues several commands at once so they can share slots (batching). All or nothing:
+    /// `Busy` if they do not all fit in the pending queue.
+    pub fn propose_many<I>(&mut self, now: Instant, commands: I) -> Result<(), ProposeError>
+    where
+        I: IntoIterator<Item = C>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        self.now = self.now.max(now);
+        let commands = commands.into_iter();
+        let max = self.cfg.pending_max;
+        let leader_hint = self.leader;
+        let Role::Leader(l) = &mut self.role else {
+            return Err(ProposeError::NotLeader { leader_hint });
+        };
+        if l.queue.len() + commands.len() > max {
+            return Err(ProposeError::Busy {
+                pending: l.queue.len(),
+                max,
+            });
+        }
+        l.queue.extend(commands);
+        self.fill_window();
+        self.drain_inbox();
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Replaces the log up to `slot` (applied) with the state machine's `snapshot` as of `slot`.
+    pub fn compact(&mut self, slot: Slot, snapshot: S) -> Result<(), CompactError> {
+        if slot > self.applied {
+            return Err(CompactError::NotApplied {
+                slot,
+                applied: self.applied,
+            });
+        }
+        let snap_slot = self.slot_snapshot();
+        if slot <= snap_slot {
+            return Err(CompactError::Stale {
+                slot,
+                snapshot: snap_slot,
+            });
+        }
+        self.take_snapshot(slot, snapshot, false);
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// The next output, in order.
+    pub fn poll_action(&mut self) -> Option<Action<C, S>> {
+        self.actions.pop_front()
+    }
+
+    /// When the driver must step `Input::Timeout` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.role {
+            Role::Leader(l) => Some(l.deadline_heartbeat),
+            _ => Some(self.deadline_election),
+        }
+    }
+
+    // ---- inspection ----
+
+    pub fn id(&self) -> NodeId {
+        self.cfg.id
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn role(&self) -> RoleKind {
+        match &self.role {
+            Role::Follower if self.amnesiac => RoleKind::Recovering,
+            Role::Follower => RoleKind::Follower,
+            Role::PreCandidate { .. } => RoleKind::PreCandidate,
+            Role::Candidate { .. } => RoleKind::Candidate,
+            Role::Leader(_) => RoleKind::Leader,
+            Role::Recovering { .. } => RoleKind::Recovering,
+        }
+    }
+
+    /// The highest ballot promised (in memory; storage may lag until `Persisted`).
+    pub fn ballot_promised(&self) -> Ballot {
+        self.promised
+    }
+
+    /// The leader this replica follows (itself when leading), if known.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+
+    pub fn slot_applied(&self) -> Slot {
+        self.applied
+    }
+
+    /// Highest commit point heard (or reached, on the leader).
+    pub fn slot_chosen(&self) -> Slot {
+        self.slot_chosen_heard.max(self.applied)
+    }
+
+    pub fn slot_snapshot(&self) -> Slot {
+        self.snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s)
+    }
+
+    pub fn is_amnesiac(&self) -> bool {
+        self.amnesiac
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The accepted (ballot, value) at `slot`, if any.
+    pub fn accepted_at(&self, slot: Slot) -> Option<&(Ballot, Value<C>)> {
+        self.accepted.get(&slot)
+    }
+
+    // ---- dispatch ----
+
+    fn on_message(&mut self, from: NodeId, msg: Message<C, S>) {
+        match msg {
+            Message::PreVote { round } => self.on_pre_vote(from, round),
+            Message::PreVoteReply { round, granted } => {
+                self.on_pre_vote_reply(from, round, granted)
+            }
+            Message::Prepare { ballot, slot_from } => self.on_prepare(from, ballot, slot_from),
+            Message::Promise {
+                ballot,
+                slot_applied,
+                slot_snapshot,
+                accepted,
+            } => self.on_promise(from, ballot, (slot_applied, slot_snapshot), accepted),
+            Message::Accept {
+                ballot,
+                slot,
+                value,
+                slot_chosen,
+            } => self.on_accept(from, ballot, slot, value, slot_chosen),
+            Message::Accepted { ballot, slot } => self.on_accepted(from, ballot, slot),
+            Message::Nack { ballot, promised } => self.on_nack(from, ballot, promised),
+            Message::Heartbeat {
+                ballot,
+                slot_chosen,
+                seq,
+            } => self.on_heartbeat(from, ballot, slot_chosen, seq),
+            Message::HeartbeatAck { ballot, seq } => self.on_heartbeat_ack(from, ballot, seq),
+            Message::CatchupRequest { slot_from } => self.on_catchup_request(from, slot_from),
+            Message::CatchupReply { snapshot, entries } => {
+                self.on_catchup_reply(from, snapshot, entries)
+            }
+            Message::RecoverQuery { nonce } => self.on_recover_query(from, nonce),
+            Message::RecoverReply { nonce, promised } => {
+                self.on_recover_reply(from, nonce, promised)
+            }
+        }
+    }
+
+    /// Messages a replica sends itself (its own prepare/accept and the replies) go through the
+    /// same handlers, after the same persists, but never through the driver.
+    fn drain_inbox(&mut self) {
+        while let Some(msg) = self.inbox.pop_front() {
+            self.on_message(self.cfg.id, msg);
+        }
+    }
+
+    fn on_persisted(&mut self, id: PersistId) {
+        if id <= self.persist_acked {
+            return;
+        }
+        self.persist_acked = id;
+        while self.held.front().is_some_and(|(dep, _, _)| *dep <= id) {
+            let (_, to, msg) = self.held.pop_front().expect("front checked");
+            self.send(to, msg);
+        }
+    }
+
+    // ---- output helpers ----
+
+    pub(super) fn send(&mut self, to: NodeId, msg: Message<C, S>) {
+        if to == self.cfg.id {
+            self.inbox.push_back(msg);
+        } else {
+            self.actions.push_back(Action::Send { to, msg });
+        }
+    }
+
+    /// Sends `msg` once everything persisted so far is durable (persist before reply).
+    pub(super) fn send_after_persist(&mut self, to: NodeId, msg: Message<C, S>) {
+        let dep = self.persist_issued;
+        if dep <= self.persist_acked {
+            self.send(to, msg);
+        } else {
+            self.held.push_back((dep, to, msg));
+        }
+    }
+
+    /// Sends `msg` to every other member.
+    pub(super) fn broadcast(&mut self, msg: &Message<C, S>) {
+        for i in 0..self.cfg.members.len() {
+            let to = self.cfg.members[i];
+            if to != self.cfg.id {
+                self.actions.push_back(Action::Send {
+                    to,
+                    msg: msg.clone(),
+                });
+            }
+        }
+    }
+
+    pub(super) fn persist(
+        &mut self,
+        promised: Option<Ballot>,
+        accepted: Vec<AcceptedEntry<C>>,
+        snapshot: Option<(Slot, S)>,
+        recovered: bool,
+    ) -> PersistId {
+        self.persist_issued += 1;
+        self.actions.push_back(Action::Persist {
+            id: self.persist_issued,
+            promised,
+            accepted,
+            snapshot,
+            recovered,
+        });
+        self.persist_issued
+    }
+
+    /// Raises the promise to `ballot` and persists it.
+    pub(super) fn raise_promise(&mut self, ballot: Ballot) {
+        assert!(
+            ballot > self.promised,
+            "promise must rise: {ballot} <= {}",
+            self.promised
+        );
+        self.promised = ballot;
+        self.round_seen_max = self.round_seen_max.max(ballot.round);
+        self.persist(Some(ballot), Vec::new(), None, false);
+    }
+
+    pub(super) fn election_timeout_ms_random(&mut self) -> u64 {
+        let span = self.cfg.election_timeout_ms_max - self.cfg.election_timeout_ms_min + 1;
+        self.cfg.election_timeout_ms_min + self.rng.next_u64() % span
+    }
+
+    /// Emits `RoleChanged` when the role kind or the known leader changed.
+    pub(super) fn report_role(&mut self) {
+        let now = (self.role(), self.leader);
+        if now != self.role_reported {
+            self.role_reported = now;
+            let ballot = match &self.role {
+                Role::Candidate { ballot, .. } => *ballot,
+                Role::Leader(l) => l.ballot,
+                _ => self.promised,
+            };
+            self.actions.push_back(Action::RoleChanged {
+                role: now.0,
+                ballot,
+                leader: now.1,
+            });
+        }
+    }
+
+    pub(super) fn quorum(&self) -> usize {
+        self.cfg.quorum()
+    }
+
+    // ---- invariants ----
+
+    /// Checked after every input. Cheap checks are `assert!` (on in release); O(n) ones are
+    /// `debug_assert!`.
+    fn check_invariants(&mut self) {
+        assert!(
+            self.promised >= self.checked_promised,
+            "promised went backwards: {} < {}",
+            self.promised,
+            self.checked_promised
+        );
+        self.checked_promised = self.promised;
+        assert!(
+            self.applied >= self.checked_applied,
+            "applied went backwards: {} < {}",
+            self.applied,
+            self.checked_applied
+        );
+        self.checked_applied = self.applied;
+        assert!(
+            self.accepted_ballot_max <= self.promised,
+            "accepted ballot {} above promise {}",
+            self.accepted_ballot_max,
+            self.promised
+        );
+        let snap = self.slot_snapshot();
+        assert!(
+            snap <= self.applied,
+            "snapshot {snap} above applied {}",
+            self.applied
+        );
+        if let Some((s, _)) = self.log.first_key_value() {
+            assert!(*s > snap, "log slot {s} not above snapshot {snap}");
+        }
+        if let Some((s, _)) = self.accepted.first_key_value() {
+            assert!(*s > snap, "accepted slot {s} not above snapshot {snap}");
+        }
+        assert!(self.persist_acked <= self.persist_issued);
+        if let Some((dep, _, _)) = self.held.front() {
+            assert!(
+                *dep > self.persist_acked,
+                "held message on persist {dep} not released though {} is durable",
+                self.persist_acked
+            );
+        }
+        assert!(self.inbox.is_empty(), "inbox not drained");
+        if let Role::Leader(l) = &self.role {
+            if self.amnesiac {
+                assert!(
+                    l.recovery_goal.is_some(),
+                    "amnesiac leader without recovery goal"
+                );
+            }
+        }
+        match &self.role {
+            Role::Leader(l) => {
+                assert_eq!(l.ballot, self.promised, "leader ballot is not the promise");
+                assert_eq!(l.ballot.node, self.cfg.id, "leader ballot not own");
+                assert_eq!(
+                    self.leader,
+                    Some(self.cfg.id),
+                    "leader does not know itself"
+                );
+                assert!(l.queue.len() <= self.cfg.pending_max, "queue over bound");
+                assert!(l.reads.len() <= self.cfg.pending_max, "reads over bound");
+                if let Some((s, _)) = l.proposals.first_key_value() {
+                    assert!(*s > snap, "proposal {s} at or below snapshot {snap}");
+                }
+                if let Some((s, _)) = l.proposals.last_key_value() {
+                    assert!(
+                        *s < l.slot_next,
+                        "proposal {s} not below next {}",
+                        l.slot_next
+                    );
+                }
+                assert!(
+                    l.proposals.len() <= self.cfg.window_slots.max(l.reproposed),
+                    "window overrun: {} in flight",
+                    l.proposals.len()
+                );
+            }
+            Role::Candidate { ballot, .. } => {
+                assert_eq!(
+                    *ballot, self.promised,
+                    "candidate ballot is not the promise"
+                );
+            }
+            _ => {}
+        }
+        debug_assert!(
+            (snap.0 + 1..=self.applied.0).all(|s| self.log.contains_key(&Slot(s))),
+            "log has a hole below applied"
+        );
+    }
+}

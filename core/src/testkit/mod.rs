@@ -1,0 +1,566 @@
+//! A deterministic in-memory cluster for tests, fuzzing and benchmarks.
+//!
+//! N replicas, a network that can drop, delay (and so reorder), duplicate and partition, storage
+//! that acknowledges persists after a delay and loses unacknowledged ones at a crash, crash and
+//! restart from the persisted state only, disk loss; all driven by one seed. A checker watches
+//! every durable acceptance and every `Apply` and panics (with the seed in the message) when
+//! two values are chosen at one slot or applied prefixes disagree.
+
+mod checker;
+mod machine;
+mod trace;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Debug;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub use checker::Checker;
+pub use machine::{History, Machine};
+
+use crate::paxos::{
+    AcceptedEntry, Action, Ballot, Config, Durable, Input, Message, NodeId, PersistId,
+    ProposeError, ReadId, Replica, RoleKind, Slot, Value,
+};
+use crate::time::Instant;
+
+/// Knobs of a simulated cluster. Probabilities are per mille.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub nodes: usize,
+    pub seed: u64,
+    pub drop_per_mille: u64,
+    pub duplicate_per_mille: u64,
+    pub delay_ms_max: u64,
+    pub persist_delay_ms_max: u64,
+    pub election_timeout_ms_min: u64,
+    pub election_timeout_ms_max: u64,
+    pub heartbeat_ms: u64,
+    pub window_slots: usize,
+    pub batch_commands_max: usize,
+    pub pending_max: usize,
+}
+
+impl ClusterConfig {
+    /// A perfect network and disk: no loss, no delay.
+    pub fn reliable(nodes: usize, seed: u64) -> Self {
+        ClusterConfig {
+            nodes,
+            seed,
+            drop_per_mille: 0,
+            duplicate_per_mille: 0,
+            delay_ms_max: 0,
+            persist_delay_ms_max: 0,
+            election_timeout_ms_min: 150,
+            election_timeout_ms_max: 300,
+            heartbeat_ms: 50,
+            window_slots: 8,
+            batch_commands_max: 4,
+            pending_max: 1000,
+        }
+    }
+
+    fn replica_config(&self, id: NodeId) -> Config {
+        Config {
+            id,
+            members: (1..=self.nodes as u64).map(NodeId).collect(),
+            election_timeout_ms_min: self.election_timeout_ms_min,
+            election_timeout_ms_max: self.election_timeout_ms_max,
+            heartbeat_ms: self.heartbeat_ms,
+            window_slots: self.window_slots,
+            batch_commands_max: self.batch_commands_max,
+            pending_max: self.pending_max,
+            seed: self.seed,
+        }
+    }
+}
+
+struct PendingPersist<C, S> {
+    id: PersistId,
+    due: Instant,
+    promised: Option<Ballot>,
+    accepted: Vec<AcceptedEntry<C>>,
+    snapshot: Option<(Slot, S)>,
+    recovered: bool,
+}
+
+/// One simulated machine: replica, disk and state machine.
+pub struct SimNode<C, M: Machine<C>> {
+    pub replica: Option<Replica<C, M::Snapshot>>,
+    /// What storage acknowledged: survives crashes (not disk loss).
+    pub durable: Durable<C, M::Snapshot>,
+    unacked: VecDeque<PendingPersist<C, M::Snapshot>>,
+    pub machine: M,
+    /// Last slot the state machine applied (or installed by snapshot).
+    pub applied: Slot,
+    pub reads_ready: Vec<ReadId>,
+    pub reads_failed: Vec<ReadId>,
+}
+
+struct Envelope<C, S> {
+    deliver_at: Instant,
+    seq: u64,
+    from: NodeId,
+    to: NodeId,
+    msg: Message<C, S>,
+}
+
+/// The simulated cluster.
+pub struct Cluster<C, M: Machine<C>> {
+    pub now: Instant,
+    pub cfg: ClusterConfig,
+    rng: ChaCha8Rng,
+    pub nodes: Vec<SimNode<C, M>>,
+    net: Vec<Envelope<C, M::Snapshot>>,
+    seq: u64,
+    /// Directed links that drop everything (a partition).
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    pub checker: Checker<C>,
+    /// When `Some`, every action is rendered here (scripted tests).
+    pub trace: Option<Vec<String>>,
+}
+
+/// Events processed in one settle before the cluster is declared livelocked.
+const SETTLE_STEPS_MAX: usize = 2_000_000;
+
+impl<C, M> Cluster<C, M>
+where
+    C: Clone + Debug + Eq,
+    M: Machine<C>,
+{
+    pub fn new(cfg: ClusterConfig) -> Self {
+        assert!(cfg.nodes == 3 || cfg.nodes == 5, "3 or 5 nodes");
+        let mut c = Cluster {
+            now: Instant::ZERO,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            nodes: Vec::new(),
+            net: Vec::new(),
+            seq: 0,
+            blocked: BTreeSet::new(),
+            checker: Checker::new(cfg.nodes / 2 + 1, cfg.seed),
+            trace: None,
+            cfg,
+        };
+        for i in 0..c.cfg.nodes {
+            let id = NodeId(i as u64 + 1);
+            let replica =
+                Replica::new(c.cfg.replica_config(id), Durable::default()).expect("valid config");
+            c.nodes.push(SimNode {
+                replica: Some(replica),
+                durable: Durable::default(),
+                unacked: VecDeque::new(),
+                machine: M::empty(),
+                applied: Slot::ZERO,
+                reads_ready: Vec::new(),
+                reads_failed: Vec::new(),
+            });
+        }
+        c
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        (1..=self.nodes.len() as u64).map(NodeId).collect()
+    }
+
+    fn idx(id: NodeId) -> usize {
+        id.0 as usize - 1
+    }
+
+    pub fn node(&self, id: NodeId) -> &SimNode<C, M> {
+        &self.nodes[Self::idx(id)]
+    }
+
+    pub fn replica(&self, id: NodeId) -> Option<&Replica<C, M::Snapshot>> {
+        self.nodes[Self::idx(id)].replica.as_ref()
+    }
+
+    pub fn is_up(&self, id: NodeId) -> bool {
+        self.replica(id).is_some()
+    }
+
+    /// The live leader with the highest ballot, if any.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.ids()
+            .into_iter()
+            .filter_map(|id| self.replica(id).map(|r| (id, r)))
+            .filter(|(_, r)| r.role() == RoleKind::Leader)
+            .max_by_key(|(_, r)| r.ballot_promised())
+            .map(|(id, _)| id)
+    }
+
+    fn random(&mut self, below: u64) -> u64 {
+        if below == 0 {
+            0
+        } else {
+            self.rng.next_u64() % below
+        }
+    }
+
+    // ---- driver inputs ----
+
+    pub fn propose(&mut self, id: NodeId, commands: Vec<C>) -> Result<(), ProposeError> {
+        let now = self.now;
+        let r = self.nodes[Self::idx(id)]
+            .replica
+            .as_mut()
+            .ok_or(ProposeError::NotLeader { leader_hint: None })?;
+        let res = r.propose_many(now, commands);
+        self.drain(id);
+        res
+    }
+
+    pub fn read_index(&mut self, id: NodeId) -> Result<ReadId, ProposeError> {
+        let now = self.now;
+        let r = self.nodes[Self::idx(id)]
+            .replica
+            .as_mut()
+            .ok_or(ProposeError::NotLeader { leader_hint: None })?;
+        let res = r.read_index(now);
+        self.drain(id);
+        res
+    }
+
+    /// Compacts `id`'s log at what its state machine applied.
+    pub fn compact(&mut self, id: NodeId) -> bool {
+        let n = &mut self.nodes[Self::idx(id)];
+        let Some(r) = n.replica.as_mut() else {
+            return false;
+        };
+        let ok = r.compact(n.applied, n.machine.snapshot()).is_ok();
+        self.drain(id);
+        ok
+    }
+
+    /// Stops `id`; unacknowledged persists are lost, the durable state stays.
+    pub fn crash(&mut self, id: NodeId) {
+        let n = &mut self.nodes[Self::idx(id)];
+        n.replica = None;
+        n.unacked.clear();
+        self.log(format!("{id}: crash"));
+    }
+
+    /// Crashes `id` and loses its disk.
+    pub fn crash_losing_disk(&mut self, id: NodeId) {
+        self.crash(id);
+        let n = &mut self.nodes[Self::idx(id)];
+        n.durable = Durable {
+            lost: true,
+            ..Durable::default()
+        };
+        self.log(format!("{id}: disk lost"));
+    }
+
+    /// Restarts `id` from its durable state.
+    pub fn restart(&mut self, id: NodeId) {
+        let cfg = self.cfg.replica_config(id);
+        let n = &mut self.nodes[Self::idx(id)];
+        if n.replica.is_some() {
+            return;
+        }
+        n.machine = M::empty();
+        n.applied = Slot::ZERO;
+        n.replica = Some(Replica::new(cfg, n.durable.clone()).expect("valid config"));
+        self.log(format!("{id}: restart"));
+        self.drain(id);
+    }
+
+    /// Cuts `a` and `b` apart (both directions).
+    pub fn cut(&mut self, a: NodeId, b: NodeId) {
+        self.blocked.insert((a, b));
+        self.blocked.insert((b, a));
+    }
+
+    /// Isolates the `group` from everybody else.
+    pub fn partition(&mut self, group: &[NodeId]) {
+        for a in self.ids() {
+            for b in self.ids() {
+                if group.contains(&a) != group.contains(&b) {
+                    self.blocked.insert((a, b));
+                }
+            }
+        }
+    }
+
+    pub fn heal(&mut self) {
+        self.blocked.clear();
+    }
+
+    /// Drops every message in flight from `from` to `to`.
+    pub fn drop_in_flight(&mut self, from: NodeId, to: NodeId) -> usize {
+        let before = self.net.len();
+        self.net.retain(|e| !(e.from == from && e.to == to));
+        before - self.net.len()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.net.len()
+    }
+
+    // ---- the event loop ----
+
+    /// Processes everything due at `now` until nothing more happens.
+    pub fn settle(&mut self) {
+        for step in 0.. {
+            assert!(
+                step < SETTLE_STEPS_MAX,
+                "seed {}: livelock at {}",
+                self.cfg.seed,
+                self.now
+            );
+            if !self.step_once() {
+                break;
+            }
+        }
+    }
+
+    /// Advances time by `ms`, processing every event on the way.
+    pub fn run_for(&mut self, ms: u64) {
+        let end = self.now.add_ms(ms);
+        loop {
+            self.settle();
+            match self.next_event() {
+                Some(t) if t <= end => self.now = self.now.max(t),
+                _ => break,
+            }
+        }
+        self.now = end;
+        self.settle();
+    }
+
+    fn next_event(&self) -> Option<Instant> {
+        let net = self.net.iter().map(|e| e.deliver_at).min();
+        let disks = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.unacked.front().map(|p| p.due))
+            .min();
+        let timers = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.replica.as_ref().and_then(|r| r.poll_timeout()))
+            .min();
+        [net, disks, timers].into_iter().flatten().min()
+    }
+
+    /// One event due now, if any: a message, a disk acknowledgement or a timeout.
+    fn step_once(&mut self) -> bool {
+        let now = self.now;
+        if let Some(i) = self
+            .net
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.deliver_at <= now)
+            .min_by_key(|(_, e)| (e.deliver_at, e.seq))
+            .map(|(i, _)| i)
+        {
+            let e = self.net.remove(i);
+            self.deliver(e);
+            return true;
+        }
+        for id in self.ids() {
+            let n = &mut self.nodes[Self::idx(id)];
+            if n.unacked.front().is_some_and(|p| p.due <= now) {
+                self.ack_persists(id);
+                return true;
+            }
+        }
+        for id in self.ids() {
+            let n = &mut self.nodes[Self::idx(id)];
+            let Some(r) = n.replica.as_mut() else {
+                continue;
+            };
+            if r.poll_timeout().is_some_and(|t| t <= now) {
+                r.step(now, Input::Timeout).expect("timeout");
+                self.drain(id);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn deliver(&mut self, e: Envelope<C, M::Snapshot>) {
+        if self.blocked.contains(&(e.from, e.to)) {
+            return;
+        }
+        let now = self.now;
+        let Some(r) = self.nodes[Self::idx(e.to)].replica.as_mut() else {
+            return;
+        };
+        r.step(
+            now,
+            Input::Message {
+                from: e.from,
+                msg: e.msg,
+            },
+        )
+        .expect("message");
+        self.drain(e.to);
+    }
+
+    /// Makes every due persist of `id` durable and acknowledges the last one.
+    fn ack_persists(&mut self, id: NodeId) {
+        let now = self.now;
+        let n = &mut self.nodes[Self::idx(id)];
+        let mut last = None;
+        while n.unacked.front().is_some_and(|p| p.due <= now) {
+            let p = n.unacked.pop_front().expect("front");
+            n.durable
+                .apply_persist(p.promised, &p.accepted, p.snapshot.as_ref(), p.recovered);
+            for (slot, ballot, value) in &p.accepted {
+                self.checker.on_durable_accept(id, *slot, *ballot, value);
+            }
+            last = Some(p.id);
+        }
+        if let (Some(id_last), Some(r)) = (last, n.replica.as_mut()) {
+            r.step(now, Input::Persisted { id: id_last })
+                .expect("persisted");
+            self.drain(id);
+        }
+    }
+
+    /// Takes every action out of `id`'s replica.
+    fn drain(&mut self, id: NodeId) {
+        loop {
+            let i = Self::idx(id);
+            let Some(action) = self.nodes[i].replica.as_mut().and_then(|r| r.poll_action()) else {
+                return;
+            };
+            if self.trace.is_some() {
+                let line = trace::render(id, &action);
+                self.log(line);
+            }
+            self.handle(id, action);
+        }
+    }
+
+    fn handle(&mut self, id: NodeId, action: Action<C, M::Snapshot>) {
+        let i = Self::idx(id);
+        match action {
+            Action::Persist {
+                id: pid,
+                promised,
+                accepted,
+                snapshot,
+                recovered,
+            } => {
+                let delay = self.random(self.cfg.persist_delay_ms_max + 1);
+                let due = self.now.add_ms(delay);
+                let due = self.nodes[i].unacked.back().map_or(due, |p| p.due.max(due));
+                self.nodes[i].unacked.push_back(PendingPersist {
+                    id: pid,
+                    due,
+                    promised,
+                    accepted,
+                    snapshot,
+                    recovered,
+                });
+            }
+            Action::Send { to, msg } => self.send(id, to, msg),
+            Action::Apply { slot, value } => {
+                let n = &mut self.nodes[i];
+                assert_eq!(
+                    slot,
+                    n.applied.next(),
+                    "seed {}: {id} applied {slot} after {}",
+                    self.cfg.seed,
+                    n.applied
+                );
+                n.machine.apply(slot, &value);
+                n.applied = slot;
+                self.checker.on_apply(id, slot, &value);
+            }
+            Action::InstallSnapshot { slot, snapshot } => {
+                let n = &mut self.nodes[i];
+                n.machine = M::restore(&snapshot);
+                n.applied = slot;
+                self.checker.on_snapshot(id, slot, n.machine.values());
+            }
+            Action::ReadReady {
+                id: rid,
+                slot_applied_min,
+            } => {
+                let n = &mut self.nodes[i];
+                assert!(
+                    n.applied >= slot_applied_min,
+                    "read ready before applied reached {slot_applied_min}"
+                );
+                n.reads_ready.push(rid);
+            }
+            Action::ReadFailed { id: rid } => self.nodes[i].reads_failed.push(rid),
+            Action::RoleChanged { .. } => {}
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Message<C, M::Snapshot>) {
+        if self.blocked.contains(&(from, to)) {
+            return;
+        }
+        if self.random(1000) < self.cfg.drop_per_mille {
+            return;
+        }
+        let copies = if self.random(1000) < self.cfg.duplicate_per_mille {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let delay = self.random(self.cfg.delay_ms_max + 1);
+            self.seq += 1;
+            self.net.push(Envelope {
+                deliver_at: self.now.add_ms(delay),
+                seq: self.seq,
+                from,
+                to,
+                msg: msg.clone(),
+            });
+        }
+    }
+
+    fn log(&mut self, line: String) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(line);
+        }
+    }
+
+    // ---- checks ----
+
+    /// Panics unless every live replica's state machine holds the same prefix.
+    pub fn check_prefixes_agree(&self) {
+        for n in &self.nodes {
+            let values = n.machine.values();
+            self.checker.check_prefix(&values);
+        }
+    }
+
+    /// Runs up to `ms_max` of simulated time, proposing `command` at whichever replica leads,
+    /// until every live replica applied it. Returns the time it took.
+    pub fn commit_within(&mut self, command: C, ms_max: u64) -> Option<u64> {
+        let start = self.now;
+        let mut proposed_at: Option<(NodeId, Ballot)> = None;
+        while self.now.ms_since(start) <= ms_max {
+            if let Some(l) = self.leader() {
+                let ballot = self.replica(l).map(|r| r.ballot_promised());
+                if proposed_at.map(|(n, b)| (n, Some(b))) != Some((l, ballot))
+                    && self.propose(l, vec![command.clone()]).is_ok()
+                {
+                    proposed_at = ballot.map(|b| (l, b));
+                }
+            }
+            self.run_for(10);
+            let done = self
+                .nodes
+                .iter()
+                .all(|n| n.replica.is_none() || n.machine.contains(&command));
+            if done {
+                return Some(self.now.ms_since(start));
+            }
+        }
+        None
+    }
+
+    /// The values chosen so far (by durable quorum), in slot order, for scripts.
+    pub fn chosen(&self, slot: Slot) -> Option<&Value<C>> {
+        self.checker.chosen(slot)
+    }
+}

@@ -1,0 +1,236 @@
+//! Randomized schedules over the in-memory cluster (3 and 5 replicas): message loss, delay,
+//! reordering, duplication, partitions, crashes with lost unacknowledged persists, disk loss and
+//! compaction. The harness's checker asserts on every event that at most one value is chosen per
+//! slot, that only chosen values are applied, that applied prefixes agree and that the chosen
+//! prefix never shrinks; at the end every fault heals and a proposal must be chosen in bounded
+//! time.
+
+use picket_core::paxos::NodeId;
+use picket_core::testkit::{Cluster, ClusterConfig, History};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+type Sim = Cluster<u64, History<u64>>;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Run(u64),
+    Propose(u64, u64),
+    Read(u64),
+    Crash(u64),
+    Restart(u64),
+    Partition(u8),
+    Heal,
+    Compact(u64),
+    LoseDisk(u64),
+}
+
+fn op(disk_loss: bool) -> impl Strategy<Value = Op> {
+    let loss = if disk_loss { 1 } else { 0 };
+    prop_oneof![
+        6 => (1u64..400).prop_map(Op::Run),
+        5 => (0u64..5, 1u64..6).prop_map(|(n, k)| Op::Propose(n, k)),
+        1 => (0u64..5).prop_map(Op::Read),
+        2 => (0u64..5).prop_map(Op::Crash),
+        2 => (0u64..5).prop_map(Op::Restart),
+        1 => any::<u8>().prop_map(Op::Partition),
+        1 => Just(Op::Heal),
+        1 => (0u64..5).prop_map(Op::Compact),
+        loss => (0u64..5).prop_map(Op::LoseDisk),
+    ]
+}
+
+fn config(nodes: usize, seed: u64, drop: u64, dup: u64, delay: u64, disk: u64) -> ClusterConfig {
+    let mut c = ClusterConfig::reliable(nodes, seed);
+    c.drop_per_mille = drop;
+    c.duplicate_per_mille = dup;
+    c.delay_ms_max = delay;
+    c.persist_delay_ms_max = disk;
+    c
+}
+
+fn run(cfg: ClusterConfig, ops: Vec<Op>) {
+    let n = cfg.nodes as u64;
+    let mut c = Sim::new(cfg);
+    let tracing = std::env::var_os("PAXOS_TRACE").is_some();
+    if tracing {
+        c.trace = Some(Vec::new());
+    }
+    let mut next_cmd = 1u64;
+    let pick = |i: u64| NodeId(i % n + 1);
+    for op in ops {
+        match op {
+            Op::Run(ms) => c.run_for(ms),
+            Op::Propose(i, k) => {
+                let cmds: Vec<u64> = (next_cmd..next_cmd + k).collect();
+                next_cmd += k;
+                // Mostly at the leader (so commands get chosen), sometimes anywhere.
+                let to = match c.leader() {
+                    Some(l) if i < 4 => l,
+                    _ => pick(i),
+                };
+                let _ = c.propose(to, cmds);
+            }
+            Op::Read(i) => {
+                let _ = c.read_index(pick(i));
+            }
+            Op::Crash(i) => c.crash(pick(i)),
+            Op::Restart(i) => c.restart(pick(i)),
+            Op::Partition(mask) => {
+                let group: Vec<NodeId> =
+                    (0..n).filter(|b| mask & (1 << b) != 0).map(pick).collect();
+                c.heal();
+                c.partition(&group);
+            }
+            Op::Heal => c.heal(),
+            Op::Compact(i) => {
+                c.compact(pick(i));
+            }
+            Op::LoseDisk(i) => {
+                // One lost disk at a time: recovery needs every other replica's answer.
+                let any_lost = c.ids().iter().any(|id| {
+                    c.node(*id).durable.lost || c.replica(*id).is_some_and(|r| r.is_amnesiac())
+                });
+                if !any_lost {
+                    c.crash_losing_disk(pick(i));
+                    c.restart(pick(i));
+                }
+            }
+        }
+    }
+    // Heal everything; a proposal must then be chosen within bounded time.
+    c.heal();
+    for id in c.ids() {
+        c.restart(id);
+    }
+    c.cfg.drop_per_mille = 0;
+    c.cfg.duplicate_per_mille = 0;
+    let took = c.commit_within(u64::MAX, 20_000);
+    if tracing && took.is_none() {
+        dump(&c);
+    }
+    assert!(
+        took.is_some(),
+        "seed {}: no commit within 20 s after healing",
+        c.cfg.seed
+    );
+    c.run_for(500);
+    c.check_prefixes_agree();
+    // A replica that lost its disk rejoins the voters once every other replica is reachable.
+    let mut waited = 0;
+    while c
+        .ids()
+        .iter()
+        .any(|id| c.replica(*id).is_some_and(|r| r.is_amnesiac()))
+    {
+        if waited >= 20_000 && tracing {
+            dump(&c);
+        }
+        assert!(
+            waited < 20_000,
+            "seed {}: amnesiac replica never recovered",
+            c.cfg.seed
+        );
+        c.run_for(100);
+        waited += 100;
+    }
+    assert!(
+        c.commit_within(u64::MAX - 1, 20_000).is_some(),
+        "no commit after recovery"
+    );
+    if std::env::var_os("PAXOS_STATS").is_some() {
+        eprintln!("stats: now={} applied={}", c.now, c.checker.slots_applied());
+    }
+    for id in c.ids() {
+        assert!(
+            c.node(id).machine_contains_final(),
+            "{id} missed the final command"
+        );
+    }
+}
+
+/// Prints the end of the trace and each replica's state (debugging aid, `PAXOS_TRACE=1`).
+fn dump(c: &Sim) {
+    let t = c.trace.as_ref().expect("tracing");
+    for l in t.iter().skip(t.len().saturating_sub(
+        if std::env::var_os("PAXOS_TRACE_ALL").is_some() {
+            usize::MAX
+        } else {
+            60
+        },
+    )) {
+        println!("{l}");
+    }
+    for id in c.ids() {
+        if let Some(r) = c.replica(id) {
+            println!(
+                "{id} {:?} amnesiac={} snap={} promised={} leader={:?} applied={} chosen={} {:?}",
+                r.role(),
+                r.is_amnesiac(),
+                r.slot_snapshot(),
+                r.ballot_promised(),
+                r.leader(),
+                r.slot_applied(),
+                r.slot_chosen(),
+                r.counters()
+            );
+        }
+    }
+}
+
+trait Final {
+    fn machine_contains_final(&self) -> bool;
+}
+
+impl Final for picket_core::testkit::SimNode<u64, History<u64>> {
+    fn machine_contains_final(&self) -> bool {
+        use picket_core::testkit::Machine;
+        self.machine.contains(&u64::MAX)
+    }
+}
+
+proptest! {
+    // Default config (PROPTEST_CASES applies); failures are kept in a committed file.
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/paxos_props.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn three_nodes_safe_and_live(
+        seed in any::<u64>(),
+        drop in 0u64..150, dup in 0u64..100, delay in 0u64..30, disk in 0u64..5,
+        ops in prop::collection::vec(op(false), 1..60),
+    ) {
+        run(config(3, seed, drop, dup, delay, disk), ops);
+    }
+
+    #[test]
+    fn five_nodes_safe_and_live(
+        seed in any::<u64>(),
+        drop in 0u64..150, dup in 0u64..100, delay in 0u64..30, disk in 0u64..5,
+        ops in prop::collection::vec(op(false), 1..60),
+    ) {
+        run(config(5, seed, drop, dup, delay, disk), ops);
+    }
+
+    #[test]
+    fn three_nodes_with_disk_loss(
+        seed in any::<u64>(),
+        drop in 0u64..100, dup in 0u64..50, delay in 0u64..20, disk in 0u64..5,
+        ops in prop::collection::vec(op(true), 1..60),
+    ) {
+        run(config(3, seed, drop, dup, delay, disk), ops);
+    }
+
+    #[test]
+    fn five_nodes_with_disk_loss(
+        seed in any::<u64>(),
+        drop in 0u64..100, dup in 0u64..50, delay in 0u64..20, disk in 0u64..5,
+        ops in prop::collection::vec(op(true), 1..60),
+    ) {
+        run(config(5, seed, drop, dup, delay, disk), ops);
+    }
+}
