@@ -15,6 +15,7 @@
 pub mod api;
 mod command;
 mod common;
+pub mod paxos;
 mod snapshot;
 
 pub use snapshot::{decode_command, decode_lock_snapshot, decode_reply};

@@ -460,3 +460,79 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
             },
         )
 }
+
+pub mod paxos {
+    use picket_core::locks::{Command, LockSnapshot};
+    use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
+    use proptest::collection::vec;
+    use proptest::option;
+    use proptest::prelude::*;
+
+    pub type Msg = Message<Command, LockSnapshot>;
+
+    pub fn ballot() -> impl Strategy<Value = Ballot> {
+        (any::<u64>(), any::<u64>()).prop_map(|(round, node)| Ballot::new(round, NodeId(node)))
+    }
+
+    pub fn slot() -> impl Strategy<Value = Slot> {
+        any::<u64>().prop_map(Slot)
+    }
+
+    pub fn value() -> impl Strategy<Value = Value<Command>> {
+        prop_oneof![
+            Just(Value::Noop),
+            (super::instant(), vec(super::command(), 0..3))
+                .prop_map(|(stamp, commands)| Value::Batch { stamp, commands }),
+        ]
+    }
+
+    pub fn entry() -> impl Strategy<Value = (Slot, Ballot, Value<Command>)> {
+        (1..u64::MAX, ballot(), value()).prop_map(|(s, b, v)| (Slot(s), b, v))
+    }
+
+    pub fn message() -> impl Strategy<Value = Msg> {
+        prop_oneof![
+            any::<u64>().prop_map(|round| Message::PreVote { round }),
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(round, granted)| Message::PreVoteReply { round, granted }),
+            (ballot(), slot())
+                .prop_map(|(ballot, slot_from)| Message::Prepare { ballot, slot_from }),
+            (ballot(), slot(), slot(), vec(entry(), 0..3)).prop_map(
+                |(ballot, slot_applied, slot_snapshot, accepted)| Message::Promise {
+                    ballot,
+                    slot_applied,
+                    slot_snapshot,
+                    accepted
+                }
+            ),
+            (ballot(), slot(), value(), slot()).prop_map(|(ballot, slot, value, slot_chosen)| {
+                Message::Accept {
+                    ballot,
+                    slot,
+                    value,
+                    slot_chosen,
+                }
+            }),
+            (ballot(), slot()).prop_map(|(ballot, slot)| Message::Accepted { ballot, slot }),
+            (ballot(), ballot()).prop_map(|(ballot, promised)| Message::Nack { ballot, promised }),
+            (ballot(), slot(), any::<u64>()).prop_map(|(ballot, slot_chosen, seq)| {
+                Message::Heartbeat {
+                    ballot,
+                    slot_chosen,
+                    seq,
+                }
+            }),
+            (ballot(), any::<u64>())
+                .prop_map(|(ballot, seq)| Message::HeartbeatAck { ballot, seq }),
+            slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
+            (
+                option::of((slot(), super::snapshot())),
+                vec((slot(), value()), 0..3)
+            )
+                .prop_map(|(snapshot, entries)| Message::CatchupReply { snapshot, entries }),
+            any::<u64>().prop_map(|nonce| Message::RecoverQuery { nonce }),
+            (any::<u64>(), ballot())
+                .prop_map(|(nonce, promised)| Message::RecoverReply { nonce, promised }),
+        ]
+    }
+}
