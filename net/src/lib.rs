@@ -37,6 +37,15 @@ pub mod fencing;
 pub mod status;
 
 pub use error::{ConvertError, DecodeError};
+
+/// Largest encoded message a `Lock` or `Admin` server or client should accept (tonic's default,
+/// stated so both ends set it explicitly).
+pub const API_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest encoded `PeerBatch` a `Peer` server or client should accept: a catch-up reply can carry
+/// a whole `LockSnapshot`, far above the API limit. Set it with `max_decoding_message_size` /
+/// `max_encoding_message_size` on the generated `PeerServer` and `PeerClient`; a sender must split
+/// batches to stay below it.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub use fencing::{FencingError, FencingGate};
 
 /// The generated protobuf types and gRPC services of package `picket.v1`.

@@ -176,3 +176,73 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
     assert_eq!(resumes, vec![10, 11, 12]);
     server.abort();
 }
+
+/// A toy receiver that decodes each batch as a replica would and reports the counts.
+struct ToyPeer;
+
+#[tonic::async_trait]
+impl picket_net::proto::peer_server::Peer for ToyPeer {
+    async fn send(
+        &self,
+        request: Request<Streaming<proto::PeerBatch>>,
+    ) -> Result<Response<proto::PeerSendSummary>, Status> {
+        use picket_core::locks::{Command, LockSnapshot};
+        use picket_net::convert::paxos::PeerBatchIn;
+        let mut stream = request.into_inner();
+        let mut summary = proto::PeerSendSummary::default();
+        while let Some(batch) = stream.next().await {
+            let batch = PeerBatchIn::<Command, LockSnapshot>::from_wire(
+                batch?,
+                "c1",
+                picket_core::paxos::NodeId(2),
+            )?;
+            summary.batches_received += 1;
+            summary.messages_dropped += batch.dropped as u64;
+        }
+        Ok(Response::new(summary))
+    }
+}
+
+#[tokio::test]
+async fn peer_batches_stream_one_way_and_malformed_messages_are_counted() {
+    use picket_core::locks::{Command, LockSnapshot};
+    use picket_core::paxos::{Message, NodeId};
+    use picket_net::convert::paxos::batch_to_wire;
+    use picket_net::proto::peer_client::PeerClient;
+    use picket_net::proto::peer_server::PeerServer;
+    use picket_net::PEER_MESSAGE_BYTES_MAX;
+
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+        .expect("bind loopback");
+    let addr = incoming.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PeerServer::new(ToyPeer).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX))
+            .serve_with_incoming(incoming),
+    );
+    let mut client = PeerClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+    let messages: Vec<Message<Command, LockSnapshot>> = vec![Message::PreVote { round: 1 }];
+    let good = batch_to_wire("c1", NodeId(1), NodeId(2), messages);
+    let mut bad = good.clone();
+    bad.messages.push(proto::PeerMessage { kind: None });
+    let summary = client
+        .send(tokio_stream::iter(vec![good.clone(), bad, good]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(summary.batches_received, 3);
+    assert_eq!(summary.messages_dropped, 1);
+
+    // A batch for another cluster ends the stream with INVALID_ARGUMENT naming the field.
+    let foreign = batch_to_wire::<Command, LockSnapshot>("c9", NodeId(1), NodeId(2), vec![]);
+    let status = client
+        .send(tokio_stream::iter(vec![foreign]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("peer_batch.cluster_id: "));
+    server.abort();
+}
