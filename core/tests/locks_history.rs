@@ -224,7 +224,7 @@ fn watch_pages_resume_and_filter() {
         .unwrap()
         .events
         .into_iter()
-        .map(|e| (e.key, e.kind))
+        .map(|e| (e.key.to_string(), e.kind))
         .collect();
     assert_eq!(kinds.len(), 3);
     assert!(kinds.contains(&(

@@ -516,7 +516,7 @@ proptest! {
             // Fresh grants (not retries) get tokens strictly above every earlier token of the key.
             for event in sm.watch(sm.revision(), &Default::default(), usize::MAX).unwrap().events {
                 if let picket_core::locks::EventKind::Granted { token, .. } = event.kind {
-                    let tokens = granted_tokens.entry((event.namespace, event.key)).or_default();
+                    let tokens = granted_tokens.entry((event.namespace.to_string(), event.key.to_string())).or_default();
                     if let Some(last) = tokens.last() {
                         prop_assert!(token.0 > *last, "token {} after {}", token, last);
                     }

@@ -50,12 +50,23 @@ fn config(nodes: usize, seed: u64, drop: u64, dup: u64, delay: u64, disk: u64) -
 }
 
 fn run(cfg: ClusterConfig, ops: Vec<Op>) {
-    let n = cfg.nodes as u64;
     let mut c = Sim::new(cfg);
     let tracing = std::env::var_os("PAXOS_TRACE").is_some();
     if tracing {
         c.trace = Some(Vec::new());
     }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| schedule(&mut c, ops)));
+    if let Err(e) = r {
+        if tracing {
+            dump(&c);
+        }
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn schedule(c: &mut Sim, ops: Vec<Op>) {
+    let n = c.cfg.nodes as u64;
+    let tracing = c.trace.is_some();
     let mut next_cmd = 1u64;
     let pick = |i: u64| NodeId(i % n + 1);
     for op in ops {
@@ -107,7 +118,7 @@ fn run(cfg: ClusterConfig, ops: Vec<Op>) {
     c.cfg.duplicate_per_mille = 0;
     let took = c.commit_within(u64::MAX, 20_000);
     if tracing && took.is_none() {
-        dump(&c);
+        dump(c);
     }
     assert!(
         took.is_some(),
@@ -124,7 +135,7 @@ fn run(cfg: ClusterConfig, ops: Vec<Op>) {
         .any(|id| c.replica(*id).is_some_and(|r| r.is_amnesiac()))
     {
         if waited >= 20_000 && tracing {
-            dump(&c);
+            dump(c);
         }
         assert!(
             waited < 20_000,

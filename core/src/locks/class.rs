@@ -3,11 +3,13 @@
 //! none uses the built-in default (advisory, cluster TTL bounds).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::audit::{AuditAction, AuditRecord};
 use super::command::{Actor, Reply, Role};
 use super::config::LockConfig;
 use super::error::LockError;
+use super::lock::NamespaceState;
 use super::names::{validate_class_name, validate_namespace, validate_prefix};
 use super::watch::EventKind;
 use super::LockStateMachine;
@@ -202,14 +204,21 @@ impl LockStateMachine {
         validate_namespace(&namespace)?;
         class.validate(&self.config)?;
         let max = self.config.classes_per_namespace_max;
-        let registry = self.namespaces.get(&namespace).map(|ns| &ns.classes);
+        let registry = self
+            .namespaces
+            .get(namespace.as_str())
+            .map(|ns| &ns.classes);
         let exists = registry.is_some_and(|r| r.get(&class.prefix).is_some());
         if !exists && registry.map_or(0, ClassRegistry::len) >= max {
             return Err(LockError::TooManyClasses { namespace, max });
         }
         let verb = if exists { "replaced" } else { "registered" };
         self.record_class_change(&actor, &namespace, &class, AuditAction::ClassPut, verb);
-        let ns_state = self.namespaces.entry(namespace).or_default();
+        let name: Arc<str> = Arc::from(namespace);
+        let ns_state = self
+            .namespaces
+            .entry(name.clone())
+            .or_insert_with(|| NamespaceState::new(name));
         let replaced = ns_state.classes.put(class).is_some();
         Ok(Reply::ClassPut { replaced })
     }
@@ -223,14 +232,14 @@ impl LockStateMachine {
         require_class_admin(&actor, "change classes")?;
         validate_namespace(&namespace)?;
         validate_prefix(&prefix)?;
-        let Some(ns_state) = self.namespaces.get_mut(&namespace) else {
+        let Some(ns_state) = self.namespaces.get_mut(namespace.as_str()) else {
             return Err(LockError::UnknownClass { namespace, prefix });
         };
         let Some(class) = ns_state.classes.remove(&prefix) else {
             return Err(LockError::UnknownClass { namespace, prefix });
         };
         if ns_state.is_empty() {
-            self.namespaces.remove(&namespace);
+            self.namespaces.remove(namespace.as_str());
         }
         self.record_class_change(
             &actor,
@@ -267,8 +276,9 @@ impl LockStateMachine {
             class: class.name.clone(),
             removed: action == AuditAction::ClassRemoved,
         };
+        let (namespace, prefix) = (Arc::from(namespace), Arc::from(class.prefix.as_str()));
         self.watch
-            .push(self.revision, self.time, namespace, &class.prefix, kind);
+            .push(self.revision, self.time, &namespace, &prefix, kind);
     }
 }
 

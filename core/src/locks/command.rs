@@ -165,5 +165,25 @@ pub enum Reply {
     ForceReleaseDenied,
 }
 
+/// A reply a session remembers for retried request ids (only `Acquire` and `Release` carry
+/// request ids). Small and `Copy`: every session keeps up to `dedup_window` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RememberedReply {
+    Acquire(AcquireReply),
+    Released {
+        token: Token,
+        next: Option<(SessionId, Token)>,
+    },
+}
+
+impl RememberedReply {
+    pub fn to_reply(self) -> Reply {
+        match self {
+            RememberedReply::Acquire(reply) => Reply::Acquire(reply),
+            RememberedReply::Released { token, next } => Reply::Released { token, next },
+        }
+    }
+}
+
 /// What applying one command produced.
 pub type Outcome = Result<Reply, LockError>;

@@ -105,8 +105,8 @@ impl LockStateMachine {
         check_reason(&reason)?;
         let entry = self
             .namespaces
-            .get(&namespace)
-            .and_then(|ns| ns.locks.get(&key));
+            .get(namespace.as_str())
+            .and_then(|ns| ns.locks.get(key.as_str()));
         let Some(entry) = entry else {
             return Err(LockError::NotHeld { namespace, key });
         };
@@ -198,8 +198,8 @@ impl LockStateMachine {
         }
         let current = self
             .namespaces
-            .get(&request.namespace)
-            .and_then(|ns| ns.locks.get(&request.key))
+            .get(request.namespace.as_str())
+            .and_then(|ns| ns.locks.get(request.key.as_str()))
             .map(|entry| entry.holder);
         if current.is_none_or(|hold| hold.session != request.holder || hold.token != request.token)
         {
@@ -223,7 +223,11 @@ impl LockStateMachine {
                 request: id,
                 session_revoked: false,
             };
-            self.end_hold(namespace, key, end)
+            let shared_key = self.sessions[&request.holder]
+                .held_key(namespace, key)
+                .expect("the holder was checked above");
+            self.end_hold(namespace, &shared_key, end, None)
+                .expect("no token expected")
         };
         Ok(Reply::ForceReleaseApproved {
             floor: self.revision,

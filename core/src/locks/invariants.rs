@@ -68,6 +68,11 @@ impl LockStateMachine {
     fn check_locks(&self) -> Result<(), String> {
         for (namespace, ns) in &self.namespaces {
             ensure!(!ns.is_empty(), "empty namespace `{namespace}` kept");
+            ensure!(
+                ns.name == *namespace,
+                "namespace `{namespace}` stored as `{}`",
+                ns.name
+            );
             ns.classes.check_invariants();
             ensure!(
                 ns.holds_by_age.len() == ns.locks.len(),

@@ -4,10 +4,13 @@
 //! it). When the last hold ends with nobody waiting, the entry is dropped: every later grant is at
 //! a later revision, so its token is above every token ever given on the key anyway.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
-use super::command::{AcquireReply, Reply};
+use super::command::{AcquireReply, RememberedReply, Reply};
+use super::config::LockConfig;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::names::{validate_key, validate_namespace};
@@ -17,17 +20,29 @@ use super::LockStateMachine;
 use crate::time::Instant;
 
 /// One namespace: its classes, its held keys and an age index of its holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NamespaceState {
+    /// The namespace's name, shared with the map key, the sessions' sets and the events.
+    pub name: Arc<str>,
     pub classes: ClassRegistry,
-    /// Only held keys have an entry.
-    pub locks: BTreeMap<String, LockEntry>,
+    /// Only held keys have an entry. Key names are shared (`Arc<str>`) with the sessions' hold
+    /// and wait sets, the age index and the watch events: one allocation per held key.
+    pub locks: BTreeMap<Arc<str>, LockEntry>,
     /// (token, key) of every hold of the namespace, so the oldest hold is the first entry.
     /// (Several keys can share a token: one revision may hand over several keys.)
-    pub holds_by_age: BTreeSet<(Token, String)>,
+    pub holds_by_age: BTreeSet<(Token, Arc<str>)>,
 }
 
 impl NamespaceState {
+    pub fn new(name: Arc<str>) -> NamespaceState {
+        NamespaceState {
+            name,
+            classes: ClassRegistry::default(),
+            locks: BTreeMap::new(),
+            holds_by_age: BTreeSet::new(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty() && self.classes.is_empty()
     }
@@ -73,8 +88,8 @@ pub(crate) fn emit(
     watch: &mut WatchLog,
     revision: Revision,
     time: Instant,
-    namespace: &str,
-    key: &str,
+    namespace: &Arc<str>,
+    key: &Arc<str>,
     kind: EventKind,
 ) {
     watch.push(revision, time, namespace, key, kind);
@@ -111,7 +126,7 @@ impl LockStateMachine {
         let reply = self.acquire_new(session, namespace, key, wait)?;
         let window = self.config.dedup_window;
         let state = self.sessions.get_mut(&session).expect("checked above");
-        state.remember(request, Reply::Acquire(reply), window);
+        state.remember(request, RememberedReply::Acquire(reply), window);
         Ok(Reply::Acquire(reply))
     }
 
@@ -122,7 +137,7 @@ impl LockStateMachine {
         session: SessionId,
         namespace: &str,
         key: &str,
-        cached: Reply,
+        cached: RememberedReply,
     ) -> Reply {
         let entry = self
             .namespaces
@@ -138,9 +153,11 @@ impl LockStateMachine {
                 return Reply::Acquire(AcquireReply::Queued { position });
             }
         }
-        cached
+        cached.to_reply()
     }
 
+    /// Acquire after the request id and names were checked. One search of the key table: the
+    /// entry API answers a held key and inserts a free one.
     fn acquire_new(
         &mut self,
         session: SessionId,
@@ -148,112 +165,88 @@ impl LockStateMachine {
         key: String,
         wait: bool,
     ) -> Result<AcquireReply, LockError> {
-        let state = &self.sessions[&session];
-        let ns_state = self.namespaces.get(&namespace);
-        let entry = ns_state.and_then(|ns| ns.locks.get(&key));
-        if let Some(entry) = entry {
-            if entry.holder.session == session {
-                return Ok(AcquireReply::Granted {
-                    token: entry.holder.token,
-                });
-            }
-            if let Some(position) = waiter_position(entry, session) {
-                return Ok(AcquireReply::Queued { position });
-            }
-            if !wait {
-                return Ok(AcquireReply::Busy {
-                    holder: entry.holder.session,
-                    token: entry.holder.token,
-                });
-            }
-        }
-        let class = class_of(ns_state.map(|ns| &ns.classes), &self.default_class, &key);
-        if state.ttl_ms > class.session_ttl_ms_max {
-            return Err(LockError::SessionTtlAboveClassMax {
-                ttl_ms: state.ttl_ms,
-                class: class.name.clone(),
-                max: class.session_ttl_ms_max,
-            });
-        }
-        if state.holds_and_waits >= self.config.holds_per_session_max {
-            return Err(LockError::TooManyHolds {
-                session,
-                max: self.config.holds_per_session_max,
-            });
-        }
-        match entry {
-            None => Ok(self.grant_fresh(session, namespace, key)),
-            Some(entry) => {
-                if entry.waiters.len() >= self.config.waiters_per_key_max {
-                    return Err(LockError::TooManyWaiters {
-                        namespace,
-                        key,
-                        max: self.config.waiters_per_key_max,
-                    });
-                }
-                Ok(self.enqueue(session, &namespace, &key))
-            }
-        }
-    }
-
-    fn grant_fresh(&mut self, session: SessionId, namespace: String, key: String) -> AcquireReply {
-        let token = Token::at(self.revision);
-        let hold = Hold {
-            session,
-            token,
-            granted_at: self.time,
-        };
+        let (revision, time) = (self.revision, self.time);
         let state = self.sessions.get_mut(&session).expect("caller checked");
-        set_insert(&mut state.holds, &namespace, &key);
-        state.holds_and_waits += 1;
-        emit(
-            &mut self.watch,
-            self.revision,
-            self.time,
-            &namespace,
-            &key,
-            EventKind::Granted { session, token },
-        );
-        let ns_state = self.namespaces.entry(namespace).or_default();
-        let inserted = ns_state.holds_by_age.insert((token, key.clone()));
-        assert!(
-            inserted,
-            "`{namespace_key}` granted twice at {token}",
-            namespace_key = key
-        );
-        let entry = LockEntry {
-            holder: hold,
-            waiters: VecDeque::new(),
-            floor: self.revision,
+        let key: Arc<str> = Arc::from(key);
+        let Some(ns_state) = self.namespaces.get_mut(namespace.as_str()) else {
+            // A namespace without classes or holds: the key is free, the class the default.
+            admit(session, state, &self.default_class, &self.config)?;
+            let namespace: Arc<str> = Arc::from(namespace);
+            let mut ns_state = NamespaceState::new(namespace.clone());
+            let (token, entry) = grant(
+                session,
+                state,
+                &mut ns_state.holds_by_age,
+                &namespace,
+                &key,
+                revision,
+                time,
+                &mut self.watch,
+            );
+            ns_state.locks.insert(key, entry);
+            self.namespaces.insert(namespace, ns_state);
+            return Ok(AcquireReply::Granted { token });
         };
-        let previous = ns_state.locks.insert(key, entry);
-        assert!(previous.is_none(), "fresh grant of a held key");
-        AcquireReply::Granted { token }
-    }
-
-    fn enqueue(&mut self, session: SessionId, namespace: &str, key: &str) -> AcquireReply {
-        let entry = self
-            .namespaces
-            .get_mut(namespace)
-            .and_then(|ns| ns.locks.get_mut(key))
-            .expect("caller saw the entry");
+        let NamespaceState {
+            name: namespace,
+            classes,
+            locks,
+            holds_by_age,
+        } = ns_state;
+        let namespace = namespace.clone();
+        let mut occupied = match locks.entry(key.clone()) {
+            Entry::Vacant(vacant) => {
+                let class = class_of(Some(classes), &self.default_class, &key);
+                admit(session, state, class, &self.config)?;
+                let (token, entry) = grant(
+                    session,
+                    state,
+                    holds_by_age,
+                    &namespace,
+                    &key,
+                    revision,
+                    time,
+                    &mut self.watch,
+                );
+                vacant.insert(entry);
+                return Ok(AcquireReply::Granted { token });
+            }
+            Entry::Occupied(occupied) => occupied,
+        };
+        let entry = occupied.get_mut();
+        if entry.holder.session == session {
+            return Ok(AcquireReply::Granted {
+                token: entry.holder.token,
+            });
+        }
+        if let Some(position) = waiter_position(entry, session) {
+            return Ok(AcquireReply::Queued { position });
+        }
+        if !wait {
+            return Ok(AcquireReply::Busy {
+                holder: entry.holder.session,
+                token: entry.holder.token,
+            });
+        }
+        let class = class_of(Some(classes), &self.default_class, &key);
+        admit(session, state, class, &self.config)?;
+        if entry.waiters.len() >= self.config.waiters_per_key_max {
+            return Err(LockError::TooManyWaiters {
+                namespace: namespace.to_string(),
+                key: key.to_string(),
+                max: self.config.waiters_per_key_max,
+            });
+        }
         entry.waiters.push_back(Waiter {
             session,
-            queued_at: self.time,
+            queued_at: time,
         });
         let position = u32::try_from(entry.waiters.len()).expect("waiters are bounded");
-        let state = self.sessions.get_mut(&session).expect("caller checked");
-        set_insert(&mut state.waits, namespace, key);
+        set_insert(&mut state.waits, &namespace, &key);
         state.holds_and_waits += 1;
-        emit(
-            &mut self.watch,
-            self.revision,
-            self.time,
-            namespace,
-            key,
-            EventKind::Queued { session, position },
-        );
-        AcquireReply::Queued { position }
+        let kind = EventKind::Queued { session, position };
+        emit(&mut self.watch, revision, time, &namespace, &key, kind);
+        Ok(AcquireReply::Queued { position })
     }
 
     pub(crate) fn apply_release(
@@ -269,7 +262,7 @@ impl LockStateMachine {
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
         match state.dedup(request) {
-            Dedup::Retry(reply) => return Ok(reply),
+            Dedup::Retry(reply) => return Ok(reply.to_reply()),
             Dedup::TooOld { newest } => {
                 return Err(LockError::RequestTooOld {
                     session,
@@ -281,53 +274,66 @@ impl LockStateMachine {
         }
         validate_namespace(&namespace)?;
         validate_key(&key)?;
-        let entry = self
-            .namespaces
-            .get(&namespace)
-            .and_then(|ns| ns.locks.get(&key))
-            .filter(|entry| entry.holder.session == session);
-        let Some(entry) = entry else {
+        // The session's own hold set mirrors the lock table and is small: it answers NotHolder
+        // and gives the shared key name without searching the namespace's key table.
+        let Some(shared_key) = state.held_key(&namespace, &key) else {
             return Err(LockError::NotHolder {
                 namespace,
                 key,
                 session,
             });
         };
-        if entry.holder.token != token {
-            return Err(LockError::WrongToken {
-                namespace,
-                key,
-                given: token,
-                current: entry.holder.token,
-            });
-        }
-        let next = self.end_hold(&namespace, &key, HoldEnd::Released(ReleaseCause::Released));
-        let reply = Reply::Released { token, next };
+        let end = HoldEnd::Released(ReleaseCause::Released);
+        let next = match self.end_hold(&namespace, &shared_key, end, Some(token)) {
+            Ok(next) => next,
+            Err(current) => {
+                return Err(LockError::WrongToken {
+                    namespace,
+                    key,
+                    given: token,
+                    current,
+                })
+            }
+        };
+        let reply = RememberedReply::Released { token, next };
         let window = self.config.dedup_window;
         let state = self.sessions.get_mut(&session).expect("checked above");
-        state.remember(request, reply.clone(), window);
-        Ok(reply)
+        state.remember(request, reply, window);
+        Ok(reply.to_reply())
     }
 
     /// Ends the hold on `namespace/key` at this revision and hands the key to the first waiter
     /// (granted at this same revision), or drops the entry. The holder's session may already be
-    /// gone from the session table (closing, expiry, revocation). Returns the new holder.
+    /// gone from the session table (closing, expiry, revocation). Returns the new holder, or,
+    /// if `expected` is not the holder's token, that token (and changes nothing).
     pub(crate) fn end_hold(
         &mut self,
         namespace: &str,
-        key: &str,
+        key: &Arc<str>,
         end: HoldEnd,
-    ) -> Option<(SessionId, Token)> {
+        expected: Option<Token>,
+    ) -> Result<Option<(SessionId, Token)>, Token> {
         let (revision, time) = (self.revision, self.time);
         let ns_state = self
             .namespaces
             .get_mut(namespace)
             .expect("ending a hold in a known namespace");
-        let entry = ns_state
-            .locks
-            .get_mut(key)
-            .expect("ending a hold of a held key");
+        let namespace = ns_state.name.clone();
+        let NamespaceState {
+            name: _,
+            classes,
+            locks,
+            holds_by_age,
+        } = ns_state;
+        let Entry::Occupied(mut occupied) = locks.entry(key.clone()) else {
+            panic!("ending a hold of `{namespace}/{key}`, which is not held");
+        };
+        let key = occupied.key().clone();
+        let entry = occupied.get_mut();
         let hold = entry.holder;
+        if expected.is_some_and(|token| token != hold.token) {
+            return Err(hold.token);
+        }
         // A hold never ends in the revision that granted it: so the next token on this key (this
         // revision) is strictly above the ended one, and tokens rise strictly per key.
         assert!(
@@ -335,10 +341,10 @@ impl LockStateMachine {
             "hold of `{namespace}/{key}` with {} ends at {revision}",
             hold.token
         );
-        let removed = ns_state.holds_by_age.remove(&(hold.token, key.to_owned()));
+        let removed = holds_by_age.remove(&(hold.token, key.clone()));
         assert!(removed, "hold {} missing from the age index", hold.token);
         if let Some(state) = self.sessions.get_mut(&hold.session) {
-            set_remove(&mut state.holds, namespace, key);
+            set_remove(&mut state.holds, &namespace, &key);
             state.holds_and_waits -= 1;
         }
         let kind = match end {
@@ -357,13 +363,13 @@ impl LockStateMachine {
                 session_revoked,
             },
         };
-        emit(&mut self.watch, revision, time, namespace, key, kind);
+        emit(&mut self.watch, revision, time, &namespace, &key, kind);
         let Some(waiter) = entry.waiters.pop_front() else {
-            ns_state.locks.remove(key);
-            if ns_state.is_empty() {
-                self.namespaces.remove(namespace);
+            occupied.remove();
+            if locks.is_empty() && classes.is_empty() {
+                self.namespaces.remove(&namespace);
             }
-            return None;
+            return Ok(None);
         };
         let token = Token::at(revision);
         entry.holder = Hold {
@@ -372,7 +378,7 @@ impl LockStateMachine {
             granted_at: time,
         };
         entry.floor = revision;
-        let inserted = ns_state.holds_by_age.insert((token, key.to_owned()));
+        let inserted = holds_by_age.insert((token, key.clone()));
         assert!(inserted, "`{namespace}/{key}` granted twice at {token}");
         let state = self.sessions.get_mut(&waiter.session).unwrap_or_else(|| {
             panic!(
@@ -380,18 +386,18 @@ impl LockStateMachine {
                 waiter.session
             )
         });
-        set_remove(&mut state.waits, namespace, key);
-        set_insert(&mut state.holds, namespace, key);
+        set_remove(&mut state.waits, &namespace, &key);
+        set_insert(&mut state.holds, &namespace, &key);
         let session = waiter.session;
         emit(
             &mut self.watch,
             revision,
             time,
-            namespace,
-            key,
+            &namespace,
+            &key,
             EventKind::Granted { session, token },
         );
-        Some((session, token))
+        Ok(Some((session, token)))
     }
 
     /// Ends sessions in this one revision: first every wait of every listed session is removed,
@@ -417,8 +423,8 @@ impl LockStateMachine {
                 for key in keys {
                     let entry = self
                         .namespaces
-                        .get_mut(namespace)
-                        .and_then(|ns| ns.locks.get_mut(key))
+                        .get_mut(&**namespace)
+                        .and_then(|ns| ns.locks.get_mut(&**key))
                         .expect("a waited-for key is held");
                     let before = entry.waiters.len();
                     entry.waiters.retain(|waiter| waiter.session != *session);
@@ -439,13 +445,16 @@ impl LockStateMachine {
             for (namespace, keys) in &state.holds {
                 for key in keys {
                     let end = match forced {
-                        Some((request, ns, k)) if ns == namespace && k == key => HoldEnd::Forced {
-                            request,
-                            session_revoked: true,
-                        },
+                        Some((request, ns, k)) if ns == &**namespace && k == &**key => {
+                            HoldEnd::Forced {
+                                request,
+                                session_revoked: true,
+                            }
+                        }
                         _ => HoldEnd::Released(cause),
                     };
-                    self.end_hold(namespace, key, end);
+                    let ended = self.end_hold(namespace, key, end, None);
+                    assert!(ended.is_ok(), "no token expected");
                 }
             }
         }
@@ -456,6 +465,69 @@ impl LockStateMachine {
         let classes = self.namespaces.get(namespace).map(|ns| &ns.classes);
         class_of(classes, &self.default_class, key)
     }
+}
+
+/// The checks before a session may hold or wait for a key of `class`.
+fn admit(
+    session: SessionId,
+    state: &Session,
+    class: &ClassSpec,
+    config: &LockConfig,
+) -> Result<(), LockError> {
+    if state.ttl_ms > class.session_ttl_ms_max {
+        return Err(LockError::SessionTtlAboveClassMax {
+            ttl_ms: state.ttl_ms,
+            class: class.name.clone(),
+            max: class.session_ttl_ms_max,
+        });
+    }
+    if state.holds_and_waits >= config.holds_per_session_max {
+        return Err(LockError::TooManyHolds {
+            session,
+            max: config.holds_per_session_max,
+        });
+    }
+    Ok(())
+}
+
+/// Grants a free key at `revision` (token = floor = revision); the caller inserts the entry.
+#[allow(clippy::too_many_arguments)]
+fn grant(
+    session: SessionId,
+    state: &mut Session,
+    holds_by_age: &mut BTreeSet<(Token, Arc<str>)>,
+    namespace: &Arc<str>,
+    key: &Arc<str>,
+    revision: Revision,
+    time: Instant,
+    watch: &mut WatchLog,
+) -> (Token, LockEntry) {
+    let token = Token::at(revision);
+    set_insert(&mut state.holds, namespace, key);
+    state.holds_and_waits += 1;
+    emit(
+        watch,
+        revision,
+        time,
+        namespace,
+        key,
+        EventKind::Granted { session, token },
+    );
+    let inserted = holds_by_age.insert((token, key.clone()));
+    assert!(inserted, "`{key}` granted twice at {token}");
+    let hold = Hold {
+        session,
+        token,
+        granted_at: time,
+    };
+    (
+        token,
+        LockEntry {
+            holder: hold,
+            waiters: VecDeque::new(),
+            floor: revision,
+        },
+    )
 }
 
 pub(crate) fn class_of<'a>(

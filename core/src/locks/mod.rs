@@ -38,10 +38,11 @@ mod snapshot;
 mod watch;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
 pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
-pub use command::{AcquireReply, Actor, Command, Identity, Outcome, Reply, Role};
+pub use command::{AcquireReply, Actor, Command, Identity, Outcome, RememberedReply, Reply, Role};
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
 pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};
@@ -77,7 +78,7 @@ pub struct LockStateMachine {
     time: Instant,
     sessions: BTreeMap<SessionId, Session>,
     /// Only non-empty namespaces (some class or some hold) have an entry.
-    namespaces: BTreeMap<String, NamespaceState>,
+    namespaces: BTreeMap<Arc<str>, NamespaceState>,
     force_releases: ForceReleases,
     audit: AuditLog,
     watch: WatchLog,

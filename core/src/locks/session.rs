@@ -5,9 +5,10 @@
 //! gives every session a full TTL from its takeover ([`LockStateMachine::sessions`] lists them).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::class::check_len;
-use super::command::{Identity, Reply};
+use super::command::{Identity, RememberedReply, Reply};
 use super::error::LockError;
 use super::ids::{RequestId, SessionId};
 use super::watch::ReleaseCause;
@@ -25,16 +26,16 @@ pub(crate) struct Session {
     /// Log time of creation.
     pub created_at: Instant,
     /// namespace -> keys this session holds. Mirrors the lock table exactly.
-    pub holds: BTreeMap<String, BTreeSet<String>>,
+    pub holds: KeySets,
     /// namespace -> keys this session waits for. Mirrors the waiter queues exactly.
-    pub waits: BTreeMap<String, BTreeSet<String>>,
+    pub waits: KeySets,
     /// Number of keys in `holds` plus `waits`; at most `holds_per_session_max`.
     pub holds_and_waits: usize,
     /// The newest request id applied without error, if any. Never decreases.
     pub request_newest: Option<RequestId>,
     /// Replies to the last `dedup_window` requests applied without error, oldest first, ids
     /// strictly increasing.
-    pub replies: VecDeque<(RequestId, Reply)>,
+    pub replies: VecDeque<(RequestId, RememberedReply)>,
 }
 
 /// What a request id means for a session.
@@ -42,7 +43,7 @@ pub(crate) enum Dedup {
     /// Newer than every request seen: apply it.
     New,
     /// A retry of a request answered before: answer the same.
-    Retry(Reply),
+    Retry(RememberedReply),
     /// Older than the window: cannot be answered safely.
     TooOld { newest: RequestId },
 }
@@ -65,7 +66,7 @@ impl Session {
         match self.request_newest {
             Some(newest) if request <= newest => {
                 match self.replies.iter().find(|(id, _)| *id == request) {
-                    Some((_, reply)) => Dedup::Retry(reply.clone()),
+                    Some((_, reply)) => Dedup::Retry(*reply),
                     None => Dedup::TooOld { newest },
                 }
             }
@@ -74,7 +75,7 @@ impl Session {
     }
 
     /// Remembers the reply to a request that was applied without error.
-    pub fn remember(&mut self, request: RequestId, reply: Reply, window: usize) {
+    pub fn remember(&mut self, request: RequestId, reply: RememberedReply, window: usize) {
         if let Some(newest) = self.request_newest {
             assert!(
                 request > newest,
@@ -86,6 +87,11 @@ impl Session {
             self.replies.pop_front();
         }
         self.replies.push_back((request, reply));
+    }
+
+    /// The shared name of `key` if this session holds it.
+    pub fn held_key(&self, namespace: &str, key: &str) -> Option<Arc<str>> {
+        self.holds.get(namespace)?.get(key).cloned()
     }
 
     pub fn holds(&self, namespace: &str, key: &str) -> bool {
@@ -105,20 +111,23 @@ impl Session {
     }
 }
 
+/// namespace -> keys; the names are shared with the lock table (`Arc<str>`), not copied.
+pub(crate) type KeySets = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
+
 /// Inserts `key` under `namespace` in a session's holds or waits.
-pub(crate) fn set_insert(set: &mut BTreeMap<String, BTreeSet<String>>, namespace: &str, key: &str) {
-    let inserted = match set.get_mut(namespace) {
-        Some(keys) => keys.insert(key.to_owned()),
+pub(crate) fn set_insert(set: &mut KeySets, namespace: &Arc<str>, key: &Arc<str>) {
+    let inserted = match set.get_mut(&**namespace) {
+        Some(keys) => keys.insert(key.clone()),
         None => set
-            .entry(namespace.to_owned())
+            .entry(namespace.clone())
             .or_default()
-            .insert(key.to_owned()),
+            .insert(key.clone()),
     };
     assert!(inserted, "`{namespace}/{key}` recorded twice for a session");
 }
 
 /// Removes `key` under `namespace` from a session's holds or waits.
-pub(crate) fn set_remove(set: &mut BTreeMap<String, BTreeSet<String>>, namespace: &str, key: &str) {
+pub(crate) fn set_remove(set: &mut KeySets, namespace: &str, key: &str) {
     let keys = set
         .get_mut(namespace)
         .unwrap_or_else(|| panic!("session has nothing in namespace `{namespace}`"));

@@ -4,16 +4,17 @@
 //! typed error instead of panicking on an inconsistent one.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use thiserror::Error;
 
 use super::audit::{AuditLog, AuditRecord};
 use super::class::ClassSpec;
-use super::command::{Identity, Reply};
+use super::command::{Identity, RememberedReply};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::ids::{RequestId, Revision, SessionId, Token};
-use super::lock::{Hold, LockEntry, Waiter};
+use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::session::{set_insert, validate_identity, Session};
 use super::watch::{Event, WatchLog};
@@ -47,7 +48,7 @@ pub struct SessionSnapshot {
     pub ttl_ms: u64,
     pub created_at: Instant,
     pub request_newest: Option<RequestId>,
-    pub replies: Vec<(RequestId, Reply)>,
+    pub replies: Vec<(RequestId, RememberedReply)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,8 +104,8 @@ impl LockStateMachine {
         for (namespace, ns) in &self.namespaces {
             for (key, entry) in &ns.locks {
                 locks.push(LockSnapshotEntry {
-                    namespace: namespace.clone(),
-                    key: key.clone(),
+                    namespace: namespace.to_string(),
+                    key: key.to_string(),
                     holder: HoldSnapshot {
                         session: entry.holder.session,
                         token: entry.holder.token,
@@ -121,7 +122,11 @@ impl LockStateMachine {
                     floor: entry.floor,
                 });
             }
-            classes.extend(ns.classes.iter().map(|c| (namespace.clone(), c.clone())));
+            classes.extend(
+                ns.classes
+                    .iter()
+                    .map(|c| (namespace.to_string(), c.clone())),
+            );
         }
         LockSnapshot {
             config: self.config.clone(),
@@ -157,7 +162,11 @@ impl LockStateMachine {
             validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
             class.validate(&sm.config).map_err(|e| bad(e.to_string()))?;
             let prefix = class.prefix.clone();
-            let ns = sm.namespaces.entry(namespace.clone()).or_default();
+            let name: Arc<str> = Arc::from(namespace.as_str());
+            let ns = sm
+                .namespaces
+                .entry(name.clone())
+                .or_insert_with(|| NamespaceState::new(name));
             if ns.classes.put(class).is_some() {
                 return Err(bad(format!(
                     "class at `{namespace}` prefix `{prefix}` listed twice"
@@ -217,6 +226,11 @@ impl LockStateMachine {
         if self.entry(&namespace, &key).is_some() {
             return Err(bad(format!("`{namespace}/{key}` listed twice")));
         }
+        let namespace: Arc<str> = match self.namespaces.get_key_value(namespace.as_str()) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(namespace),
+        };
+        let key: Arc<str> = Arc::from(key);
         let mut sessions = vec![holder.session];
         for waiter in &waiters {
             if sessions.contains(&waiter.session) {
@@ -240,7 +254,10 @@ impl LockStateMachine {
             }
             session.holds_and_waits += 1;
         }
-        let ns = self.namespaces.entry(namespace.clone()).or_default();
+        let ns = self
+            .namespaces
+            .entry(namespace.clone())
+            .or_insert_with(|| NamespaceState::new(namespace.clone()));
         if !ns.holds_by_age.insert((holder.token, key.clone())) {
             return Err(bad(format!("`{namespace}/{key}` listed twice")));
         }

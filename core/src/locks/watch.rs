@@ -3,6 +3,7 @@
 //! dropped is a `Compacted` error, never a silent gap.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::error::WatchError;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
@@ -62,8 +63,9 @@ pub struct Event {
     pub revision: Revision,
     /// Log time.
     pub time: Instant,
-    pub namespace: String,
-    pub key: String,
+    /// Shared with the lock table (no copy per event).
+    pub namespace: Arc<str>,
+    pub key: Arc<str>,
     pub kind: EventKind,
 }
 
@@ -80,7 +82,7 @@ impl WatchFilter {
     pub fn matches(&self, event: &Event) -> bool {
         self.namespace
             .as_deref()
-            .is_none_or(|namespace| namespace == event.namespace)
+            .is_none_or(|namespace| namespace == &*event.namespace)
             && event.key.starts_with(&self.key_prefix)
     }
 }
@@ -117,8 +119,8 @@ impl WatchLog {
         &mut self,
         revision: Revision,
         time: Instant,
-        namespace: &str,
-        key: &str,
+        namespace: &Arc<str>,
+        key: &Arc<str>,
         kind: EventKind,
     ) {
         if let Some(last) = self.events.back() {
@@ -135,8 +137,8 @@ impl WatchLog {
         self.events.push_back(Event {
             revision,
             time,
-            namespace: namespace.to_owned(),
-            key: key.to_owned(),
+            namespace: namespace.clone(),
+            key: key.clone(),
             kind,
         });
     }

@@ -50,6 +50,8 @@ pub enum Action<C, S> {
         promised: Option<Ballot>,
         accepted: Vec<AcceptedEntry<C>>,
         snapshot: Option<(Slot, S)>,
+        /// Record the incarnation of a replica (ourselves or a peer that recovered).
+        incarnation: Option<(NodeId, u64)>,
         recovered: bool,
     },
     /// Send `msg` to `to` (any time, in any order: ordering rules are kept by the replica).
@@ -78,6 +80,8 @@ pub struct Durable<C, S> {
     pub promised: Ballot,
     pub accepted: BTreeMap<Slot, (Ballot, Value<C>)>,
     pub snapshot: Option<(Slot, S)>,
+    /// Incarnation per replica (own and peers'); 0 when absent. Never decreases.
+    pub incarnations: BTreeMap<NodeId, u64>,
     /// Storage lost or found damaged acknowledged state: the replica must not vote until it
     /// has re-learned from the other replicas.
     pub lost: bool,
@@ -89,6 +93,7 @@ impl<C, S> Default for Durable<C, S> {
             promised: Ballot::ZERO,
             accepted: BTreeMap::new(),
             snapshot: None,
+            incarnations: BTreeMap::new(),
             lost: false,
         }
     }
@@ -102,8 +107,17 @@ impl<C: Clone, S: Clone> Durable<C, S> {
         promised: Option<Ballot>,
         accepted: &[AcceptedEntry<C>],
         snapshot: Option<&(Slot, S)>,
+        incarnation: Option<(NodeId, u64)>,
         recovered: bool,
     ) {
+        if let Some((node, inc)) = incarnation {
+            let old = self.incarnations.get(&node).copied().unwrap_or(0);
+            assert!(
+                inc >= old,
+                "incarnation of {node} went backwards: {inc} < {old}"
+            );
+            self.incarnations.insert(node, inc);
+        }
         if let Some(p) = promised {
             assert!(
                 p >= self.promised,

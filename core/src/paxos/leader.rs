@@ -78,7 +78,13 @@ where
             if to == self.cfg.id && self.amnesiac {
                 continue;
             }
-            self.send_after_persist(to, Message::Prepare { ballot, slot_from });
+            let incarnation = self.incarnation;
+            let msg = Message::Prepare {
+                ballot,
+                slot_from,
+                incarnation,
+            };
+            self.send_after_persist(to, msg);
         }
     }
 
@@ -242,6 +248,7 @@ where
             slot,
             value,
             slot_chosen: chosen,
+            incarnation: self.incarnation,
         };
         self.broadcast(&msg);
         self.send(self.cfg.id, msg);
@@ -327,6 +334,7 @@ where
             ballot: l.ballot,
             slot_chosen: chosen,
             seq: l.hb_seq,
+            incarnation: self.incarnation,
         };
         self.broadcast(&msg);
     }
@@ -374,6 +382,7 @@ where
                         slot: *slot,
                         value: p.value.clone(),
                         slot_chosen: chosen,
+                        incarnation: self.incarnation,
                     };
                     out.push((*m, msg));
                 }

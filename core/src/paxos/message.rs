@@ -13,8 +13,14 @@ pub enum Message<C, S> {
     PreVote { round: u64 },
     /// Answer to `PreVote`; granted only when the voter has not heard from a live leader.
     PreVoteReply { round: u64, granted: bool },
-    /// Phase 1a over every slot >= `slot_from` (a range prepare).
-    Prepare { ballot: Ballot, slot_from: Slot },
+    /// Phase 1a over every slot >= `slot_from` (a range prepare). `incarnation` (here and in
+    /// `Accept`/`Heartbeat`) is the sender's incarnation: a receiver drops ballot-bearing
+    /// messages from an incarnation older than the one the sender fenced (see `Fence`).
+    Prepare {
+        ballot: Ballot,
+        slot_from: Slot,
+        incarnation: u64,
+    },
     /// Phase 1b: the acceptor promised `ballot`; every slot <= `slot_applied` is chosen and
     /// known to it; slots <= `slot_snapshot` are covered by its durable snapshot; `accepted`
     /// lists its accepted values at slots >= `slot_from` above the snapshot.
@@ -31,6 +37,7 @@ pub enum Message<C, S> {
         slot: Slot,
         value: Value<C>,
         slot_chosen: Slot,
+        incarnation: u64,
     },
     /// Phase 2b, sent only after the acceptance is durable.
     Accepted { ballot: Ballot, slot: Slot },
@@ -41,6 +48,7 @@ pub enum Message<C, S> {
         ballot: Ballot,
         slot_chosen: Slot,
         seq: u64,
+        incarnation: u64,
     },
     /// "At the time I received heartbeat `seq` I had promised nothing above `ballot`."
     HeartbeatAck { ballot: Ballot, seq: u64 },
@@ -51,10 +59,14 @@ pub enum Message<C, S> {
         snapshot: Option<(Slot, S)>,
         entries: Vec<(Slot, Value<C>)>,
     },
-    /// An amnesiac replica asks for the highest ballot the peer has promised.
+    /// Recovery round 1: an amnesiac replica asks which incarnation of it the peer knows.
     RecoverQuery { nonce: u64 },
     /// Answer to `RecoverQuery`.
-    RecoverReply { nonce: u64, promised: Ballot },
+    RecoverReply { nonce: u64, incarnation: u64 },
+    /// Recovery round 2: "from now on drop my messages from incarnations below `incarnation`".
+    Fence { nonce: u64, incarnation: u64 },
+    /// Answer to `Fence`, sent once the fence is durable: the highest ballot promised.
+    FenceAck { nonce: u64, promised: Ballot },
 }
 
 impl<C, S> Message<C, S> {
@@ -74,6 +86,8 @@ impl<C, S> Message<C, S> {
             Message::CatchupReply { .. } => "catchup-reply",
             Message::RecoverQuery { .. } => "recover-query",
             Message::RecoverReply { .. } => "recover-reply",
+            Message::Fence { .. } => "fence",
+            Message::FenceAck { .. } => "fence-ack",
         }
     }
 }

@@ -1,9 +1,12 @@
 //! Recovery of a replica whose durable state was lost or damaged (no acceptor amnesia).
 //!
 //! Rule (see docs/protocol.md, "Amnesia"): the amnesiac replica neither promises, accepts nor
-//! acknowledges heartbeats. It asks every other member for its promised ballot, waits for all of
-//! them, then runs phase 1 at a ballot above all of them, counting only the others' promises.
-//! When that phase 1 succeeds it is an ordinary leader again and clears the durable "lost" flag.
+//! acknowledges heartbeats for others. Round 1: it asks every other member which incarnation of
+//! it they know and takes the next one. Round 2: it asks every other member to fence (durably)
+//! its older incarnations and to report its promised ballot. It then runs phase 1 at a ballot
+//! above all of those, counting only the others' promises, and as leader proposes again every
+//! value up to the highest reported slot. Once those are chosen at its ballot (and its durable
+//! snapshot covers the others' snapshot floor) it persists `recovered` and votes again.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -24,6 +27,7 @@ where
         let nonce = self.rng.next_u64();
         self.role = Role::Recovering {
             nonce,
+            fencing: false,
             replies: BTreeMap::new(),
         };
         self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
@@ -33,18 +37,19 @@ where
 
     pub(super) fn on_recover_query(&mut self, from: NodeId, nonce: u64) {
         if self.amnesiac {
-            // We do not know what we promised; our answer would be worthless.
+            // We know nothing durable; our answer would be worthless.
             self.counters.dropped_amnesiac += 1;
             return;
         }
-        let promised = self.promised;
-        self.send(from, Message::RecoverReply { nonce, promised });
+        let incarnation = self.peer_incarnations.get(&from).copied().unwrap_or(0);
+        self.send(from, Message::RecoverReply { nonce, incarnation });
     }
 
-    pub(super) fn on_recover_reply(&mut self, from: NodeId, nonce: u64, promised: Ballot) {
+    pub(super) fn on_recover_reply(&mut self, from: NodeId, nonce: u64, incarnation: u64) {
         let others = self.cfg.members.len() - 1;
         let Role::Recovering {
             nonce: mine,
+            fencing: false,
             replies,
         } = &mut self.role
         else {
@@ -55,7 +60,55 @@ where
             self.counters.dropped_stale += 1;
             return;
         }
-        replies.insert(from, promised);
+        replies.insert(from, incarnation);
+        if replies.len() < others {
+            return;
+        }
+        let known = replies.values().copied().max().unwrap_or(0);
+        let next = known.max(self.incarnation) + 1;
+        replies.clear();
+        if let Role::Recovering { fencing, .. } = &mut self.role {
+            *fencing = true;
+        }
+        self.incarnation = next;
+        self.persist_incarnation(self.cfg.id, next);
+        self.broadcast(&Message::Fence {
+            nonce,
+            incarnation: next,
+        });
+    }
+
+    pub(super) fn on_fence(&mut self, from: NodeId, nonce: u64, incarnation: u64) {
+        if self.amnesiac {
+            self.counters.dropped_amnesiac += 1;
+            return;
+        }
+        let known = self.peer_incarnations.get(&from).copied().unwrap_or(0);
+        if incarnation > known {
+            self.peer_incarnations.insert(from, incarnation);
+            self.persist_incarnation(from, incarnation);
+        }
+        // Our promise now bounds every ballot the fenced incarnations made us promise.
+        let promised = self.promised;
+        self.send_after_persist(from, Message::FenceAck { nonce, promised });
+    }
+
+    pub(super) fn on_fence_ack(&mut self, from: NodeId, nonce: u64, promised: Ballot) {
+        let others = self.cfg.members.len() - 1;
+        let Role::Recovering {
+            nonce: mine,
+            fencing: true,
+            replies,
+        } = &mut self.role
+        else {
+            self.counters.dropped_stale += 1;
+            return;
+        };
+        if *mine != nonce {
+            self.counters.dropped_stale += 1;
+            return;
+        }
+        replies.insert(from, promised.round);
         self.round_seen_max = self.round_seen_max.max(promised.round);
         if replies.len() == others {
             self.become_candidate();

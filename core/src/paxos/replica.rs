@@ -51,7 +51,10 @@ pub(super) enum Role<C> {
     Leader(Box<LeaderState<C>>),
     Recovering {
         nonce: u64,
-        replies: BTreeMap<NodeId, Ballot>,
+        /// Round 2 (fence) once true; round 1 (which incarnation) before.
+        fencing: bool,
+        /// Round 1: incarnation known per peer; round 2: promised round per peer.
+        replies: BTreeMap<NodeId, u64>,
     },
 }
 
@@ -70,6 +73,10 @@ pub struct Replica<C, S> {
     pub(super) accepted_ballot_max: Ballot,
     /// Durable state was lost: no promise, accept or heartbeat ack until recovered.
     pub(super) amnesiac: bool,
+    /// Our incarnation (raised by each recovery from disk loss); never decreases.
+    pub(super) incarnation: u64,
+    /// Lowest incarnation of each peer whose ballot-bearing messages we still take.
+    pub(super) peer_incarnations: BTreeMap<NodeId, u64>,
 
     // Persist-before-reply.
     pub(super) persist_issued: PersistId,
@@ -120,13 +127,15 @@ where
             promised,
             accepted,
             snapshot,
+            incarnations,
             lost,
         } = restored;
-        let (promised, mut accepted) = if lost {
-            (Ballot::ZERO, BTreeMap::new())
+        let (promised, mut accepted, mut incarnations) = if lost {
+            (Ballot::ZERO, BTreeMap::new(), BTreeMap::new())
         } else {
-            (promised, accepted)
+            (promised, accepted, incarnations)
         };
+        let incarnation = incarnations.remove(&cfg.id).unwrap_or(0);
         let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s);
         accepted = accepted.split_off(&slot_snapshot.next());
         let accepted_ballot_max = accepted
@@ -146,6 +155,8 @@ where
             accepted,
             accepted_ballot_max,
             amnesiac: lost,
+            incarnation,
+            peer_incarnations: incarnations,
             persist_issued: 0,
             persist_acked: 0,
             held: VecDeque::new(),
@@ -340,7 +351,15 @@ where
             Message::PreVoteReply { round, granted } => {
                 self.on_pre_vote_reply(from, round, granted)
             }
-            Message::Prepare { ballot, slot_from } => self.on_prepare(from, ballot, slot_from),
+            Message::Prepare {
+                ballot,
+                slot_from,
+                incarnation,
+            } => {
+                if self.fenced(from, incarnation) {
+                    self.on_prepare(from, ballot, slot_from);
+                }
+            }
             Message::Promise {
                 ballot,
                 slot_applied,
@@ -352,24 +371,51 @@ where
                 slot,
                 value,
                 slot_chosen,
-            } => self.on_accept(from, ballot, slot, value, slot_chosen),
+                incarnation,
+            } => {
+                if self.fenced(from, incarnation) {
+                    self.on_accept(from, ballot, slot, value, slot_chosen);
+                }
+            }
             Message::Accepted { ballot, slot } => self.on_accepted(from, ballot, slot),
             Message::Nack { ballot, promised } => self.on_nack(from, ballot, promised),
             Message::Heartbeat {
                 ballot,
                 slot_chosen,
                 seq,
-            } => self.on_heartbeat(from, ballot, slot_chosen, seq),
+                incarnation,
+            } => {
+                if self.fenced(from, incarnation) {
+                    self.on_heartbeat(from, ballot, slot_chosen, seq);
+                }
+            }
             Message::HeartbeatAck { ballot, seq } => self.on_heartbeat_ack(from, ballot, seq),
             Message::CatchupRequest { slot_from } => self.on_catchup_request(from, slot_from),
             Message::CatchupReply { snapshot, entries } => {
                 self.on_catchup_reply(from, snapshot, entries)
             }
             Message::RecoverQuery { nonce } => self.on_recover_query(from, nonce),
-            Message::RecoverReply { nonce, promised } => {
-                self.on_recover_reply(from, nonce, promised)
+            Message::RecoverReply { nonce, incarnation } => {
+                self.on_recover_reply(from, nonce, incarnation)
             }
+            Message::Fence { nonce, incarnation } => self.on_fence(from, nonce, incarnation),
+            Message::FenceAck { nonce, promised } => self.on_fence_ack(from, nonce, promised),
         }
+    }
+
+    /// True if `from`'s ballot-bearing message comes from an incarnation we still accept;
+    /// counts it as stale otherwise (an old incarnation's message delivered late).
+    fn fenced(&mut self, from: NodeId, incarnation: u64) -> bool {
+        let min = if from == self.cfg.id {
+            self.incarnation
+        } else {
+            self.peer_incarnations.get(&from).copied().unwrap_or(0)
+        };
+        if incarnation < min {
+            self.counters.dropped_stale += 1;
+            return false;
+        }
+        true
     }
 
     /// Messages a replica sends itself (its own prepare/accept and the replies) go through the
@@ -437,9 +483,23 @@ where
             promised,
             accepted,
             snapshot,
+            incarnation: None,
             recovered,
         });
         self.persist_issued
+    }
+
+    /// Persists that `node` is at `incarnation` (our own, or a peer's fence).
+    pub(super) fn persist_incarnation(&mut self, node: NodeId, incarnation: u64) {
+        self.persist_issued += 1;
+        self.actions.push_back(Action::Persist {
+            id: self.persist_issued,
+            promised: None,
+            accepted: Vec::new(),
+            snapshot: None,
+            incarnation: Some((node, incarnation)),
+            recovered: false,
+        });
     }
 
     /// Raises the promise to `ballot` and persists it.

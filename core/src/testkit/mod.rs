@@ -82,6 +82,7 @@ struct PendingPersist<C, S> {
     promised: Option<Ballot>,
     accepted: Vec<AcceptedEntry<C>>,
     snapshot: Option<(Slot, S)>,
+    incarnation: Option<(NodeId, u64)>,
     recovered: bool,
 }
 
@@ -405,8 +406,13 @@ where
         let mut last = None;
         while n.unacked.front().is_some_and(|p| p.due <= now) {
             let p = n.unacked.pop_front().expect("front");
-            n.durable
-                .apply_persist(p.promised, &p.accepted, p.snapshot.as_ref(), p.recovered);
+            n.durable.apply_persist(
+                p.promised,
+                &p.accepted,
+                p.snapshot.as_ref(),
+                p.incarnation,
+                p.recovered,
+            );
             for (slot, ballot, value) in &p.accepted {
                 self.checker.on_durable_accept(id, *slot, *ballot, value);
             }
@@ -442,6 +448,7 @@ where
                 promised,
                 accepted,
                 snapshot,
+                incarnation,
                 recovered,
             } => {
                 let delay = self.random(self.cfg.persist_delay_ms_max + 1);
@@ -453,6 +460,7 @@ where
                     promised,
                     accepted,
                     snapshot,
+                    incarnation,
                     recovered,
                 });
             }

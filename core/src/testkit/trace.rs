@@ -11,6 +11,7 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             promised,
             accepted,
             snapshot,
+            incarnation,
             recovered,
         } => {
             let mut s = format!("{id}: persist #{pid}");
@@ -22,6 +23,9 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             }
             if let Some((slot, _)) = snapshot {
                 s += &format!(" snapshot=s{slot}");
+            }
+            if let Some((node, inc)) = incarnation {
+                s += &format!(" incarnation({node}={inc})");
             }
             if *recovered {
                 s += " recovered";
@@ -53,7 +57,11 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
         Message::PreVoteReply { round, granted } => {
             format!("pre-vote-reply r{round} granted={granted}")
         }
-        Message::Prepare { ballot, slot_from } => format!("prepare {ballot} from=s{slot_from}"),
+        Message::Prepare {
+            ballot,
+            slot_from,
+            incarnation,
+        } => format!("prepare {ballot} from=s{slot_from}{}", inc(*incarnation)),
         Message::Promise {
             ballot,
             slot_applied,
@@ -72,14 +80,22 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
             slot,
             value,
             slot_chosen,
-        } => format!("accept {ballot} s{slot}={value} chosen=s{slot_chosen}"),
+            incarnation,
+        } => format!(
+            "accept {ballot} s{slot}={value} chosen=s{slot_chosen}{}",
+            inc(*incarnation)
+        ),
         Message::Accepted { ballot, slot } => format!("accepted {ballot} s{slot}"),
         Message::Nack { ballot, promised } => format!("nack {ballot} promised={promised}"),
         Message::Heartbeat {
             ballot,
             slot_chosen,
             seq,
-        } => format!("heartbeat {ballot} chosen=s{slot_chosen} seq={seq}"),
+            incarnation,
+        } => format!(
+            "heartbeat {ballot} chosen=s{slot_chosen} seq={seq}{}",
+            inc(*incarnation)
+        ),
         Message::HeartbeatAck { ballot, seq } => format!("heartbeat-ack {ballot} seq={seq}"),
         Message::CatchupRequest { slot_from } => format!("catchup-request from=s{slot_from}"),
         Message::CatchupReply { snapshot, entries } => {
@@ -93,8 +109,23 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
             s
         }
         Message::RecoverQuery { nonce } => format!("recover-query {nonce:x}"),
-        Message::RecoverReply { nonce, promised } => {
-            format!("recover-reply {nonce:x} promised={promised}")
+        Message::RecoverReply { nonce, incarnation } => {
+            format!("recover-reply {nonce:x} incarnation={incarnation}")
         }
+        Message::Fence { nonce, incarnation } => {
+            format!("fence {nonce:x} incarnation={incarnation}")
+        }
+        Message::FenceAck { nonce, promised } => {
+            format!("fence-ack {nonce:x} promised={promised}")
+        }
+    }
+}
+
+/// Incarnations are shown only once a replica has recovered from disk loss.
+fn inc(incarnation: u64) -> String {
+    if incarnation == 0 {
+        String::new()
+    } else {
+        format!(" inc={incarnation}")
     }
 }
