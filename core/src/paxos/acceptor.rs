@@ -165,6 +165,7 @@ where
             }
             return;
         }
+        self.observe_ballot(ballot);
         match &self.role {
             Role::Leader(_) => {}
             Role::Follower if self.leader == Some(from) => {

@@ -43,7 +43,8 @@ where
 
     pub(super) fn on_pre_vote(&mut self, from: NodeId, round: u64) {
         // Leader stickiness: while we hear from a live leader we vote for nobody else.
-        let granted = !self.leader_is_live() && round > self.promised.round;
+        // An amnesiac replica cannot vote, so it does not pre-vote either.
+        let granted = !self.amnesiac && !self.leader_is_live() && round > self.promised.round;
         self.send(from, Message::PreVoteReply { round, granted });
     }
 

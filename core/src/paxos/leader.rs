@@ -220,7 +220,11 @@ where
         let Some((top, snap_min, _)) = l.recovery_goal else {
             return;
         };
-        if applied >= top && snap >= snap_min {
+        // Our own accept of each re-proposal was persisted in the step that proposed it; a
+        // re-proposal is chosen (or overtaken by catch-up) only in a later step, so the
+        // `recovered` persist below is ordered after all of them.
+        let reproposals_open = l.proposals.range(..=top).next().is_some();
+        if !reproposals_open && applied >= top && snap >= snap_min {
             l.recovery_goal = None;
             self.amnesiac = false;
             self.persist(None, Vec::new(), None, true);
@@ -296,6 +300,7 @@ where
         let p = l.proposals.remove(&slot).expect("present");
         let drained = l.proposals.is_empty();
         self.on_chosen(slot, p.value);
+        self.check_recovered();
         self.fill_window();
         if drained {
             // Nothing left to piggyback the commit point on: tell followers now.

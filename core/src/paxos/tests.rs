@@ -1,1 +1,598 @@
+//! Handler unit tests: exact action lists for each input.
 
+use super::*;
+use crate::time::Instant;
+
+type R = Replica<u32, Vec<u32>>;
+type A = Action<u32, Vec<u32>>;
+type M = Message<u32, Vec<u32>>;
+
+const T: Instant = Instant::from_millis(1000);
+
+fn b(round: u64, node: u64) -> Ballot {
+    Ballot::new(round, NodeId(node))
+}
+
+fn config(id: u64) -> Config {
+    Config::new(NodeId(id), vec![NodeId(1), NodeId(2), NodeId(3)], 7)
+}
+
+fn replica(id: u64) -> R {
+    Replica::new(config(id), Durable::default()).expect("valid")
+}
+
+fn drain(r: &mut R) -> Vec<A> {
+    std::iter::from_fn(|| r.poll_action()).collect()
+}
+
+fn deliver(r: &mut R, from: u64, msg: M) -> Vec<A> {
+    r.step(
+        T,
+        Input::Message {
+            from: NodeId(from),
+            msg,
+        },
+    )
+    .expect("step");
+    drain(r)
+}
+
+fn persisted(r: &mut R, id: PersistId) -> Vec<A> {
+    r.step(T, Input::Persisted { id }).expect("persisted");
+    drain(r)
+}
+
+fn persist_promise(id: PersistId, p: Ballot) -> A {
+    Action::Persist {
+        id,
+        promised: Some(p),
+        accepted: vec![],
+        snapshot: None,
+        incarnation: None,
+        recovered: false,
+    }
+}
+
+fn send(to: u64, msg: M) -> A {
+    Action::Send {
+        to: NodeId(to),
+        msg,
+    }
+}
+
+fn batch(c: &[u32], at: u64) -> Value<u32> {
+    Value::Batch {
+        stamp: Instant::from_millis(at),
+        commands: c.to_vec(),
+    }
+}
+
+fn prepare(ballot: Ballot, from: u64) -> M {
+    Message::Prepare {
+        ballot,
+        slot_from: Slot(from),
+        incarnation: 0,
+    }
+}
+
+fn accept(ballot: Ballot, slot: u64, value: Value<u32>, chosen: u64) -> M {
+    Message::Accept {
+        ballot,
+        slot: Slot(slot),
+        value,
+        slot_chosen: Slot(chosen),
+        incarnation: 0,
+    }
+}
+
+#[test]
+fn on_prepare_persists_the_promise_before_answering() {
+    let mut r = replica(2);
+    assert_eq!(
+        deliver(&mut r, 1, prepare(b(1, 1), 1)),
+        vec![persist_promise(1, b(1, 1))]
+    );
+    assert_eq!(
+        persisted(&mut r, 1),
+        vec![send(
+            1,
+            Message::Promise {
+                ballot: b(1, 1),
+                slot_applied: Slot(0),
+                slot_snapshot: Slot(0),
+                accepted: vec![],
+            }
+        )]
+    );
+    assert_eq!(r.ballot_promised(), b(1, 1));
+}
+
+#[test]
+fn on_prepare_below_the_promise_nacks() {
+    let mut r = replica(2);
+    deliver(&mut r, 3, prepare(b(2, 3), 1));
+    persisted(&mut r, 1);
+    assert_eq!(
+        deliver(&mut r, 1, prepare(b(1, 1), 1)),
+        vec![send(
+            1,
+            Message::Nack {
+                ballot: b(1, 1),
+                promised: b(2, 3)
+            }
+        )]
+    );
+    assert_eq!(r.counters().nacks_sent, 1);
+    assert_eq!(r.ballot_promised(), b(2, 3));
+}
+
+#[test]
+fn on_prepare_reports_accepted_values_from_slot_from() {
+    let mut r = replica(2);
+    deliver(&mut r, 1, accept(b(1, 1), 1, batch(&[1], 5), 0));
+    deliver(&mut r, 1, accept(b(1, 1), 2, batch(&[2], 5), 0));
+    persisted(&mut r, 2);
+    // A prepare from another proposer changes the promise, not whom we follow.
+    let out = deliver(&mut r, 3, prepare(b(2, 3), 2));
+    assert_eq!(out, vec![persist_promise(3, b(2, 3))]);
+    assert_eq!(
+        persisted(&mut r, 3),
+        vec![send(
+            3,
+            Message::Promise {
+                ballot: b(2, 3),
+                slot_applied: Slot(0),
+                slot_snapshot: Slot(0),
+                accepted: vec![(Slot(2), b(1, 1), batch(&[2], 5))],
+            }
+        )]
+    );
+}
+
+#[test]
+fn on_accept_persists_before_accepted() {
+    let mut r = replica(2);
+    let v = batch(&[9], 5);
+    assert_eq!(
+        deliver(&mut r, 1, accept(b(1, 1), 1, v.clone(), 0)),
+        vec![
+            A::RoleChanged {
+                role: RoleKind::Follower,
+                ballot: b(1, 1),
+                leader: Some(NodeId(1)),
+            },
+            A::Persist {
+                id: 1,
+                promised: Some(b(1, 1)),
+                accepted: vec![(Slot(1), b(1, 1), v.clone())],
+                snapshot: None,
+                incarnation: None,
+                recovered: false,
+            },
+        ]
+    );
+    assert_eq!(
+        persisted(&mut r, 1),
+        vec![send(
+            1,
+            Message::Accepted {
+                ballot: b(1, 1),
+                slot: Slot(1)
+            }
+        )]
+    );
+    // A duplicate needs no new persist: the answer goes at once.
+    assert_eq!(
+        deliver(&mut r, 1, accept(b(1, 1), 1, v, 0)),
+        vec![send(
+            1,
+            Message::Accepted {
+                ballot: b(1, 1),
+                slot: Slot(1)
+            }
+        )]
+    );
+}
+
+#[test]
+fn on_heartbeat_learns_the_commit_point_and_applies() {
+    let mut r = replica(2);
+    let v = batch(&[9], 5);
+    deliver(&mut r, 1, accept(b(1, 1), 1, v.clone(), 0));
+    persisted(&mut r, 1);
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(1),
+        seq: 4,
+        incarnation: 0,
+    };
+    assert_eq!(
+        deliver(&mut r, 1, hb),
+        vec![
+            send(
+                1,
+                Message::HeartbeatAck {
+                    ballot: b(1, 1),
+                    seq: 4
+                }
+            ),
+            A::Apply {
+                slot: Slot(1),
+                value: v
+            },
+        ]
+    );
+    assert_eq!(r.slot_applied(), Slot(1));
+}
+
+#[test]
+fn on_heartbeat_without_the_value_fetches_it() {
+    let mut r = replica(2);
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(2),
+        seq: 0,
+        incarnation: 0,
+    };
+    let out = deliver(&mut r, 1, hb);
+    assert_eq!(
+        out[2..],
+        [send(1, Message::CatchupRequest { slot_from: Slot(1) })]
+    );
+    let reply = Message::CatchupReply {
+        snapshot: Some((Slot(1), vec![7])),
+        entries: vec![(Slot(2), batch(&[8], 5))],
+    };
+    assert_eq!(
+        deliver(&mut r, 1, reply),
+        vec![
+            A::InstallSnapshot {
+                slot: Slot(1),
+                snapshot: vec![7]
+            },
+            A::Persist {
+                id: 1,
+                promised: None,
+                accepted: vec![],
+                snapshot: Some((Slot(1), vec![7])),
+                incarnation: None,
+                recovered: false,
+            },
+            A::Apply {
+                slot: Slot(2),
+                value: batch(&[8], 5)
+            },
+        ]
+    );
+}
+
+/// Drives `r` (node 1) to leadership at ballot 1.1 with node 2's promise.
+fn elect(r: &mut R) {
+    let deadline = r.poll_timeout().expect("deadline");
+    r.step(deadline, Input::Timeout).expect("timeout");
+    let out = drain(r);
+    assert_eq!(
+        out[1..],
+        [
+            send(2, Message::PreVote { round: 1 }),
+            send(3, Message::PreVote { round: 1 })
+        ]
+    );
+    let out = deliver(
+        r,
+        2,
+        Message::PreVoteReply {
+            round: 1,
+            granted: true,
+        },
+    );
+    assert_eq!(out[0], persist_promise(1, b(1, 1)));
+    let out = persisted(r, 1);
+    assert_eq!(
+        out,
+        vec![send(2, prepare(b(1, 1), 1)), send(3, prepare(b(1, 1), 1))]
+    );
+    let promise = Message::Promise {
+        ballot: b(1, 1),
+        slot_applied: Slot(0),
+        slot_snapshot: Slot(0),
+        accepted: vec![],
+    };
+    let out = deliver(r, 2, promise);
+    assert_eq!(
+        out[0],
+        A::RoleChanged {
+            role: RoleKind::Leader,
+            ballot: b(1, 1),
+            leader: Some(NodeId(1))
+        }
+    );
+    assert_eq!(r.role(), RoleKind::Leader);
+}
+
+#[test]
+fn leader_chooses_with_a_quorum_and_applies() {
+    let mut r = replica(1);
+    elect(&mut r);
+    r.propose(T, 42).expect("leader");
+    let v = batch(&[42], 1000);
+    assert_eq!(
+        drain(&mut r),
+        vec![
+            send(2, accept(b(1, 1), 1, v.clone(), 0)),
+            send(3, accept(b(1, 1), 1, v.clone(), 0)),
+            A::Persist {
+                id: 2,
+                promised: None,
+                accepted: vec![(Slot(1), b(1, 1), v.clone())],
+                snapshot: None,
+                incarnation: None,
+                recovered: false,
+            },
+        ]
+    );
+    // Our own acceptance counts once durable; with node 3's it is a quorum.
+    assert_eq!(persisted(&mut r, 2), vec![]);
+    let out = deliver(
+        &mut r,
+        3,
+        Message::Accepted {
+            ballot: b(1, 1),
+            slot: Slot(1),
+        },
+    );
+    assert_eq!(
+        out[0],
+        A::Apply {
+            slot: Slot(1),
+            value: v
+        }
+    );
+    assert_eq!(r.slot_applied(), Slot(1));
+}
+
+#[test]
+fn leader_steps_down_on_a_higher_ballot() {
+    let mut r = replica(1);
+    elect(&mut r);
+    let rid = r.read_index(T).expect("leader");
+    drain(&mut r);
+    let nack = Message::Nack {
+        ballot: b(1, 1),
+        promised: b(5, 3),
+    };
+    assert_eq!(
+        deliver(&mut r, 3, nack),
+        vec![
+            A::ReadFailed { id: rid },
+            A::RoleChanged {
+                role: RoleKind::Follower,
+                ballot: b(1, 1),
+                leader: None
+            },
+        ]
+    );
+    assert_eq!(
+        r.propose(T, 1),
+        Err(ProposeError::NotLeader { leader_hint: None })
+    );
+}
+
+#[test]
+fn read_index_waits_for_a_quorum_round() {
+    let mut r = replica(1);
+    elect(&mut r);
+    let rid = r.read_index(T).expect("leader");
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(0),
+        seq: 1,
+        incarnation: 0,
+    };
+    assert_eq!(drain(&mut r), vec![send(2, hb.clone()), send(3, hb)]);
+    // An acknowledgement of an older round does not confirm the read.
+    assert_eq!(
+        deliver(
+            &mut r,
+            2,
+            Message::HeartbeatAck {
+                ballot: b(1, 1),
+                seq: 0
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(
+        deliver(
+            &mut r,
+            2,
+            Message::HeartbeatAck {
+                ballot: b(1, 1),
+                seq: 1
+            }
+        ),
+        vec![A::ReadReady {
+            id: rid,
+            slot_applied_min: Slot(0)
+        }]
+    );
+}
+
+#[test]
+fn propose_refuses_when_not_leader_or_full() {
+    let mut r = replica(1);
+    assert_eq!(
+        r.propose(T, 1),
+        Err(ProposeError::NotLeader { leader_hint: None })
+    );
+    let mut cfg = config(1);
+    cfg.pending_max = 2;
+    cfg.window_slots = 1;
+    cfg.batch_commands_max = 1;
+    let mut r = Replica::new(cfg, Durable::default()).expect("valid");
+    elect(&mut r);
+    r.propose(T, 1).expect("in flight");
+    r.propose_many(T, vec![2, 3]).expect("queued");
+    assert_eq!(
+        r.propose(T, 4),
+        Err(ProposeError::Busy { pending: 2, max: 2 })
+    );
+}
+
+#[test]
+fn malformed_and_stale_input_is_counted_not_fatal() {
+    let mut r = replica(2);
+    assert_eq!(deliver(&mut r, 9, prepare(b(1, 9), 1)), vec![]);
+    assert_eq!(deliver(&mut r, 2, prepare(b(1, 2), 1)), vec![]);
+    assert_eq!(deliver(&mut r, 1, prepare(b(1, 3), 1)), vec![]);
+    assert_eq!(r.counters().dropped_malformed, 3);
+    assert_eq!(
+        deliver(
+            &mut r,
+            1,
+            Message::Accepted {
+                ballot: b(1, 2),
+                slot: Slot(1)
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(r.counters().dropped_stale, 1);
+    assert_eq!(r.ballot_promised(), Ballot::ZERO);
+}
+
+#[test]
+fn driver_mistakes_are_typed_errors() {
+    let mut r = replica(1);
+    assert_eq!(
+        r.step(T, Input::Persisted { id: 3 }),
+        Err(StepError::PersistedUnknown { id: 3, issued: 0 })
+    );
+    assert_eq!(
+        r.compact(Slot(1), vec![]),
+        Err(CompactError::NotApplied {
+            slot: Slot(1),
+            applied: Slot(0)
+        })
+    );
+}
+
+#[test]
+fn compact_replaces_the_log_with_the_snapshot() {
+    let mut r = replica(2);
+    deliver(&mut r, 1, accept(b(1, 1), 1, batch(&[1], 5), 0));
+    persisted(&mut r, 1);
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(1),
+        seq: 0,
+        incarnation: 0,
+    };
+    deliver(&mut r, 1, hb);
+    r.compact(Slot(1), vec![1]).expect("applied");
+    assert_eq!(
+        drain(&mut r),
+        vec![A::Persist {
+            id: 2,
+            promised: None,
+            accepted: vec![],
+            snapshot: Some((Slot(1), vec![1])),
+            incarnation: None,
+            recovered: false,
+        }]
+    );
+    assert_eq!(r.accepted_at(Slot(1)), None);
+    assert_eq!(
+        r.compact(Slot(1), vec![1]),
+        Err(CompactError::Stale {
+            slot: Slot(1),
+            snapshot: Slot(1)
+        })
+    );
+    // A far-behind peer gets the snapshot.
+    assert_eq!(
+        deliver(&mut r, 3, Message::CatchupRequest { slot_from: Slot(1) }),
+        vec![send(
+            3,
+            Message::CatchupReply {
+                snapshot: Some((Slot(1), vec![1])),
+                entries: vec![]
+            }
+        )]
+    );
+}
+
+#[test]
+fn restored_state_is_used_and_snapshot_installed_first() {
+    let mut d: Durable<u32, Vec<u32>> = Durable {
+        promised: b(3, 2),
+        ..Durable::default()
+    };
+    d.accepted.insert(Slot(5), (b(2, 1), batch(&[5], 1)));
+    d.snapshot = Some((Slot(4), vec![1, 2, 3, 4]));
+    let mut r = Replica::new(config(2), d).expect("valid");
+    assert_eq!(
+        drain(&mut r),
+        vec![A::InstallSnapshot {
+            slot: Slot(4),
+            snapshot: vec![1, 2, 3, 4]
+        }]
+    );
+    assert_eq!(r.ballot_promised(), b(3, 2));
+    assert_eq!(r.slot_applied(), Slot(4));
+    assert_eq!(r.accepted_at(Slot(5)), Some(&(b(2, 1), batch(&[5], 1))));
+}
+
+#[test]
+#[should_panic(expected = "above restored promise")]
+fn restored_state_that_went_backwards_is_refused() {
+    let mut d: Durable<u32, Vec<u32>> = Durable {
+        promised: b(1, 2),
+        ..Durable::default()
+    };
+    d.accepted.insert(Slot(1), (b(2, 1), batch(&[5], 1)));
+    let _ = Replica::new(config(2), d);
+}
+
+#[test]
+fn amnesiac_replica_does_not_vote() {
+    let d: Durable<u32, Vec<u32>> = Durable {
+        lost: true,
+        ..Durable::default()
+    };
+    let mut r = Replica::new(config(2), d).expect("valid");
+    assert_eq!(r.role(), RoleKind::Recovering);
+    assert_eq!(deliver(&mut r, 1, prepare(b(1, 1), 1)), vec![]);
+    assert_eq!(
+        deliver(&mut r, 1, Message::RecoverQuery { nonce: 1 }),
+        vec![]
+    );
+    assert_eq!(
+        deliver(&mut r, 3, Message::PreVote { round: 1 }),
+        vec![send(
+            3,
+            Message::PreVoteReply {
+                round: 1,
+                granted: false
+            }
+        )]
+    );
+    assert_eq!(r.counters().dropped_amnesiac, 2);
+    // Its first timeout asks every peer which incarnation they know.
+    let deadline = r.poll_timeout().expect("deadline");
+    r.step(deadline, Input::Timeout).expect("timeout");
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2, "{out:?}");
+    for a in &out {
+        assert!(
+            matches!(
+                a,
+                A::Send {
+                    msg: Message::RecoverQuery { .. },
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+    }
+}

@@ -464,7 +464,10 @@ where
                     recovered,
                 });
             }
-            Action::Send { to, msg } => self.send(id, to, msg),
+            Action::Send { to, msg } => {
+                self.check_durable_before_reply(id, &msg);
+                self.send(id, to, msg);
+            }
             Action::Apply { slot, value } => {
                 let n = &mut self.nodes[i];
                 assert_eq!(
@@ -497,6 +500,30 @@ where
             }
             Action::ReadFailed { id: rid } => self.nodes[i].reads_failed.push(rid),
             Action::RoleChanged { .. } => {}
+        }
+    }
+
+    /// Persist before reply: a `Promise` or `Accepted` may only leave once storage holds
+    /// what it reports.
+    fn check_durable_before_reply(&self, id: NodeId, msg: &Message<C, M::Snapshot>) {
+        let d = &self.nodes[Self::idx(id)].durable;
+        match msg {
+            Message::Promise { ballot, .. } => assert!(
+                d.promised >= *ballot,
+                "seed {}: {id} sent a promise of {ballot} with {} durable",
+                self.cfg.seed,
+                d.promised
+            ),
+            Message::Accepted { ballot, slot } => {
+                let covered = d.snapshot.as_ref().is_some_and(|(s, _)| s >= slot);
+                let accepted = d.accepted.get(slot).is_some_and(|(b, _)| b >= ballot);
+                assert!(
+                    covered || accepted,
+                    "seed {}: {id} sent accepted {ballot} at {slot} before persisting it",
+                    self.cfg.seed
+                );
+            }
+            _ => {}
         }
     }
 
