@@ -32,9 +32,14 @@ proptest! {
     }
 
     #[test]
-    fn hard_states(promised in ballot(), lost in any::<bool>()) {
-        let state = HardState { promised, lost };
-        let bytes = proto::HardState::from(state).encode_to_vec();
+    fn hard_states(
+        promised in ballot(),
+        lost in any::<bool>(),
+        incarnations in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..5),
+    ) {
+        let incarnations = incarnations.into_iter().map(|(n, i)| (NodeId(n), i)).collect();
+        let state = HardState { promised, incarnations, lost };
+        let bytes = proto::HardState::from(state.clone()).encode_to_vec();
         prop_assert_eq!(decode_hard_state(&bytes).unwrap(), state);
     }
 
@@ -126,4 +131,35 @@ fn log_entry_at_slot_zero_and_nested_command_errors_are_named() {
         error.to_string(),
         "log_entry.value.batch.commands[0].kind: required"
     );
+}
+
+#[test]
+fn hard_state_listing_a_node_twice_is_refused() {
+    let wire = proto::HardState {
+        promised: Some(proto::Ballot {
+            round: 1,
+            node_id: 1,
+        }),
+        lost: false,
+        incarnations: vec![
+            proto::Incarnation {
+                node_id: 2,
+                incarnation: 1,
+            },
+            proto::Incarnation {
+                node_id: 2,
+                incarnation: 3,
+            },
+        ],
+    };
+    let error = decode_hard_state(&wire.encode_to_vec()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "hard_state.incarnations[1].node_id: node 2 is listed twice"
+    );
+    let mut missing = wire;
+    missing.promised = None;
+    missing.incarnations.clear();
+    let error = decode_hard_state(&missing.encode_to_vec()).unwrap_err();
+    assert_eq!(error.to_string(), "hard_state.promised: required");
 }

@@ -430,8 +430,8 @@ impl From<Event> for proto::Event {
         proto::Event {
             revision: v.revision.0,
             time_ms: v.time.as_millis(),
-            namespace: v.namespace,
-            key: v.key,
+            namespace: v.namespace.to_string(),
+            key: v.key.to_string(),
             kind: Some(v.kind.into()),
         }
     }
@@ -444,8 +444,8 @@ impl TryFrom<proto::Event> for Event {
             revision: Revision(v.revision),
             time: Instant::from_millis(v.time_ms),
             kind: nested(v.kind, "kind")?,
-            namespace: v.namespace,
-            key: v.key,
+            namespace: v.namespace.into(),
+            key: v.key.into(),
         })
     }
 }

@@ -9,6 +9,8 @@
 //! Peer input is untrusted: [`PeerBatchIn::from_wire`] drops a malformed message (and counts it)
 //! instead of failing the batch, and refuses a whole batch that is addressed wrongly.
 
+use std::collections::BTreeMap;
+
 use picket_core::paxos::{AcceptedEntry, Ballot, Message, NodeId, Slot, Value};
 use picket_core::time::Instant;
 
@@ -113,11 +115,14 @@ pub fn log_entry_from_wire<C: WireCommand>(
     ))
 }
 
-/// An acceptor's hard state: the durable part that is not the log or the snapshot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// An acceptor's hard state: the durable part that is not the log or the snapshot (the
+/// `promised`, `incarnations` and `lost` fields of `picket_core::paxos::Durable`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HardState {
     /// The highest ballot promised. Never decreases.
     pub promised: Ballot,
+    /// Incarnation per replica (own and peers'); absent = 0. Never decreases.
+    pub incarnations: BTreeMap<NodeId, u64>,
     /// Acknowledged state was lost and not yet re-learned from a quorum.
     pub lost: bool,
 }
@@ -127,6 +132,15 @@ impl From<HardState> for proto::HardState {
         proto::HardState {
             promised: Some(v.promised.into()),
             lost: v.lost,
+            // A BTreeMap iterates by node id: the encoding is canonical.
+            incarnations: v
+                .incarnations
+                .into_iter()
+                .map(|(node, incarnation)| proto::Incarnation {
+                    node_id: node.0,
+                    incarnation,
+                })
+                .collect(),
         }
     }
 }
@@ -134,8 +148,21 @@ impl From<HardState> for proto::HardState {
 impl TryFrom<proto::HardState> for HardState {
     type Error = ConvertError;
     fn try_from(v: proto::HardState) -> Result<Self, ConvertError> {
+        let mut incarnations = BTreeMap::new();
+        for (index, entry) in v.incarnations.into_iter().enumerate() {
+            if incarnations
+                .insert(NodeId(entry.node_id), entry.incarnation)
+                .is_some()
+            {
+                return Err(ConvertError::new(
+                    format!("incarnations[{index}].node_id"),
+                    format!("node {} is listed twice", entry.node_id),
+                ));
+            }
+        }
         Ok(HardState {
             promised: ballot(v.promised, "promised")?,
+            incarnations,
             lost: v.lost,
         })
     }
@@ -163,9 +190,14 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
         Message::PreVoteReply { round, granted } => {
             pm::Kind::PreVoteReply(pm::PreVoteReply { round, granted })
         }
-        Message::Prepare { ballot, slot_from } => pm::Kind::Prepare(pm::Prepare {
+        Message::Prepare {
+            ballot,
+            slot_from,
+            incarnation,
+        } => pm::Kind::Prepare(pm::Prepare {
             ballot: Some(ballot.into()),
             slot_from: slot_from.0,
+            incarnation,
         }),
         Message::Promise {
             ballot,
@@ -183,11 +215,13 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
             slot,
             value,
             slot_chosen,
+            incarnation,
         } => pm::Kind::Accept(pm::Accept {
             ballot: Some(ballot.into()),
             slot: slot.0,
             value: Some(value_to_wire(value)),
             slot_chosen: slot_chosen.0,
+            incarnation,
         }),
         Message::Accepted { ballot, slot } => pm::Kind::Accepted(pm::Accepted {
             ballot: Some(ballot.into()),
@@ -201,10 +235,12 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
             ballot,
             slot_chosen,
             seq,
+            incarnation,
         } => pm::Kind::Heartbeat(pm::Heartbeat {
             ballot: Some(ballot.into()),
             slot_chosen: slot_chosen.0,
             seq,
+            incarnation,
         }),
         Message::HeartbeatAck { ballot, seq } => pm::Kind::HeartbeatAck(pm::HeartbeatAck {
             ballot: Some(ballot.into()),
@@ -224,7 +260,11 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
                 .collect(),
         }),
         Message::RecoverQuery { nonce } => pm::Kind::RecoverQuery(pm::RecoverQuery { nonce }),
-        Message::RecoverReply { nonce, promised } => pm::Kind::RecoverReply(pm::RecoverReply {
+        Message::RecoverReply { nonce, incarnation } => {
+            pm::Kind::RecoverReply(pm::RecoverReply { nonce, incarnation })
+        }
+        Message::Fence { nonce, incarnation } => pm::Kind::Fence(pm::Fence { nonce, incarnation }),
+        Message::FenceAck { nonce, promised } => pm::Kind::FenceAck(pm::FenceAck {
             nonce,
             promised: Some(promised.into()),
         }),
@@ -247,6 +287,7 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
         pm::Kind::Prepare(m) => Message::Prepare {
             ballot: ballot(m.ballot, "prepare.ballot")?,
             slot_from: Slot(m.slot_from),
+            incarnation: m.incarnation,
         },
         pm::Kind::Promise(m) => Message::Promise {
             ballot: ballot(m.ballot, "promise.ballot")?,
@@ -264,6 +305,7 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
             slot: Slot(m.slot),
             value: value_from_wire(m.value, "value").map_err(in_("accept"))?,
             slot_chosen: Slot(m.slot_chosen),
+            incarnation: m.incarnation,
         },
         pm::Kind::Accepted(m) => Message::Accepted {
             ballot: ballot(m.ballot, "accepted.ballot")?,
@@ -277,6 +319,7 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
             ballot: ballot(m.ballot, "heartbeat.ballot")?,
             slot_chosen: Slot(m.slot_chosen),
             seq: m.seq,
+            incarnation: m.incarnation,
         },
         pm::Kind::HeartbeatAck(m) => Message::HeartbeatAck {
             ballot: ballot(m.ballot, "heartbeat_ack.ballot")?,
@@ -305,7 +348,15 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
         pm::Kind::RecoverQuery(m) => Message::RecoverQuery { nonce: m.nonce },
         pm::Kind::RecoverReply(m) => Message::RecoverReply {
             nonce: m.nonce,
-            promised: ballot(m.promised, "recover_reply.promised")?,
+            incarnation: m.incarnation,
+        },
+        pm::Kind::Fence(m) => Message::Fence {
+            nonce: m.nonce,
+            incarnation: m.incarnation,
+        },
+        pm::Kind::FenceAck(m) => Message::FenceAck {
+            nonce: m.nonce,
+            promised: ballot(m.promised, "fence_ack.promised")?,
         },
     })
 }

@@ -4,13 +4,14 @@
 //! `LockStateMachine::restore`, which answers its own typed error.
 
 use picket_core::locks::{
-    ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry, Reply,
-    RequestId, Revision, SessionId, SessionSnapshot, Token, WaiterSnapshot,
+    AcquireReply, ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry,
+    RememberedReply, Reply, RequestId, Revision, SessionId, SessionSnapshot, Token, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use prost::Message;
 
-use super::{each, from_usize, nested, to_usize};
+use super::command::{grant_from_wire, grant_to_wire};
+use super::{each, from_usize, nested, required, to_usize};
 use crate::error::{ConvertError, DecodeError};
 use crate::proto;
 
@@ -70,19 +71,41 @@ impl From<SessionSnapshot> for proto::SessionRecord {
             replies: v
                 .replies
                 .into_iter()
-                .map(|(request, reply)| proto::RememberedReply {
-                    request_id: request.0,
-                    reply: Some(reply.into()),
-                })
+                .map(|(request, reply)| remembered_to_wire(request, reply))
                 .collect(),
         }
     }
 }
 
-impl TryFrom<proto::RememberedReply> for (RequestId, Reply) {
+fn remembered_to_wire(request: RequestId, reply: RememberedReply) -> proto::RememberedReply {
+    use proto::remembered_reply::Kind;
+    let kind = match reply {
+        RememberedReply::Acquire(reply) => Kind::Acquire(reply.into()),
+        RememberedReply::Released { token, next } => Kind::Released(proto::reply::Released {
+            token: token.0,
+            next: grant_to_wire(next),
+        }),
+    };
+    proto::RememberedReply {
+        request_id: request.0,
+        kind: Some(kind),
+    }
+}
+
+impl TryFrom<proto::RememberedReply> for (RequestId, RememberedReply) {
     type Error = ConvertError;
     fn try_from(v: proto::RememberedReply) -> Result<Self, ConvertError> {
-        Ok((RequestId(v.request_id), nested(v.reply, "reply")?))
+        use proto::remembered_reply::Kind;
+        let reply = match required(v.kind, "kind")? {
+            Kind::Acquire(reply) => RememberedReply::Acquire(
+                AcquireReply::try_from(reply).map_err(|e| e.within("kind.acquire"))?,
+            ),
+            Kind::Released(released) => RememberedReply::Released {
+                token: Token(released.token),
+                next: grant_from_wire(released.next),
+            },
+        };
+        Ok((RequestId(v.request_id), reply))
     }
 }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockSnapshot, LockSnapshotEntry, ReleaseCause, Reply, RequestId, Revision, Role, SessionId,
-    SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+    LockSnapshot, LockSnapshotEntry, ReleaseCause, RememberedReply, Reply, RequestId, Revision,
+    Role, SessionId, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -188,6 +188,13 @@ pub fn reply() -> impl Strategy<Value = Reply> {
     ]
 }
 
+pub fn remembered_reply() -> impl Strategy<Value = RememberedReply> {
+    prop_oneof![
+        acquire_reply().prop_map(RememberedReply::Acquire),
+        (token(), next()).prop_map(|(token, next)| RememberedReply::Released { token, next }),
+    ]
+}
+
 fn cause() -> impl Strategy<Value = ReleaseCause> {
     prop_oneof![
         Just(ReleaseCause::Released),
@@ -223,8 +230,8 @@ pub fn event() -> impl Strategy<Value = Event> {
         |(revision, time, namespace, key, kind)| Event {
             revision: Revision(revision),
             time,
-            namespace,
-            key,
+            namespace: namespace.into(),
+            key: key.into(),
             kind,
         },
     )
@@ -396,7 +403,10 @@ pub fn config() -> impl Strategy<Value = LockConfig> {
 pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
     let session_snapshot = (
         (session(), identity(), any::<u64>(), instant()),
-        (option::of(any::<u64>()), vec((any::<u64>(), reply()), 0..3)),
+        (
+            option::of(any::<u64>()),
+            vec((any::<u64>(), remembered_reply()), 0..3),
+        ),
     )
         .prop_map(
             |((id, identity, ttl_ms, created_at), (newest, replies))| SessionSnapshot {
@@ -495,8 +505,13 @@ pub mod paxos {
             any::<u64>().prop_map(|round| Message::PreVote { round }),
             (any::<u64>(), any::<bool>())
                 .prop_map(|(round, granted)| Message::PreVoteReply { round, granted }),
-            (ballot(), slot())
-                .prop_map(|(ballot, slot_from)| Message::Prepare { ballot, slot_from }),
+            (ballot(), slot(), any::<u64>()).prop_map(|(ballot, slot_from, incarnation)| {
+                Message::Prepare {
+                    ballot,
+                    slot_from,
+                    incarnation,
+                }
+            }),
             (ballot(), slot(), slot(), vec(entry(), 0..3)).prop_map(
                 |(ballot, slot_applied, slot_snapshot, accepted)| Message::Promise {
                     ballot,
@@ -505,23 +520,25 @@ pub mod paxos {
                     accepted
                 }
             ),
-            (ballot(), slot(), value(), slot()).prop_map(|(ballot, slot, value, slot_chosen)| {
-                Message::Accept {
+            (ballot(), slot(), value(), slot(), any::<u64>()).prop_map(
+                |(ballot, slot, value, slot_chosen, incarnation)| Message::Accept {
                     ballot,
                     slot,
                     value,
                     slot_chosen,
+                    incarnation,
                 }
-            }),
+            ),
             (ballot(), slot()).prop_map(|(ballot, slot)| Message::Accepted { ballot, slot }),
             (ballot(), ballot()).prop_map(|(ballot, promised)| Message::Nack { ballot, promised }),
-            (ballot(), slot(), any::<u64>()).prop_map(|(ballot, slot_chosen, seq)| {
-                Message::Heartbeat {
+            (ballot(), slot(), any::<u64>(), any::<u64>()).prop_map(
+                |(ballot, slot_chosen, seq, incarnation)| Message::Heartbeat {
                     ballot,
                     slot_chosen,
                     seq,
+                    incarnation,
                 }
-            }),
+            ),
             (ballot(), any::<u64>())
                 .prop_map(|(ballot, seq)| Message::HeartbeatAck { ballot, seq }),
             slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
@@ -531,8 +548,12 @@ pub mod paxos {
             )
                 .prop_map(|(snapshot, entries)| Message::CatchupReply { snapshot, entries }),
             any::<u64>().prop_map(|nonce| Message::RecoverQuery { nonce }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(nonce, incarnation)| Message::RecoverReply { nonce, incarnation }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(nonce, incarnation)| Message::Fence { nonce, incarnation }),
             (any::<u64>(), ballot())
-                .prop_map(|(nonce, promised)| Message::RecoverReply { nonce, promised }),
+                .prop_map(|(nonce, promised)| Message::FenceAck { nonce, promised }),
         ]
     }
 }
