@@ -553,3 +553,175 @@ fn deny_roles_reasons_and_bounds() {
     );
     assert_eq!(w.sm.revision(), Revision(4));
 }
+
+mod random {
+    //! Random sequences of holds, releases, expiries, classes and force-release steps by
+    //! operators with various roles: the two-person rule and the floor hold after every command,
+    //! and a refused command changes nothing but the revision and log time.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Acquire {
+            session: usize,
+            key: usize,
+            wait: bool,
+        },
+        Release {
+            session: usize,
+            key: usize,
+        },
+        Expire {
+            session: usize,
+        },
+        Fence {
+            key: usize,
+            fenced: bool,
+        },
+        Request {
+            actor: usize,
+            key: usize,
+            stale: bool,
+            revoke: bool,
+        },
+        Approve {
+            actor: usize,
+            request: usize,
+            ack: bool,
+        },
+        Deny {
+            actor: usize,
+            request: usize,
+        },
+        Wait {
+            ms: u64,
+        },
+    }
+
+    const KEYS: [&str; 3] = ["a", "b", "c"];
+
+    fn actors() -> [Actor; 4] {
+        [
+            alice(),
+            bob(),
+            commander(),
+            Actor::new("mallory", &[Role::ClassAdmin]),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..3usize, 0..3usize, any::<bool>()).prop_map(|(session, key, wait)| Op::Acquire { session, key, wait }),
+            2 => (0..3usize, 0..3usize).prop_map(|(session, key)| Op::Release { session, key }),
+            1 => (0..3usize).prop_map(|session| Op::Expire { session }),
+            1 => (0..3usize, any::<bool>()).prop_map(|(key, fenced)| Op::Fence { key, fenced }),
+            4 => (0..4usize, 0..3usize, prop::bool::weighted(0.2), any::<bool>())
+                .prop_map(|(actor, key, stale, revoke)| Op::Request { actor, key, stale, revoke }),
+            4 => (0..4usize, 0..4usize, any::<bool>()).prop_map(|(actor, request, ack)| Op::Approve { actor, request, ack }),
+            1 => (0..4usize, 0..4usize).prop_map(|(actor, request)| Op::Deny { actor, request }),
+            1 => (1..400_000u64).prop_map(|ms| Op::Wait { ms }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn two_person_rule_and_floors_hold(ops in prop::collection::vec(op(), 1..60)) {
+            let mut w = World::new();
+            let sessions: Vec<SessionId> = ["s0", "s1", "s2"].iter().map(|n| w.session(n)).collect();
+            let mut expired = [false; 3];
+            let mut requests: Vec<ForceReleaseId> = Vec::new();
+            let actors = actors();
+            for op in ops {
+                let before = w.sm.snapshot();
+                let command = match &op {
+                    Op::Acquire { session, key, wait } => {
+                        w.request += 1;
+                        Command::Acquire { session: sessions[*session], request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait }
+                    }
+                    Op::Release { session, key } => {
+                        w.request += 1;
+                        let token = w.sm.inspect("orders", KEYS[*key], Instant::ZERO).unwrap().holder.map_or(Token(1), |h| h.token);
+                        Command::Release { session: sessions[*session], request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), token }
+                    }
+                    Op::Expire { session } => Command::ExpireSessions { sessions: vec![sessions[*session]] },
+                    Op::Fence { key, fenced } => Command::PutClass {
+                        actor: Actor::new("owner", &[Role::ClassAdmin]),
+                        namespace: "orders".into(),
+                        class: ClassSpec { name: "c".into(), prefix: KEYS[*key].into(), fenced: *fenced, ..ClassSpec::builtin_default(w.sm.config()) },
+                    },
+                    Op::Request { actor, key, stale, revoke } => {
+                        let token = w.sm.inspect("orders", KEYS[*key], Instant::ZERO).unwrap().holder.map_or(Token(1), |h| h.token);
+                        Command::RequestForceRelease {
+                            actor: actors[*actor].clone(),
+                            namespace: "orders".into(),
+                            key: KEYS[*key].into(),
+                            expected_token: if *stale { Token(token.0 + 1) } else { token },
+                            reason: "stuck".into(),
+                            revoke_session: *revoke,
+                        }
+                    }
+                    Op::Approve { actor, request, ack } => Command::ApproveForceRelease {
+                        actor: actors[*actor].clone(),
+                        id: requests.get(*request).copied().unwrap_or(ForceReleaseId(999)),
+                        acknowledged_fenced: *ack,
+                    },
+                    Op::Deny { actor, request } => Command::DenyForceRelease {
+                        actor: actors[*actor].clone(),
+                        id: requests.get(*request).copied().unwrap_or(ForceReleaseId(999)),
+                        reason: "no".into(),
+                    },
+                    Op::Wait { ms } => {
+                        w.now += ms;
+                        Command::ExpireSessions { sessions: vec![] }
+                    }
+                };
+                let pending = match &command {
+                    Command::ApproveForceRelease { id, .. } => w.sm.force_release_request(*id).cloned(),
+                    _ => None,
+                };
+                let outcome = w.apply(command.clone());
+                match (&outcome, &command) {
+                    (Ok(Reply::ForceReleaseRequested { id, .. }), _) => requests.push(*id),
+                    (Ok(Reply::ForceReleaseApproved { floor, released_token, next, session_revoked }), Command::ApproveForceRelease { actor, acknowledged_fenced, .. }) => {
+                        let request = pending.expect("approved a pending request");
+                        // Two people, the right roles, the fenced flag acknowledged.
+                        prop_assert_ne!(&actor.principal, &request.requester);
+                        prop_assert!(actor.has_any(picket_core::locks::FORCE_RELEASE_ROLES));
+                        prop_assert_eq!(*acknowledged_fenced, request.fenced);
+                        // The floor is this revision, above the released token; the next holder's token is the floor.
+                        prop_assert_eq!(*floor, w.sm.revision());
+                        prop_assert!(released_token.0 < floor.0);
+                        if let Some((_, token)) = next {
+                            prop_assert_eq!(token.0, floor.0);
+                        }
+                        prop_assert_eq!(session_revoked.is_some(), request.revoke_session);
+                        if let Some(revoked) = session_revoked {
+                            prop_assert!(w.sm.session(*revoked).is_none());
+                            expired[sessions.iter().position(|s| s == revoked).unwrap()] = true;
+                        }
+                    }
+                    (Ok(Reply::SessionsExpired { expired: ids }), _) => {
+                        for id in ids {
+                            expired[sessions.iter().position(|s| s == id).unwrap()] = true;
+                        }
+                    }
+                    (Err(_), _) => {
+                        let mut after = w.sm.snapshot();
+                        after.revision = before.revision;
+                        after.time = before.time;
+                        // Expired requests are swept (with an audit record) before any command.
+                        after.audit.retain(|r| r.action != AuditAction::ForceReleaseExpired);
+                        let mut before = before.clone();
+                        before.audit.retain(|r| r.action != AuditAction::ForceReleaseExpired);
+                        before.force_releases.retain(|r| r.expires_at > after.time.max(w.sm.time()));
+                        prop_assert_eq!(after, before, "{:?} changed the state", outcome);
+                    }
+                    _ => {}
+                }
+                prop_assert!(expired.iter().zip(&sessions).all(|(gone, s)| !*gone || w.sm.session(*s).is_none()));
+            }
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! The `Node`: one Picket replica = the Multi-Paxos [`Replica`] + the [`LockStateMachine`] it
+//! applies + leader-local session deadlines, behind one sans-IO interface.
+//!
+//! - inputs: [`Node::step`] (peer messages, timeouts, "persisted up to X"), [`Node::propose`]
+//!   (client commands), [`Node::keepalive`] (leader-local, answered at once, never logged),
+//!   [`Node::read`] (linearizable read-index queries) and [`Node::read_local`] (stale reads);
+//! - outputs: one FIFO, [`Node::poll_action`], and [`Node::poll_timeout`].
+//!
+//! Sessions: only the leader keeps deadlines. A keepalive extends the deadline to `now + ttl`; a
+//! passed deadline makes the leader propose `ExpireSessions`. A new leader gives every session a
+//! full TTL from its takeover, and before answering "unknown session" to a keepalive or
+//! proposing any expiry it waits until it has applied everything chosen before its takeover (a
+//! read-index barrier), so a lagging new leader never denies a live session.
+
+mod leases;
+mod query;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use thiserror::Error;
+
+use crate::locks::{
+    Command, LockConfig, LockSnapshot, LockStateMachine, Outcome, Reply, Revision, SessionId,
+};
+use crate::paxos::{
+    self, ConfigError, Durable, NodeId, ProposeError, ReadId, Replica, RoleKind, Slot, StepError,
+    Value,
+};
+use crate::time::Instant;
+
+use leases::Leases;
+pub use query::{Answer, Query};
+
+/// Expired sessions proposed in one command at most.
+const EXPIRE_BATCH_MAX: usize = 1_000;
+
+/// Identifies a client proposal on this node (unique per `boot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProposalId(pub u64);
+
+/// What the log carries: a lock command and who proposed it, so the proposing node can answer
+/// its client when the command is applied. `proposal: ProposalId(0)` is the node's own command
+/// (session expiry), answered to nobody.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCommand {
+    pub origin: NodeId,
+    /// Distinguishes the proposing process's starts, so a command proposed before a restart is
+    /// never taken for a new proposal with the same id.
+    pub boot: u64,
+    pub proposal: ProposalId,
+    pub command: Command,
+}
+
+/// The replica type inside a node.
+pub type NodeReplica = Replica<NodeCommand, LockSnapshot>;
+/// Inputs from peers, timers and storage.
+pub type NodeInput = paxos::Input<NodeCommand, LockSnapshot>;
+/// What storage restores.
+pub type NodeDurable = Durable<NodeCommand, LockSnapshot>;
+
+/// Configuration of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub replica: paxos::Config,
+    pub locks: LockConfig,
+    /// Unique per process start (e.g. a counter kept on disk, or the wall clock at start).
+    pub boot: u64,
+    /// Compact the log once this many slots were applied past the last snapshot (0: never).
+    pub compact_every_slots: u64,
+}
+
+/// An output, from one FIFO.
+// The replica's own actions are large (a Persist carries values); boxing them would add an
+// allocation per message on the hot path, and the FIFO is drained at once.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// A `Persist` or `Send` of the replica, unchanged: make durable then step
+    /// `Input::Persisted`, or hand to the transport.
+    Replica(paxos::Action<NodeCommand, LockSnapshot>),
+    /// The proposal was applied with this outcome.
+    Reply {
+        proposal: ProposalId,
+        outcome: Outcome,
+    },
+    /// Leadership was lost before the proposal was applied; the client retries (idempotently,
+    /// with the same request id) at the leader.
+    ProposalFailed {
+        proposal: ProposalId,
+        leader_hint: Option<NodeId>,
+    },
+    /// A linearizable read is answered.
+    ReadReply {
+        read: ReadId,
+        revision: Revision,
+        answer: Answer,
+    },
+    ReadFailed {
+        read: ReadId,
+        leader_hint: Option<NodeId>,
+    },
+    RoleChanged {
+        role: RoleKind,
+        leader: Option<NodeId>,
+    },
+    /// Commands were applied up to this revision (watchers can read new events).
+    Applied { revision: Revision },
+}
+
+/// Why a keepalive was not accepted.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum KeepAliveError {
+    #[error("not the leader (leader hint: {leader_hint:?}): send keepalives to the leader")]
+    NotLeader { leader_hint: Option<NodeId> },
+    #[error("new leader still catching up: retry shortly")]
+    NotReady,
+    #[error(
+        "session {session} is unknown (closed, expired or revoked): the client's locks are lost"
+    )]
+    UnknownSession { session: SessionId },
+    #[error(
+        "session {session} missed its deadline and is being expired: the client's locks are lost"
+    )]
+    Expiring { session: SessionId },
+}
+
+/// Counters for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    pub snapshots_installed: u64,
+    pub compactions: u64,
+    /// `ExpireSessions` commands proposed (each for up to 1,000 sessions).
+    pub expiry_proposals: u64,
+    pub keepalives_accepted: u64,
+    pub proposals_failed: u64,
+}
+
+/// One Picket replica.
+pub struct Node {
+    counters: NodeCounters,
+    cfg: NodeConfig,
+    replica: NodeReplica,
+    sm: LockStateMachine,
+    slot_applied: Slot,
+    role: RoleKind,
+    leader: Option<NodeId>,
+    /// Leader only: session deadlines.
+    leases: Leases,
+    /// Leader only: applied everything chosen before the takeover (the barrier read returned).
+    ready: bool,
+    barrier: Option<ReadId>,
+    /// Leader only: when to try proposing expiries again after the replica was busy.
+    expiry_retry_at: Option<Instant>,
+    /// Our clients' proposals not yet applied.
+    pending: BTreeMap<ProposalId, ()>,
+    proposal_next: u64,
+    reads: BTreeMap<ReadId, Query>,
+    actions: VecDeque<Action>,
+    now: Instant,
+}
+
+impl Node {
+    /// Builds a node from its configuration and what storage restored (a restored snapshot is
+    /// installed at once).
+    pub fn new(cfg: NodeConfig, durable: NodeDurable) -> Result<Node, ConfigError> {
+        let replica = Replica::new(cfg.replica.clone(), durable)?;
+        let mut node = Node {
+            counters: NodeCounters::default(),
+            sm: LockStateMachine::new(cfg.locks.clone()),
+            replica,
+            slot_applied: Slot::ZERO,
+            role: RoleKind::Follower,
+            leader: None,
+            leases: Leases::default(),
+            ready: false,
+            barrier: None,
+            expiry_retry_at: None,
+            pending: BTreeMap::new(),
+            proposal_next: 1,
+            reads: BTreeMap::new(),
+            actions: VecDeque::new(),
+            now: Instant::ZERO,
+            cfg,
+        };
+        node.after_input();
+        Ok(node)
+    }
+
+    /// Feeds a peer message, a timeout or a persist acknowledgement.
+    pub fn step(&mut self, now: Instant, input: NodeInput) -> Result<(), StepError> {
+        self.now = self.now.max(now);
+        let result = self.replica.step(self.now, input);
+        self.after_input();
+        result
+    }
+
+    /// Proposes a client command; its outcome comes back as `Action::Reply` once applied.
+    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ProposeError> {
+        self.now = self.now.max(now);
+        let proposal = ProposalId(self.proposal_next);
+        let entry = NodeCommand {
+            origin: self.replica.id(),
+            boot: self.cfg.boot,
+            proposal,
+            command,
+        };
+        let result = self.replica.propose(self.now, entry);
+        if result.is_ok() {
+            self.proposal_next += 1;
+            self.pending.insert(proposal, ());
+        }
+        self.after_input();
+        result.map(|()| proposal)
+    }
+
+    /// A keepalive (leader only, not logged): extends the session's deadline to `now + ttl` and
+    /// answers the TTL.
+    pub fn keepalive(&mut self, now: Instant, session: SessionId) -> Result<u64, KeepAliveError> {
+        self.now = self.now.max(now);
+        if self.role != RoleKind::Leader {
+            return Err(KeepAliveError::NotLeader {
+                leader_hint: self.leader,
+            });
+        }
+        if self.leases.is_expiring(session) {
+            return Err(KeepAliveError::Expiring { session });
+        }
+        let Some(info) = self.sm.session(session) else {
+            return Err(if self.ready {
+                KeepAliveError::UnknownSession { session }
+            } else {
+                KeepAliveError::NotReady
+            });
+        };
+        self.leases.extend(session, self.now.add_ms(info.ttl_ms));
+        self.counters.keepalives_accepted += 1;
+        Ok(info.ttl_ms)
+    }
+
+    /// Starts a linearizable read; the answer comes back as `Action::ReadReply`.
+    pub fn read(&mut self, now: Instant, query: Query) -> Result<ReadId, ProposeError> {
+        self.now = self.now.max(now);
+        let result = self.replica.read_index(self.now);
+        if let Ok(read) = result {
+            self.reads.insert(read, query);
+        }
+        self.after_input();
+        result
+    }
+
+    /// Answers from this replica's state as applied so far (may be stale on a follower).
+    pub fn read_local(&self, now: Instant, query: &Query) -> Answer {
+        query::answer(&self.sm, &self.leases, now, query)
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When to step `Input::Timeout` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = self.replica.poll_timeout();
+        if self.role == RoleKind::Leader && self.ready {
+            let expiry = match self.expiry_retry_at {
+                Some(retry) => Some(retry),
+                None => self.leases.next_deadline(),
+            };
+            next = match (next, expiry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
+    }
+
+    pub fn counters(&self) -> &NodeCounters {
+        &self.counters
+    }
+
+    pub fn state(&self) -> &LockStateMachine {
+        &self.sm
+    }
+
+    pub fn replica(&self) -> &NodeReplica {
+        &self.replica
+    }
+
+    pub fn role(&self) -> RoleKind {
+        self.role
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+
+    /// Leader and caught up: keepalives and expiries are served.
+    pub fn is_ready_leader(&self) -> bool {
+        self.role == RoleKind::Leader && self.ready
+    }
+
+    /// Sessions whose deadline this node keeps (0 unless leader).
+    pub fn sessions_tracked(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// The session's remaining TTL as this node (the leader) sees it.
+    pub fn session_remaining_ms(&self, now: Instant, session: SessionId) -> Option<u64> {
+        self.leases.remaining_ms(session, now)
+    }
+
+    // ---- internals ----
+
+    /// Drains the replica, then does the leader's housekeeping.
+    fn after_input(&mut self) {
+        self.drain_replica();
+        if self.role == RoleKind::Leader {
+            self.start_barrier();
+            self.propose_expiries();
+        }
+        self.compact_if_due();
+        self.drain_replica();
+    }
+
+    fn drain_replica(&mut self) {
+        while let Some(action) = self.replica.poll_action() {
+            match action {
+                paxos::Action::Persist { .. } | paxos::Action::Send { .. } => {
+                    self.actions.push_back(Action::Replica(action));
+                }
+                paxos::Action::Apply { slot, value } => self.on_apply(slot, value),
+                paxos::Action::InstallSnapshot { slot, snapshot } => {
+                    self.on_install_snapshot(slot, snapshot)
+                }
+                paxos::Action::ReadReady { id, .. } => self.on_read_ready(id),
+                paxos::Action::ReadFailed { id } => self.on_read_failed(id),
+                paxos::Action::RoleChanged { role, leader, .. } => {
+                    self.on_role_changed(role, leader)
+                }
+            }
+        }
+    }
+
+    fn on_apply(&mut self, slot: Slot, value: Value<NodeCommand>) {
+        assert_eq!(slot, self.slot_applied.next(), "apply out of order");
+        self.slot_applied = slot;
+        let Value::Batch { stamp, commands } = value else {
+            return;
+        };
+        let id = self.replica.id();
+        for entry in commands {
+            let ended = ended_session(&entry.command);
+            let outcome = self.sm.apply(stamp, entry.command);
+            if self.role == RoleKind::Leader {
+                self.track_sessions(ended, &outcome);
+            }
+            let ours = entry.origin == id && entry.boot == self.cfg.boot;
+            if ours && self.pending.remove(&entry.proposal).is_some() {
+                self.actions.push_back(Action::Reply {
+                    proposal: entry.proposal,
+                    outcome,
+                });
+            }
+        }
+        self.actions.push_back(Action::Applied {
+            revision: self.sm.revision(),
+        });
+    }
+
+    /// Keeps the leader's deadlines in step with the sessions the log creates and ends.
+    fn track_sessions(&mut self, closed: Option<SessionId>, outcome: &Outcome) {
+        match outcome {
+            Ok(Reply::SessionCreated { session, ttl_ms }) => {
+                self.leases.extend(*session, self.now.add_ms(*ttl_ms));
+            }
+            Ok(Reply::SessionClosed { .. }) => {
+                if let Some(session) = closed {
+                    self.leases.remove(session);
+                }
+            }
+            Ok(Reply::SessionsExpired { expired }) => {
+                expired.iter().for_each(|s| self.leases.remove(*s));
+            }
+            Ok(Reply::ForceReleaseApproved {
+                session_revoked: Some(session),
+                ..
+            }) => self.leases.remove(*session),
+            _ => {}
+        }
+    }
+
+    fn on_install_snapshot(&mut self, slot: Slot, snapshot: LockSnapshot) {
+        // Snapshots are made by `LockStateMachine::snapshot` on a peer: one that does not
+        // restore means the replicas diverged, which must stop this node, not be papered over.
+        self.sm = match LockStateMachine::restore(snapshot) {
+            Ok(sm) => sm,
+            Err(error) => panic!("snapshot at slot {slot} does not restore: {error}"),
+        };
+        self.slot_applied = slot;
+        self.counters.snapshots_installed += 1;
+        if self.role == RoleKind::Leader {
+            self.grant_grace_to_untracked();
+        }
+        self.actions.push_back(Action::Applied {
+            revision: self.sm.revision(),
+        });
+    }
+
+    fn on_read_ready(&mut self, read: ReadId) {
+        if self.barrier == Some(read) {
+            self.barrier = None;
+            self.ready = true;
+            self.grant_grace_to_untracked();
+            return;
+        }
+        if let Some(query) = self.reads.remove(&read) {
+            let answer = query::answer(&self.sm, &self.leases, self.now, &query);
+            self.actions.push_back(Action::ReadReply {
+                read,
+                revision: self.sm.revision(),
+                answer,
+            });
+        }
+    }
+
+    fn on_read_failed(&mut self, read: ReadId) {
+        if self.barrier == Some(read) {
+            self.barrier = None;
+            return;
+        }
+        if self.reads.remove(&read).is_some() {
+            self.actions.push_back(Action::ReadFailed {
+                read,
+                leader_hint: self.leader,
+            });
+        }
+    }
+
+    fn on_role_changed(&mut self, role: RoleKind, leader: Option<NodeId>) {
+        let was_leader = self.role == RoleKind::Leader;
+        self.role = role;
+        self.leader = leader;
+        self.actions.push_back(Action::RoleChanged { role, leader });
+        if role == RoleKind::Leader && !was_leader {
+            self.become_leader();
+        } else if role != RoleKind::Leader && was_leader {
+            self.stop_leading();
+        }
+    }
+
+    /// Takeover: every session known gets a full TTL from now; expiries wait for the barrier.
+    fn become_leader(&mut self) {
+        self.leases.clear();
+        self.ready = false;
+        self.barrier = None;
+        self.expiry_retry_at = None;
+        self.grant_grace_to_untracked();
+    }
+
+    fn stop_leading(&mut self) {
+        self.leases.clear();
+        self.ready = false;
+        self.barrier = None;
+        self.expiry_retry_at = None;
+        let leader_hint = self.leader;
+        for (proposal, ()) in std::mem::take(&mut self.pending) {
+            self.counters.proposals_failed += 1;
+            self.actions.push_back(Action::ProposalFailed {
+                proposal,
+                leader_hint,
+            });
+        }
+    }
+
+    /// Gives a full TTL from now to every live session without a deadline.
+    fn grant_grace_to_untracked(&mut self) {
+        let now = self.now;
+        let untracked: Vec<(SessionId, u64)> = self
+            .sm
+            .sessions()
+            .filter(|s| !self.leases.has(s.id) && !self.leases.is_expiring(s.id))
+            .map(|s| (s.id, s.ttl_ms))
+            .collect();
+        for (session, ttl_ms) in untracked {
+            self.leases.extend(session, now.add_ms(ttl_ms));
+        }
+    }
+
+    fn start_barrier(&mut self) {
+        if self.ready || self.barrier.is_some() {
+            return;
+        }
+        if let Ok(read) = self.replica.read_index(self.now) {
+            self.barrier = Some(read);
+        }
+    }
+
+    fn propose_expiries(&mut self) {
+        if !self.ready || self.expiry_retry_at.is_some_and(|t| t > self.now) {
+            return;
+        }
+        self.expiry_retry_at = None;
+        let due = self.leases.due(self.now, EXPIRE_BATCH_MAX);
+        if due.is_empty() {
+            return;
+        }
+        let entry = NodeCommand {
+            origin: self.replica.id(),
+            boot: self.cfg.boot,
+            proposal: ProposalId(0),
+            command: Command::ExpireSessions {
+                sessions: due.clone(),
+            },
+        };
+        match self.replica.propose(self.now, entry) {
+            Ok(()) => {
+                self.counters.expiry_proposals += 1;
+                self.leases.mark_expiring(&due);
+            }
+            Err(_) => {
+                self.expiry_retry_at = Some(self.now.add_ms(self.cfg.replica.heartbeat_ms));
+            }
+        }
+    }
+
+    fn compact_if_due(&mut self) {
+        let every = self.cfg.compact_every_slots;
+        if every == 0 || self.slot_applied.0 < self.replica.slot_snapshot().0 + every {
+            return;
+        }
+        let compacted = self.replica.compact(self.slot_applied, self.sm.snapshot());
+        assert!(
+            compacted.is_ok(),
+            "compaction at applied slot: {compacted:?}"
+        );
+        self.counters.compactions += 1;
+    }
+}
+
+/// The session a command ends, if it is a close.
+fn ended_session(command: &Command) -> Option<SessionId> {
+    match command {
+        Command::CloseSession { session } => Some(*session),
+        _ => None,
+    }
+}

@@ -1,0 +1,75 @@
+//! Read-only queries through the Node: linearizable (read-index) or local (possibly stale).
+
+use crate::locks::{
+    AuditPage, AuditQuery, ClassSpec, ForceReleaseRequest, HoldInfo, KeyInfo, LockError,
+    LockStateMachine, SessionInfo,
+};
+use crate::time::Instant;
+
+use super::leases::Leases;
+
+/// A question about the lock state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Query {
+    Inspect { namespace: String, key: String },
+    ListHolds { namespace: String, limit: usize },
+    LongestHolds,
+    Sessions,
+    Classes { namespace: String },
+    Audit(AuditQuery),
+    ForceReleases,
+}
+
+/// The answer, with the session's remaining TTL filled in from the leader's deadlines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Key(Box<Result<KeyInfo, LockError>>),
+    Holds(Result<Vec<HoldInfo>, LockError>),
+    LongestHolds(Vec<HoldInfo>),
+    Sessions(Vec<SessionInfo>),
+    Classes(Result<Vec<ClassSpec>, LockError>),
+    Audit(AuditPage),
+    ForceReleases(Vec<ForceReleaseRequest>),
+}
+
+fn fill(hold: &mut HoldInfo, leases: &Leases, now: Instant) {
+    hold.session_remaining_ms = leases.remaining_ms(hold.session, now);
+}
+
+pub(crate) fn answer(
+    sm: &LockStateMachine,
+    leases: &Leases,
+    now: Instant,
+    query: &Query,
+) -> Answer {
+    match query {
+        Query::Inspect { namespace, key } => {
+            let mut info = sm.inspect(namespace, key, now);
+            if let Ok(KeyInfo {
+                holder: Some(hold), ..
+            }) = &mut info
+            {
+                fill(hold, leases, now);
+            }
+            Answer::Key(Box::new(info))
+        }
+        Query::ListHolds { namespace, limit } => {
+            let mut holds = sm.list_holds(namespace, now, *limit);
+            if let Ok(holds) = &mut holds {
+                holds.iter_mut().for_each(|h| fill(h, leases, now));
+            }
+            Answer::Holds(holds)
+        }
+        Query::LongestHolds => {
+            let mut holds = sm.longest_holds(now);
+            holds.iter_mut().for_each(|h| fill(h, leases, now));
+            Answer::LongestHolds(holds)
+        }
+        Query::Sessions => Answer::Sessions(sm.sessions().collect()),
+        Query::Classes { namespace } => Answer::Classes(sm.classes(namespace)),
+        Query::Audit(query) => Answer::Audit(sm.audit(query)),
+        Query::ForceReleases => {
+            Answer::ForceReleases(sm.force_release_requests().cloned().collect())
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! Node-level tests: three Nodes (Paxos replica + lock state machine + leader-local session
+//! deadlines) on a simulated network with random delays, synchronous disks, crashes and
+//! restarts, all from one seed. Sessions survive leader changes; a session kept alive is never
+//! expired; an abandoned one is expired within TTL + one election timeout.
+
+use picket_core::locks::{
+    AcquireReply, Command, EventKind, Identity, LockConfig, Outcome, ReleaseCause, Reply,
+    RequestId, SessionId, Token, WatchFilter,
+};
+use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, Query};
+use picket_core::paxos::{self, Input, NodeId, RoleKind};
+use picket_core::time::Instant;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const ELECTION_MS_MAX: u64 = 300;
+const TTL_MS: u64 = 2_000;
+const DELAY_MS_MAX: u64 = 5;
+
+struct Envelope {
+    at: Instant,
+    seq: u64,
+    from: NodeId,
+    to: NodeId,
+    msg: paxos::Message<picket_core::node::NodeCommand, picket_core::locks::LockSnapshot>,
+}
+
+struct Sim {
+    now: Instant,
+    rng: ChaCha8Rng,
+    seed: u64,
+    nodes: Vec<Option<Node>>,
+    durable: Vec<NodeDurable>,
+    boots: Vec<u64>,
+    net: Vec<Envelope>,
+    seq: u64,
+    /// (node index, proposal, outcome) of every reply.
+    replies: Vec<(usize, u64, Outcome)>,
+    reads: Vec<(usize, u64, Answer)>,
+    failed: Vec<(usize, u64)>,
+    /// A node cut off from the others (messages to and from it are dropped).
+    isolated: Option<usize>,
+}
+
+fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
+    let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+    let mut replica = paxos::Config::new(NodeId(index as u64 + 1), members, seed);
+    replica.election_timeout_ms_min = 150;
+    replica.election_timeout_ms_max = ELECTION_MS_MAX;
+    replica.heartbeat_ms = 50;
+    NodeConfig {
+        replica,
+        locks: LockConfig::default(),
+        boot,
+        compact_every_slots: 50,
+    }
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut sim = Sim {
+            now: Instant::ZERO,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
+            nodes: Vec::new(),
+            durable: vec![NodeDurable::default(); 3],
+            boots: vec![1; 3],
+            net: Vec::new(),
+            seq: 0,
+            replies: Vec::new(),
+            reads: Vec::new(),
+            failed: Vec::new(),
+            isolated: None,
+        };
+        for i in 0..3 {
+            let node = Node::new(config(i, seed, 1), NodeDurable::default()).unwrap();
+            sim.nodes.push(Some(node));
+            sim.drain(i);
+        }
+        sim
+    }
+
+    fn drain(&mut self, i: usize) {
+        loop {
+            let Some(action) = self.nodes[i].as_mut().and_then(Node::poll_action) else {
+                return;
+            };
+            match action {
+                Action::Replica(paxos::Action::Persist {
+                    id,
+                    promised,
+                    accepted,
+                    snapshot,
+                    incarnation,
+                    recovered,
+                }) => {
+                    // A synchronous disk: durable at once, then acknowledged.
+                    self.durable[i].apply_persist(
+                        promised,
+                        &accepted,
+                        snapshot.as_ref(),
+                        incarnation,
+                        recovered,
+                    );
+                    let node = self.nodes[i].as_mut().unwrap();
+                    node.step(self.now, Input::Persisted { id }).unwrap();
+                }
+                Action::Replica(paxos::Action::Send { to, msg }) => {
+                    let to_index = to.0 as usize - 1;
+                    if self.isolated.is_some_and(|x| x == i || x == to_index) {
+                        continue;
+                    }
+                    let delay = 1 + self.rng.next_u64() % DELAY_MS_MAX;
+                    self.seq += 1;
+                    self.net.push(Envelope {
+                        at: self.now.add_ms(delay),
+                        seq: self.seq,
+                        from: NodeId(i as u64 + 1),
+                        to,
+                        msg,
+                    });
+                }
+                Action::Replica(other) => panic!("unexpected replica action {other:?}"),
+                Action::Reply { proposal, outcome } => self.replies.push((i, proposal.0, outcome)),
+                Action::ReadReply { read, answer, .. } => self.reads.push((i, read.0, answer)),
+                Action::ProposalFailed { proposal, .. } => self.failed.push((i, proposal.0)),
+                Action::ReadFailed { .. } | Action::RoleChanged { .. } | Action::Applied { .. } => {
+                }
+            }
+        }
+    }
+
+    /// Processes every message and timeout up to `now + ms`.
+    fn run_for(&mut self, ms: u64) {
+        let end = self.now.add_ms(ms);
+        loop {
+            let message = self.net.iter().map(|e| (e.at, e.seq)).min();
+            let timer = (0..3)
+                .filter_map(|i| {
+                    self.nodes[i]
+                        .as_ref()
+                        .and_then(Node::poll_timeout)
+                        .map(|t| (t, i))
+                })
+                .min();
+            let next = [message.map(|m| m.0), timer.map(|t| t.0)]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(at) = next.filter(|at| *at <= end) else {
+                break;
+            };
+            self.now = self.now.max(at);
+            if message.is_some_and(|m| m.0 == at) {
+                let index = self
+                    .net
+                    .iter()
+                    .position(|e| (e.at, e.seq) == message.unwrap())
+                    .unwrap();
+                let e = self.net.remove(index);
+                let to = e.to.0 as usize - 1;
+                if let Some(node) = self.nodes[to].as_mut() {
+                    node.step(
+                        self.now,
+                        Input::Message {
+                            from: e.from,
+                            msg: e.msg,
+                        },
+                    )
+                    .unwrap();
+                    self.drain(to);
+                }
+            } else {
+                let (_, i) = timer.unwrap();
+                self.nodes[i]
+                    .as_mut()
+                    .unwrap()
+                    .step(self.now, Input::Timeout)
+                    .unwrap();
+                self.drain(i);
+            }
+        }
+        self.now = end;
+    }
+
+    fn leader(&self) -> Option<usize> {
+        (0..3).find(|i| self.nodes[*i].as_ref().is_some_and(Node::is_ready_leader))
+    }
+
+    fn wait_for_leader(&mut self) -> usize {
+        for _ in 0..500 {
+            if let Some(leader) = self.leader() {
+                return leader;
+            }
+            self.run_for(10);
+        }
+        panic!("seed {}: no leader within 5 s", self.seed);
+    }
+
+    /// Proposes at the leader until applied; retries (same command) across leader changes.
+    fn commit(&mut self, command: Command) -> Outcome {
+        for _ in 0..20 {
+            let leader = self.wait_for_leader();
+            let node = self.nodes[leader].as_mut().unwrap();
+            let Ok(proposal) = node.propose(self.now, command.clone()) else {
+                self.run_for(10);
+                continue;
+            };
+            self.drain(leader);
+            for _ in 0..100 {
+                if let Some(pos) = self
+                    .replies
+                    .iter()
+                    .position(|(i, p, _)| *i == leader && *p == proposal.0)
+                {
+                    return self.replies.remove(pos).2;
+                }
+                if self.nodes[leader].is_none() {
+                    break;
+                }
+                self.run_for(5);
+            }
+        }
+        panic!("seed {}: {command:?} not committed", self.seed);
+    }
+
+    /// One keepalive to whoever leads; `Ok(false)` if there was no ready leader.
+    fn keepalive(&mut self, session: SessionId) -> Result<bool, KeepAliveError> {
+        let Some(leader) = self.leader() else {
+            return Ok(false);
+        };
+        let now = self.now;
+        let result = self.nodes[leader].as_mut().unwrap().keepalive(now, session);
+        self.drain(leader);
+        match result {
+            Ok(ttl) => {
+                assert_eq!(ttl, TTL_MS);
+                Ok(true)
+            }
+            Err(KeepAliveError::NotLeader { .. } | KeepAliveError::NotReady) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn crash(&mut self, i: usize) {
+        self.nodes[i] = None;
+        self.net.retain(|e| e.to.0 as usize - 1 != i);
+    }
+
+    fn restart(&mut self, i: usize) {
+        self.boots[i] += 1;
+        let node = Node::new(config(i, self.seed, self.boots[i]), self.durable[i].clone()).unwrap();
+        self.nodes[i] = Some(node);
+        self.drain(i);
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().flatten()
+    }
+
+    fn session_live_everywhere(&self, session: SessionId) -> bool {
+        self.live().all(|n| n.state().session(session).is_some())
+    }
+
+    fn session_gone_everywhere(&self, session: SessionId) -> bool {
+        self.live().all(|n| n.state().session(session).is_none())
+    }
+}
+
+fn create_session(sim: &mut Sim, name: &str) -> SessionId {
+    let identity = Identity {
+        name: name.into(),
+        host: "h".into(),
+        pid: 1,
+        principal: name.into(),
+    };
+    match sim.commit(Command::CreateSession {
+        ttl_ms: Some(TTL_MS),
+        identity,
+    }) {
+        Ok(Reply::SessionCreated { session, .. }) => session,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
+    let command = Command::Acquire {
+        session,
+        request: RequestId(1),
+        namespace: "ns".into(),
+        key: key.into(),
+        wait: false,
+    };
+    match sim.commit(command) {
+        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Runs `ms` with a keepalive every `every_ms`; panics if a keepalive is refused.
+fn keep_alive_for(sim: &mut Sim, session: SessionId, ms: u64, every_ms: u64) {
+    let end = sim.now.add_ms(ms);
+    while sim.now < end {
+        sim.keepalive(session)
+            .unwrap_or_else(|e| panic!("seed {}: keepalive refused: {e}", sim.seed));
+        sim.run_for(every_ms.min(end.ms_since(sim.now)).max(1));
+    }
+}
+
+#[test]
+fn sessions_and_holds_survive_a_leader_change() {
+    for seed in 1..=4 {
+        let mut sim = Sim::new(seed);
+        let session = create_session(&mut sim, "svc");
+        let token = acquire(&mut sim, session, "k");
+        keep_alive_for(&mut sim, session, 1_000, 400);
+        let old = sim.leader().unwrap();
+        sim.crash(old);
+        keep_alive_for(&mut sim, session, 3 * TTL_MS, 400);
+        let new = sim.wait_for_leader();
+        assert_ne!(new, old);
+        assert!(sim.session_live_everywhere(session), "seed {seed}");
+        // The hold is intact, and a linearizable read at the new leader shows a remaining TTL.
+        let now = sim.now;
+        let read = sim.nodes[new]
+            .as_mut()
+            .unwrap()
+            .read(
+                now,
+                Query::Inspect {
+                    namespace: "ns".into(),
+                    key: "k".into(),
+                },
+            )
+            .unwrap();
+        sim.drain(new);
+        sim.run_for(50);
+        let (_, _, answer) = sim
+            .reads
+            .iter()
+            .find(|(i, r, _)| *i == new && *r == read.0)
+            .cloned()
+            .expect("read answered");
+        let Answer::Key(info) = answer else {
+            panic!("{answer:?}")
+        };
+        let hold = info.expect("inspect answered").holder.unwrap();
+        assert_eq!((hold.session, hold.token), (session, token));
+        let remaining = hold
+            .session_remaining_ms
+            .expect("the leader knows the deadline");
+        assert!(
+            remaining > 0 && remaining <= TTL_MS,
+            "remaining {remaining}"
+        );
+        // The crashed node restarts and catches up (from the log or a snapshot).
+        sim.restart(old);
+        keep_alive_for(&mut sim, session, 1_000, 400);
+        assert!(
+            sim.session_live_everywhere(session),
+            "seed {seed}: after restart"
+        );
+        let revisions: Vec<_> = sim.live().map(|n| n.state().revision()).collect();
+        assert!(
+            revisions.windows(2).all(|w| w[0] == w[1]),
+            "seed {seed}: {revisions:?}"
+        );
+    }
+}
+
+#[test]
+fn a_session_kept_alive_is_never_expired() {
+    for seed in 10..=12 {
+        let mut sim = Sim::new(seed);
+        let session = create_session(&mut sim, "steady");
+        let token = acquire(&mut sim, session, "k");
+        // Five leader changes: crash the leader, let a new one take over, restart the old one.
+        for _ in 0..5 {
+            keep_alive_for(&mut sim, session, 1_500, TTL_MS / 4);
+            let leader = sim.wait_for_leader();
+            sim.crash(leader);
+            keep_alive_for(&mut sim, session, 1_000, TTL_MS / 4);
+            sim.restart(leader);
+        }
+        keep_alive_for(&mut sim, session, 2 * TTL_MS, TTL_MS / 4);
+        assert!(sim.session_live_everywhere(session), "seed {seed}");
+        for node in sim.live() {
+            let info = node.state().inspect("ns", "k", sim.now).unwrap();
+            assert_eq!(info.holder.map(|h| h.token), Some(token), "seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn an_abandoned_session_expires_within_ttl_plus_one_election_timeout() {
+    for seed in 20..=25 {
+        for crash_leader in [false, true] {
+            let mut sim = Sim::new(seed);
+            let session = create_session(&mut sim, "gone");
+            let other = create_session(&mut sim, "waiting");
+            acquire(&mut sim, session, "k");
+            let queued = sim.commit(Command::Acquire {
+                session: other,
+                request: RequestId(1),
+                namespace: "ns".into(),
+                key: "k".into(),
+                wait: true,
+            });
+            assert_eq!(
+                queued,
+                Ok(Reply::Acquire(AcquireReply::Queued { position: 1 }))
+            );
+            // The last keepalive of `session`; `other` stays alive throughout.
+            assert_eq!(sim.keepalive(session), Ok(true));
+            let last = sim.now;
+            if crash_leader {
+                let leader = sim.leader().unwrap();
+                sim.crash(leader);
+            }
+            let bound = last.add_ms(TTL_MS + ELECTION_MS_MAX + 50);
+            let mut expired_at = None;
+            while sim.now <= bound.add_ms(1_000) {
+                let _ = sim.keepalive(other);
+                sim.run_for(20);
+                if expired_at.is_none() && sim.session_gone_everywhere(session) {
+                    expired_at = Some(sim.now);
+                }
+            }
+            let expired_at = expired_at.unwrap_or_else(|| panic!("seed {seed}: never expired"));
+            assert!(expired_at <= bound, "seed {seed} crash {crash_leader}: expired at {expired_at}, bound {bound}, last keepalive {last}");
+            assert!(
+                expired_at.ms_since(last) >= TTL_MS,
+                "seed {seed}: expired early at {expired_at} (last keepalive {last})"
+            );
+            // The waiter got the key in the expiry's revision.
+            for node in sim.live() {
+                let info = node.state().inspect("ns", "k", sim.now).unwrap();
+                assert_eq!(info.holder.map(|h| h.session), Some(other), "seed {seed}");
+                let events = node
+                    .state()
+                    .watch(
+                        picket_core::locks::Revision(1),
+                        &WatchFilter::default(),
+                        100,
+                    )
+                    .unwrap()
+                    .events;
+                assert!(
+                    events.iter().any(|e| e.kind
+                        == EventKind::Released {
+                            session,
+                            token: Token(3),
+                            cause: ReleaseCause::SessionExpired
+                        }),
+                    "seed {seed}"
+                );
+            }
+            assert!(sim.session_live_everywhere(other));
+            let role_count = sim.live().filter(|n| n.role() == RoleKind::Leader).count();
+            assert!(role_count <= 1);
+        }
+    }
+}
+
+#[test]
+fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
+    let mut sim = Sim::new(40);
+    let session = create_session(&mut sim, "svc");
+    let leader = sim.wait_for_leader();
+    let follower = (leader + 1) % 3;
+    let now = sim.now;
+    let refused = sim.nodes[follower]
+        .as_mut()
+        .unwrap()
+        .keepalive(now, session);
+    assert_eq!(
+        refused,
+        Err(KeepAliveError::NotLeader {
+            leader_hint: Some(NodeId(leader as u64 + 1))
+        })
+    );
+    let unknown = SessionId(9_999);
+    let refused = sim.nodes[leader].as_mut().unwrap().keepalive(now, unknown);
+    assert_eq!(
+        refused,
+        Err(KeepAliveError::UnknownSession { session: unknown })
+    );
+    assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 1);
+
+    // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
+    sim.isolated = Some(leader);
+    let command = Command::Acquire {
+        session,
+        request: RequestId(7),
+        namespace: "ns".into(),
+        key: "k".into(),
+        wait: false,
+    };
+    let proposal = sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose(now, command.clone())
+        .unwrap();
+    sim.drain(leader);
+    sim.run_for(2 * ELECTION_MS_MAX + 100);
+    assert!(
+        sim.failed.contains(&(leader, proposal.0)),
+        "{:?}",
+        sim.failed
+    );
+    assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 0);
+    assert_eq!(
+        sim.nodes[leader]
+            .as_ref()
+            .unwrap()
+            .counters()
+            .proposals_failed,
+        1
+    );
+    // The client retries at the new leader with the same request id: granted once.
+    let new = sim.wait_for_leader();
+    assert_ne!(new, leader);
+    let outcome = sim.commit(command.clone());
+    let Ok(Reply::Acquire(AcquireReply::Granted { token })) = outcome else {
+        panic!("{outcome:?}")
+    };
+    sim.isolated = None;
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    assert_eq!(
+        sim.commit(command),
+        Ok(Reply::Acquire(AcquireReply::Granted { token }))
+    );
+    sim.run_for(200);
+    let revisions: Vec<_> = sim.live().map(|n| n.state().revision()).collect();
+    assert!(revisions.windows(2).all(|w| w[0] == w[1]), "{revisions:?}");
+}
+
+#[test]
+fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
+    let mut sim = Sim::new(50);
+    let session = create_session(&mut sim, "busy");
+    let leader = sim.wait_for_leader();
+    let lagging = (leader + 1) % 3;
+    sim.crash(lagging);
+    // Enough commands for the others to compact their logs (every 50 slots) past it.
+    for i in 0..60u64 {
+        let key = format!("k{i}");
+        let token = acquire_with(&mut sim, session, 2 * i + 1, &key);
+        let release = Command::Release {
+            session,
+            request: RequestId(2 * i + 2),
+            namespace: "ns".into(),
+            key,
+            token,
+        };
+        assert!(matches!(sim.commit(release), Ok(Reply::Released { .. })));
+        let _ = sim.keepalive(session);
+    }
+    assert!(sim.live().all(|n| n.counters().compactions > 0));
+    sim.restart(lagging);
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    let node = sim.nodes[lagging].as_ref().unwrap();
+    assert!(
+        node.counters().snapshots_installed > 0,
+        "caught up from a snapshot"
+    );
+    let snapshots: Vec<_> = sim.live().map(|n| n.state().snapshot()).collect();
+    assert!(
+        snapshots.windows(2).all(|w| w[0] == w[1]),
+        "replicas disagree"
+    );
+    // A node restarted from its own durable snapshot installs it at once.
+    let leader = sim.wait_for_leader();
+    sim.crash(leader);
+    sim.restart(leader);
+    assert!(
+        sim.nodes[leader]
+            .as_ref()
+            .unwrap()
+            .counters()
+            .snapshots_installed
+            > 0
+    );
+    keep_alive_for(&mut sim, session, 1_000, 400);
+    assert!(sim.session_live_everywhere(session));
+}
+
+fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> Token {
+    let command = Command::Acquire {
+        session,
+        request: RequestId(request),
+        namespace: "ns".into(),
+        key: key.into(),
+        wait: false,
+    };
+    match sim.commit(command) {
+        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        other => panic!("{other:?}"),
+    }
+}
