@@ -2,6 +2,7 @@
 //! fuzz targets.)
 
 use picket_core::locks::{Command, LockSnapshot};
+use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::NodeId;
 use picket_net::convert::paxos::{
     decode_hard_state, decode_log_entry, decode_peer_message, decode_snapshot_record, PeerBatchIn,
@@ -16,12 +17,12 @@ fn all_decoders(bytes: &[u8]) {
     let _ = decode_command(bytes);
     let _ = decode_reply(bytes);
     let _ = decode_lock_snapshot(bytes);
-    let _ = decode_log_entry::<Command>(bytes);
+    let _ = decode_log_entry::<NodeCommand>(bytes);
     let _ = decode_hard_state(bytes);
     let _ = decode_snapshot_record::<LockSnapshot>(bytes);
-    let _ = decode_peer_message::<Command, LockSnapshot>(bytes);
+    let _ = decode_peer_message::<NodeCommand, LockSnapshot>(bytes);
     if let Ok(batch) = proto::PeerBatch::decode(bytes) {
-        let _ = PeerBatchIn::<Command, LockSnapshot>::from_wire(batch, "", NodeId(0));
+        let _ = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(batch, "", NodeId(0));
     }
     let _ = proto::AcquireRequest::decode(bytes).map(Command::try_from);
     let _ = proto::ReleaseRequest::decode(bytes).map(Command::try_from);
@@ -38,23 +39,28 @@ proptest! {
     /// Valid encodings with bytes flipped reach deeper into the converters.
     #[test]
     fn mutated_valid_records_never_panic(
-        command in any::<u64>(),
+        session in any::<u64>(),
         flips in vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
     ) {
-        let wire = proto::Command::from(Command::Acquire {
-            session: picket_core::locks::SessionId(command),
+        let command = Command::Acquire {
+            session: picket_core::locks::SessionId(session),
             request: picket_core::locks::RequestId(1),
             namespace: "orders".into(),
             key: "k".into(),
             wait: true,
-        });
+        };
         let mut entry = proto::LogEntry {
             slot: 1,
             ballot: Some(proto::Ballot { round: 2, node_id: 1 }),
             value: Some(proto::SlotValue {
                 kind: Some(proto::slot_value::Kind::Batch(proto::slot_value::Batch {
                     stamp_ms: 9,
-                    commands: vec![wire],
+                    commands: vec![proto::LogCommand::from(NodeCommand {
+                        origin: NodeId(1),
+                        boot: 2,
+                        proposal: ProposalId(3),
+                        command,
+                    })],
                 })),
             }),
         }

@@ -3,7 +3,8 @@
 
 mod strategies;
 
-use picket_core::locks::{Command, LockSnapshot};
+use picket_core::locks::LockSnapshot;
+use picket_core::node::NodeCommand;
 use picket_core::paxos::{NodeId, Slot};
 use picket_net::convert::paxos::{
     batch_to_wire, decode_hard_state, decode_log_entry, decode_peer_message,
@@ -27,7 +28,7 @@ proptest! {
     #[test]
     fn log_entries(entry in entry()) {
         let bytes = log_entry_to_wire(entry.clone()).encode_to_vec();
-        let decoded = decode_log_entry::<Command>(&bytes).unwrap();
+        let decoded = decode_log_entry::<NodeCommand>(&bytes).unwrap();
         prop_assert_eq!(decoded, entry);
     }
 
@@ -55,7 +56,7 @@ proptest! {
         let wire = batch_to_wire("c1", NodeId(1), NodeId(2), msgs.clone());
         let bytes = wire.encode_to_vec();
         let batch = proto::PeerBatch::decode(bytes.as_slice()).unwrap();
-        let got: PeerBatchIn<Command, LockSnapshot> =
+        let got: PeerBatchIn<NodeCommand, LockSnapshot> =
             PeerBatchIn::from_wire(batch, "c1", NodeId(2)).unwrap();
         prop_assert_eq!(got.from, NodeId(1));
         prop_assert_eq!(got.dropped, 0);
@@ -76,7 +77,7 @@ fn malformed_message_is_dropped_and_counted_not_the_batch() {
             )),
         },
     );
-    let got: PeerBatchIn<Command, LockSnapshot> =
+    let got: PeerBatchIn<NodeCommand, LockSnapshot> =
         PeerBatchIn::from_wire(wire, "c1", NodeId(2)).unwrap();
     assert_eq!(got.messages, vec![good.clone(), good]);
     assert_eq!(got.dropped, 1);
@@ -90,24 +91,24 @@ fn misaddressed_batches_are_refused_whole() {
     let msgs: Vec<Msg> = vec![picket_core::paxos::Message::PreVote { round: 1 }];
     let wire = batch_to_wire("c1", NodeId(1), NodeId(2), msgs.clone());
     let other_cluster =
-        PeerBatchIn::<Command, LockSnapshot>::from_wire(wire.clone(), "c2", NodeId(2));
+        PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(wire.clone(), "c2", NodeId(2));
     assert_eq!(other_cluster.unwrap_err().field, "peer_batch.cluster_id");
-    let other_node = PeerBatchIn::<Command, LockSnapshot>::from_wire(wire, "c1", NodeId(3));
+    let other_node = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(wire, "c1", NodeId(3));
     assert_eq!(other_node.unwrap_err().field, "peer_batch.to_node_id");
     let from_zero = batch_to_wire("c1", NodeId(0), NodeId(2), msgs);
-    let refused = PeerBatchIn::<Command, LockSnapshot>::from_wire(from_zero, "c1", NodeId(2));
+    let refused = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(from_zero, "c1", NodeId(2));
     assert_eq!(refused.unwrap_err().field, "peer_batch.from_node_id");
 }
 
 #[test]
 fn log_entry_at_slot_zero_and_nested_command_errors_are_named() {
-    let mut entry = log_entry_to_wire::<Command>((
+    let mut entry = log_entry_to_wire::<NodeCommand>((
         Slot(1),
         picket_core::paxos::Ballot::ZERO,
         picket_core::paxos::Value::Noop,
     ));
     entry.slot = 0;
-    let error = decode_log_entry::<Command>(&entry.encode_to_vec()).unwrap_err();
+    let error = decode_log_entry::<NodeCommand>(&entry.encode_to_vec()).unwrap_err();
     assert_eq!(
         error.to_string(),
         "log_entry.slot: must be >= 1 (slot 0 is before the log)"
@@ -122,14 +123,19 @@ fn log_entry_at_slot_zero_and_nested_command_errors_are_named() {
         value: Some(proto::SlotValue {
             kind: Some(proto::slot_value::Kind::Batch(proto::slot_value::Batch {
                 stamp_ms: 5,
-                commands: vec![proto::Command::default(), proto::Command::default()],
+                commands: vec![proto::LogCommand {
+                    origin_node_id: 1,
+                    boot: 1,
+                    proposal_id: 1,
+                    command: Some(proto::Command::default()),
+                }],
             })),
         }),
     };
-    let error = decode_log_entry::<Command>(&entry.encode_to_vec()).unwrap_err();
+    let error = decode_log_entry::<NodeCommand>(&entry.encode_to_vec()).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "log_entry.value.batch.commands[0].kind: required"
+        "log_entry.value.batch.commands[0].command.kind: required"
     );
 }
 

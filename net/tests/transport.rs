@@ -186,12 +186,13 @@ impl picket_net::proto::peer_server::Peer for ToyPeer {
         &self,
         request: Request<Streaming<proto::PeerBatch>>,
     ) -> Result<Response<proto::PeerSendSummary>, Status> {
-        use picket_core::locks::{Command, LockSnapshot};
+        use picket_core::locks::LockSnapshot;
+        use picket_core::node::NodeCommand;
         use picket_net::convert::paxos::PeerBatchIn;
         let mut stream = request.into_inner();
         let mut summary = proto::PeerSendSummary::default();
         while let Some(batch) = stream.next().await {
-            let batch = PeerBatchIn::<Command, LockSnapshot>::from_wire(
+            let batch = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(
                 batch?,
                 "c1",
                 picket_core::paxos::NodeId(2),
@@ -205,7 +206,8 @@ impl picket_net::proto::peer_server::Peer for ToyPeer {
 
 #[tokio::test]
 async fn peer_batches_stream_one_way_and_malformed_messages_are_counted() {
-    use picket_core::locks::{Command, LockSnapshot};
+    use picket_core::locks::LockSnapshot;
+    use picket_core::node::NodeCommand;
     use picket_core::paxos::{Message, NodeId};
     use picket_net::convert::paxos::batch_to_wire;
     use picket_net::proto::peer_client::PeerClient;
@@ -224,7 +226,7 @@ async fn peer_batches_stream_one_way_and_malformed_messages_are_counted() {
         .await
         .unwrap()
         .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-    let messages: Vec<Message<Command, LockSnapshot>> = vec![Message::PreVote { round: 1 }];
+    let messages: Vec<Message<NodeCommand, LockSnapshot>> = vec![Message::PreVote { round: 1 }];
     let good = batch_to_wire("c1", NodeId(1), NodeId(2), messages);
     let mut bad = good.clone();
     bad.messages.push(proto::PeerMessage { kind: None });
@@ -237,7 +239,7 @@ async fn peer_batches_stream_one_way_and_malformed_messages_are_counted() {
     assert_eq!(summary.messages_dropped, 1);
 
     // A batch for another cluster ends the stream with INVALID_ARGUMENT naming the field.
-    let foreign = batch_to_wire::<Command, LockSnapshot>("c9", NodeId(1), NodeId(2), vec![]);
+    let foreign = batch_to_wire::<NodeCommand, LockSnapshot>("c9", NodeId(1), NodeId(2), vec![]);
     let status = client
         .send(tokio_stream::iter(vec![foreign]))
         .await

@@ -2,15 +2,16 @@
 //! snapshots).
 //!
 //! The conversions are generic over the command type `C` and the snapshot type `S` of
-//! `picket_core::paxos`, for any `C` that converts to and from `picket.v1.Command` and any `S`
-//! that converts to and from `picket.v1.LockSnapshot` (the lock state machine's `Command` and
-//! `LockSnapshot` do).
+//! `picket_core::paxos`, for any `C` that converts to and from `picket.v1.LogCommand` and any `S`
+//! that converts to and from `picket.v1.LockSnapshot`: the node's `NodeCommand` and the lock
+//! state machine's `LockSnapshot` do (`picket_core::node::NodeReplica`).
 //!
 //! Peer input is untrusted: [`PeerBatchIn::from_wire`] drops a malformed message (and counts it)
 //! instead of failing the batch, and refuses a whole batch that is addressed wrongly.
 
 use std::collections::BTreeMap;
 
+use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{AcceptedEntry, Ballot, Message, NodeId, Slot, Value};
 use picket_core::time::Instant;
 
@@ -19,14 +20,37 @@ use crate::error::{ConvertError, DecodeError};
 use crate::proto;
 use crate::proto::peer_message as pm;
 
-/// Command types that travel in slot values.
+/// Command types that travel in slot values (the node's [`NodeCommand`]).
 pub trait WireCommand:
-    Sized + Into<proto::Command> + TryFrom<proto::Command, Error = ConvertError>
+    Sized + Into<proto::LogCommand> + TryFrom<proto::LogCommand, Error = ConvertError>
 {
 }
 impl<T> WireCommand for T where
-    T: Sized + Into<proto::Command> + TryFrom<proto::Command, Error = ConvertError>
+    T: Sized + Into<proto::LogCommand> + TryFrom<proto::LogCommand, Error = ConvertError>
 {
+}
+
+impl From<NodeCommand> for proto::LogCommand {
+    fn from(v: NodeCommand) -> Self {
+        proto::LogCommand {
+            origin_node_id: v.origin.0,
+            boot: v.boot,
+            proposal_id: v.proposal.0,
+            command: Some(v.command.into()),
+        }
+    }
+}
+
+impl TryFrom<proto::LogCommand> for NodeCommand {
+    type Error = ConvertError;
+    fn try_from(v: proto::LogCommand) -> Result<Self, ConvertError> {
+        Ok(NodeCommand {
+            origin: NodeId(v.origin_node_id),
+            boot: v.boot,
+            proposal: ProposalId(v.proposal_id),
+            command: nested(v.command, "command")?,
+        })
+    }
 }
 
 /// Snapshot types that travel in catch-up replies and snapshot records.

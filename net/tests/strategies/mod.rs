@@ -472,13 +472,25 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
 }
 
 pub mod paxos {
-    use picket_core::locks::{Command, LockSnapshot};
+    use picket_core::locks::LockSnapshot;
+    use picket_core::node::{NodeCommand, ProposalId};
     use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
     use proptest::collection::vec;
     use proptest::option;
     use proptest::prelude::*;
 
-    pub type Msg = Message<Command, LockSnapshot>;
+    pub type Msg = Message<NodeCommand, LockSnapshot>;
+
+    pub fn node_command() -> impl Strategy<Value = NodeCommand> {
+        (any::<u64>(), any::<u64>(), any::<u64>(), super::command()).prop_map(
+            |(origin, boot, proposal, command)| NodeCommand {
+                origin: NodeId(origin),
+                boot,
+                proposal: ProposalId(proposal),
+                command,
+            },
+        )
+    }
 
     pub fn ballot() -> impl Strategy<Value = Ballot> {
         (any::<u64>(), any::<u64>()).prop_map(|(round, node)| Ballot::new(round, NodeId(node)))
@@ -488,15 +500,15 @@ pub mod paxos {
         any::<u64>().prop_map(Slot)
     }
 
-    pub fn value() -> impl Strategy<Value = Value<Command>> {
+    pub fn value() -> impl Strategy<Value = Value<NodeCommand>> {
         prop_oneof![
             Just(Value::Noop),
-            (super::instant(), vec(super::command(), 0..3))
+            (super::instant(), vec(node_command(), 0..3))
                 .prop_map(|(stamp, commands)| Value::Batch { stamp, commands }),
         ]
     }
 
-    pub fn entry() -> impl Strategy<Value = (Slot, Ballot, Value<Command>)> {
+    pub fn entry() -> impl Strategy<Value = (Slot, Ballot, Value<NodeCommand>)> {
         (1..u64::MAX, ballot(), value()).prop_map(|(s, b, v)| (Slot(s), b, v))
     }
 
