@@ -1,4 +1,55 @@
-//! Protobuf schema, gRPC services and the Rust client library.
+//! picket-net: the protobuf schema of everything that leaves a process (public API, peer
+//! protocol, durable records), the tonic services generated from it, proto <-> core
+//! conversions, the error mapping, and the [`FencingGate`] for resource servers.
 //!
-//! Nothing is here yet: this crate is filled by the gRPC issue. It exists so that the workspace
-//! layout (`core` <- `net` <- `server` <- `sim`) is fixed from the start.
+//! - [`proto`]: generated types and services of package `picket.v1` (`net/proto/picket/v1/`).
+//!   Built with a pure-Rust protobuf compiler (no system `protoc`), for real and, under
+//!   `--cfg madsim`, for the simulator.
+//! - [`convert`]: `TryFrom` proto -> core (malformed input is a [`ConvertError`] naming the
+//!   field, which becomes `INVALID_ARGUMENT`) and `From` core -> proto.
+//! - [`status`]: `LockError` -> gRPC status codes, the `ErrorDetail` in status details, the
+//!   leader hint of a non-leader.
+//! - [`fencing`]: [`FencingGate`], which refuses a write whose token is below the highest seen.
+//!
+//! The API, error mapping, leader-hint and idempotency rules are described in `docs/api.md`.
+//!
+//! ```
+//! use picket_net::proto;
+//! use picket_core::locks::Command;
+//!
+//! let request = proto::AcquireRequest {
+//!     session_id: 7,
+//!     request_id: 1,
+//!     namespace: "Orders".into(),
+//!     key: "invoice/42".into(),
+//!     wait_ms: 0,
+//! };
+//! let error = Command::try_from(request).unwrap_err();
+//! assert_eq!(error.field, "acquire.namespace");
+//! let status = tonic::Status::from(error);
+//! assert_eq!(status.code(), tonic::Code::InvalidArgument);
+//! assert!(status.message().starts_with("acquire.namespace: "));
+//! ```
+
+pub mod convert;
+pub mod error;
+pub mod fencing;
+pub mod status;
+
+pub use error::{ConvertError, DecodeError};
+
+/// Largest encoded message a `Lock` or `Admin` server or client should accept (tonic's default,
+/// stated so both ends set it explicitly).
+pub const API_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest encoded `PeerBatch` a `Peer` server or client should accept: a catch-up reply can carry
+/// a whole `LockSnapshot`, far above the API limit. Set it with `max_decoding_message_size` /
+/// `max_encoding_message_size` on the generated `PeerServer` and `PeerClient`; a sender must split
+/// batches to stay below it.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use fencing::{FencingError, FencingGate};
+
+/// The generated protobuf types and gRPC services of package `picket.v1`.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("picket.v1");
+}

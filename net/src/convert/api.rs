@@ -1,0 +1,522 @@
+//! API requests -> core commands and queries, validated at the edge; core replies -> API
+//! responses.
+//!
+//! A request that breaks a rule is answered before anything is proposed, with a
+//! [`ConvertError`] naming the field from the RPC's name (`acquire.namespace`, ...). The state
+//! machine re-checks names and sizes when it applies a command (the log is the authority); this
+//! edge check only makes the common mistakes cheap and precise.
+//!
+//! Fields the server derives from authentication are never read from the request: the
+//! principal of a new session's identity, and the [`Actor`] (principal and roles) of an admin
+//! command. The server passes them in.
+
+use picket_core::locks::{
+    validate_class_name, validate_key, validate_namespace, validate_prefix, AcquireReply, Actor,
+    AuditPage, AuditQuery, ClassSpec, Command, ForceReleaseId, Identity, Reply, RequestId,
+    Revision, SessionId, Token, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
+    IDENTITY_FIELD_LEN_MAX, KEY_LEN_MAX, OWNER_LEN_MAX, REASON_LEN_MAX, RUNBOOK_URL_LEN_MAX,
+};
+use thiserror::Error;
+
+use super::command::grant_to_wire;
+use super::{from_usize, required};
+use crate::error::ConvertError;
+use crate::proto;
+
+/// Longest time an `Acquire` call may be held open waiting for a grant.
+pub const ACQUIRE_WAIT_MS_MAX: u64 = 10 * 60 * 1_000;
+/// Page size of listings when the request says 0.
+pub const LIST_LIMIT_DEFAULT: usize = 1_000;
+/// Largest page a listing may ask for.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+
+fn namespace(value: &str, field: &str) -> Result<(), ConvertError> {
+    validate_namespace(value).map_err(|e| ConvertError::new(field, e.to_string()))
+}
+
+fn key(value: &str, field: &str) -> Result<(), ConvertError> {
+    validate_key(value).map_err(|e| ConvertError::new(field, e.to_string()))
+}
+
+fn nonzero(value: u64, field: &str) -> Result<u64, ConvertError> {
+    if value == 0 {
+        return Err(ConvertError::new(field, "required (must be non-zero)"));
+    }
+    Ok(value)
+}
+
+fn text(value: &str, field: &str, max: usize) -> Result<(), ConvertError> {
+    if value.len() > max {
+        return Err(ConvertError::new(
+            field,
+            format!("{} bytes long: at most {max} allowed", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn reason(value: &str, field: &str) -> Result<(), ConvertError> {
+    if value.trim().is_empty() {
+        return Err(ConvertError::new(
+            field,
+            "required (a reason for the audit trail)",
+        ));
+    }
+    text(value, field, REASON_LEN_MAX)
+}
+
+fn limit(value: u32, field: &str) -> Result<usize, ConvertError> {
+    let value = usize::try_from(value).unwrap_or(usize::MAX);
+    match value {
+        0 => Ok(LIST_LIMIT_DEFAULT),
+        v if v > LIST_LIMIT_MAX => Err(ConvertError::new(
+            field,
+            format!("{v} is above the largest page, {LIST_LIMIT_MAX}"),
+        )),
+        v => Ok(v),
+    }
+}
+
+/// Checks a class's names and text sizes (its TTLs are checked against the cluster's bounds by
+/// the state machine, which knows them).
+fn class(value: proto::ClassSpec, field: &str) -> Result<ClassSpec, ConvertError> {
+    let at = |sub: &str| format!("{field}.{sub}");
+    validate_class_name(&value.name).map_err(|e| ConvertError::new(at("name"), e.to_string()))?;
+    validate_prefix(&value.prefix).map_err(|e| ConvertError::new(at("prefix"), e.to_string()))?;
+    text(&value.owner, &at("owner"), OWNER_LEN_MAX)?;
+    text(&value.runbook_url, &at("runbook_url"), RUNBOOK_URL_LEN_MAX)?;
+    text(&value.description, &at("description"), DESCRIPTION_LEN_MAX)?;
+    ClassSpec::try_from(value).map_err(|e| e.within(field))
+}
+
+impl proto::CreateSessionRequest {
+    /// The `CreateSession` command for an authenticated `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+        let identity = required(self.identity, "create_session.identity")?;
+        if identity.name.is_empty() {
+            return Err(ConvertError::new(
+                "create_session.identity.name",
+                "required (the service's name, shown to operators)",
+            ));
+        }
+        for (value, field) in [
+            (&identity.name, "create_session.identity.name"),
+            (&identity.host, "create_session.identity.host"),
+        ] {
+            text(value, field, IDENTITY_FIELD_LEN_MAX)?;
+        }
+        if self.ttl_ms == Some(0) {
+            return Err(ConvertError::new(
+                "create_session.ttl_ms",
+                "must be non-zero (leave it out for the cluster default)",
+            ));
+        }
+        Ok(Command::CreateSession {
+            ttl_ms: self.ttl_ms,
+            identity: Identity {
+                name: identity.name,
+                host: identity.host,
+                pid: identity.pid,
+                principal: principal.to_owned(),
+            },
+        })
+    }
+}
+
+impl TryFrom<proto::CloseSessionRequest> for Command {
+    type Error = ConvertError;
+    fn try_from(v: proto::CloseSessionRequest) -> Result<Self, ConvertError> {
+        Ok(Command::CloseSession {
+            session: SessionId(nonzero(v.session_id, "close_session.session_id")?),
+        })
+    }
+}
+
+/// A validated keepalive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepAlive {
+    pub session: SessionId,
+    pub seq: u64,
+}
+
+impl TryFrom<proto::KeepAliveRequest> for KeepAlive {
+    type Error = ConvertError;
+    fn try_from(v: proto::KeepAliveRequest) -> Result<Self, ConvertError> {
+        Ok(KeepAlive {
+            session: SessionId(nonzero(v.session_id, "keep_alive.session_id")?),
+            seq: v.seq,
+        })
+    }
+}
+
+/// `Acquire` with `wait = wait_ms > 0`; the server reads `wait_ms` (checked here to be at most
+/// [`ACQUIRE_WAIT_MS_MAX`]) to bound how long it holds the call.
+impl TryFrom<proto::AcquireRequest> for Command {
+    type Error = ConvertError;
+    fn try_from(v: proto::AcquireRequest) -> Result<Self, ConvertError> {
+        let session = SessionId(nonzero(v.session_id, "acquire.session_id")?);
+        let request = RequestId(nonzero(v.request_id, "acquire.request_id")?);
+        namespace(&v.namespace, "acquire.namespace")?;
+        key(&v.key, "acquire.key")?;
+        if v.wait_ms > ACQUIRE_WAIT_MS_MAX {
+            return Err(ConvertError::new(
+                "acquire.wait_ms",
+                format!("{} ms: at most {ACQUIRE_WAIT_MS_MAX} ms", v.wait_ms),
+            ));
+        }
+        Ok(Command::Acquire {
+            session,
+            request,
+            namespace: v.namespace,
+            key: v.key,
+            wait: v.wait_ms > 0,
+        })
+    }
+}
+
+impl TryFrom<proto::ReleaseRequest> for Command {
+    type Error = ConvertError;
+    fn try_from(v: proto::ReleaseRequest) -> Result<Self, ConvertError> {
+        let session = SessionId(nonzero(v.session_id, "release.session_id")?);
+        let request = RequestId(nonzero(v.request_id, "release.request_id")?);
+        namespace(&v.namespace, "release.namespace")?;
+        key(&v.key, "release.key")?;
+        Ok(Command::Release {
+            session,
+            request,
+            namespace: v.namespace,
+            key: v.key,
+            token: Token(nonzero(v.token, "release.token")?),
+        })
+    }
+}
+
+/// A validated watch: read events from `from` on, matching `filter`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchStart {
+    pub from: Revision,
+    pub filter: WatchFilter,
+}
+
+impl TryFrom<proto::WatchRequest> for WatchStart {
+    type Error = ConvertError;
+    fn try_from(v: proto::WatchRequest) -> Result<Self, ConvertError> {
+        if let Some(ns) = &v.namespace {
+            namespace(ns, "watch.namespace")?;
+        }
+        validate_prefix(&v.key_prefix)
+            .map_err(|e| ConvertError::new("watch.key_prefix", e.to_string()))?;
+        Ok(WatchStart {
+            from: Revision(v.from_revision),
+            filter: WatchFilter {
+                namespace: v.namespace,
+                key_prefix: v.key_prefix,
+            },
+        })
+    }
+}
+
+/// A validated read of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InspectQuery {
+    pub namespace: String,
+    pub key: String,
+    pub allow_stale: bool,
+}
+
+impl TryFrom<proto::InspectRequest> for InspectQuery {
+    type Error = ConvertError;
+    fn try_from(v: proto::InspectRequest) -> Result<Self, ConvertError> {
+        namespace(&v.namespace, "inspect.namespace")?;
+        key(&v.key, "inspect.key")?;
+        Ok(InspectQuery {
+            namespace: v.namespace,
+            key: v.key,
+            allow_stale: v.allow_stale,
+        })
+    }
+}
+
+/// A validated listing of a namespace's holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListHoldsQuery {
+    pub namespace: String,
+    /// 1..=[`LIST_LIMIT_MAX`].
+    pub limit: usize,
+    pub allow_stale: bool,
+}
+
+impl TryFrom<proto::ListHoldsRequest> for ListHoldsQuery {
+    type Error = ConvertError;
+    fn try_from(v: proto::ListHoldsRequest) -> Result<Self, ConvertError> {
+        namespace(&v.namespace, "list_holds.namespace")?;
+        Ok(ListHoldsQuery {
+            limit: limit(v.limit, "list_holds.limit")?,
+            namespace: v.namespace,
+            allow_stale: v.allow_stale,
+        })
+    }
+}
+
+/// A validated listing of a namespace's classes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListClassesQuery {
+    pub namespace: String,
+    pub allow_stale: bool,
+}
+
+impl TryFrom<proto::ListClassesRequest> for ListClassesQuery {
+    type Error = ConvertError;
+    fn try_from(v: proto::ListClassesRequest) -> Result<Self, ConvertError> {
+        namespace(&v.namespace, "list_classes.namespace")?;
+        Ok(ListClassesQuery {
+            namespace: v.namespace,
+            allow_stale: v.allow_stale,
+        })
+    }
+}
+
+/// A validated audit query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRead {
+    pub query: AuditQuery,
+    pub allow_stale: bool,
+}
+
+impl TryFrom<proto::QueryAuditRequest> for AuditRead {
+    type Error = ConvertError;
+    fn try_from(v: proto::QueryAuditRequest) -> Result<Self, ConvertError> {
+        if let Some(ns) = &v.namespace {
+            namespace(ns, "query_audit.namespace")?;
+        }
+        if let Some(k) = &v.key {
+            text(k, "query_audit.key", KEY_LEN_MAX)?;
+        }
+        let revision_max = v.revision_max.unwrap_or(u64::MAX);
+        if revision_max < v.revision_min {
+            return Err(ConvertError::new(
+                "query_audit.revision_max",
+                format!("{revision_max} is below revision_min {}", v.revision_min),
+            ));
+        }
+        Ok(AuditRead {
+            query: AuditQuery {
+                namespace: v.namespace,
+                key: v.key,
+                revision_min: Revision(v.revision_min),
+                revision_max: Revision(revision_max),
+                limit: limit(v.limit, "query_audit.limit")?,
+            },
+            allow_stale: v.allow_stale,
+        })
+    }
+}
+
+impl proto::PutClassRequest {
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        namespace(&self.namespace, "put_class.namespace")?;
+        let spec = required(self.class, "put_class.class")?;
+        Ok(Command::PutClass {
+            actor,
+            namespace: self.namespace,
+            class: class(spec, "put_class.class")?,
+        })
+    }
+}
+
+impl proto::RemoveClassRequest {
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        namespace(&self.namespace, "remove_class.namespace")?;
+        validate_prefix(&self.prefix)
+            .map_err(|e| ConvertError::new("remove_class.prefix", e.to_string()))?;
+        Ok(Command::RemoveClass {
+            actor,
+            namespace: self.namespace,
+            prefix: self.prefix,
+        })
+    }
+}
+
+impl proto::RequestForceReleaseRequest {
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        namespace(&self.namespace, "request_force_release.namespace")?;
+        key(&self.key, "request_force_release.key")?;
+        let token = nonzero(self.expected_token, "request_force_release.expected_token")?;
+        reason(&self.reason, "request_force_release.reason")?;
+        Ok(Command::RequestForceRelease {
+            actor,
+            namespace: self.namespace,
+            key: self.key,
+            expected_token: Token(token),
+            reason: self.reason,
+            revoke_session: self.revoke_session,
+        })
+    }
+}
+
+impl proto::ApproveForceReleaseRequest {
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        let id = nonzero(
+            self.force_release_id,
+            "approve_force_release.force_release_id",
+        )?;
+        Ok(Command::ApproveForceRelease {
+            actor,
+            id: ForceReleaseId(id),
+            acknowledged_fenced: self.acknowledged_fenced,
+        })
+    }
+}
+
+impl proto::DenyForceReleaseRequest {
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        let id = nonzero(self.force_release_id, "deny_force_release.force_release_id")?;
+        reason(&self.reason, "deny_force_release.reason")?;
+        Ok(Command::DenyForceRelease {
+            actor,
+            id: ForceReleaseId(id),
+            reason: self.reason,
+        })
+    }
+}
+
+/// The server got a reply of another kind than the command it proposed: a bug, answered as
+/// `INTERNAL`.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("internal error: expected a {expected} reply, got {got:?}")]
+pub struct WrongReply {
+    pub expected: &'static str,
+    pub got: Box<Reply>,
+}
+
+impl From<WrongReply> for tonic::Status {
+    fn from(error: WrongReply) -> tonic::Status {
+        tonic::Status::internal(error.to_string())
+    }
+}
+
+fn wrong(expected: &'static str, got: Reply) -> WrongReply {
+    WrongReply {
+        expected,
+        got: Box::new(got),
+    }
+}
+
+impl TryFrom<Reply> for proto::CreateSessionResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::SessionCreated { session, ttl_ms } => Ok(proto::CreateSessionResponse {
+                session_id: session.0,
+                ttl_ms,
+            }),
+            other => Err(wrong("SessionCreated", other)),
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::CloseSessionResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::SessionClosed {
+                holds_released,
+                waits_removed,
+            } => Ok(proto::CloseSessionResponse {
+                holds_released: from_usize(holds_released),
+                waits_removed: from_usize(waits_removed),
+            }),
+            other => Err(wrong("SessionClosed", other)),
+        }
+    }
+}
+
+impl proto::AcquireResponse {
+    pub fn new(reply: AcquireReply, revision: Revision) -> proto::AcquireResponse {
+        proto::AcquireResponse {
+            reply: Some(reply.into()),
+            revision: revision.0,
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::ReleaseResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::Released { token, next } => Ok(proto::ReleaseResponse {
+                token: token.0,
+                next: grant_to_wire(next),
+            }),
+            other => Err(wrong("Released", other)),
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::PutClassResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::ClassPut { replaced } => Ok(proto::PutClassResponse { replaced }),
+            other => Err(wrong("ClassPut", other)),
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::RequestForceReleaseResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::ForceReleaseRequested {
+                id,
+                fenced,
+                safety,
+                expires_at,
+            } => Ok(proto::RequestForceReleaseResponse {
+                force_release_id: id.0,
+                fenced,
+                safety: safety.to_owned(),
+                expires_at_ms: expires_at.as_millis(),
+            }),
+            other => Err(wrong("ForceReleaseRequested", other)),
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::ApproveForceReleaseResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::ForceReleaseApproved {
+                floor,
+                released_token,
+                next,
+                session_revoked,
+            } => Ok(proto::ApproveForceReleaseResponse {
+                floor: floor.0,
+                released_token: released_token.0,
+                next: grant_to_wire(next),
+                session_revoked: session_revoked.map(|s| s.0),
+            }),
+            other => Err(wrong("ForceReleaseApproved", other)),
+        }
+    }
+}
+
+impl From<WatchPage> for proto::WatchResponse {
+    fn from(v: WatchPage) -> Self {
+        proto::WatchResponse {
+            events: v.events.into_iter().map(Into::into).collect(),
+            resume_from: v.resume_from.0,
+        }
+    }
+}
+
+impl From<AuditPage> for proto::QueryAuditResponse {
+    fn from(v: AuditPage) -> Self {
+        proto::QueryAuditResponse {
+            records: v.records.into_iter().map(Into::into).collect(),
+            compacted_through: v.compacted_through.0,
+        }
+    }
+}

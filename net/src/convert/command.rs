@@ -1,0 +1,316 @@
+//! Log commands and the state machine's replies (records: decoded structurally, losslessly).
+
+use picket_core::locks::{
+    AcquireReply, ClassSpec, Command, ForceReleaseId, Reply, RequestId, Revision, SessionId, Token,
+};
+use picket_core::time::Instant;
+
+use super::{from_usize, nested, required, to_usize};
+use crate::error::ConvertError;
+use crate::proto;
+use crate::proto::command as pc;
+use crate::proto::reply as pr;
+
+impl From<Command> for proto::Command {
+    fn from(v: Command) -> Self {
+        let kind = match v {
+            Command::CreateSession { ttl_ms, identity } => {
+                pc::Kind::CreateSession(pc::CreateSession {
+                    ttl_ms,
+                    identity: Some(identity.into()),
+                })
+            }
+            Command::CloseSession { session } => pc::Kind::CloseSession(pc::CloseSession {
+                session_id: session.0,
+            }),
+            Command::ExpireSessions { sessions } => pc::Kind::ExpireSessions(pc::ExpireSessions {
+                session_ids: sessions.into_iter().map(|s| s.0).collect(),
+            }),
+            Command::Acquire {
+                session,
+                request,
+                namespace,
+                key,
+                wait,
+            } => pc::Kind::Acquire(pc::Acquire {
+                session_id: session.0,
+                request_id: request.0,
+                namespace,
+                key,
+                wait,
+            }),
+            Command::Release {
+                session,
+                request,
+                namespace,
+                key,
+                token,
+            } => pc::Kind::Release(pc::Release {
+                session_id: session.0,
+                request_id: request.0,
+                namespace,
+                key,
+                token: token.0,
+            }),
+            Command::PutClass {
+                actor,
+                namespace,
+                class,
+            } => pc::Kind::PutClass(pc::PutClass {
+                actor: Some(actor.into()),
+                namespace,
+                class: Some(class.into()),
+            }),
+            Command::RemoveClass {
+                actor,
+                namespace,
+                prefix,
+            } => pc::Kind::RemoveClass(pc::RemoveClass {
+                actor: Some(actor.into()),
+                namespace,
+                prefix,
+            }),
+            Command::RequestForceRelease {
+                actor,
+                namespace,
+                key,
+                expected_token,
+                reason,
+                revoke_session,
+            } => pc::Kind::RequestForceRelease(pc::RequestForceRelease {
+                actor: Some(actor.into()),
+                namespace,
+                key,
+                expected_token: expected_token.0,
+                reason,
+                revoke_session,
+            }),
+            Command::ApproveForceRelease {
+                actor,
+                id,
+                acknowledged_fenced,
+            } => pc::Kind::ApproveForceRelease(pc::ApproveForceRelease {
+                actor: Some(actor.into()),
+                force_release_id: id.0,
+                acknowledged_fenced,
+            }),
+            Command::DenyForceRelease { actor, id, reason } => {
+                pc::Kind::DenyForceRelease(pc::DenyForceRelease {
+                    actor: Some(actor.into()),
+                    force_release_id: id.0,
+                    reason,
+                })
+            }
+        };
+        proto::Command { kind: Some(kind) }
+    }
+}
+
+impl TryFrom<proto::Command> for Command {
+    type Error = ConvertError;
+    fn try_from(v: proto::Command) -> Result<Self, ConvertError> {
+        let kind = required(v.kind, "kind")?;
+        command_from_kind(kind)
+    }
+}
+
+fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
+    Ok(match kind {
+        pc::Kind::CreateSession(c) => Command::CreateSession {
+            ttl_ms: c.ttl_ms,
+            identity: nested(c.identity, "create_session.identity")?,
+        },
+        pc::Kind::CloseSession(c) => Command::CloseSession {
+            session: SessionId(c.session_id),
+        },
+        pc::Kind::ExpireSessions(c) => Command::ExpireSessions {
+            sessions: c.session_ids.into_iter().map(SessionId).collect(),
+        },
+        pc::Kind::Acquire(c) => Command::Acquire {
+            session: SessionId(c.session_id),
+            request: RequestId(c.request_id),
+            namespace: c.namespace,
+            key: c.key,
+            wait: c.wait,
+        },
+        pc::Kind::Release(c) => Command::Release {
+            session: SessionId(c.session_id),
+            request: RequestId(c.request_id),
+            namespace: c.namespace,
+            key: c.key,
+            token: Token(c.token),
+        },
+        pc::Kind::PutClass(c) => Command::PutClass {
+            actor: nested(c.actor, "put_class.actor")?,
+            class: nested::<_, ClassSpec>(c.class, "put_class.class")?,
+            namespace: c.namespace,
+        },
+        pc::Kind::RemoveClass(c) => Command::RemoveClass {
+            actor: nested(c.actor, "remove_class.actor")?,
+            namespace: c.namespace,
+            prefix: c.prefix,
+        },
+        pc::Kind::RequestForceRelease(c) => Command::RequestForceRelease {
+            actor: nested(c.actor, "request_force_release.actor")?,
+            namespace: c.namespace,
+            key: c.key,
+            expected_token: Token(c.expected_token),
+            reason: c.reason,
+            revoke_session: c.revoke_session,
+        },
+        pc::Kind::ApproveForceRelease(c) => Command::ApproveForceRelease {
+            actor: nested(c.actor, "approve_force_release.actor")?,
+            id: ForceReleaseId(c.force_release_id),
+            acknowledged_fenced: c.acknowledged_fenced,
+        },
+        pc::Kind::DenyForceRelease(c) => Command::DenyForceRelease {
+            actor: nested(c.actor, "deny_force_release.actor")?,
+            id: ForceReleaseId(c.force_release_id),
+            reason: c.reason,
+        },
+    })
+}
+
+impl From<AcquireReply> for proto::AcquireReply {
+    fn from(v: AcquireReply) -> Self {
+        use proto::acquire_reply as pa;
+        let kind = match v {
+            AcquireReply::Granted { token } => pa::Kind::Granted(pa::Granted { token: token.0 }),
+            AcquireReply::Queued { position } => pa::Kind::Queued(pa::Queued { position }),
+            AcquireReply::Busy { holder, token } => pa::Kind::Busy(pa::Busy {
+                holder_session_id: holder.0,
+                token: token.0,
+            }),
+        };
+        proto::AcquireReply { kind: Some(kind) }
+    }
+}
+
+impl TryFrom<proto::AcquireReply> for AcquireReply {
+    type Error = ConvertError;
+    fn try_from(v: proto::AcquireReply) -> Result<Self, ConvertError> {
+        use proto::acquire_reply as pa;
+        Ok(match required(v.kind, "kind")? {
+            pa::Kind::Granted(g) => AcquireReply::Granted {
+                token: Token(g.token),
+            },
+            pa::Kind::Queued(q) => AcquireReply::Queued {
+                position: q.position,
+            },
+            pa::Kind::Busy(b) => AcquireReply::Busy {
+                holder: SessionId(b.holder_session_id),
+                token: Token(b.token),
+            },
+        })
+    }
+}
+
+/// `(session, token)` of a hand-off.
+pub(crate) fn grant_to_wire(next: Option<(SessionId, Token)>) -> Option<proto::Grant> {
+    next.map(|(session, token)| proto::Grant {
+        session_id: session.0,
+        token: token.0,
+    })
+}
+
+pub(crate) fn grant_from_wire(next: Option<proto::Grant>) -> Option<(SessionId, Token)> {
+    next.map(|g| (SessionId(g.session_id), Token(g.token)))
+}
+
+impl From<Reply> for proto::Reply {
+    fn from(v: Reply) -> Self {
+        let kind = match v {
+            Reply::SessionCreated { session, ttl_ms } => {
+                pr::Kind::SessionCreated(pr::SessionCreated {
+                    session_id: session.0,
+                    ttl_ms,
+                })
+            }
+            Reply::SessionClosed {
+                holds_released,
+                waits_removed,
+            } => pr::Kind::SessionClosed(pr::SessionClosed {
+                holds_released: from_usize(holds_released),
+                waits_removed: from_usize(waits_removed),
+            }),
+            Reply::SessionsExpired { expired } => pr::Kind::SessionsExpired(pr::SessionsExpired {
+                session_ids: expired.into_iter().map(|s| s.0).collect(),
+            }),
+            Reply::Acquire(reply) => pr::Kind::Acquire(reply.into()),
+            Reply::Released { token, next } => pr::Kind::Released(pr::Released {
+                token: token.0,
+                next: grant_to_wire(next),
+            }),
+            Reply::ClassPut { replaced } => pr::Kind::ClassPut(pr::ClassPut { replaced }),
+            Reply::ClassRemoved => pr::Kind::ClassRemoved(pr::ClassRemoved {}),
+            Reply::ForceReleaseRequested {
+                id,
+                fenced,
+                safety,
+                expires_at,
+            } => pr::Kind::ForceReleaseRequested(pr::ForceReleaseRequested {
+                force_release_id: id.0,
+                fenced,
+                safety: safety.to_owned(),
+                expires_at_ms: expires_at.as_millis(),
+            }),
+            Reply::ForceReleaseApproved {
+                floor,
+                released_token,
+                next,
+                session_revoked,
+            } => pr::Kind::ForceReleaseApproved(pr::ForceReleaseApproved {
+                floor: floor.0,
+                released_token: released_token.0,
+                next: grant_to_wire(next),
+                session_revoked: session_revoked.map(|s| s.0),
+            }),
+            Reply::ForceReleaseDenied => pr::Kind::ForceReleaseDenied(pr::ForceReleaseDenied {}),
+        };
+        proto::Reply { kind: Some(kind) }
+    }
+}
+
+impl TryFrom<proto::Reply> for Reply {
+    type Error = ConvertError;
+    fn try_from(v: proto::Reply) -> Result<Self, ConvertError> {
+        Ok(match required(v.kind, "kind")? {
+            pr::Kind::SessionCreated(r) => Reply::SessionCreated {
+                session: SessionId(r.session_id),
+                ttl_ms: r.ttl_ms,
+            },
+            pr::Kind::SessionClosed(r) => Reply::SessionClosed {
+                holds_released: to_usize(r.holds_released, "session_closed.holds_released")?,
+                waits_removed: to_usize(r.waits_removed, "session_closed.waits_removed")?,
+            },
+            pr::Kind::SessionsExpired(r) => Reply::SessionsExpired {
+                expired: r.session_ids.into_iter().map(SessionId).collect(),
+            },
+            pr::Kind::Acquire(r) => {
+                Reply::Acquire(AcquireReply::try_from(r).map_err(|e| e.within("acquire"))?)
+            }
+            pr::Kind::Released(r) => Reply::Released {
+                token: Token(r.token),
+                next: grant_from_wire(r.next),
+            },
+            pr::Kind::ClassPut(r) => Reply::ClassPut {
+                replaced: r.replaced,
+            },
+            pr::Kind::ClassRemoved(_) => Reply::ClassRemoved,
+            pr::Kind::ForceReleaseRequested(r) => Reply::ForceReleaseRequested {
+                id: ForceReleaseId(r.force_release_id),
+                fenced: r.fenced,
+                // Derived from the flag (see ForceReleaseInfo.safety).
+                safety: ClassSpec::safety_statement(r.fenced),
+                expires_at: Instant::from_millis(r.expires_at_ms),
+            },
+            pr::Kind::ForceReleaseApproved(r) => Reply::ForceReleaseApproved {
+                floor: Revision(r.floor),
+                released_token: Token(r.released_token),
+                next: grant_from_wire(r.next),
+                session_revoked: r.session_revoked.map(SessionId),
+            },
+            pr::Kind::ForceReleaseDenied(_) => Reply::ForceReleaseDenied,
+        })
+    }
+}

@@ -1,0 +1,495 @@
+//! Paxos peer messages and the durable records of an acceptor (log entries, hard state,
+//! snapshots).
+//!
+//! The conversions are generic over the command type `C` and the snapshot type `S` of
+//! `picket_core::paxos`, for any `C` that converts to and from `picket.v1.LogCommand` and any `S`
+//! that converts to and from `picket.v1.LockSnapshot`: the node's `NodeCommand` and the lock
+//! state machine's `LockSnapshot` do (`picket_core::node::NodeReplica`).
+//!
+//! Peer input is untrusted: [`PeerBatchIn::from_wire`] drops a malformed message (and counts it)
+//! instead of failing the batch, and refuses a whole batch that is addressed wrongly.
+
+use std::collections::BTreeMap;
+
+use picket_core::node::{NodeCommand, ProposalId};
+use picket_core::paxos::{AcceptedEntry, Ballot, Message, NodeId, Slot, Value};
+use picket_core::time::Instant;
+
+use super::{each, nested, required};
+use crate::error::{ConvertError, DecodeError};
+use crate::proto;
+use crate::proto::peer_message as pm;
+
+/// Command types that travel in slot values (the node's [`NodeCommand`]).
+pub trait WireCommand:
+    Sized + Into<proto::LogCommand> + TryFrom<proto::LogCommand, Error = ConvertError>
+{
+}
+impl<T> WireCommand for T where
+    T: Sized + Into<proto::LogCommand> + TryFrom<proto::LogCommand, Error = ConvertError>
+{
+}
+
+impl From<NodeCommand> for proto::LogCommand {
+    fn from(v: NodeCommand) -> Self {
+        proto::LogCommand {
+            origin_node_id: v.origin.0,
+            boot: v.boot,
+            proposal_id: v.proposal.0,
+            command: Some(v.command.into()),
+        }
+    }
+}
+
+impl TryFrom<proto::LogCommand> for NodeCommand {
+    type Error = ConvertError;
+    fn try_from(v: proto::LogCommand) -> Result<Self, ConvertError> {
+        Ok(NodeCommand {
+            origin: NodeId(v.origin_node_id),
+            boot: v.boot,
+            proposal: ProposalId(v.proposal_id),
+            command: nested(v.command, "command")?,
+        })
+    }
+}
+
+/// Snapshot types that travel in catch-up replies and snapshot records.
+pub trait WireSnapshot:
+    Sized + Into<proto::LockSnapshot> + TryFrom<proto::LockSnapshot, Error = ConvertError>
+{
+}
+impl<T> WireSnapshot for T where
+    T: Sized + Into<proto::LockSnapshot> + TryFrom<proto::LockSnapshot, Error = ConvertError>
+{
+}
+
+impl From<Ballot> for proto::Ballot {
+    fn from(v: Ballot) -> Self {
+        proto::Ballot {
+            round: v.round,
+            node_id: v.node.0,
+        }
+    }
+}
+
+impl TryFrom<proto::Ballot> for Ballot {
+    type Error = ConvertError;
+    fn try_from(v: proto::Ballot) -> Result<Self, ConvertError> {
+        Ok(Ballot::new(v.round, NodeId(v.node_id)))
+    }
+}
+
+fn ballot(value: Option<proto::Ballot>, field: &str) -> Result<Ballot, ConvertError> {
+    nested(value, field)
+}
+
+/// Encodes a slot value.
+pub fn value_to_wire<C: WireCommand>(value: Value<C>) -> proto::SlotValue {
+    use proto::slot_value as sv;
+    let kind = match value {
+        Value::Noop => sv::Kind::Noop(sv::Noop {}),
+        Value::Batch { stamp, commands } => sv::Kind::Batch(sv::Batch {
+            stamp_ms: stamp.as_millis(),
+            commands: commands.into_iter().map(Into::into).collect(),
+        }),
+    };
+    proto::SlotValue { kind: Some(kind) }
+}
+
+/// Decodes a slot value; `field` names it in errors.
+pub fn value_from_wire<C: WireCommand>(
+    value: Option<proto::SlotValue>,
+    field: &str,
+) -> Result<Value<C>, ConvertError> {
+    use proto::slot_value as sv;
+    let value = required(value, field)?;
+    match required(value.kind, "kind").map_err(|e| e.within(field))? {
+        sv::Kind::Noop(_) => Ok(Value::Noop),
+        sv::Kind::Batch(batch) => Ok(Value::Batch {
+            stamp: Instant::from_millis(batch.stamp_ms),
+            commands: each(batch.commands, "batch.commands").map_err(|e| e.within(field))?,
+        }),
+    }
+}
+
+/// Encodes an accepted `(slot, ballot, value)`: a log record.
+pub fn log_entry_to_wire<C: WireCommand>(entry: AcceptedEntry<C>) -> proto::LogEntry {
+    let (slot, ballot, value) = entry;
+    proto::LogEntry {
+        slot: slot.0,
+        ballot: Some(ballot.into()),
+        value: Some(value_to_wire(value)),
+    }
+}
+
+/// Decodes a log record.
+pub fn log_entry_from_wire<C: WireCommand>(
+    entry: proto::LogEntry,
+) -> Result<AcceptedEntry<C>, ConvertError> {
+    if entry.slot == 0 {
+        return Err(ConvertError::new(
+            "slot",
+            "must be >= 1 (slot 0 is before the log)",
+        ));
+    }
+    Ok((
+        Slot(entry.slot),
+        ballot(entry.ballot, "ballot")?,
+        value_from_wire(entry.value, "value")?,
+    ))
+}
+
+/// An acceptor's hard state: the durable part that is not the log or the snapshot (the
+/// `promised`, `incarnations` and `lost` fields of `picket_core::paxos::Durable`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HardState {
+    /// The highest ballot promised. Never decreases.
+    pub promised: Ballot,
+    /// Incarnation per replica (own and peers'); absent = 0. Never decreases.
+    pub incarnations: BTreeMap<NodeId, u64>,
+    /// Acknowledged state was lost and not yet re-learned from a quorum.
+    pub lost: bool,
+}
+
+impl From<HardState> for proto::HardState {
+    fn from(v: HardState) -> Self {
+        proto::HardState {
+            promised: Some(v.promised.into()),
+            lost: v.lost,
+            // A BTreeMap iterates by node id: the encoding is canonical.
+            incarnations: v
+                .incarnations
+                .into_iter()
+                .map(|(node, incarnation)| proto::Incarnation {
+                    node_id: node.0,
+                    incarnation,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<proto::HardState> for HardState {
+    type Error = ConvertError;
+    fn try_from(v: proto::HardState) -> Result<Self, ConvertError> {
+        let mut incarnations = BTreeMap::new();
+        for (index, entry) in v.incarnations.into_iter().enumerate() {
+            if incarnations
+                .insert(NodeId(entry.node_id), entry.incarnation)
+                .is_some()
+            {
+                return Err(ConvertError::new(
+                    format!("incarnations[{index}].node_id"),
+                    format!("node {} is listed twice", entry.node_id),
+                ));
+            }
+        }
+        Ok(HardState {
+            promised: ballot(v.promised, "promised")?,
+            incarnations,
+            lost: v.lost,
+        })
+    }
+}
+
+/// Encodes a snapshot as of `slot`.
+pub fn snapshot_to_wire<S: WireSnapshot>(snapshot: (Slot, S)) -> proto::SnapshotRecord {
+    proto::SnapshotRecord {
+        slot: snapshot.0 .0,
+        state: Some(snapshot.1.into()),
+    }
+}
+
+/// Decodes a snapshot record.
+pub fn snapshot_from_wire<S: WireSnapshot>(
+    record: proto::SnapshotRecord,
+) -> Result<(Slot, S), ConvertError> {
+    Ok((Slot(record.slot), nested(record.state, "state")?))
+}
+
+/// Encodes a peer message.
+pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> proto::PeerMessage {
+    let kind = match msg {
+        Message::PreVote { round } => pm::Kind::PreVote(pm::PreVote { round }),
+        Message::PreVoteReply { round, granted } => {
+            pm::Kind::PreVoteReply(pm::PreVoteReply { round, granted })
+        }
+        Message::Prepare {
+            ballot,
+            slot_from,
+            incarnation,
+        } => pm::Kind::Prepare(pm::Prepare {
+            ballot: Some(ballot.into()),
+            slot_from: slot_from.0,
+            incarnation,
+        }),
+        Message::Promise {
+            ballot,
+            slot_applied,
+            slot_snapshot,
+            accepted,
+        } => pm::Kind::Promise(pm::Promise {
+            ballot: Some(ballot.into()),
+            slot_applied: slot_applied.0,
+            slot_snapshot: slot_snapshot.0,
+            accepted: accepted.into_iter().map(log_entry_to_wire).collect(),
+        }),
+        Message::Accept {
+            ballot,
+            slot,
+            value,
+            slot_chosen,
+            incarnation,
+        } => pm::Kind::Accept(pm::Accept {
+            ballot: Some(ballot.into()),
+            slot: slot.0,
+            value: Some(value_to_wire(value)),
+            slot_chosen: slot_chosen.0,
+            incarnation,
+        }),
+        Message::Accepted { ballot, slot } => pm::Kind::Accepted(pm::Accepted {
+            ballot: Some(ballot.into()),
+            slot: slot.0,
+        }),
+        Message::Nack { ballot, promised } => pm::Kind::Nack(pm::Nack {
+            ballot: Some(ballot.into()),
+            promised: Some(promised.into()),
+        }),
+        Message::Heartbeat {
+            ballot,
+            slot_chosen,
+            seq,
+            incarnation,
+        } => pm::Kind::Heartbeat(pm::Heartbeat {
+            ballot: Some(ballot.into()),
+            slot_chosen: slot_chosen.0,
+            seq,
+            incarnation,
+        }),
+        Message::HeartbeatAck { ballot, seq } => pm::Kind::HeartbeatAck(pm::HeartbeatAck {
+            ballot: Some(ballot.into()),
+            seq,
+        }),
+        Message::CatchupRequest { slot_from } => pm::Kind::CatchupRequest(pm::CatchupRequest {
+            slot_from: slot_from.0,
+        }),
+        Message::CatchupReply { snapshot, entries } => pm::Kind::CatchupReply(pm::CatchupReply {
+            snapshot: snapshot.map(snapshot_to_wire),
+            entries: entries
+                .into_iter()
+                .map(|(slot, value)| pm::ChosenEntry {
+                    slot: slot.0,
+                    value: Some(value_to_wire(value)),
+                })
+                .collect(),
+        }),
+        Message::RecoverQuery { nonce } => pm::Kind::RecoverQuery(pm::RecoverQuery { nonce }),
+        Message::RecoverReply { nonce, incarnation } => {
+            pm::Kind::RecoverReply(pm::RecoverReply { nonce, incarnation })
+        }
+        Message::Fence { nonce, incarnation } => pm::Kind::Fence(pm::Fence { nonce, incarnation }),
+        Message::FenceAck { nonce, promised } => pm::Kind::FenceAck(pm::FenceAck {
+            nonce,
+            promised: Some(promised.into()),
+        }),
+    };
+    proto::PeerMessage { kind: Some(kind) }
+}
+
+/// Decodes a peer message. Errors name the field from the message kind, e.g.
+/// `accept.value.batch.commands[2].kind`.
+pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
+    msg: proto::PeerMessage,
+) -> Result<Message<C, S>, ConvertError> {
+    let in_ = |name: &'static str| move |e: ConvertError| e.within(name);
+    Ok(match required(msg.kind, "kind")? {
+        pm::Kind::PreVote(m) => Message::PreVote { round: m.round },
+        pm::Kind::PreVoteReply(m) => Message::PreVoteReply {
+            round: m.round,
+            granted: m.granted,
+        },
+        pm::Kind::Prepare(m) => Message::Prepare {
+            ballot: ballot(m.ballot, "prepare.ballot")?,
+            slot_from: Slot(m.slot_from),
+            incarnation: m.incarnation,
+        },
+        pm::Kind::Promise(m) => Message::Promise {
+            ballot: ballot(m.ballot, "promise.ballot")?,
+            slot_applied: Slot(m.slot_applied),
+            slot_snapshot: Slot(m.slot_snapshot),
+            accepted: m
+                .accepted
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| log_entry_from_wire(e).map_err(|e| e.at("promise.accepted", i)))
+                .collect::<Result<_, _>>()?,
+        },
+        pm::Kind::Accept(m) => Message::Accept {
+            ballot: ballot(m.ballot, "accept.ballot")?,
+            slot: Slot(m.slot),
+            value: value_from_wire(m.value, "value").map_err(in_("accept"))?,
+            slot_chosen: Slot(m.slot_chosen),
+            incarnation: m.incarnation,
+        },
+        pm::Kind::Accepted(m) => Message::Accepted {
+            ballot: ballot(m.ballot, "accepted.ballot")?,
+            slot: Slot(m.slot),
+        },
+        pm::Kind::Nack(m) => Message::Nack {
+            ballot: ballot(m.ballot, "nack.ballot")?,
+            promised: ballot(m.promised, "nack.promised")?,
+        },
+        pm::Kind::Heartbeat(m) => Message::Heartbeat {
+            ballot: ballot(m.ballot, "heartbeat.ballot")?,
+            slot_chosen: Slot(m.slot_chosen),
+            seq: m.seq,
+            incarnation: m.incarnation,
+        },
+        pm::Kind::HeartbeatAck(m) => Message::HeartbeatAck {
+            ballot: ballot(m.ballot, "heartbeat_ack.ballot")?,
+            seq: m.seq,
+        },
+        pm::Kind::CatchupRequest(m) => Message::CatchupRequest {
+            slot_from: Slot(m.slot_from),
+        },
+        pm::Kind::CatchupReply(m) => Message::CatchupReply {
+            snapshot: m
+                .snapshot
+                .map(snapshot_from_wire)
+                .transpose()
+                .map_err(in_("catchup_reply.snapshot"))?,
+            entries: m
+                .entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    value_from_wire(e.value, "value")
+                        .map(|value| (Slot(e.slot), value))
+                        .map_err(|e| e.at("catchup_reply.entries", i))
+                })
+                .collect::<Result<_, _>>()?,
+        },
+        pm::Kind::RecoverQuery(m) => Message::RecoverQuery { nonce: m.nonce },
+        pm::Kind::RecoverReply(m) => Message::RecoverReply {
+            nonce: m.nonce,
+            incarnation: m.incarnation,
+        },
+        pm::Kind::Fence(m) => Message::Fence {
+            nonce: m.nonce,
+            incarnation: m.incarnation,
+        },
+        pm::Kind::FenceAck(m) => Message::FenceAck {
+            nonce: m.nonce,
+            promised: ballot(m.promised, "fence_ack.promised")?,
+        },
+    })
+}
+
+/// Builds a batch of messages from `from` to `to`.
+pub fn batch_to_wire<C: WireCommand, S: WireSnapshot>(
+    cluster_id: &str,
+    from: NodeId,
+    to: NodeId,
+    messages: impl IntoIterator<Item = Message<C, S>>,
+) -> proto::PeerBatch {
+    proto::PeerBatch {
+        cluster_id: cluster_id.to_owned(),
+        from_node_id: from.0,
+        to_node_id: to.0,
+        messages: messages.into_iter().map(message_to_wire).collect(),
+    }
+}
+
+/// A received batch: the messages that decoded, and how many did not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerBatchIn<C, S> {
+    pub from: NodeId,
+    pub messages: Vec<Message<C, S>>,
+    /// Messages dropped as malformed (to be counted by the receiver's metrics).
+    pub dropped: usize,
+    /// The first malformed message's error, for a trace.
+    pub first_error: Option<ConvertError>,
+}
+
+impl<C: WireCommand, S: WireSnapshot> PeerBatchIn<C, S> {
+    /// Accepts a batch addressed to `(cluster_id, me)`, decoding each message on its own: a
+    /// malformed message is dropped and counted, never a reason to refuse the others. A batch for
+    /// another cluster or node, or from node 0, is refused whole.
+    pub fn from_wire(
+        batch: proto::PeerBatch,
+        cluster_id: &str,
+        me: NodeId,
+    ) -> Result<PeerBatchIn<C, S>, ConvertError> {
+        if batch.cluster_id != cluster_id {
+            return Err(ConvertError::new(
+                "peer_batch.cluster_id",
+                format!(
+                    "`{}` is not this cluster (`{cluster_id}`)",
+                    batch.cluster_id
+                ),
+            ));
+        }
+        if batch.to_node_id != me.0 {
+            return Err(ConvertError::new(
+                "peer_batch.to_node_id",
+                format!("{} is not this node ({})", batch.to_node_id, me.0),
+            ));
+        }
+        if batch.from_node_id == 0 {
+            return Err(ConvertError::new(
+                "peer_batch.from_node_id",
+                "required (node id 0 is reserved)",
+            ));
+        }
+        let mut out = PeerBatchIn {
+            from: NodeId(batch.from_node_id),
+            messages: Vec::with_capacity(batch.messages.len()),
+            dropped: 0,
+            first_error: None,
+        };
+        for (index, msg) in batch.messages.into_iter().enumerate() {
+            match message_from_wire(msg) {
+                Ok(msg) => out.messages.push(msg),
+                Err(error) => {
+                    out.dropped += 1;
+                    out.first_error
+                        .get_or_insert_with(|| error.at("peer_batch.messages", index));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn protobuf<P: prost::Message + Default>(
+    bytes: &[u8],
+    message: &'static str,
+) -> Result<P, DecodeError> {
+    P::decode(bytes).map_err(|source| DecodeError::Protobuf { message, source })
+}
+
+/// Reads a log record (`picket.v1.LogEntry`).
+pub fn decode_log_entry<C: WireCommand>(bytes: &[u8]) -> Result<AcceptedEntry<C>, DecodeError> {
+    let wire = protobuf::<proto::LogEntry>(bytes, "log_entry")?;
+    Ok(log_entry_from_wire(wire).map_err(|e| e.within("log_entry"))?)
+}
+
+/// Reads a hard-state record (`picket.v1.HardState`).
+pub fn decode_hard_state(bytes: &[u8]) -> Result<HardState, DecodeError> {
+    let wire = protobuf::<proto::HardState>(bytes, "hard_state")?;
+    Ok(HardState::try_from(wire).map_err(|e| e.within("hard_state"))?)
+}
+
+/// Reads a snapshot record (`picket.v1.SnapshotRecord`).
+pub fn decode_snapshot_record<S: WireSnapshot>(bytes: &[u8]) -> Result<(Slot, S), DecodeError> {
+    let wire = protobuf::<proto::SnapshotRecord>(bytes, "snapshot_record")?;
+    Ok(snapshot_from_wire(wire).map_err(|e| e.within("snapshot_record"))?)
+}
+
+/// Reads one peer message (`picket.v1.PeerMessage`).
+pub fn decode_peer_message<C: WireCommand, S: WireSnapshot>(
+    bytes: &[u8],
+) -> Result<Message<C, S>, DecodeError> {
+    let wire = protobuf::<proto::PeerMessage>(bytes, "peer_message")?;
+    Ok(message_from_wire(wire)?)
+}

@@ -1,0 +1,224 @@
+//! [`FencingGate`]: the check a protected resource makes on every write.
+//!
+//! A lock's token is the revision of its grant, so tokens rise strictly per key. A resource that
+//! remembers the highest token it has accepted for a key, and refuses any write carrying a lower
+//! one, can never be written by a holder whose lock has moved on (paused, partitioned, or
+//! force-released), whatever that holder believes.
+//!
+//! The gate is bounded: it remembers at most `capacity` keys. When full, it forgets the key whose
+//! highest token is the lowest, and raises its **eviction floor** to that token. A key it does not
+//! remember accepts only tokens `>=` the floor. Tokens are revisions of one global counter, so this
+//! stays safe (a forgotten key's highest token is at most the floor, so nothing below what it
+//! accepted can get in); the price is liveness only: a holder of a forgotten key whose grant is
+//! older than the floor is refused and must re-acquire. Size `capacity` above the number of keys
+//! the resource writes concurrently and this never happens.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use picket_core::locks::Token;
+use thiserror::Error;
+
+/// A write the gate refused. Nothing was recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum FencingError {
+    #[error("stale token {token} for `{key}`: a write with token {highest} was already accepted (the lock has moved on; the writer must stop)")]
+    Stale {
+        key: String,
+        token: Token,
+        highest: Token,
+    },
+    #[error("token {token} for `{key}` is below the gate's eviction floor {floor} (the gate forgot this key to stay within {capacity} keys): re-acquire the lock and retry with the new token")]
+    BelowEvictionFloor {
+        key: String,
+        token: Token,
+        floor: Token,
+        capacity: usize,
+    },
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// key -> the highest token accepted for it. Never decreases for a remembered key.
+    highest: BTreeMap<String, Token>,
+    /// (highest token, key) for every remembered key: the eviction order.
+    by_token: BTreeSet<(Token, String)>,
+    /// Every forgotten key's highest token is <= this. Never decreases.
+    floor: Token,
+}
+
+/// Highest token accepted per key; refuses lower ones. Thread-safe (one mutex), bounded.
+#[derive(Debug)]
+pub struct FencingGate {
+    capacity: usize,
+    state: Mutex<GateState>,
+}
+
+impl FencingGate {
+    /// A gate remembering at most `capacity` keys (`capacity >= 1`).
+    pub fn new(capacity: usize) -> FencingGate {
+        assert!(capacity >= 1, "a fencing gate needs room for one key");
+        FencingGate {
+            capacity,
+            state: Mutex::new(GateState::default()),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Admits a write to `key` with `token` (and records it) or refuses it. A token equal to the
+    /// highest accepted is admitted: one holder writes many times with its token.
+    pub fn check(&self, key: &str, token: Token) -> Result<(), FencingError> {
+        let mut state = self.lock();
+        match state.highest.get(key).copied() {
+            Some(highest) if token < highest => Err(FencingError::Stale {
+                key: key.to_owned(),
+                token,
+                highest,
+            }),
+            Some(highest) => {
+                if token > highest {
+                    state.by_token.remove(&(highest, key.to_owned()));
+                    state.by_token.insert((token, key.to_owned()));
+                    state.highest.insert(key.to_owned(), token);
+                }
+                Ok(())
+            }
+            None if token < state.floor => Err(FencingError::BelowEvictionFloor {
+                key: key.to_owned(),
+                token,
+                floor: state.floor,
+                capacity: self.capacity,
+            }),
+            None => {
+                if state.highest.len() == self.capacity {
+                    state.evict_lowest();
+                }
+                state.highest.insert(key.to_owned(), token);
+                state.by_token.insert((token, key.to_owned()));
+                state.check_invariants(self.capacity);
+                Ok(())
+            }
+        }
+    }
+
+    /// The highest token accepted for `key`, if the gate remembers it.
+    pub fn highest(&self, key: &str) -> Option<Token> {
+        self.lock().highest.get(key).copied()
+    }
+
+    /// Tokens below this are refused for keys the gate does not remember.
+    pub fn eviction_floor(&self) -> Token {
+        self.lock().floor
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().highest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        // No method panics between two writes of the state, so a poisoned lock still guards a
+        // consistent state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl GateState {
+    fn evict_lowest(&mut self) {
+        let (token, key) = self.by_token.pop_first().expect("a full gate has a key");
+        assert_eq!(self.highest.remove(&key), Some(token), "index out of step");
+        self.floor = self.floor.max(token);
+    }
+
+    fn check_invariants(&self, capacity: usize) {
+        assert!(
+            self.highest.len() <= capacity,
+            "gate holds {} keys, capacity {capacity}",
+            self.highest.len()
+        );
+        assert_eq!(
+            self.highest.len(),
+            self.by_token.len(),
+            "eviction index out of step"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_lower_admits_equal_and_higher() {
+        let gate = FencingGate::new(8);
+        assert_eq!(gate.check("k", Token(5)), Ok(()));
+        assert_eq!(gate.check("k", Token(5)), Ok(()));
+        assert_eq!(
+            gate.check("k", Token(4)),
+            Err(FencingError::Stale {
+                key: "k".into(),
+                token: Token(4),
+                highest: Token(5)
+            })
+        );
+        assert_eq!(gate.check("k", Token(9)), Ok(()));
+        assert_eq!(gate.highest("k"), Some(Token(9)));
+        assert!(gate.check("k", Token(5)).is_err());
+        // Keys are independent.
+        assert_eq!(gate.check("other", Token(1)), Ok(()));
+        let message = gate.check("k", Token(2)).unwrap_err().to_string();
+        assert!(
+            message.contains("stale token t2") && message.contains("t9"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn eviction_keeps_the_bound_and_raises_the_floor() {
+        let gate = FencingGate::new(2);
+        gate.check("a", Token(3)).unwrap();
+        gate.check("b", Token(7)).unwrap();
+        gate.check("c", Token(5)).unwrap();
+        assert_eq!(gate.len(), 2);
+        assert_eq!(gate.highest("a"), None, "the lowest key is forgotten");
+        assert_eq!(gate.eviction_floor(), Token(3));
+        // A forgotten key cannot go below what it accepted.
+        assert!(matches!(
+            gate.check("a", Token(2)),
+            Err(FencingError::BelowEvictionFloor { .. })
+        ));
+        assert_eq!(gate.check("a", Token(3)), Ok(()));
+        assert_eq!(gate.len(), 2);
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        let gate = std::sync::Arc::new(FencingGate::new(64));
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    for i in 1..=100u64 {
+                        let _ = gate.check("shared", Token(i * 4 + t));
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        assert_eq!(gate.highest("shared"), Some(Token(403)));
+    }
+
+    #[test]
+    #[should_panic(expected = "room for one key")]
+    fn zero_capacity_is_refused() {
+        let _ = FencingGate::new(0);
+    }
+}

@@ -1,0 +1,183 @@
+//! How errors travel: gRPC status codes, the machine-readable [`proto::ErrorDetail`], and the
+//! leader hint of a non-leader's answer. The rules are written out in `docs/api.md`.
+//!
+//! Every status built here carries an `ErrorDetail` (protobuf-encoded in the status details,
+//! i.e. the `grpc-status-details-bin` trailer) whose `rule` is a stable snake_case name; clients
+//! branch on the rule, never on the message. A non-leader's answer is `UNAVAILABLE`, rule
+//! `not_leader`, and also carries the ASCII metadata `picket-leader: <endpoint>` (and
+//! `picket-leader-id: <node id>`) so that any gRPC client can follow it without decoding details.
+
+use picket_core::locks::{LockError, WatchError};
+use prost::Message;
+use tonic::{metadata::MetadataMap, Code, Status};
+
+use crate::proto;
+
+/// Metadata key of the leader's endpoint in a non-leader's answer.
+pub const LEADER_METADATA: &str = "picket-leader";
+/// Metadata key of the leader's node id in a non-leader's answer.
+pub const LEADER_ID_METADATA: &str = "picket-leader-id";
+
+/// The stable names of the rules an error can report (`ErrorDetail.rule`).
+pub mod rule {
+    pub const INVALID_ARGUMENT: &str = "invalid_argument";
+    pub const NOT_LEADER: &str = "not_leader";
+    pub const BUSY: &str = "busy";
+    pub const COMPACTED: &str = "compacted";
+}
+
+/// The rule name and status code of each lock-state-machine error.
+pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
+    use LockError as E;
+    match error {
+        E::BadName(_) => (Code::InvalidArgument, "bad_name"),
+        E::TextTooLong { .. } => (Code::InvalidArgument, "text_too_long"),
+        E::TextEmpty { .. } => (Code::InvalidArgument, "text_empty"),
+        E::BadClass { .. } => (Code::InvalidArgument, "bad_class"),
+        E::SessionTtlOutOfBounds { .. } => (Code::InvalidArgument, "session_ttl_out_of_bounds"),
+        E::UnknownSession { .. } => (Code::NotFound, "unknown_session"),
+        E::UnknownClass { .. } => (Code::NotFound, "unknown_class"),
+        E::UnknownForceRelease { .. } => (Code::NotFound, "unknown_force_release"),
+        E::TooManySessions { .. } => (Code::ResourceExhausted, "too_many_sessions"),
+        E::TooManyHolds { .. } => (Code::ResourceExhausted, "too_many_holds"),
+        E::TooManyWaiters { .. } => (Code::ResourceExhausted, "too_many_waiters"),
+        E::TooManyClasses { .. } => (Code::ResourceExhausted, "too_many_classes"),
+        E::TooManyForceReleases { .. } => (Code::ResourceExhausted, "too_many_force_releases"),
+        E::MissingRole { .. } => (Code::PermissionDenied, "missing_role"),
+        E::ApproverIsRequester { .. } => (Code::PermissionDenied, "approver_is_requester"),
+        E::SessionTtlAboveClassMax { .. } => {
+            (Code::FailedPrecondition, "session_ttl_above_class_max")
+        }
+        E::RequestTooOld { .. } => (Code::FailedPrecondition, "request_too_old"),
+        E::NotHolder { .. } => (Code::FailedPrecondition, "not_holder"),
+        E::WrongToken { .. } => (Code::FailedPrecondition, "wrong_token"),
+        E::NotHeld { .. } => (Code::FailedPrecondition, "not_held"),
+        E::FencedNotAcknowledged { .. } => (Code::FailedPrecondition, "fenced_not_acknowledged"),
+        E::TokenMismatch { .. } => (Code::Aborted, "token_mismatch"),
+        E::HolderChanged { .. } => (Code::Aborted, "holder_changed"),
+    }
+}
+
+impl From<&LockError> for proto::ErrorDetail {
+    fn from(error: &LockError) -> proto::ErrorDetail {
+        let (_, rule) = lock_error_code(error);
+        proto::ErrorDetail {
+            rule: rule.to_owned(),
+            message: error.to_string(),
+            ..proto::ErrorDetail::default()
+        }
+    }
+}
+
+/// The status answering a command the state machine refused.
+pub fn lock_error_status(error: &LockError) -> Status {
+    let (code, _) = lock_error_code(error);
+    detail_status(code, error.into(), None)
+}
+
+/// The status answering a watch that cannot resume: `OUT_OF_RANGE`, rule `compacted`.
+pub fn watch_error_status(error: &WatchError) -> Status {
+    let WatchError::Compacted {
+        oldest_available, ..
+    } = error;
+    let detail = proto::ErrorDetail {
+        rule: rule::COMPACTED.to_owned(),
+        message: error.to_string(),
+        oldest_available_revision: Some(oldest_available.0),
+        ..proto::ErrorDetail::default()
+    };
+    detail_status(Code::OutOfRange, detail, None)
+}
+
+/// Where the leader is, as far as the answering replica knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub node_id: Option<u64>,
+    /// The leader's client endpoint, e.g. `https://10.0.0.2:7100`.
+    pub endpoint: Option<String>,
+}
+
+/// The answer of a replica that is not the leader: `UNAVAILABLE`, rule `not_leader`, retryable,
+/// with the hint in the details and in the `picket-leader` / `picket-leader-id` metadata.
+pub fn not_leader_status(hint: &LeaderHint) -> Status {
+    let message = match (&hint.endpoint, hint.node_id) {
+        (Some(endpoint), _) => format!("not the leader: retry at {endpoint}"),
+        (None, Some(node)) => format!("not the leader: the leader is node {node}"),
+        (None, None) => "not the leader, and no leader is known: retry later".to_owned(),
+    };
+    let detail = proto::ErrorDetail {
+        rule: rule::NOT_LEADER.to_owned(),
+        message,
+        leader_endpoint: hint.endpoint.clone().unwrap_or_default(),
+        leader_node_id: hint.node_id,
+        retryable: true,
+        ..proto::ErrorDetail::default()
+    };
+    detail_status(Code::Unavailable, detail, Some(hint))
+}
+
+/// The answer to a request refused because a bound was hit (pending proposals, waiters of a
+/// long-poll, ...): `RESOURCE_EXHAUSTED`, rule `busy`, retryable.
+pub fn busy_status(what: &str) -> Status {
+    let detail = proto::ErrorDetail {
+        rule: rule::BUSY.to_owned(),
+        message: format!("busy: {what}; retry later with the same request id"),
+        retryable: true,
+        ..proto::ErrorDetail::default()
+    };
+    detail_status(Code::ResourceExhausted, detail, None)
+}
+
+/// A status with `detail` encoded in its details (and the leader hint in metadata, if any).
+pub(crate) fn detail_status(
+    code: Code,
+    detail: proto::ErrorDetail,
+    hint: Option<&LeaderHint>,
+) -> Status {
+    let mut metadata = MetadataMap::new();
+    if let Some(hint) = hint {
+        // A hint that is not valid ASCII metadata is still in the details.
+        if let Some(value) = hint.endpoint.as_deref().and_then(|e| e.parse().ok()) {
+            metadata.insert(LEADER_METADATA, value);
+        }
+        if let Some(node) = hint.node_id {
+            if let Ok(value) = node.to_string().parse() {
+                metadata.insert(LEADER_ID_METADATA, value);
+            }
+        }
+    }
+    let message = detail.message.clone();
+    Status::with_details_and_metadata(code, message, detail.encode_to_vec().into(), metadata)
+}
+
+/// The `ErrorDetail` of a status built by this crate (`None` for any other status).
+pub fn error_detail(status: &Status) -> Option<proto::ErrorDetail> {
+    if status.details().is_empty() {
+        return None;
+    }
+    proto::ErrorDetail::decode(status.details()).ok()
+}
+
+/// The leader hint of a `not_leader` answer, from its details or else its metadata.
+pub fn leader_hint(status: &Status) -> Option<LeaderHint> {
+    if let Some(detail) = error_detail(status) {
+        if detail.rule == rule::NOT_LEADER {
+            let endpoint = Some(detail.leader_endpoint).filter(|e| !e.is_empty());
+            return Some(LeaderHint {
+                node_id: detail.leader_node_id,
+                endpoint,
+            });
+        }
+        return None;
+    }
+    let metadata = status.metadata();
+    let endpoint = metadata
+        .get(LEADER_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let node_id = metadata
+        .get(LEADER_ID_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    (endpoint.is_some() || node_id.is_some()).then_some(LeaderHint { node_id, endpoint })
+}

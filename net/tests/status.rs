@@ -1,0 +1,142 @@
+//! The error mapping: every LockError has a code and a rule; a non-leader's answer carries the
+//! leader hint in details and metadata; a compacted watch says where to resume.
+
+use picket_core::locks::{
+    ForceReleaseId, LockError, NameError, Revision, SessionId, Token, WatchError,
+};
+use picket_net::status::{
+    busy_status, error_detail, leader_hint, lock_error_code, lock_error_status, not_leader_status,
+    watch_error_status, LeaderHint, LEADER_ID_METADATA, LEADER_METADATA,
+};
+use tonic::Code;
+
+#[test]
+fn lock_errors_map_to_codes_and_rules() {
+    let cases = [
+        (
+            LockError::BadName(NameError::KeyEmpty),
+            Code::InvalidArgument,
+            "bad_name",
+        ),
+        (
+            LockError::UnknownSession {
+                session: SessionId(4),
+            },
+            Code::NotFound,
+            "unknown_session",
+        ),
+        (
+            LockError::TooManyWaiters {
+                namespace: "orders".into(),
+                key: "k".into(),
+                max: 3,
+            },
+            Code::ResourceExhausted,
+            "too_many_waiters",
+        ),
+        (
+            LockError::MissingRole {
+                principal: "bob".into(),
+                action: "approve",
+                needed: "on-call",
+            },
+            Code::PermissionDenied,
+            "missing_role",
+        ),
+        (
+            LockError::ApproverIsRequester {
+                id: ForceReleaseId(9),
+                principal: "alice".into(),
+            },
+            Code::PermissionDenied,
+            "approver_is_requester",
+        ),
+        (
+            LockError::WrongToken {
+                namespace: "orders".into(),
+                key: "k".into(),
+                given: Token(3),
+                current: Token(5),
+            },
+            Code::FailedPrecondition,
+            "wrong_token",
+        ),
+        (
+            LockError::TokenMismatch {
+                namespace: "orders".into(),
+                key: "k".into(),
+                expected: Token(3),
+                current: Token(5),
+            },
+            Code::Aborted,
+            "token_mismatch",
+        ),
+    ];
+    for (error, code, rule) in cases {
+        assert_eq!(lock_error_code(&error), (code, rule));
+        let status = lock_error_status(&error);
+        assert_eq!(status.code(), code);
+        assert_eq!(status.message(), error.to_string());
+        let detail = error_detail(&status).unwrap();
+        assert_eq!(detail.rule, rule);
+        assert!(!detail.retryable);
+        assert_eq!(leader_hint(&status), None, "only not_leader carries a hint");
+    }
+}
+
+#[test]
+fn not_leader_carries_the_hint_in_details_and_metadata() {
+    let hint = LeaderHint {
+        node_id: Some(2),
+        endpoint: Some("https://10.0.0.2:7100".into()),
+    };
+    let status = not_leader_status(&hint);
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(
+        status.metadata().get(LEADER_METADATA).unwrap(),
+        "https://10.0.0.2:7100"
+    );
+    assert_eq!(status.metadata().get(LEADER_ID_METADATA).unwrap(), "2");
+    let detail = error_detail(&status).unwrap();
+    assert_eq!(detail.rule, "not_leader");
+    assert!(detail.retryable);
+    assert_eq!(leader_hint(&status), Some(hint));
+
+    // A client that reads only metadata (no details) still finds the leader.
+    let bare = tonic::Status::with_metadata(
+        Code::Unavailable,
+        "not the leader",
+        status.metadata().clone(),
+    );
+    assert_eq!(
+        leader_hint(&bare).unwrap().endpoint.as_deref(),
+        Some("https://10.0.0.2:7100")
+    );
+
+    let unknown = not_leader_status(&LeaderHint::default());
+    assert!(unknown.metadata().get(LEADER_METADATA).is_none());
+    assert_eq!(leader_hint(&unknown), Some(LeaderHint::default()));
+    assert!(unknown.message().contains("no leader is known"));
+}
+
+#[test]
+fn compacted_watch_says_where_to_resume() {
+    let status = watch_error_status(&WatchError::Compacted {
+        requested: Revision(3),
+        oldest_available: Revision(40),
+    });
+    assert_eq!(status.code(), Code::OutOfRange);
+    let detail = error_detail(&status).unwrap();
+    assert_eq!(detail.rule, "compacted");
+    assert_eq!(detail.oldest_available_revision, Some(40));
+}
+
+#[test]
+fn busy_is_retryable_resource_exhausted() {
+    let status = busy_status("10000 proposals pending");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let detail = error_detail(&status).unwrap();
+    assert_eq!(detail.rule, "busy");
+    assert!(detail.retryable);
+    assert!(status.message().contains("same request id"));
+}

@@ -1,0 +1,571 @@
+//! proptest strategies for core values. Values are structurally arbitrary (not necessarily a
+//! state the machine could reach): conversions must be lossless for any of them.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+
+use picket_core::locks::{
+    AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
+    ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
+    LockSnapshot, LockSnapshotEntry, ReleaseCause, RememberedReply, Reply, RequestId, Revision,
+    Role, SessionId, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+};
+use picket_core::time::Instant;
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+
+pub fn text() -> impl Strategy<Value = String> {
+    "[a-z0-9/é -]{0,12}"
+}
+
+pub fn session() -> impl Strategy<Value = SessionId> {
+    any::<u64>().prop_map(SessionId)
+}
+
+pub fn token() -> impl Strategy<Value = Token> {
+    any::<u64>().prop_map(Token)
+}
+
+pub fn instant() -> impl Strategy<Value = Instant> {
+    any::<u64>().prop_map(Instant::from_millis)
+}
+
+pub fn identity() -> impl Strategy<Value = Identity> {
+    (text(), text(), any::<u32>(), text()).prop_map(|(name, host, pid, principal)| Identity {
+        name,
+        host,
+        pid,
+        principal,
+    })
+}
+
+pub fn role() -> impl Strategy<Value = Role> {
+    prop_oneof![
+        Just(Role::OnCall),
+        Just(Role::IncidentCommander),
+        Just(Role::ClassAdmin)
+    ]
+}
+
+pub fn actor() -> impl Strategy<Value = Actor> {
+    (text(), vec(role(), 0..4)).prop_map(|(principal, roles)| Actor {
+        principal,
+        roles: roles.into_iter().collect::<BTreeSet<_>>(),
+    })
+}
+
+pub fn class() -> impl Strategy<Value = ClassSpec> {
+    (
+        (text(), text(), any::<bool>()),
+        (any::<u64>(), any::<u64>(), any::<u64>()),
+        (text(), text(), text()),
+    )
+        .prop_map(
+            |((name, prefix, fenced), (ttl_default, ttl_max, hold), (owner, runbook, desc))| {
+                ClassSpec {
+                    name,
+                    prefix,
+                    fenced,
+                    session_ttl_ms_default: ttl_default,
+                    session_ttl_ms_max: ttl_max,
+                    hold_ms_max_expected: hold,
+                    owner,
+                    runbook_url: runbook,
+                    description: desc,
+                }
+            },
+        )
+}
+
+pub fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (option::of(any::<u64>()), identity())
+            .prop_map(|(ttl_ms, identity)| Command::CreateSession { ttl_ms, identity }),
+        session().prop_map(|session| Command::CloseSession { session }),
+        vec(session(), 0..4).prop_map(|sessions| Command::ExpireSessions { sessions }),
+        (session(), any::<u64>(), text(), text(), any::<bool>()).prop_map(
+            |(session, request, namespace, key, wait)| Command::Acquire {
+                session,
+                request: RequestId(request),
+                namespace,
+                key,
+                wait
+            }
+        ),
+        (session(), any::<u64>(), text(), text(), token()).prop_map(
+            |(session, request, namespace, key, token)| Command::Release {
+                session,
+                request: RequestId(request),
+                namespace,
+                key,
+                token
+            }
+        ),
+        (actor(), text(), class()).prop_map(|(actor, namespace, class)| Command::PutClass {
+            actor,
+            namespace,
+            class
+        }),
+        (actor(), text(), text()).prop_map(|(actor, namespace, prefix)| Command::RemoveClass {
+            actor,
+            namespace,
+            prefix
+        }),
+        (actor(), text(), text(), token(), text(), any::<bool>()).prop_map(
+            |(actor, namespace, key, expected_token, reason, revoke_session)| {
+                Command::RequestForceRelease {
+                    actor,
+                    namespace,
+                    key,
+                    expected_token,
+                    reason,
+                    revoke_session,
+                }
+            }
+        ),
+        (actor(), any::<u64>(), any::<bool>()).prop_map(|(actor, id, acknowledged_fenced)| {
+            Command::ApproveForceRelease {
+                actor,
+                id: ForceReleaseId(id),
+                acknowledged_fenced,
+            }
+        }),
+        (actor(), any::<u64>(), text()).prop_map(|(actor, id, reason)| {
+            Command::DenyForceRelease {
+                actor,
+                id: ForceReleaseId(id),
+                reason,
+            }
+        }),
+    ]
+}
+
+pub fn acquire_reply() -> impl Strategy<Value = AcquireReply> {
+    prop_oneof![
+        token().prop_map(|token| AcquireReply::Granted { token }),
+        any::<u32>().prop_map(|position| AcquireReply::Queued { position }),
+        (session(), token()).prop_map(|(holder, token)| AcquireReply::Busy { holder, token }),
+    ]
+}
+
+fn next() -> impl Strategy<Value = Option<(SessionId, Token)>> {
+    option::of((session(), token()))
+}
+
+pub fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        (session(), any::<u64>())
+            .prop_map(|(session, ttl_ms)| Reply::SessionCreated { session, ttl_ms }),
+        (0..1_000_000usize, 0..1_000_000usize).prop_map(|(holds_released, waits_removed)| {
+            Reply::SessionClosed {
+                holds_released,
+                waits_removed,
+            }
+        }),
+        vec(session(), 0..4).prop_map(|expired| Reply::SessionsExpired { expired }),
+        acquire_reply().prop_map(Reply::Acquire),
+        (token(), next()).prop_map(|(token, next)| Reply::Released { token, next }),
+        any::<bool>().prop_map(|replaced| Reply::ClassPut { replaced }),
+        Just(Reply::ClassRemoved),
+        (any::<u64>(), any::<bool>(), instant()).prop_map(|(id, fenced, expires_at)| {
+            Reply::ForceReleaseRequested {
+                id: ForceReleaseId(id),
+                fenced,
+                safety: ClassSpec::safety_statement(fenced),
+                expires_at,
+            }
+        }),
+        (any::<u64>(), token(), next(), option::of(session())).prop_map(
+            |(floor, released_token, next, session_revoked)| Reply::ForceReleaseApproved {
+                floor: Revision(floor),
+                released_token,
+                next,
+                session_revoked,
+            }
+        ),
+        Just(Reply::ForceReleaseDenied),
+    ]
+}
+
+pub fn remembered_reply() -> impl Strategy<Value = RememberedReply> {
+    prop_oneof![
+        acquire_reply().prop_map(RememberedReply::Acquire),
+        (token(), next()).prop_map(|(token, next)| RememberedReply::Released { token, next }),
+    ]
+}
+
+fn cause() -> impl Strategy<Value = ReleaseCause> {
+    prop_oneof![
+        Just(ReleaseCause::Released),
+        Just(ReleaseCause::SessionClosed),
+        Just(ReleaseCause::SessionExpired),
+        Just(ReleaseCause::SessionRevoked),
+    ]
+}
+
+pub fn event() -> impl Strategy<Value = Event> {
+    let kind = prop_oneof![
+        (session(), token()).prop_map(|(session, token)| EventKind::Granted { session, token }),
+        (session(), any::<u32>())
+            .prop_map(|(session, position)| EventKind::Queued { session, position }),
+        (session(), token(), cause()).prop_map(|(session, token, cause)| EventKind::Released {
+            session,
+            token,
+            cause
+        }),
+        (session(), cause()).prop_map(|(session, cause)| EventKind::WaitRemoved { session, cause }),
+        (session(), token(), any::<u64>(), any::<bool>()).prop_map(
+            |(session, token, request, session_revoked)| EventKind::ForceReleased {
+                session,
+                token,
+                request: ForceReleaseId(request),
+                session_revoked,
+            }
+        ),
+        (text(), any::<bool>())
+            .prop_map(|(class, removed)| EventKind::ClassChanged { class, removed }),
+    ];
+    (any::<u64>(), instant(), text(), text(), kind).prop_map(
+        |(revision, time, namespace, key, kind)| Event {
+            revision: Revision(revision),
+            time,
+            namespace: namespace.into(),
+            key: key.into(),
+            kind,
+        },
+    )
+}
+
+fn audit_action() -> impl Strategy<Value = AuditAction> {
+    prop_oneof![
+        Just(AuditAction::ForceReleaseRequested),
+        Just(AuditAction::ForceReleaseApproved),
+        Just(AuditAction::ForceReleaseDenied),
+        Just(AuditAction::ForceReleaseExpired),
+        Just(AuditAction::SessionRevoked),
+        Just(AuditAction::ClassPut),
+        Just(AuditAction::ClassRemoved),
+    ]
+}
+
+pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
+    (
+        (any::<u64>(), instant(), text(), audit_action()),
+        (
+            text(),
+            text(),
+            option::of(token()),
+            option::of(any::<bool>()),
+        ),
+        (option::of(session()), option::of(any::<u64>()), text()),
+    )
+        .prop_map(
+            |((revision, time, actor, action), (namespace, key, token, fenced), (s, r, reason))| {
+                AuditRecord {
+                    revision: Revision(revision),
+                    time,
+                    actor,
+                    action,
+                    namespace,
+                    key,
+                    token,
+                    fenced,
+                    session: s,
+                    request: r.map(ForceReleaseId),
+                    reason,
+                }
+            },
+        )
+}
+
+pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
+    (
+        (any::<u64>(), text(), text(), session(), token()),
+        (text(), text(), any::<bool>(), any::<bool>()),
+        (instant(), instant()),
+    )
+        .prop_map(
+            |(
+                (id, namespace, key, holder, token),
+                (requester, reason, revoke_session, fenced),
+                (requested_at, expires_at),
+            )| ForceReleaseRequest {
+                id: ForceReleaseId(id),
+                namespace,
+                key,
+                holder,
+                token,
+                requester,
+                reason,
+                revoke_session,
+                fenced,
+                safety: ClassSpec::safety_statement(fenced),
+                requested_at,
+                expires_at,
+            },
+        )
+}
+
+pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
+    (
+        (text(), text(), session(), identity(), token()),
+        (
+            instant(),
+            any::<u64>(),
+            any::<u64>(),
+            option::of(any::<u64>()),
+            any::<u64>(),
+        ),
+    )
+        .prop_map(
+            |((namespace, key, session, identity, token), (granted_at, held, ttl, rem, hold))| {
+                HoldInfo {
+                    namespace,
+                    key,
+                    session,
+                    identity,
+                    token,
+                    granted_at,
+                    held_for_ms: held,
+                    session_ttl_ms: ttl,
+                    session_remaining_ms: rem,
+                    hold_ms_max_expected: hold,
+                }
+            },
+        )
+}
+
+pub fn key_info() -> impl Strategy<Value = KeyInfo> {
+    let waiter = (session(), identity(), any::<u32>(), instant(), any::<u64>()).prop_map(
+        |(session, identity, position, queued_at, waiting_for_ms)| WaiterInfo {
+            session,
+            identity,
+            position,
+            queued_at,
+            waiting_for_ms,
+        },
+    );
+    (
+        (any::<u64>(), text(), text(), class()),
+        (option::of(hold_info()), 0..10_000usize, vec(waiter, 0..3)),
+        (option::of(any::<u64>()), vec(force_release(), 0..2)),
+    )
+        .prop_map(
+            |((revision, namespace, key, class), (holder, depth, waiters), (floor, pending))| {
+                KeyInfo {
+                    revision: Revision(revision),
+                    namespace,
+                    key,
+                    class,
+                    holder,
+                    queue_depth: depth,
+                    waiters,
+                    floor: floor.map(Revision),
+                    pending_force_releases: pending,
+                }
+            },
+        )
+}
+
+pub fn config() -> impl Strategy<Value = LockConfig> {
+    (
+        (any::<u64>(), any::<u64>(), any::<u64>(), 0..1_000_000usize),
+        (0..1_000_000usize, 0..1_000_000usize, 0..100usize),
+        (0..10_000usize, 0..10_000usize, any::<u64>()),
+        (0..1_000_000usize, 0..1_000_000usize),
+    )
+        .prop_map(
+            |(
+                (min, max, default, sessions),
+                (holds, waiters, dedup),
+                (classes, frs, fr_ttl),
+                (audit, watch),
+            )| {
+                LockConfig {
+                    session_ttl_ms_min: min,
+                    session_ttl_ms_max: max,
+                    session_ttl_ms_default: default,
+                    sessions_max: sessions,
+                    holds_per_session_max: holds,
+                    waiters_per_key_max: waiters,
+                    dedup_window: dedup,
+                    classes_per_namespace_max: classes,
+                    force_releases_pending_max: frs,
+                    force_release_ttl_ms: fr_ttl,
+                    audit_retention: audit,
+                    watch_retention: watch,
+                }
+            },
+        )
+}
+
+pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
+    let session_snapshot = (
+        (session(), identity(), any::<u64>(), instant()),
+        (
+            option::of(any::<u64>()),
+            vec((any::<u64>(), remembered_reply()), 0..3),
+        ),
+    )
+        .prop_map(
+            |((id, identity, ttl_ms, created_at), (newest, replies))| SessionSnapshot {
+                id,
+                identity,
+                ttl_ms,
+                created_at,
+                request_newest: newest.map(RequestId),
+                replies: replies
+                    .into_iter()
+                    .map(|(r, reply)| (RequestId(r), reply))
+                    .collect(),
+            },
+        );
+    let lock = (
+        (text(), text(), session(), token(), instant()),
+        (vec((session(), instant()), 0..3), any::<u64>()),
+    )
+        .prop_map(
+            |((namespace, key, session, token, granted_at), (waiters, floor))| LockSnapshotEntry {
+                namespace,
+                key,
+                holder: HoldSnapshot {
+                    session,
+                    token,
+                    granted_at,
+                },
+                waiters: waiters
+                    .into_iter()
+                    .map(|(session, queued_at)| WaiterSnapshot { session, queued_at })
+                    .collect(),
+                floor: Revision(floor),
+            },
+        );
+    (
+        (config(), any::<u64>(), instant()),
+        (vec(session_snapshot, 0..3), vec(lock, 0..3)),
+        (vec((text(), class()), 0..3), vec(force_release(), 0..2)),
+        (vec(audit_record(), 0..3), any::<u64>()),
+        (vec(event(), 0..3), any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (config, revision, time),
+                (sessions, locks),
+                (classes, force_releases),
+                (audit, audit_compacted),
+                (events, events_compacted),
+            )| LockSnapshot {
+                config,
+                revision: Revision(revision),
+                time,
+                sessions,
+                locks,
+                classes,
+                force_releases,
+                audit,
+                audit_compacted_through: Revision(audit_compacted),
+                events,
+                events_compacted_through: Revision(events_compacted),
+            },
+        )
+}
+
+pub mod paxos {
+    use picket_core::locks::LockSnapshot;
+    use picket_core::node::{NodeCommand, ProposalId};
+    use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
+    use proptest::collection::vec;
+    use proptest::option;
+    use proptest::prelude::*;
+
+    pub type Msg = Message<NodeCommand, LockSnapshot>;
+
+    pub fn node_command() -> impl Strategy<Value = NodeCommand> {
+        (any::<u64>(), any::<u64>(), any::<u64>(), super::command()).prop_map(
+            |(origin, boot, proposal, command)| NodeCommand {
+                origin: NodeId(origin),
+                boot,
+                proposal: ProposalId(proposal),
+                command,
+            },
+        )
+    }
+
+    pub fn ballot() -> impl Strategy<Value = Ballot> {
+        (any::<u64>(), any::<u64>()).prop_map(|(round, node)| Ballot::new(round, NodeId(node)))
+    }
+
+    pub fn slot() -> impl Strategy<Value = Slot> {
+        any::<u64>().prop_map(Slot)
+    }
+
+    pub fn value() -> impl Strategy<Value = Value<NodeCommand>> {
+        prop_oneof![
+            Just(Value::Noop),
+            (super::instant(), vec(node_command(), 0..3))
+                .prop_map(|(stamp, commands)| Value::Batch { stamp, commands }),
+        ]
+    }
+
+    pub fn entry() -> impl Strategy<Value = (Slot, Ballot, Value<NodeCommand>)> {
+        (1..u64::MAX, ballot(), value()).prop_map(|(s, b, v)| (Slot(s), b, v))
+    }
+
+    pub fn message() -> impl Strategy<Value = Msg> {
+        prop_oneof![
+            any::<u64>().prop_map(|round| Message::PreVote { round }),
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(round, granted)| Message::PreVoteReply { round, granted }),
+            (ballot(), slot(), any::<u64>()).prop_map(|(ballot, slot_from, incarnation)| {
+                Message::Prepare {
+                    ballot,
+                    slot_from,
+                    incarnation,
+                }
+            }),
+            (ballot(), slot(), slot(), vec(entry(), 0..3)).prop_map(
+                |(ballot, slot_applied, slot_snapshot, accepted)| Message::Promise {
+                    ballot,
+                    slot_applied,
+                    slot_snapshot,
+                    accepted
+                }
+            ),
+            (ballot(), slot(), value(), slot(), any::<u64>()).prop_map(
+                |(ballot, slot, value, slot_chosen, incarnation)| Message::Accept {
+                    ballot,
+                    slot,
+                    value,
+                    slot_chosen,
+                    incarnation,
+                }
+            ),
+            (ballot(), slot()).prop_map(|(ballot, slot)| Message::Accepted { ballot, slot }),
+            (ballot(), ballot()).prop_map(|(ballot, promised)| Message::Nack { ballot, promised }),
+            (ballot(), slot(), any::<u64>(), any::<u64>()).prop_map(
+                |(ballot, slot_chosen, seq, incarnation)| Message::Heartbeat {
+                    ballot,
+                    slot_chosen,
+                    seq,
+                    incarnation,
+                }
+            ),
+            (ballot(), any::<u64>())
+                .prop_map(|(ballot, seq)| Message::HeartbeatAck { ballot, seq }),
+            slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
+            (
+                option::of((slot(), super::snapshot())),
+                vec((slot(), value()), 0..3)
+            )
+                .prop_map(|(snapshot, entries)| Message::CatchupReply { snapshot, entries }),
+            any::<u64>().prop_map(|nonce| Message::RecoverQuery { nonce }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(nonce, incarnation)| Message::RecoverReply { nonce, incarnation }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(nonce, incarnation)| Message::Fence { nonce, incarnation }),
+            (any::<u64>(), ballot())
+                .prop_map(|(nonce, promised)| Message::FenceAck { nonce, promised }),
+        ]
+    }
+}

@@ -1,0 +1,250 @@
+//! The generated services over a real loopback HTTP/2 connection: a unary call, the keepalive
+//! bidirectional stream, the watch server stream, and error statuses whose ErrorDetail and
+//! leader-hint metadata survive the transport. (Outside the simulator only: madsim passes
+//! messages as Rust values and has no `serve_with_incoming`.)
+#![cfg(not(madsim))]
+
+use std::pin::Pin;
+
+use picket_core::locks::{AcquireReply, Command, Revision, Token};
+use picket_net::proto::lock_client::LockClient;
+use picket_net::proto::lock_server::{Lock, LockServer};
+use picket_net::proto::{self, acquire_reply};
+use picket_net::status::{error_detail, leader_hint, not_leader_status, LeaderHint};
+use tonic::codegen::tokio_stream::{self, Stream, StreamExt};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// A toy leader: grants every valid acquire with token 7, except in namespace `elsewhere`,
+/// where it answers like a follower.
+struct Toy;
+
+#[tonic::async_trait]
+impl Lock for Toy {
+    async fn create_session(
+        &self,
+        request: Request<proto::CreateSessionRequest>,
+    ) -> Result<Response<proto::CreateSessionResponse>, Status> {
+        let _command = request.into_inner().into_command("svc")?;
+        Ok(Response::new(proto::CreateSessionResponse {
+            session_id: 1,
+            ttl_ms: 10_000,
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        Command::try_from(request.into_inner())?;
+        Ok(Response::new(proto::CloseSessionResponse::default()))
+    }
+
+    type KeepAliveStream = BoxStream<proto::KeepAliveResponse>;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let answers = request.into_inner().map(|item| {
+            let keepalive = picket_net::convert::api::KeepAlive::try_from(item?)?;
+            Ok(proto::KeepAliveResponse {
+                session_id: keepalive.session.0,
+                seq: keepalive.seq,
+                ttl_ms: 10_000,
+                lost: false,
+            })
+        });
+        Ok(Response::new(Box::pin(answers)))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        let request = request.into_inner();
+        if request.namespace == "elsewhere" {
+            return Err(not_leader_status(&LeaderHint {
+                node_id: Some(3),
+                endpoint: Some("http://10.0.0.3:7100".into()),
+            }));
+        }
+        Command::try_from(request)?;
+        Ok(Response::new(proto::AcquireResponse::new(
+            AcquireReply::Granted { token: Token(7) },
+            Revision(7),
+        )))
+    }
+
+    async fn release(
+        &self,
+        request: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        Command::try_from(request.into_inner())?;
+        Ok(Response::new(proto::ReleaseResponse::default()))
+    }
+
+    type WatchStream = BoxStream<proto::WatchResponse>;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let start = picket_net::convert::api::WatchStart::try_from(request.into_inner())?;
+        let pages = (0..3u64).map(move |i| {
+            Ok(proto::WatchResponse {
+                events: vec![],
+                resume_from: start.from.0 + i,
+            })
+        });
+        Ok(Response::new(Box::pin(tokio_stream::iter(pages))))
+    }
+}
+
+#[tokio::test]
+async fn services_statuses_and_hints_cross_a_real_connection() {
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+        .expect("bind loopback");
+    let addr = incoming.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(LockServer::new(Toy))
+            .serve_with_incoming(incoming),
+    );
+    let mut client = LockClient::connect(format!("http://{addr}")).await.unwrap();
+
+    let good = proto::AcquireRequest {
+        session_id: 1,
+        request_id: 1,
+        namespace: "orders".into(),
+        key: "k".into(),
+        wait_ms: 0,
+    };
+    let reply = client.acquire(good.clone()).await.unwrap().into_inner();
+    assert_eq!(
+        reply.reply.unwrap().kind,
+        Some(acquire_reply::Kind::Granted(acquire_reply::Granted {
+            token: 7
+        }))
+    );
+
+    let bad = proto::AcquireRequest {
+        key: "x".repeat(513),
+        ..good.clone()
+    };
+    let status = client.acquire(bad).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("acquire.key: "), "{status:?}");
+    assert_eq!(error_detail(&status).unwrap().field, "acquire.key");
+
+    let redirected = proto::AcquireRequest {
+        namespace: "elsewhere".into(),
+        ..good
+    };
+    let status = client.acquire(redirected).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(
+        status.metadata().get("picket-leader").unwrap(),
+        "http://10.0.0.3:7100"
+    );
+    let hint = leader_hint(&status).unwrap();
+    assert_eq!(hint.node_id, Some(3));
+
+    let keepalives =
+        tokio_stream::iter((1..=3u64).map(|seq| proto::KeepAliveRequest { session_id: 1, seq }));
+    let mut answers = client.keep_alive(keepalives).await.unwrap().into_inner();
+    let mut seqs = Vec::new();
+    while let Some(answer) = answers.next().await {
+        seqs.push(answer.unwrap().seq);
+    }
+    assert_eq!(seqs, vec![1, 2, 3]);
+
+    let mut pages = client
+        .watch(proto::WatchRequest {
+            namespace: Some("orders".into()),
+            key_prefix: String::new(),
+            from_revision: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut resumes = Vec::new();
+    while let Some(page) = pages.next().await {
+        resumes.push(page.unwrap().resume_from);
+    }
+    assert_eq!(resumes, vec![10, 11, 12]);
+    server.abort();
+}
+
+/// A toy receiver that decodes each batch as a replica would and reports the counts.
+struct ToyPeer;
+
+#[tonic::async_trait]
+impl picket_net::proto::peer_server::Peer for ToyPeer {
+    async fn send(
+        &self,
+        request: Request<Streaming<proto::PeerBatch>>,
+    ) -> Result<Response<proto::PeerSendSummary>, Status> {
+        use picket_core::locks::LockSnapshot;
+        use picket_core::node::NodeCommand;
+        use picket_net::convert::paxos::PeerBatchIn;
+        let mut stream = request.into_inner();
+        let mut summary = proto::PeerSendSummary::default();
+        while let Some(batch) = stream.next().await {
+            let batch = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(
+                batch?,
+                "c1",
+                picket_core::paxos::NodeId(2),
+            )?;
+            summary.batches_received += 1;
+            summary.messages_dropped += batch.dropped as u64;
+        }
+        Ok(Response::new(summary))
+    }
+}
+
+#[tokio::test]
+async fn peer_batches_stream_one_way_and_malformed_messages_are_counted() {
+    use picket_core::locks::LockSnapshot;
+    use picket_core::node::NodeCommand;
+    use picket_core::paxos::{Message, NodeId};
+    use picket_net::convert::paxos::batch_to_wire;
+    use picket_net::proto::peer_client::PeerClient;
+    use picket_net::proto::peer_server::PeerServer;
+    use picket_net::PEER_MESSAGE_BYTES_MAX;
+
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+        .expect("bind loopback");
+    let addr = incoming.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PeerServer::new(ToyPeer).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX))
+            .serve_with_incoming(incoming),
+    );
+    let mut client = PeerClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+    let messages: Vec<Message<NodeCommand, LockSnapshot>> = vec![Message::PreVote { round: 1 }];
+    let good = batch_to_wire("c1", NodeId(1), NodeId(2), messages);
+    let mut bad = good.clone();
+    bad.messages.push(proto::PeerMessage { kind: None });
+    let summary = client
+        .send(tokio_stream::iter(vec![good.clone(), bad, good]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(summary.batches_received, 3);
+    assert_eq!(summary.messages_dropped, 1);
+
+    // A batch for another cluster ends the stream with INVALID_ARGUMENT naming the field.
+    let foreign = batch_to_wire::<NodeCommand, LockSnapshot>("c9", NodeId(1), NodeId(2), vec![]);
+    let status = client
+        .send(tokio_stream::iter(vec![foreign]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("peer_batch.cluster_id: "));
+    server.abort();
+}
