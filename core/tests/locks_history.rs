@@ -162,9 +162,14 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     let mut s = good.clone();
     s.force_releases[0].expires_at = Instant::ZERO;
     refuse(s, "still pending");
-    let mut s = good;
+    let mut s = good.clone();
     s.events.reverse();
     refuse(s, "out of revision order");
+    let mut s = good;
+    let mut future = s.events.last().unwrap().clone();
+    future.revision = Revision(s.revision.0 + 1);
+    s.events.push(future);
+    refuse(s, "history beyond revision");
 }
 
 #[test]

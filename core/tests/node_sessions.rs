@@ -7,9 +7,12 @@ use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, Outcome, ReleaseCause, Reply,
     RequestId, SessionId, Token, WatchFilter,
 };
-use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, Query};
+use picket_core::node::{
+    Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
+};
 use picket_core::paxos::{self, Input, NodeId, RoleKind};
 use picket_core::time::Instant;
+use proptest::prelude::*;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -40,6 +43,8 @@ struct Sim {
     failed: Vec<(usize, u64)>,
     /// A node cut off from the others (messages to and from it are dropped).
     isolated: Option<usize>,
+    /// Messages lost at random, per mille.
+    drop_per_mille: u64,
 }
 
 fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
@@ -71,6 +76,7 @@ impl Sim {
             reads: Vec::new(),
             failed: Vec::new(),
             isolated: None,
+            drop_per_mille: 0,
         };
         for i in 0..3 {
             let node = Node::new(config(i, seed, 1), NodeDurable::default()).unwrap();
@@ -108,6 +114,9 @@ impl Sim {
                 Action::Replica(paxos::Action::Send { to, msg }) => {
                     let to_index = to.0 as usize - 1;
                     if self.isolated.is_some_and(|x| x == i || x == to_index) {
+                        continue;
+                    }
+                    if self.rng.next_u64() % 1_000 < self.drop_per_mille {
                         continue;
                     }
                     let delay = 1 + self.rng.next_u64() % DELAY_MS_MAX;
@@ -486,6 +495,12 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         Err(KeepAliveError::UnknownSession { session: unknown })
     );
     assert_eq!(sim.nodes[leader].as_ref().unwrap().sessions_tracked(), 1);
+    // Clients cannot expire sessions: only the leader proposes that.
+    let expire = Command::ExpireSessions {
+        sessions: vec![session],
+    };
+    let refused = sim.nodes[leader].as_mut().unwrap().propose(now, expire);
+    assert_eq!(refused, Err(NodeProposeError::LeaderOnlyCommand));
 
     // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
     sim.isolated = Some(leader);
@@ -596,5 +611,34 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
         other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    /// Random seeds, message loss and crash/restart schedules: a session kept alive is never
+    /// expired, its hold stays, and the replicas' states agree.
+    #[test]
+    fn kept_alive_sessions_survive_random_faults(
+        seed in 100..10_000u64,
+        drop_per_mille in 0..50u64,
+        crashes in prop::collection::vec((0..3usize, 200..1_500u64), 1..4),
+    ) {
+        let mut sim = Sim::new(seed);
+        sim.drop_per_mille = drop_per_mille;
+        let session = create_session(&mut sim, "svc");
+        let token = acquire(&mut sim, session, "k");
+        for (node, down_ms) in crashes {
+            keep_alive_for(&mut sim, session, 500, TTL_MS / 4);
+            sim.crash(node);
+            keep_alive_for(&mut sim, session, down_ms, TTL_MS / 4);
+            sim.restart(node);
+        }
+        sim.drop_per_mille = 0;
+        keep_alive_for(&mut sim, session, 2 * TTL_MS, TTL_MS / 4);
+        prop_assert!(sim.session_live_everywhere(session), "seed {}", seed);
+        let snapshots: Vec<_> = sim.live().map(|n| n.state().snapshot()).collect();
+        prop_assert!(snapshots.windows(2).all(|w| w[0] == w[1]), "seed {}: replicas disagree", seed);
+        let holder = sim.live().next().unwrap().state().inspect("ns", "k", sim.now).unwrap().holder;
+        prop_assert_eq!(holder.map(|h| (h.session, h.token)), Some((session, token)));
     }
 }

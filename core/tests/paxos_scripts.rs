@@ -61,10 +61,17 @@ fn parse(text: &str) -> (Vec<String>, Vec<Block>) {
             i + 1
         );
         let mut expected = Vec::new();
-        while let Some((_, l)) = lines.peek() {
+        while let Some((j, l)) = lines.peek() {
             if l.trim().is_empty() {
                 break;
             }
+            // A separator here means a command lost its blank line and became output.
+            assert_ne!(
+                *l,
+                "----",
+                "line {}: missing blank line before a command",
+                j + 1
+            );
             expected.push(l.to_string());
             lines.next();
         }
@@ -234,6 +241,19 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
             assert!(
                 ready.contains(&num(&a, "id")),
                 "{at}: read not ready: {ready:?}"
+            );
+        }
+        "check-read-failed" => {
+            let n = node(&a, "node");
+            let failed: Vec<u64> = c.node(n).reads_failed.iter().map(|r| r.0).collect();
+            assert!(
+                failed.contains(&num(&a, "id")),
+                "{at}: read not failed: {failed:?}"
+            );
+            let ready: Vec<u64> = c.node(n).reads_ready.iter().map(|r| r.0).collect();
+            assert!(
+                !ready.contains(&num(&a, "id")),
+                "{at}: failed read was ready"
             );
         }
         other => panic!("{at}: unknown command {other}"),

@@ -270,6 +270,13 @@ impl LockStateMachine {
                 .all(|(a, b)| a.revision <= b.revision),
             "audit records out of revision order"
         );
+        let newest_event = events.back().map(|e| e.revision);
+        let newest_record = records.back().map(|r| r.revision);
+        ensure!(
+            newest_event.max(newest_record) <= Some(self.revision),
+            "history beyond revision {}: event {newest_event:?}, audit {newest_record:?}",
+            self.revision
+        );
         ensure!(
             self.watch.compacted_through <= self.revision
                 && self.audit.compacted_through <= self.revision,

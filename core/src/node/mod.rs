@@ -11,6 +11,47 @@
 //! full TTL from its takeover, and before answering "unknown session" to a keepalive or
 //! proposing any expiry it waits until it has applied everything chosen before its takeover (a
 //! read-index barrier), so a lagging new leader never denies a live session.
+//!
+//! The driver loop (the server does the same with real disks, sockets and clients):
+//!
+//! ```
+//! use picket_core::locks::LockConfig;
+//! use picket_core::node::{Action, Node, NodeConfig, NodeDurable};
+//! use picket_core::paxos::{self, Input, NodeId};
+//! use picket_core::time::Instant;
+//!
+//! let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+//! let cfg = NodeConfig {
+//!     replica: paxos::Config::new(NodeId(1), members, 7),
+//!     locks: LockConfig::default(),
+//!     boot: 1,
+//!     compact_every_slots: 10_000,
+//! };
+//! let mut node = Node::new(cfg, NodeDurable::default()).unwrap();
+//! let mut durable = NodeDurable::default();
+//! let mut now = Instant::ZERO;
+//! for _ in 0..10 {
+//!     if let Some(deadline) = node.poll_timeout() {
+//!         now = now.max(deadline);
+//!         node.step(now, Input::Timeout).unwrap();
+//!     }
+//!     while let Some(action) = node.poll_action() {
+//!         match action {
+//!             Action::Replica(paxos::Action::Persist { id, promised, accepted, snapshot, incarnation, recovered }) => {
+//!                 // write + fsync, then acknowledge
+//!                 durable.apply_persist(promised, &accepted, snapshot.as_ref(), incarnation, recovered);
+//!                 node.step(now, Input::Persisted { id }).unwrap();
+//!             }
+//!             Action::Replica(_send) => { /* hand to the transport */ }
+//!             Action::Reply { .. } | Action::ProposalFailed { .. } => { /* answer the client */ }
+//!             Action::ReadReply { .. } | Action::ReadFailed { .. } => { /* answer the reader */ }
+//!             Action::RoleChanged { .. } | Action::Applied { .. } => { /* metrics, watchers */ }
+//!         }
+//!     }
+//! }
+//! // Alone, it cannot lead: keepalives are refused with a hint (none yet).
+//! assert!(node.keepalive(now, picket_core::locks::SessionId(1)).is_err());
+//! ```
 
 mod leases;
 mod query;
@@ -107,6 +148,15 @@ pub enum Action {
     Applied { revision: Revision },
 }
 
+/// Why a proposal was refused; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum NodeProposeError {
+    #[error(transparent)]
+    Replica(#[from] ProposeError),
+    #[error("ExpireSessions is proposed by the leader when deadlines pass, never by a client")]
+    LeaderOnlyCommand,
+}
+
 /// Why a keepalive was not accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum KeepAliveError {
@@ -195,7 +245,14 @@ impl Node {
     }
 
     /// Proposes a client command; its outcome comes back as `Action::Reply` once applied.
-    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ProposeError> {
+    pub fn propose(
+        &mut self,
+        now: Instant,
+        command: Command,
+    ) -> Result<ProposalId, NodeProposeError> {
+        if matches!(command, Command::ExpireSessions { .. }) {
+            return Err(NodeProposeError::LeaderOnlyCommand);
+        }
         self.now = self.now.max(now);
         let proposal = ProposalId(self.proposal_next);
         let entry = NodeCommand {
@@ -210,7 +267,7 @@ impl Node {
             self.pending.insert(proposal, ());
         }
         self.after_input();
-        result.map(|()| proposal)
+        result.map(|()| proposal).map_err(NodeProposeError::from)
     }
 
     /// A keepalive (leader only, not logged): extends the session's deadline to `now + ttl` and

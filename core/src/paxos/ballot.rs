@@ -107,6 +107,18 @@ mod tests {
         assert_eq!(c.to_string(), "2.2");
     }
 
+    proptest::proptest! {
+        /// The order is lexicographic on (round, node): total, and rounds dominate.
+        #[test]
+        fn ballot_order_is_round_then_node(r1 in 0u64..4, n1 in 0u64..4, r2 in 0u64..4, n2 in 0u64..4) {
+            let (a, b) = (Ballot::new(r1, NodeId(n1)), Ballot::new(r2, NodeId(n2)));
+            proptest::prop_assert_eq!(a.cmp(&b), (r1, n1).cmp(&(r2, n2)));
+            if r1 < r2 {
+                proptest::prop_assert!(a < b);
+            }
+        }
+    }
+
     #[test]
     fn value_len_counts_commands() {
         let v: Value<u8> = Value::Batch {

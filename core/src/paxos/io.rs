@@ -44,7 +44,9 @@ pub enum RoleKind {
 pub enum Action<C, S> {
     /// Make this durable, then step `Input::Persisted { id }`. Storage applies it as: set the
     /// promised ballot if `Some`, upsert each accepted entry, replace the snapshot if `Some`
-    /// (dropping accepted entries at or below its slot), clear the "lost" flag if `recovered`.
+    /// (dropping accepted entries at or below its slot), record the incarnation if `Some`, clear
+    /// the "lost" flag if `recovered`. Apply them in id order; `Durable::apply_persist` is the
+    /// reference.
     Persist {
         id: PersistId,
         promised: Option<Ballot>,

@@ -16,6 +16,8 @@ use crate::time::Instant;
 pub(super) struct Proposal<C> {
     pub(super) value: Value<C>,
     pub(super) votes: Votes,
+    /// When its `Accept` last went out (re-sent at most once per heartbeat interval).
+    pub(super) sent_at: Instant,
 }
 
 /// State held only while leading at `ballot`.
@@ -245,6 +247,7 @@ where
             Proposal {
                 value: value.clone(),
                 votes: Votes::new(),
+                sent_at: self.now,
             },
         );
         let msg = Message::Accept {
@@ -375,11 +378,16 @@ where
     /// answered it (messages may be lost; acceptors treat a duplicate as a no-op).
     fn resend_unchosen(&mut self) {
         let chosen = self.applied;
-        let Role::Leader(l) = &self.role else {
+        let (now, interval) = (self.now, self.cfg.heartbeat_ms);
+        let Role::Leader(l) = &mut self.role else {
             return;
         };
         let mut out = Vec::new();
-        for (slot, p) in &l.proposals {
+        for (slot, p) in l.proposals.iter_mut() {
+            if now.ms_since(p.sent_at) < interval {
+                continue;
+            }
+            p.sent_at = now;
             for m in &self.cfg.members {
                 if *m != self.cfg.id && !p.votes.contains(*m) {
                     let msg = Message::Accept {

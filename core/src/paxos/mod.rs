@@ -46,6 +46,33 @@
 //! Ordering rules live here, not in the driver: a `Promise` or `Accepted` is only emitted after
 //! the `Persist` it depends on was acknowledged, so every `Send` may go out at once.
 //!
+//! # API in one screen
+//!
+//! - [`Replica::new`]`(Config, Durable<C, S>) -> Result<Replica, ConfigError>`; a restored snapshot
+//!   comes out first as `Action::InstallSnapshot`. `Durable { promised, accepted, snapshot,
+//!   incarnations, lost }`; storage applies `Persist` actions with [`Durable::apply_persist`]
+//!   semantics.
+//! - [`Replica::step`]`(now, Input) -> Result<(), StepError>` with `Input::Message { from, msg }`,
+//!   `Input::Timeout` (when `now >= poll_timeout()`), `Input::Persisted { id }` (that persist and
+//!   every earlier one are durable).
+//! - [`Replica::propose`]`(now, C)` / [`Replica::propose_many`]`(now, Vec<C>)` ->
+//!   `Result<(), ProposeError>` (`NotLeader { leader_hint }`, `Busy { pending, max }`); commands
+//!   come back as `Action::Apply` of a `Value::Batch { stamp, commands }` once chosen.
+//! - [`Replica::read_index`]`(now) -> Result<ReadId, ProposeError>`; then `Action::ReadReady { id,
+//!   slot_applied_min }` (already applied: serve it now) or `Action::ReadFailed { id }`.
+//! - [`Replica::compact`]`(slot, S) -> Result<(), CompactError>`: the state machine's snapshot
+//!   as of applied `slot`.
+//! - [`Replica::poll_action`] -> `Action::{Persist { id, promised, accepted, snapshot,
+//!   incarnation, recovered }, Send { to, msg }, Apply { slot, value }, InstallSnapshot { slot,
+//!   snapshot }, ReadReady, ReadFailed, RoleChanged { role, ballot, leader }}`;
+//!   [`Replica::poll_timeout`] -> `Option<Instant>`.
+//! - Inspection: `role()`, `leader()`, `ballot_promised()`, `slot_applied()`, `slot_chosen()`,
+//!   `slot_snapshot()`, `is_amnesiac()`, `counters()`, `accepted_at(slot)`.
+//!
+//! The state machine applies `Value::Batch` commands in order and ignores `Value::Noop`; log time
+//! is `max(previous, stamp)`. When leadership is lost (`RoleChanged` to a non-leader role) queued
+//! commands are dropped and in-flight ones may or may not be chosen: clients retry idempotently.
+//!
 //! Protocol and invariants: `docs/protocol.md`. Words: `docs/glossary.md`.
 
 mod acceptor;

@@ -223,18 +223,13 @@ where
 
     /// Queues `command` for the next slot the leader proposes.
     pub fn propose(&mut self, now: Instant, command: C) -> Result<(), ProposeError> {
-        self.propose_many(now, std::iter::once(command))
+        self.propose_many(now, vec![command])
     }
 
     /// Queues several commands at once so they can share slots (batching). All or nothing:
     /// `Busy` if they do not all fit in the pending queue.
-    pub fn propose_many<I>(&mut self, now: Instant, commands: I) -> Result<(), ProposeError>
-    where
-        I: IntoIterator<Item = C>,
-        I::IntoIter: ExactSizeIterator,
-    {
+    pub fn propose_many(&mut self, now: Instant, commands: Vec<C>) -> Result<(), ProposeError> {
         self.now = self.now.max(now);
-        let commands = commands.into_iter();
         let max = self.cfg.pending_max;
         let leader_hint = self.leader;
         let Role::Leader(l) = &mut self.role else {

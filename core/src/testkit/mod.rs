@@ -97,6 +97,9 @@ pub struct SimNode<C, M: Machine<C>> {
     pub applied: Slot,
     pub reads_ready: Vec<ReadId>,
     pub reads_failed: Vec<ReadId>,
+    /// Per pending read: the highest slot applied anywhere when the read started. A read must
+    /// see every write completed before it started (linearizability).
+    reads_started: Vec<(ReadId, Slot)>,
 }
 
 struct Envelope<C, S> {
@@ -155,6 +158,7 @@ where
                 applied: Slot::ZERO,
                 reads_ready: Vec::new(),
                 reads_failed: Vec::new(),
+                reads_started: Vec::new(),
             });
         }
         c
@@ -218,6 +222,17 @@ where
             .as_mut()
             .ok_or(ProposeError::NotLeader { leader_hint: None })?;
         let res = r.read_index(now);
+        if let Ok(rid) = res {
+            let applied_anywhere = self
+                .nodes
+                .iter()
+                .map(|n| n.applied)
+                .max()
+                .unwrap_or_default();
+            self.nodes[Self::idx(id)]
+                .reads_started
+                .push((rid, applied_anywhere));
+        }
         self.drain(id);
         res
     }
@@ -238,6 +253,7 @@ where
         let n = &mut self.nodes[Self::idx(id)];
         n.replica = None;
         n.unacked.clear();
+        n.reads_started.clear();
         self.log(format!("{id}: crash"));
     }
 
@@ -270,6 +286,13 @@ where
     pub fn cut(&mut self, a: NodeId, b: NodeId) {
         self.blocked.insert((a, b));
         self.blocked.insert((b, a));
+    }
+
+    /// Loses every message from `from` to `to` (the other direction still works).
+    pub fn cut_one_way(&mut self, from: NodeId, to: NodeId) {
+        if from != to {
+            self.blocked.insert((from, to));
+        }
     }
 
     /// Isolates the `group` from everybody else.
@@ -496,6 +519,16 @@ where
                     n.applied >= slot_applied_min,
                     "read ready before applied reached {slot_applied_min}"
                 );
+                if let Some(k) = n.reads_started.iter().position(|(r, _)| *r == rid) {
+                    let (_, must_see) = n.reads_started.remove(k);
+                    assert!(
+                        n.applied >= must_see,
+                        "seed {}: {id} read {rid:?} at applied {} misses slot {must_see} applied \
+                         elsewhere before the read started",
+                        self.cfg.seed,
+                        n.applied
+                    );
+                }
                 n.reads_ready.push(rid);
             }
             Action::ReadFailed { id: rid } => self.nodes[i].reads_failed.push(rid),
