@@ -8,7 +8,7 @@
 //! `picket-leader-id: <node id>`) so that any gRPC client can follow it without decoding details.
 
 use picket_core::locks::{LockError, SessionId, WatchError};
-use picket_core::node::KeepAliveError;
+use picket_core::node::{KeepAliveError, NodeProposeError};
 use picket_core::paxos::{NodeId, ProposeError};
 use prost::Message;
 use tonic::{metadata::MetadataMap, Code, Status};
@@ -27,6 +27,7 @@ pub mod rule {
     pub const BUSY: &str = "busy";
     pub const COMPACTED: &str = "compacted";
     pub const NOT_READY: &str = "not_ready";
+    pub const LEADER_ONLY_COMMAND: &str = "leader_only_command";
 }
 
 /// The rule name and status code of each lock-state-machine error.
@@ -129,6 +130,26 @@ pub fn propose_error_status(
         }
         ProposeError::Busy { pending, max } => {
             busy_status(&format!("{pending} proposals pending, at most {max}"))
+        }
+    }
+}
+
+/// The answer to a proposal the node refused: the replica's refusals as in
+/// [`propose_error_status`]; `LeaderOnlyCommand` (a client cannot propose `ExpireSessions`,
+/// which no API request converts to) is `INVALID_ARGUMENT`, rule `leader_only_command`.
+pub fn node_propose_error_status(
+    error: &NodeProposeError,
+    endpoint_of: impl FnOnce(NodeId) -> Option<String>,
+) -> Status {
+    match error {
+        NodeProposeError::Replica(error) => propose_error_status(error, endpoint_of),
+        NodeProposeError::LeaderOnlyCommand => {
+            let detail = proto::ErrorDetail {
+                rule: rule::LEADER_ONLY_COMMAND.to_owned(),
+                message: error.to_string(),
+                ..proto::ErrorDetail::default()
+            };
+            detail_status(Code::InvalidArgument, detail, None)
         }
     }
 }

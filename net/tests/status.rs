@@ -143,9 +143,9 @@ fn busy_is_retryable_resource_exhausted() {
 
 #[test]
 fn node_refusals_map_to_statuses() {
-    use picket_core::node::KeepAliveError;
+    use picket_core::node::{KeepAliveError, NodeProposeError};
     use picket_core::paxos::{NodeId, ProposeError};
-    use picket_net::status::{keepalive_answer, propose_error_status};
+    use picket_net::status::{keepalive_answer, node_propose_error_status, propose_error_status};
 
     let endpoint_of = |node: NodeId| Some(format!("http://10.0.0.{}:7100", node.0));
     let status = propose_error_status(
@@ -164,6 +164,17 @@ fn node_refusals_map_to_statuses() {
     let status = propose_error_status(&ProposeError::Busy { pending: 9, max: 9 }, endpoint_of);
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert_eq!(error_detail(&status).unwrap().rule, "busy");
+
+    let status = node_propose_error_status(&NodeProposeError::LeaderOnlyCommand, endpoint_of);
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(error_detail(&status).unwrap().rule, "leader_only_command");
+    let status = node_propose_error_status(
+        &NodeProposeError::Replica(ProposeError::NotLeader {
+            leader_hint: Some(NodeId(1)),
+        }),
+        endpoint_of,
+    );
+    assert_eq!(leader_hint(&status).unwrap().node_id, Some(1));
 
     let session = SessionId(5);
     let ok = keepalive_answer(session, 7, Ok(10_000), endpoint_of).unwrap();
