@@ -6,7 +6,8 @@
 //! - Every record of a segment that is not the last must check out, and must end exactly at the
 //!   end of the file (segments before the last are fully synced before the next is created).
 //! - In the last segment, zeros from the first bad record to the end of the file are
-//!   preallocated space: the log ends there, nothing is reported. Otherwise that bad record
+//!   preallocated space (or a zero-filled torn write, which looks the same): the log ends there,
+//!   the zeros are kept for the next appends, and their extent is reported as `zero_tail`. Otherwise that bad record
 //!   starts a *torn tail* if no valid record starts at any later offset of the file: the tail is
 //!   cut off (durably) and reported. If a valid record does follow, the damage cannot be a torn
 //!   append: corruption.
@@ -25,6 +26,11 @@ use crate::log::{LogConfig, Segment};
 pub struct RecoveryReport {
     /// The torn tail cut from the last segment, if there was one.
     pub torn_tail: Option<TornTail>,
+    /// Zeros after the last valid record of the last segment: preallocated space, or a torn
+    /// write whose data never reached the disk (the two look the same on disk). The log ends at
+    /// `offset`; the zeros are kept as preallocation and the next append overwrites them.
+    /// Reported so an operator can see where the log ended, never an error.
+    pub zero_tail: Option<TornTail>,
 }
 
 /// A torn tail cut off the last segment.
@@ -169,7 +175,12 @@ fn scan_segment<D: Disk>(
             }
             Err(_) if buf[off..].iter().all(|&b| b == 0) => {
                 // Zeros to the end: preallocated space (or a tail whose data never reached the
-                // disk, which looks the same). Appends continue here; nothing to report.
+                // disk, which looks the same). Appends continue here, overwriting them.
+                report.zero_tail = Some(TornTail {
+                    file: path.to_path_buf(),
+                    offset: off as u64,
+                    bytes: len - off as u64,
+                });
                 break;
             }
             Err(why) => {

@@ -241,11 +241,15 @@ fn preallocated_zeros_are_a_clean_end() {
     let (got, report) = recover(&disk, 1 << 20).expect("recover");
     assert!(got == records);
     assert_eq!(report.torn_tail, None);
+    let bytes = disk.read_file(&segs[0]).expect("segment");
+    let data_end = record_spans(&bytes).last().expect("records").1 as u64;
+    let zeros = report.zero_tail.expect("zero-filled tail reported");
+    assert_eq!(zeros.file, segs[0]);
     assert_eq!(
-        disk.read_file(&segs[0]).expect("segment").len(),
-        len,
-        "preallocation cut"
+        (zeros.offset, zeros.bytes),
+        (data_end, len as u64 - data_end)
     );
+    assert_eq!(bytes.len(), len, "preallocation cut");
 }
 
 #[test]
