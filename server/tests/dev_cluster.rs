@@ -1,0 +1,170 @@
+//! `DevCluster` (three replicas in this process): watch, admin calls with dev auth, and a member
+//! stopped and restarted.
+
+mod support;
+
+use std::time::Duration;
+
+use picket_net::proto;
+use picket_server::dev::DevCluster;
+use support::*;
+use tonic::Code;
+
+const NS: &str = "payments";
+
+fn with_actor<T>(message: T, principal: &str, roles: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("x-picket-principal", principal.parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("x-picket-roles", roles.parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_the_lock_log_and_resumes() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "a/1", 0).await.unwrap()).unwrap();
+    // Watch from a follower (served from its applied state), prefix "a/".
+    let follower = cluster.client_endpoint((leader + 1) % 3);
+    let mut client = lock(&follower).await.unwrap();
+    let mut stream = client
+        .watch(proto::WatchRequest {
+            namespace: Some(NS.into()),
+            key_prefix: "a/".into(),
+            from_revision: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let page = stream.message().await.unwrap().unwrap();
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].revision, t);
+    // Events after the stream opened arrive on it; keys outside the prefix do not.
+    acquire(&at, s, 2, NS, "b/1", 0).await.unwrap();
+    release(&at, s, 3, NS, "a/1", t).await.unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(page.events.iter().all(|e| e.key == "a/1"), "{page:?}");
+    assert!(page.events.iter().all(|e| e.revision > t));
+    // Resuming from `resume_from` sees nothing twice.
+    let mut again = client
+        .watch(proto::WatchRequest {
+            namespace: Some(NS.into()),
+            key_prefix: "a/".into(),
+            from_revision: page.resume_from,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let none = tokio::time::timeout(Duration::from_millis(300), again.message()).await;
+    assert!(none.is_err(), "no event after resume_from yet: {none:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_needs_two_people_and_raises_the_floor() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "stuck", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "ledger", 0).await.unwrap()).unwrap();
+    let mut admin_client = admin(&at).await.unwrap();
+    let requested = admin_client
+        .request_force_release(with_actor(
+            proto::RequestForceReleaseRequest {
+                namespace: NS.into(),
+                key: "ledger".into(),
+                expected_token: t,
+                reason: "holder is wedged".into(),
+                revoke_session: true,
+            },
+            "alice",
+            "on-call",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let approve = |who: &str| {
+        with_actor(
+            proto::ApproveForceReleaseRequest {
+                force_release_id: requested.force_release_id,
+                acknowledged_fenced: requested.fenced,
+            },
+            who,
+            "on-call",
+        )
+    };
+    let status = admin_client
+        .approve_force_release(approve("alice"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert_eq!(rule(&status), "approver_is_requester");
+    let approved = admin_client
+        .approve_force_release(approve("bob"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approved.released_token, t);
+    assert_eq!(approved.session_revoked, Some(s));
+    assert!(
+        keepalive(&at, s).await.unwrap().lost,
+        "the revoked session is lost"
+    );
+    let s2 = create_session(&at, "next", 10_000).await;
+    let t2 = granted(&acquire(&at, s2, 1, NS, "ledger", 0).await.unwrap()).unwrap();
+    assert!(t2 > approved.floor, "the next token is above the floor");
+    let audit = admin_client
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(audit.records.len() >= 2, "{audit:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stops_and_restarts_from_its_data() {
+    let mut cluster = DevCluster::start().await.unwrap();
+    assert_eq!(cluster.client_endpoints().len(), 3);
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
+    let boot_before = cluster.node(leader).unwrap().boot;
+    cluster.stop(leader).await;
+    assert!(!cluster.is_running(leader));
+    let next = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_ne!(next, leader);
+    cluster.restart(leader).await.unwrap();
+    assert_eq!(cluster.node(leader).unwrap().boot, boot_before + 1);
+    let info = inspect(&cluster.client_endpoint(next), NS, "k", false)
+        .await
+        .unwrap();
+    assert_eq!(info.holder.unwrap().token, t);
+    cluster.shutdown().await;
+}
