@@ -631,18 +631,18 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             .node
             .state()
             .watch(from, &WatchFilter::default(), GRANT_SCAN_EVENTS);
-        let grants: Vec<(SessionId, String, String, Revision)> = match page {
+        // (session, namespace, key, the grant's revision, or None: the wait was removed).
+        let ends: Vec<(SessionId, String, String, Option<Revision>)> = match page {
             Ok(page) if page.resume_from > revision => page
                 .events
                 .iter()
-                .filter_map(|e| match e.kind {
-                    EventKind::Granted { session, .. } => Some((
-                        session,
-                        e.namespace.to_string(),
-                        e.key.to_string(),
-                        e.revision,
-                    )),
-                    _ => None,
+                .filter_map(|e| {
+                    let (session, granted) = match e.kind {
+                        EventKind::Granted { session, .. } => (session, Some(e.revision)),
+                        EventKind::WaitRemoved { session, .. } => (session, None),
+                        _ => return None,
+                    };
+                    Some((session, e.namespace.to_string(), e.key.to_string(), granted))
                 })
                 .collect(),
             // Too many events to scan (or some dropped): look at every waiter's key instead.
@@ -651,22 +651,29 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 return;
             }
         };
-        for (session, namespace, key, at) in grants {
+        for (session, namespace, key, granted) in ends {
             let Some(ids) = self.waiters_by_key.remove(&(session, namespace, key)) else {
                 continue;
             };
             for id in ids {
-                if let Some(waiter) = self.waiters.remove(&id) {
-                    self.waiter_deadlines.remove(&(waiter.deadline, id));
-                    self.counters.waits_granted += 1;
-                    let answer = Answered {
-                        outcome: Ok(Reply::Acquire(AcquireReply::Granted {
-                            token: picket_core::locks::Token(at.0),
-                        })),
-                        revision: at,
-                    };
-                    let _ = waiter.reply.send(Ok(answer));
-                }
+                let Some(waiter) = self.waiters.remove(&id) else {
+                    continue;
+                };
+                self.waiter_deadlines.remove(&(waiter.deadline, id));
+                let answer = match granted {
+                    Some(at) => {
+                        self.counters.waits_granted += 1;
+                        Ok(Answered {
+                            outcome: Ok(Reply::Acquire(AcquireReply::Granted {
+                                token: picket_core::locks::Token(at.0),
+                            })),
+                            revision: at,
+                        })
+                    }
+                    // The session was closed, expired or revoked while waiting.
+                    None => self.wait_answer_now(&waiter),
+                };
+                let _ = waiter.reply.send(answer);
             }
         }
     }

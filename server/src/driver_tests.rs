@@ -282,3 +282,25 @@ fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
     assert_eq!(h.drivers[leader].counters().waits_granted, 1);
     assert_eq!(h.drivers[leader].counters().waits_timed_out, 1);
 }
+
+#[test]
+fn a_held_acquire_ends_when_its_session_is_closed() {
+    let mut h = harness(64);
+    let leader = h.leader();
+    h.settle(100);
+    let a = h.session(leader);
+    let b = h.session(leader);
+    let mut rx = h.propose(leader, acquire(a, 1, false), 0);
+    assert!(h.answer(&mut rx).unwrap().outcome.is_ok());
+    let mut b_rx = h.propose(leader, acquire(b, 1, true), 60_000);
+    h.settle(100);
+    assert!(b_rx.try_recv().is_err(), "b waits");
+    let mut close = h.propose(leader, Command::CloseSession { session: b }, 0);
+    assert!(h.answer(&mut close).unwrap().outcome.is_ok());
+    let answer = h.answer(&mut b_rx).unwrap();
+    assert_eq!(
+        answer.outcome,
+        Err(picket_core::locks::LockError::UnknownSession { session: b })
+    );
+    assert_eq!(h.drivers[leader].counters().waits_timed_out, 0);
+}
