@@ -58,9 +58,9 @@ impl Default for DevOptions {
             data_dir: None,
             ports: None,
             timing: Timing {
-                election_timeout_ms_min: 150,
-                election_timeout_ms_max: 300,
-                heartbeat_ms: 30,
+                election_timeout_ms_min: 300,
+                election_timeout_ms_max: 600,
+                heartbeat_ms: 50,
             },
             sessions: Sessions::default(),
         }

@@ -20,20 +20,20 @@ async fn sessions_locks_fifo_handoff_and_rising_tokens() {
 
     // A follower refuses with the leader's client endpoint, in details and metadata.
     let follower = (leader + 1) % 3;
-    let mut client = lock(&cluster.endpoints[follower]).await.unwrap();
-    let status = client
-        .create_session(proto::CreateSessionRequest {
-            ttl_ms: None,
-            identity: Some(proto::ClientIdentity {
-                name: "svc".into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unavailable);
-    let hint = picket_net::status::leader_hint(&status).unwrap();
-    assert_eq!(hint.endpoint.as_deref(), Some(at.as_str()));
+    // (It learns who leads from the leader's first heartbeat: ask until it knows.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = try_create_session(&cluster.endpoints[follower], "svc", 10_000)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        let hint = picket_net::status::leader_hint(&status).unwrap();
+        if hint.endpoint.is_some() || tokio::time::Instant::now() > deadline {
+            assert_eq!(hint.endpoint.as_deref(), Some(at.as_str()));
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(
         status
             .metadata()
@@ -173,17 +173,32 @@ async fn leader_kill_9_keeps_holds_sessions_and_rising_tokens_and_a_follower_cat
     let took = killed_at.elapsed();
     assert_ne!(new_leader, leader);
     assert!(took < Duration::from_secs(5), "new leader after {took:?}");
-    let at = cluster.endpoints[new_leader].clone();
+    let eps = cluster.endpoints.clone();
 
     // Acknowledged holds survive, sessions are alive, tokens keep rising.
     for (key, token) in ["k1", "k2", "k3"].iter().zip(&tokens) {
-        let info = inspect(&at, NS, key, false).await.unwrap();
+        let info = at_leader(&eps, new_leader, |ep| async move {
+            inspect(&ep, NS, key, false).await
+        })
+        .await
+        .unwrap();
         let holder = info.holder.expect("the hold survives the leader's death");
         assert_eq!((holder.session_id, holder.token), (a, *token));
     }
-    let ka = keepalive(&at, a).await.unwrap();
+    let ka = at_leader(
+        &eps,
+        new_leader,
+        |ep| async move { keepalive(&ep, a).await },
+    )
+    .await
+    .unwrap();
     assert!(!ka.lost, "the session survives the leader's death");
-    let t4 = granted(&acquire(&at, b, 1, NS, "k4", 0).await.unwrap()).unwrap();
+    let reply = at_leader(&eps, new_leader, |ep| async move {
+        acquire(&ep, b, 1, NS, "k4", 0).await
+    })
+    .await
+    .unwrap();
+    let t4 = granted(&reply).unwrap();
     assert!(
         t4 > tokens[2],
         "tokens rise across leaders: {t4} after {}",
@@ -226,13 +241,89 @@ async fn a_restart_of_all_three_recovers_from_disk() {
         cluster.spawn(i);
     }
     let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
-    let info = inspect(&at, NS, "k", false).await.unwrap();
+    let eps = cluster.endpoints.clone();
+    let info = at_leader(&eps, leader, |ep| async move {
+        inspect(&ep, NS, "k", false).await
+    })
+    .await
+    .unwrap();
     let holder = info.holder.expect("the hold is recovered from disk");
     assert_eq!((holder.session_id, holder.token), (a, t1));
-    assert!(!keepalive(&at, a).await.unwrap().lost);
-    let s2 = create_session(&at, "svc-b", 10_000).await;
-    let t2 = granted(&acquire(&at, s2, 1, NS, "other", 0).await.unwrap()).unwrap();
+    let ka = at_leader(&eps, leader, |ep| async move { keepalive(&ep, a).await })
+        .await
+        .unwrap();
+    assert!(!ka.lost);
+    let s2 = at_leader(&eps, leader, |ep| async move {
+        try_create_session(&ep, "svc-b", 10_000).await
+    })
+    .await
+    .unwrap();
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s2, 1, NS, "other", 0).await
+    })
+    .await
+    .unwrap();
+    let t2 = granted(&reply).unwrap();
     assert!(t2 > t1);
-    assert!(cluster.log(leader).contains("recovered"));
+    assert!((0..3).all(|i| cluster.log(i).contains("recovered")));
+}
+
+/// One client acquires new keys in a loop, following the leader, while the leader is killed:
+/// every acknowledged grant is still held afterwards with its token, and tokens rose in the
+/// order they were acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_acquire_is_lost_when_the_leader_is_killed_under_load() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let session = create_session(&cluster.endpoints[leader], "load", 10_000).await;
+    let endpoints = cluster.endpoints.clone();
+    let load = tokio::spawn(async move {
+        let mut acked: Vec<(String, u64)> = Vec::new();
+        let mut at = leader;
+        let started = tokio::time::Instant::now();
+        let mut i = 0u64;
+        while started.elapsed() < Duration::from_millis(2_500) {
+            let key = format!("load/{i}");
+            match acquire(&endpoints[at], session, i + 1, NS, &key, 0).await {
+                Ok(reply) => {
+                    acked.push((key, granted(&reply).expect("a fresh key is granted")));
+                    i += 1;
+                }
+                // Not the leader, or the leader is gone: retry the same request elsewhere.
+                Err(status) => {
+                    let hint = picket_net::status::leader_hint(&status)
+                        .and_then(|h| h.node_id)
+                        .map(|n| n as usize - 1);
+                    at = hint.unwrap_or((at + 1) % 3);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        acked
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(leader);
+    let acked = load.await.unwrap();
+    assert!(acked.len() > 10, "the load made progress: {}", acked.len());
+    assert!(
+        acked.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens rise in acknowledgment order"
+    );
+    let new_leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    for (key, token) in &acked {
+        let info = at_leader(&eps, new_leader, |ep| async move {
+            inspect(&ep, NS, key, false).await
+        })
+        .await
+        .unwrap();
+        let holder = info
+            .holder
+            .unwrap_or_else(|| panic!("acknowledged grant of {key} lost"));
+        assert_eq!(
+            (holder.session_id, holder.token),
+            (session, *token),
+            "{key}"
+        );
+    }
 }

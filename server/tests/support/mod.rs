@@ -40,7 +40,7 @@ impl Cluster {
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 150\nelection_timeout_ms_max = 300\nheartbeat_ms = 30\n[storage]\npreallocate_bytes = 0\n",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n",
                 i + 1,
                 i + 1
             );
@@ -170,8 +170,14 @@ pub async fn admin(endpoint: &str) -> Result<AdminClient<Channel>, tonic::transp
 }
 
 pub async fn create_session(endpoint: &str, name: &str, ttl_ms: u64) -> u64 {
-    let mut client = lock(endpoint).await.unwrap();
-    client
+    try_create_session(endpoint, name, ttl_ms).await.unwrap()
+}
+
+pub async fn try_create_session(endpoint: &str, name: &str, ttl_ms: u64) -> Result<u64, Status> {
+    let mut client = lock(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    Ok(client
         .create_session(proto::CreateSessionRequest {
             ttl_ms: Some(ttl_ms),
             identity: Some(proto::ClientIdentity {
@@ -180,10 +186,34 @@ pub async fn create_session(endpoint: &str, name: &str, ttl_ms: u64) -> u64 {
                 pid: std::process::id(),
             }),
         })
-        .await
-        .unwrap()
+        .await?
         .into_inner()
-        .session_id
+        .session_id)
+}
+
+/// Calls `f` with an endpoint, following `not_leader` hints (or trying the next member) for up
+/// to 10 s, as a client library would; any other error is returned.
+pub async fn at_leader<T, F, Fut>(endpoints: &[String], first: usize, f: F) -> Result<T, Status>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut at = first;
+    loop {
+        match f(endpoints[at].clone()).await {
+            Err(status)
+                if status.code() == Code::Unavailable && tokio::time::Instant::now() < deadline =>
+            {
+                let hint = picket_net::status::leader_hint(&status)
+                    .and_then(|h| h.node_id)
+                    .map(|n| n as usize - 1);
+                at = hint.unwrap_or((at + 1) % endpoints.len());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 pub async fn acquire(
