@@ -327,3 +327,23 @@ async fn no_acknowledged_acquire_is_lost_when_the_leader_is_killed_under_load() 
         );
     }
 }
+
+/// With `[tls]`: replicas elect a leader over mutual TLS, clients are served over `https://`,
+/// and a plaintext client gets nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_serves_https_and_its_peers_use_mutual_tls() {
+    let cluster = Cluster::start_with(true);
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+    assert!(at.starts_with("https://"));
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
+    let info = inspect(&at, NS, "k", false).await.unwrap();
+    assert_eq!(info.holder.unwrap().token, t);
+    let plain = at.replace("https://", "http://");
+    let refused = try_create_session(&plain, "svc", 10_000).await;
+    assert!(
+        refused.is_err(),
+        "plaintext must not be served on a TLS port"
+    );
+}

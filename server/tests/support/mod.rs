@@ -23,6 +23,12 @@ pub struct Cluster {
 impl Cluster {
     /// Writes three configuration files (free ports, fast elections) and starts the processes.
     pub fn start() -> Cluster {
+        Cluster::start_with(false)
+    }
+
+    /// With `tls`, every replica uses the test certificates of `tests/tls` (mutual TLS between
+    /// replicas, `https://` for clients).
+    pub fn start_with(tls: bool) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("picket-e2e-")
             .tempdir()
@@ -37,10 +43,22 @@ impl Cluster {
                 i + 1
             ));
         }
+        let tls_section = if tls {
+            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+            format!(
+                "[tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
+                fixtures.join("node.pem"),
+                fixtures.join("node.key"),
+                fixtures.join("ca.pem")
+            )
+        } else {
+            String::new()
+        };
+        let scheme = if tls { "https" } else { "http" };
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n{tls_section}",
                 i + 1,
                 i + 1
             );
@@ -50,7 +68,7 @@ impl Cluster {
         }
         let endpoints = ports
             .iter()
-            .map(|(client, _)| format!("http://127.0.0.1:{client}"))
+            .map(|(client, _)| format!("{scheme}://127.0.0.1:{client}"))
             .collect();
         let mut cluster = Cluster {
             dir,
@@ -151,22 +169,30 @@ impl Drop for Cluster {
     }
 }
 
-pub async fn lock(endpoint: &str) -> Result<LockClient<Channel>, tonic::transport::Error> {
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
+/// A channel to `endpoint`; `https://` endpoints trust the test CA of `tests/tls`.
+pub async fn channel(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
+    let mut builder = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
         .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(15))
-        .connect()
-        .await?;
-    Ok(LockClient::new(channel))
+        .timeout(Duration::from_secs(15));
+    if endpoint.starts_with("https://") {
+        let ca = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.pem"),
+        )
+        .unwrap();
+        builder = builder.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+        )?;
+    }
+    builder.connect().await
+}
+
+pub async fn lock(endpoint: &str) -> Result<LockClient<Channel>, tonic::transport::Error> {
+    Ok(LockClient::new(channel(endpoint).await?))
 }
 
 pub async fn admin(endpoint: &str) -> Result<AdminClient<Channel>, tonic::transport::Error> {
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
-        .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(15))
-        .connect()
-        .await?;
-    Ok(AdminClient::new(channel))
+    Ok(AdminClient::new(channel(endpoint).await?))
 }
 
 pub async fn create_session(endpoint: &str, name: &str, ttl_ms: u64) -> u64 {
