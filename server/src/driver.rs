@@ -318,21 +318,23 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                         return Ok(());
                     }
                 }
-                Some(input) = self.peer_in.recv() => {
-                    self.on_peer(input);
-                    for _ in 0..INPUTS_PER_TURN_MAX {
-                        let Ok(input) = self.peer_in.try_recv() else { break };
-                        self.on_peer(input);
-                    }
-                }
-                Some(request) = self.requests.recv() => {
-                    self.on_request(request);
-                    for _ in 0..INPUTS_PER_TURN_MAX {
-                        let Ok(request) = self.requests.try_recv() else { break };
-                        self.on_request(request);
-                    }
-                }
+                Some(input) = self.peer_in.recv() => self.on_peer(input),
+                Some(request) = self.requests.recv() => self.on_request(request),
                 () = sleep => {}
+            }
+            // Take everything else that is ready too (both channels, so neither starves the
+            // other), so that one group commit covers all of it.
+            for _ in 0..INPUTS_PER_TURN_MAX {
+                let Ok(input) = self.peer_in.try_recv() else {
+                    break;
+                };
+                self.on_peer(input);
+            }
+            for _ in 0..INPUTS_PER_TURN_MAX {
+                let Ok(request) = self.requests.try_recv() else {
+                    break;
+                };
+                self.on_request(request);
             }
             self.on_time();
         }
