@@ -168,3 +168,48 @@ async fn a_member_stops_and_restarts_from_its_data() {
     assert_eq!(info.holder.unwrap().token, t);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let peer = format!("http://{}", cluster.config(0).me().peer_address);
+    let send = |batch: proto::PeerBatch| {
+        let peer = peer.clone();
+        async move {
+            let mut client = proto::peer_client::PeerClient::connect(peer).await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tx.send(batch).await.unwrap();
+            drop(tx);
+            client
+                .send(picket_server::stream::ChannelStream::new(rx))
+                .await
+                .map(|r| r.into_inner())
+        }
+    };
+    let wrong_cluster = proto::PeerBatch {
+        cluster_id: "other".into(),
+        from_node_id: 2,
+        to_node_id: 1,
+        messages: vec![],
+    };
+    let status = send(wrong_cluster).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("cluster_id"), "{status:?}");
+    let malformed = proto::PeerBatch {
+        cluster_id: "picket-dev".into(),
+        from_node_id: 2,
+        to_node_id: 1,
+        messages: vec![proto::PeerMessage { kind: None }],
+    };
+    let summary = send(malformed).await.unwrap();
+    assert_eq!((summary.batches_received, summary.messages_dropped), (1, 1));
+    // The cluster is unharmed.
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    assert!(granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).is_some());
+    cluster.shutdown().await;
+}
