@@ -213,3 +213,53 @@ async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages
     assert!(granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).is_some());
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let quiet = create_session(&at, "quiet", 1_000).await;
+    let live = create_session(&at, "live", 10_000).await;
+    let t1 = granted(&acquire(&at, quiet, 1, NS, "k", 0).await.unwrap()).unwrap();
+    // `live` keeps its session alive over one stream while its acquire is held.
+    let ka_at = at.clone();
+    let keeper = tokio::spawn(async move {
+        let mut client = lock(&ka_at).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut answers = client
+            .keep_alive(picket_server::stream::ChannelStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        for seq in 1..=10u64 {
+            tx.send(proto::KeepAliveRequest {
+                session_id: live,
+                seq,
+            })
+            .await
+            .unwrap();
+            let answer = answers.message().await.unwrap().unwrap();
+            assert_eq!((answer.seq, answer.lost), (seq, false));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let started = tokio::time::Instant::now();
+    let reply = acquire(&at, live, 1, NS, "k", 8_000).await.unwrap();
+    let t2 = granted(&reply).expect("granted when the quiet session expired");
+    assert!(t2 > t1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        keepalive(&at, quiet).await.unwrap().lost,
+        "the quiet session expired"
+    );
+    keeper.await.unwrap();
+    cluster.shutdown().await;
+}
