@@ -1,5 +1,7 @@
 //! `DevCluster` (three replicas in this process): watch, admin calls with dev auth, and a member
 //! stopped and restarted.
+// Real processes, sockets and TLS: not under the simulator.
+#![cfg(not(madsim))]
 
 mod support;
 

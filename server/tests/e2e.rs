@@ -1,5 +1,7 @@
 //! End-to-end: three real `picketd` processes on loopback (spawned from the built binary, killed
 //! by PID when the test ends).
+// Real processes, sockets and TLS: not under the simulator.
+#![cfg(not(madsim))]
 
 mod support;
 
