@@ -231,12 +231,17 @@ impl DevCluster {
         None
     }
 
-    /// Waits up to `timeout` for a ready leader.
+    /// Waits up to `timeout` for a ready leader that is still the leader an election timeout
+    /// later (right after start, duelling candidates may depose a first leader).
     pub async fn wait_for_leader(&self, timeout: Duration) -> Option<usize> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let settle = Duration::from_millis(self.configs[0].timing.election_timeout_ms_max);
         loop {
             if let Some(leader) = self.leader().await {
-                return Some(leader);
+                tokio::time::sleep(settle).await;
+                if self.leader().await == Some(leader) {
+                    return Some(leader);
+                }
             }
             if tokio::time::Instant::now() >= deadline {
                 return None;

@@ -304,3 +304,85 @@ fn a_held_acquire_ends_when_its_session_is_closed() {
     );
     assert_eq!(h.drivers[leader].counters().waits_timed_out, 0);
 }
+
+impl Harness {
+    /// Replaces member `i` by a replica that lost its disk (fresh storage, `lost` set).
+    fn lose_disk(&mut self, i: usize) {
+        let id = i as u64 + 1;
+        let members: Vec<NodeId> = (1..=3).map(NodeId).collect();
+        let disk = SimDisk::new(100 + id);
+        let storage = StorageConfig {
+            log: LogConfig {
+                preallocate_bytes: 0,
+                ..LogConfig::default()
+            },
+            ..StorageConfig::default()
+        };
+        let (store, mut recovered) =
+            DurableStore::open(disk.clone(), Path::new("/data"), storage).unwrap();
+        recovered.durable.lost = true;
+        let node = Node::new(
+            NodeConfig {
+                replica: paxos::Config::new(NodeId(id), members.clone(), 77),
+                locks: LockConfig::default(),
+                boot: 7,
+                compact_every_slots: 0,
+            },
+            recovered.durable,
+        )
+        .unwrap();
+        let mut peers_out = BTreeMap::new();
+        let mut out = Vec::new();
+        for other in members.iter().filter(|m| m.0 != id) {
+            let (tx, rx) = mpsc::channel(100_000);
+            peers_out.insert(*other, tx);
+            out.push((*other, rx));
+        }
+        let endpoints = members
+            .iter()
+            .map(|m| (*m, format!("http://node-{}:7400", m.0)))
+            .collect();
+        self.drivers[i] = Driver::new(DriverParts {
+            node,
+            store,
+            clock: self.clock.clone(),
+            limits: DriverLimits::default(),
+            boot: 7,
+            cluster_id: "test".into(),
+            endpoints,
+            peers_out,
+        });
+        self.outs[i] = out;
+        self.disks[i] = disk;
+    }
+}
+
+#[test]
+fn a_replica_that_lost_its_disk_recovers_through_the_driver() {
+    let mut h = harness(64);
+    let leader = h.leader();
+    h.settle(100);
+    for _ in 0..5 {
+        h.session(leader);
+    }
+    let victim = (leader + 1) % 3;
+    h.lose_disk(victim);
+    assert!(h.drivers[victim].node().replica().is_amnesiac());
+    for _ in 0..400 {
+        h.settle(5);
+        if !h.drivers[victim].node().replica().is_amnesiac() {
+            break;
+        }
+    }
+    assert!(
+        !h.drivers[victim].node().replica().is_amnesiac(),
+        "still amnesiac; roles: {:?}",
+        h.drivers
+            .iter()
+            .map(|d| (d.node().role(), d.node().leader()))
+            .collect::<Vec<_>>()
+    );
+    let leader = h.leader();
+    let s = h.session(leader);
+    assert!(s.0 > 5);
+}

@@ -349,3 +349,95 @@ async fn a_tls_cluster_serves_https_and_its_peers_use_mutual_tls() {
         "plaintext must not be served on a TLS port"
     );
 }
+
+/// A replica whose log is damaged starts amnesiac (loudly), re-learns its state from the others,
+/// and then counts again: with another replica down, it and the leader still make progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    let s = create_session(&eps[leader], "svc", 20_000).await;
+    let mut last = 0;
+    for i in 0..20u64 {
+        let reply = acquire(&eps[leader], s, i + 1, NS, &format!("k{i}"), 0)
+            .await
+            .unwrap();
+        last = granted(&reply).unwrap();
+    }
+    let victim = (leader + 1) % 3;
+    cluster.terminate(victim);
+    let log_dir = cluster
+        .dir
+        .path()
+        .join(format!("node-{}/replica-1/log", victim + 1));
+    let segment = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.len() > 200, "the segment holds several records");
+    bytes[32 + 8 + 2] ^= 0x5a; // inside the first record's payload; later records are whole
+    std::fs::write(&segment, bytes).unwrap();
+    cluster.spawn(victim);
+    // It says so, and catches up with the others.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let caught_up = inspect(&eps[victim], NS, "k19", true)
+            .await
+            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == last));
+        if caught_up {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the amnesiac replica did not catch up; log:\n{}",
+            cluster.log(victim)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        cluster.log(victim).contains("DURABLE STATE LOST"),
+        "{}",
+        cluster.log(victim)
+    );
+    assert!(log_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("replica-2")
+        .exists());
+    // Once recovered it votes and accepts again: the third replica goes down and the cluster
+    // still commits (a quorum of two needs the recovered replica).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let third = 3 - leader - victim;
+    loop {
+        // Roles reported after the restart (an amnesiac replica reports `Recovering`).
+        let log = cluster.log(victim);
+        let since = &log[log.find("DURABLE STATE LOST").unwrap()..];
+        if since.contains("role=Follower") || since.contains("role=Leader") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the amnesiac replica did not recover; log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(third);
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s, 100, NS, "after", 0).await
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:?}\nleader {leader} victim {victim} third {third}\n--- victim log:\n{}\n--- leader log:\n{}\n--- third log:\n{}",
+            cluster.log(victim),
+            cluster.log(leader),
+            cluster.log(third)
+        )
+    });
+    assert!(granted(&reply).unwrap() > last);
+}

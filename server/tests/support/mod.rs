@@ -93,7 +93,10 @@ impl Cluster {
             .arg("run")
             .arg("--config")
             .arg(&self.configs[i])
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("PICKET_E2E_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -134,19 +137,16 @@ impl Cluster {
         (0..3).filter(|i| self.procs[*i].is_some()).collect()
     }
 
-    /// The index of the ready leader (it answers a linearizable read), waiting up to `timeout`.
+    /// The index of the ready leader (it answers a linearizable read, and still does an
+    /// election timeout later: right after start, duelling candidates may depose a first
+    /// leader), waiting up to `timeout`.
     pub async fn leader(&self, timeout: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            for i in self.running() {
-                if let Ok(mut admin) = admin(&self.endpoints[i]).await {
-                    let read = admin
-                        .longest_holds(proto::LongestHoldsRequest { allow_stale: false })
-                        .await;
-                    let keepalive_ready = read.is_ok();
-                    if keepalive_ready {
-                        return i;
-                    }
+            if let Some(i) = self.answering_leader().await {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                if self.answering_leader().await == Some(i) {
+                    return i;
                 }
             }
             assert!(
@@ -158,6 +158,20 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    async fn answering_leader(&self) -> Option<usize> {
+        for i in self.running() {
+            if let Ok(mut admin) = admin(&self.endpoints[i]).await {
+                let read = admin
+                    .longest_holds(proto::LongestHoldsRequest { allow_stale: false })
+                    .await;
+                if read.is_ok() {
+                    return Some(i);
+                }
+            }
+        }
+        None
     }
 }
 
