@@ -410,3 +410,16 @@ heartbeat_ms = 20
         assert!(e.contains("colour"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_is_valid() {
+        let config = Config::parse(include_str!("../picket.example.toml")).unwrap();
+        assert_eq!(config.members.len(), 3);
+        assert_eq!(config.scheme(), "https");
+        assert_eq!(config.client_listen, Some("0.0.0.0:7401".parse().unwrap()));
+    }
+}

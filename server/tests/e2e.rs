@@ -441,3 +441,39 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
     });
     assert!(granted(&reply).unwrap() > last);
 }
+
+#[test]
+fn picketd_names_the_field_of_a_bad_configuration_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("picket.example.toml"),
+    )
+    .unwrap();
+    let check = |text: &str| {
+        let path = dir.path().join("picket.toml");
+        std::fs::write(&path, text).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let ok = check(&good);
+    assert!(ok.status.success(), "{ok:?}");
+    let bad = check(&good.replace("heartbeat_ms = 75", "heartbeat_ms = 900"));
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("timing.election_timeout_ms_min"),
+        "{stderr}"
+    );
+    // `run` refuses it the same way, before touching anything.
+    let path = dir.path().join("picket.toml");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_picketd"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("timing.election_timeout_ms_min"));
+}

@@ -157,7 +157,7 @@ mod real {
         }
         println!();
         println!("Try (in another terminal):");
-        println!("  picketctl session");
+        println!("  picketctl session --keep");
         println!("  picketctl lock orders invoice/42 -- sleep 5");
         println!("  picketctl inspect orders invoice/42");
         println!("  picketctl holds orders");
