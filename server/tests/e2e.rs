@@ -232,6 +232,12 @@ async fn a_restart_of_all_three_recovers_from_disk() {
     let at = cluster.endpoints[leader].clone();
     let a = create_session(&at, "svc-a", 20_000).await;
     let t1 = granted(&acquire(&at, a, 1, NS, "k", 0).await.unwrap()).unwrap();
+    // Enough commands for snapshots (every 16 slots): recovery starts from one.
+    for i in 0..24u64 {
+        acquire(&at, a, i + 2, NS, &format!("more/{i}"), 0)
+            .await
+            .unwrap();
+    }
 
     // One graceful stop (SIGTERM), two kill -9.
     let status = cluster.terminate(0);
@@ -268,6 +274,10 @@ async fn a_restart_of_all_three_recovers_from_disk() {
     let t2 = granted(&reply).unwrap();
     assert!(t2 > t1);
     assert!((0..3).all(|i| cluster.log(i).contains("recovered")));
+    assert!(
+        (0..3).any(|i| cluster.log(i).contains("snapshot_slot=Some")),
+        "a replica recovered from a snapshot"
+    );
 }
 
 /// One client acquires new keys in a loop, following the leader, while the leader is killed:
@@ -328,6 +338,22 @@ async fn no_acknowledged_acquire_is_lost_when_the_leader_is_killed_under_load() 
             "{key}"
         );
     }
+    // With `snapshot_every_slots = 16` the replicas took snapshots on the way.
+    let snapshots = cluster
+        .dir
+        .path()
+        .join(format!("node-{}/replica-1/snapshots", new_leader + 1));
+    let taken = std::fs::read_dir(&snapshots)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "snap")
+        })
+        .count();
+    assert!(taken >= 1, "no snapshot in {}", snapshots.display());
 }
 
 /// With `[tls]`: replicas elect a leader over mutual TLS, clients are served over `https://`,

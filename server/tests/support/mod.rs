@@ -58,7 +58,7 @@ impl Cluster {
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n{tls_section}",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{tls_section}",
                 i + 1,
                 i + 1
             );
