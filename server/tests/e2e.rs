@@ -1,0 +1,505 @@
+//! End-to-end: three real `picketd` processes on loopback (spawned from the built binary, killed
+//! by PID when the test ends).
+// Real processes, sockets and TLS: not under the simulator.
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::time::Duration;
+
+use picket_net::proto;
+use support::*;
+use tonic::Code;
+
+const NS: &str = "orders";
+const ELECTION: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_locks_fifo_handoff_and_rising_tokens() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+
+    // A follower refuses with the leader's client endpoint, in details and metadata.
+    let follower = (leader + 1) % 3;
+    // (It learns who leads from the leader's first heartbeat: ask until it knows.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = try_create_session(&cluster.endpoints[follower], "svc", 10_000)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        let hint = picket_net::status::leader_hint(&status).unwrap();
+        if hint.endpoint.is_some() || tokio::time::Instant::now() > deadline {
+            assert_eq!(hint.endpoint.as_deref(), Some(at.as_str()));
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        status
+            .metadata()
+            .get("picket-leader")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        at
+    );
+
+    let a = create_session(&at, "svc-a", 10_000).await;
+    let b = create_session(&at, "svc-b", 10_000).await;
+    assert_ne!(a, b);
+    let ka = keepalive(&at, a).await.unwrap();
+    assert_eq!((ka.session_id, ka.ttl_ms, ka.lost), (a, 10_000, false));
+
+    let first = acquire(&at, a, 1, NS, "invoice/42", 0).await.unwrap();
+    let t1 = granted(&first).expect("a is granted");
+    // A retry with the same request id gets the same grant.
+    let again = acquire(&at, a, 1, NS, "invoice/42", 0).await.unwrap();
+    assert_eq!(granted(&again), Some(t1));
+    // b waits (the call is held) until a releases.
+    let at_b = at.clone();
+    let waiter = tokio::spawn(async move { acquire(&at_b, b, 1, NS, "invoice/42", 10_000).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "b's acquire is held while a holds the key"
+    );
+    let info = inspect(&at, NS, "invoice/42", false).await.unwrap();
+    assert_eq!(info.holder.as_ref().unwrap().session_id, a);
+    assert_eq!(info.queue_depth, 1);
+    let released = release(&at, a, 2, NS, "invoice/42", t1).await.unwrap();
+    let next = released.next.expect("b is granted in the same revision");
+    assert_eq!(next.session_id, b);
+    let b_reply = waiter.await.unwrap().unwrap();
+    let t2 = granted(&b_reply).expect("b's held call answers Granted");
+    assert_eq!(t2, next.token);
+    assert!(t2 > t1, "tokens rise: {t2} after {t1}");
+    // Try-lock on a held key: Busy with the holder.
+    let busy = acquire(&at, a, 3, NS, "invoice/42", 0).await.unwrap();
+    match busy.reply.unwrap().kind.unwrap() {
+        proto::acquire_reply::Kind::Busy(busy) => assert_eq!(busy.holder_session_id, b),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_clearly_and_changes_nothing() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+    let s = create_session(&at, "svc", 10_000).await;
+    let token = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
+
+    let status = assert_code(
+        acquire(&at, s, 2, "Orders", "k", 0).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    assert!(
+        status.message().starts_with("acquire.namespace: "),
+        "{status:?}"
+    );
+    let long_key = "k".repeat(513);
+    let status = assert_code(
+        acquire(&at, s, 2, NS, &long_key, 0).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    assert!(status.message().starts_with("acquire.key: "), "{status:?}");
+    assert_code(
+        acquire(&at, s, 0, NS, "k", 0).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    // A message above the 4 MiB API limit is refused by the server's decoder.
+    let huge = "x".repeat(5 << 20);
+    let status = acquire(&at, s, 2, NS, &huge, 0).await.unwrap_err();
+    assert!(
+        matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted),
+        "{status:?}"
+    );
+    assert_code(
+        acquire(&at, 987_654, 1, NS, "k2", 0).await,
+        Code::NotFound,
+        "unknown_session",
+    );
+    assert_code(
+        release(&at, s, 3, NS, "k", token + 1000).await,
+        Code::FailedPrecondition,
+        "wrong_token",
+    );
+    let ka = keepalive(&at, 987_654).await.unwrap();
+    assert!(ka.lost, "an unknown session's keepalive says lost");
+    // Admin mutations without the principal metadata are refused.
+    let mut admin_client = admin(&at).await.unwrap();
+    let status = admin_client
+        .approve_force_release(proto::ApproveForceReleaseRequest {
+            force_release_id: 1,
+            acknowledged_fenced: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+
+    // Nothing changed, and the server still serves.
+    let info = inspect(&at, NS, "k", false).await.unwrap();
+    let holder = info.holder.unwrap();
+    assert_eq!((holder.session_id, holder.token), (s, token));
+    assert!(inspect(&at, NS, "k2", false)
+        .await
+        .unwrap()
+        .holder
+        .is_none());
+    let other = granted(&acquire(&at, s, 4, NS, "k3", 0).await.unwrap()).unwrap();
+    assert!(other > token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_9_keeps_holds_sessions_and_rising_tokens_and_a_follower_catches_up() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+    let a = create_session(&at, "svc-a", 10_000).await;
+    let b = create_session(&at, "svc-b", 10_000).await;
+    let mut tokens = Vec::new();
+    for (i, key) in ["k1", "k2", "k3"].iter().enumerate() {
+        let t = granted(&acquire(&at, a, i as u64 + 1, NS, key, 0).await.unwrap()).unwrap();
+        tokens.push(t);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+
+    let killed_at = tokio::time::Instant::now();
+    cluster.kill(leader);
+    let new_leader = cluster.leader(ELECTION).await;
+    let took = killed_at.elapsed();
+    assert_ne!(new_leader, leader);
+    assert!(took < Duration::from_secs(5), "new leader after {took:?}");
+    let eps = cluster.endpoints.clone();
+
+    // Acknowledged holds survive, sessions are alive, tokens keep rising.
+    for (key, token) in ["k1", "k2", "k3"].iter().zip(&tokens) {
+        let info = at_leader(&eps, new_leader, |ep| async move {
+            inspect(&ep, NS, key, false).await
+        })
+        .await
+        .unwrap();
+        let holder = info.holder.expect("the hold survives the leader's death");
+        assert_eq!((holder.session_id, holder.token), (a, *token));
+    }
+    let ka = at_leader(
+        &eps,
+        new_leader,
+        |ep| async move { keepalive(&ep, a).await },
+    )
+    .await
+    .unwrap();
+    assert!(!ka.lost, "the session survives the leader's death");
+    let reply = at_leader(&eps, new_leader, |ep| async move {
+        acquire(&ep, b, 1, NS, "k4", 0).await
+    })
+    .await
+    .unwrap();
+    let t4 = granted(&reply).unwrap();
+    assert!(
+        t4 > tokens[2],
+        "tokens rise across leaders: {t4} after {}",
+        tokens[2]
+    );
+
+    // The killed node restarts from its data and catches up.
+    cluster.spawn(leader);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(info) = inspect(&cluster.endpoints[leader], NS, "k4", true).await {
+            if info.holder.as_ref().is_some_and(|h| h.token == t4) {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restarted node did not catch up; log:\n{}",
+            cluster.log(leader)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_of_all_three_recovers_from_disk() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+    let a = create_session(&at, "svc-a", 20_000).await;
+    let t1 = granted(&acquire(&at, a, 1, NS, "k", 0).await.unwrap()).unwrap();
+    // Enough commands for snapshots (every 16 slots): recovery starts from one.
+    for i in 0..24u64 {
+        acquire(&at, a, i + 2, NS, &format!("more/{i}"), 0)
+            .await
+            .unwrap();
+    }
+
+    // One graceful stop (SIGTERM), two kill -9.
+    let status = cluster.terminate(0);
+    assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
+    assert!(cluster.log(0).contains("stopped"), "{}", cluster.log(0));
+    cluster.kill(1);
+    cluster.kill(2);
+    for i in 0..3 {
+        cluster.spawn(i);
+    }
+    let leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    let info = at_leader(&eps, leader, |ep| async move {
+        inspect(&ep, NS, "k", false).await
+    })
+    .await
+    .unwrap();
+    let holder = info.holder.expect("the hold is recovered from disk");
+    assert_eq!((holder.session_id, holder.token), (a, t1));
+    let ka = at_leader(&eps, leader, |ep| async move { keepalive(&ep, a).await })
+        .await
+        .unwrap();
+    assert!(!ka.lost);
+    let s2 = at_leader(&eps, leader, |ep| async move {
+        try_create_session(&ep, "svc-b", 10_000).await
+    })
+    .await
+    .unwrap();
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s2, 1, NS, "other", 0).await
+    })
+    .await
+    .unwrap();
+    let t2 = granted(&reply).unwrap();
+    assert!(t2 > t1);
+    assert!((0..3).all(|i| cluster.log(i).contains("recovered")));
+    assert!(
+        (0..3).any(|i| cluster.log(i).contains("snapshot_slot=Some")),
+        "a replica recovered from a snapshot"
+    );
+}
+
+/// One client acquires new keys in a loop, following the leader, while the leader is killed:
+/// every acknowledged grant is still held afterwards with its token, and tokens rose in the
+/// order they were acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_acquire_is_lost_when_the_leader_is_killed_under_load() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let session = create_session(&cluster.endpoints[leader], "load", 10_000).await;
+    let endpoints = cluster.endpoints.clone();
+    let load = tokio::spawn(async move {
+        let mut acked: Vec<(String, u64)> = Vec::new();
+        let mut at = leader;
+        let started = tokio::time::Instant::now();
+        let mut i = 0u64;
+        while started.elapsed() < Duration::from_millis(2_500) {
+            let key = format!("load/{i}");
+            match acquire(&endpoints[at], session, i + 1, NS, &key, 0).await {
+                Ok(reply) => {
+                    acked.push((key, granted(&reply).expect("a fresh key is granted")));
+                    i += 1;
+                }
+                // Not the leader, or the leader is gone: retry the same request elsewhere.
+                Err(status) => {
+                    let hint = picket_net::status::leader_hint(&status)
+                        .and_then(|h| h.node_id)
+                        .map(|n| n as usize - 1);
+                    at = hint.unwrap_or((at + 1) % 3);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        acked
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(leader);
+    let acked = load.await.unwrap();
+    assert!(acked.len() > 10, "the load made progress: {}", acked.len());
+    assert!(
+        acked.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens rise in acknowledgment order"
+    );
+    let new_leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    for (key, token) in &acked {
+        let info = at_leader(&eps, new_leader, |ep| async move {
+            inspect(&ep, NS, key, false).await
+        })
+        .await
+        .unwrap();
+        let holder = info
+            .holder
+            .unwrap_or_else(|| panic!("acknowledged grant of {key} lost"));
+        assert_eq!(
+            (holder.session_id, holder.token),
+            (session, *token),
+            "{key}"
+        );
+    }
+    // With `snapshot_every_slots = 16` the replicas took snapshots on the way.
+    let snapshots = cluster
+        .dir
+        .path()
+        .join(format!("node-{}/replica-1/snapshots", new_leader + 1));
+    let taken = std::fs::read_dir(&snapshots)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "snap")
+        })
+        .count();
+    assert!(taken >= 1, "no snapshot in {}", snapshots.display());
+}
+
+/// With `[tls]`: replicas elect a leader over mutual TLS, clients are served over `https://`,
+/// and a plaintext client gets nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_serves_https_and_its_peers_use_mutual_tls() {
+    let cluster = Cluster::start_with(true);
+    let leader = cluster.leader(ELECTION).await;
+    let at = cluster.endpoints[leader].clone();
+    assert!(at.starts_with("https://"));
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
+    let info = inspect(&at, NS, "k", false).await.unwrap();
+    assert_eq!(info.holder.unwrap().token, t);
+    let plain = at.replace("https://", "http://");
+    let refused = try_create_session(&plain, "svc", 10_000).await;
+    assert!(
+        refused.is_err(),
+        "plaintext must not be served on a TLS port"
+    );
+}
+
+/// A replica whose log is damaged starts amnesiac (loudly), re-learns its state from the others,
+/// and then counts again: with another replica down, it and the leader still make progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    let s = create_session(&eps[leader], "svc", 20_000).await;
+    let mut last = 0;
+    for i in 0..20u64 {
+        let reply = acquire(&eps[leader], s, i + 1, NS, &format!("k{i}"), 0)
+            .await
+            .unwrap();
+        last = granted(&reply).unwrap();
+    }
+    let victim = (leader + 1) % 3;
+    cluster.terminate(victim);
+    let log_dir = cluster
+        .dir
+        .path()
+        .join(format!("node-{}/replica-1/log", victim + 1));
+    let segment = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.len() > 200, "the segment holds several records");
+    bytes[32 + 8 + 2] ^= 0x5a; // inside the first record's payload; later records are whole
+    std::fs::write(&segment, bytes).unwrap();
+    cluster.spawn(victim);
+    // It says so, and catches up with the others.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let caught_up = inspect(&eps[victim], NS, "k19", true)
+            .await
+            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == last));
+        if caught_up {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the amnesiac replica did not catch up; log:\n{}",
+            cluster.log(victim)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        cluster.log(victim).contains("DURABLE STATE LOST"),
+        "{}",
+        cluster.log(victim)
+    );
+    assert!(log_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("replica-2")
+        .exists());
+    // Once recovered it votes and accepts again: the third replica goes down and the cluster
+    // still commits (a quorum of two needs the recovered replica).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let third = 3 - leader - victim;
+    loop {
+        // Roles reported after the restart (an amnesiac replica reports `Recovering`).
+        let log = cluster.log(victim);
+        let since = &log[log.find("DURABLE STATE LOST").unwrap()..];
+        if since.contains("role=Follower") || since.contains("role=Leader") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the amnesiac replica did not recover; log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(third);
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s, 100, NS, "after", 0).await
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:?}\nleader {leader} victim {victim} third {third}\n--- victim log:\n{}\n--- leader log:\n{}\n--- third log:\n{}",
+            cluster.log(victim),
+            cluster.log(leader),
+            cluster.log(third)
+        )
+    });
+    assert!(granted(&reply).unwrap() > last);
+}
+
+#[test]
+fn picketd_names_the_field_of_a_bad_configuration_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("picket.example.toml"),
+    )
+    .unwrap();
+    let check = |text: &str| {
+        let path = dir.path().join("picket.toml");
+        std::fs::write(&path, text).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let ok = check(&good);
+    assert!(ok.status.success(), "{ok:?}");
+    let bad = check(&good.replace("heartbeat_ms = 75", "heartbeat_ms = 900"));
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("timing.election_timeout_ms_min"),
+        "{stderr}"
+    );
+    // `run` refuses it the same way, before touching anything.
+    let path = dir.path().join("picket.toml");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_picketd"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("timing.election_timeout_ms_min"));
+}
