@@ -6,9 +6,11 @@
 //! `watch` prints one object per event).
 
 mod commands;
+#[cfg(all(test, not(madsim)))]
+mod e2e;
 mod render;
 mod run;
-#[cfg(test)]
+#[cfg(all(test, not(madsim)))]
 mod tests;
 
 use std::process::ExitCode;
