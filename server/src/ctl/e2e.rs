@@ -1,0 +1,247 @@
+//! The client library and picketctl's force-release against a real in-process 3-replica
+//! cluster (`DevCluster`: real nodes, storage, gRPC on loopback, dev auth).
+
+use std::time::Duration;
+
+use picket_net::client::{Client, ClientConfig, ClientError, Credentials, LostReason};
+use picket_net::{proto, FencingError, FencingGate};
+use picket_server::dev::DevCluster;
+
+use super::commands::approve;
+use super::CtlError;
+
+const NS: &str = "orders";
+
+async fn cluster() -> (DevCluster, usize) {
+    let cluster = DevCluster::start().await.expect("dev cluster starts");
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader is elected");
+    (cluster, leader)
+}
+
+/// A client whose first endpoint is a follower, so its first call is redirected.
+fn client(cluster: &DevCluster, leader: usize, principal: &str, roles: &str) -> Client {
+    let mut endpoints = cluster.client_endpoints();
+    let follower = (leader + 1) % endpoints.len();
+    endpoints.rotate_left(follower);
+    let mut config = ClientConfig::new(endpoints, "ctl-e2e");
+    config.session_ttl = Some(Duration::from_secs(5));
+    config.wait_slice = Duration::from_secs(2);
+    config.credentials = Credentials {
+        principal: Some(principal.to_owned()),
+        roles: Some(roles.to_owned()),
+        bearer: None,
+    };
+    Client::new(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_hand_off_in_order_and_the_gate_refuses_the_old_holder() {
+    let (cluster, leader) = cluster().await;
+    let client = client(&cluster, leader, "svc", "");
+    let first = client.create_session().await.unwrap();
+    assert_eq!(
+        client.leader_guess(),
+        cluster.client_endpoint(leader),
+        "followed the hint"
+    );
+    let second = client.create_session().await.unwrap();
+
+    let held = first.lock(NS, "ledger/1").await.unwrap();
+    let busy = second.try_lock(NS, "ledger/1").await.unwrap_err();
+    assert!(
+        matches!(busy, ClientError::Held { holder_session_id, token, .. }
+            if holder_session_id == first.id() && token == held.token().0),
+        "{busy}"
+    );
+    let waiter = second.clone();
+    let waiting = tokio::spawn(async move { waiter.lock(NS, "ledger/1").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let gate = FencingGate::new(64);
+    gate.check("ledger/1", held.token()).unwrap();
+    let old_token = held.token();
+    let next = held
+        .release()
+        .await
+        .unwrap()
+        .expect("the waiter is granted in the release");
+    let granted = waiting.await.unwrap().unwrap();
+    assert_eq!(next.session_id, second.id());
+    assert_eq!(granted.token().0, next.token);
+    assert!(granted.token() > old_token);
+    gate.check("ledger/1", granted.token()).unwrap();
+    assert!(matches!(
+        gate.check("ledger/1", old_token),
+        Err(FencingError::Stale { .. })
+    ));
+    granted.release().await.unwrap();
+    first.close().await.unwrap();
+    second.close().await.unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
+    let (cluster, leader) = cluster().await;
+    let holder = client(&cluster, leader, "svc", "");
+    let alice = client(&cluster, leader, "alice", "on-call,class-admin");
+    let bob = client(&cluster, leader, "bob", "on-call");
+
+    alice
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                prefix: "ledger/".into(),
+                fenced: true,
+                session_ttl_ms_default: 5_000,
+                session_ttl_ms_max: 60_000,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let session = holder.create_session().await.unwrap();
+    let guard = session.lock(NS, "ledger/7").await.unwrap();
+
+    let requested = alice
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: NS.into(),
+            key: "ledger/7".into(),
+            expected_token: guard.token().0,
+            reason: "holder hung (test)".into(),
+            revoke_session: true,
+        })
+        .await
+        .unwrap();
+    assert!(requested.fenced);
+    let id = requested.force_release_id;
+
+    // picketctl refuses the fenced approval without the acknowledgement; the lock stays.
+    let refused = approve(&bob, id, false).await.unwrap_err();
+    assert!(matches!(refused, CtlError::Refused(_)), "{refused}");
+    assert!(guard.is_held());
+
+    let report = approve(&bob, id, true).await.unwrap();
+    assert_eq!(report.json["released_token"], guard.token().0);
+    assert_eq!(report.json["session_revoked"], session.id());
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the holder learns of the revocation at its next keepalive");
+    assert!(
+        matches!(reason, LostReason::Revoked | LostReason::UnknownSession),
+        "{reason}"
+    );
+    assert!(!guard.is_held());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_outlives_its_leader_and_the_client_follows_the_new_one() {
+    let (mut cluster, leader) = cluster().await;
+    let client = client(&cluster, leader, "svc", "");
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock(NS, "jobs/1").await.unwrap();
+    cluster.stop(leader).await;
+    let new_leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a new leader");
+    assert_ne!(new_leader, leader);
+    // Calls after the change reach the new leader, and the session is still kept alive.
+    let other = session.lock(NS, "jobs/2").await.unwrap();
+    assert!(other.token() > guard.token());
+    tokio::time::sleep(session.ttl()).await;
+    assert!(
+        guard.is_held(),
+        "kept alive through the new leader: {session:?}"
+    );
+    cluster.shutdown().await;
+}
+
+fn cli(cluster: &DevCluster, args: &[&str]) -> super::Cli {
+    let endpoints = cluster.client_endpoints().join(",");
+    let mut argv = vec!["picketctl", "--endpoints", &endpoints];
+    argv.extend_from_slice(args);
+    <super::Cli as clap::Parser>::try_parse_from(argv).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_runs_the_command_with_the_token_and_exits_with_its_status() {
+    let (cluster, _) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("env");
+    let script = format!(
+        "echo \"$PICKET_TOKEN $PICKET_NAMESPACE $PICKET_KEY\" > {}; exit 7",
+        out.display()
+    );
+    let command = cli(
+        &cluster,
+        &["lock", NS, "batch/1", "--", "sh", "-c", &script],
+    );
+    let code = super::execute(command).await.unwrap();
+    assert_eq!(code, 7, "exits with the command's status");
+    let seen = std::fs::read_to_string(&out).unwrap();
+    let fields: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(fields[1..], [NS, "batch/1"]);
+    assert!(fields[0].parse::<u64>().unwrap() > 0, "a token: {seen}");
+
+    // Released afterwards: the key is free for the next taker.
+    let client = client(&cluster, 0, "svc", "");
+    let session = client.create_session().await.unwrap();
+    let next = session.try_lock(NS, "batch/1").await.unwrap();
+    assert!(next.token().0 > fields[0].parse::<u64>().unwrap());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_kills_the_command_when_the_lock_is_lost() {
+    let (cluster, leader) = cluster().await;
+    let command = cli(
+        &cluster,
+        &[
+            "lock", NS, "batch/2", "--ttl-ms", "3000", "--", "sleep", "30",
+        ],
+    );
+    let running = tokio::spawn(super::execute(command));
+    let operator = client(&cluster, leader, "alice", "on-call");
+    let approver = client(&cluster, leader, "bob", "on-call");
+    // Wait until the command holds the lock.
+    let token = loop {
+        let info = operator
+            .inspect(proto::InspectRequest {
+                namespace: NS.into(),
+                key: "batch/2".into(),
+                allow_stale: false,
+            })
+            .await
+            .unwrap();
+        if let Some(holder) = info.holder {
+            break holder.token;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let requested = operator
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: NS.into(),
+            key: "batch/2".into(),
+            expected_token: token,
+            reason: "test: revoke the holder".into(),
+            revoke_session: true,
+        })
+        .await
+        .unwrap();
+    approve(&approver, requested.force_release_id, true)
+        .await
+        .unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the command is killed long before its 30 s sleep ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, super::EXIT_LOCK_LOST);
+    cluster.shutdown().await;
+}
