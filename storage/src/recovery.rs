@@ -50,7 +50,9 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    // Index 0 is never a record's (logs start at 1, `reset(0)` is refused): such a name is not a
+    // segment's, and accepting it made `last_index()` underflow on an empty log.
+    digits.parse().ok().filter(|index| *index != 0)
 }
 
 /// Scans `dir`, returning its segments (possibly none) with the last one's torn tail removed.

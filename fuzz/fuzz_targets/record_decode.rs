@@ -1,0 +1,4 @@
+#![no_main]
+//! See `picket_fuzz::record_decode` for what this target feeds and checks.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| picket_fuzz::record_decode::run(data));

@@ -1,0 +1,350 @@
+//! `lock_commands`: arbitrary command sequences into `picket_core::locks::LockStateMachine`.
+//!
+//! The first byte chooses one of two modes:
+//! - **Model** (sessions, acquire, release, close, expire, retries): every answer must equal the
+//!   plain model's ([`crate::lock_model`], copied from `core/tests/locks_model.rs`), and so must
+//!   the holders and queues of every key.
+//! - **Wide** (every command kind, classes and force releases included, with small vocabularies
+//!   of names, tokens, ids and roles): no model; the general rules only.
+//!
+//! Checked after every command in both modes: `check_invariants()`; the revision advanced by
+//! exactly one; an error changed nothing else; fresh grants give tokens strictly above every
+//! earlier token of the key. Every 8th revision the state survives a snapshot round trip, and
+//! now and then the run continues from the restored machine.
+
+use std::collections::BTreeMap;
+
+use arbitrary::{Arbitrary, Result, Unstructured};
+use picket_core::locks::{
+    Actor, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig, LockSnapshot,
+    LockStateMachine, Revision, Role, SessionId, Token,
+};
+use picket_core::time::Instant;
+
+use crate::lock_model::{self, assert_same_state, Driver, Model, Op};
+
+/// Commands per input.
+const STEPS_MAX: usize = 128;
+
+/// Runs one input.
+pub fn run(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(model_mode) = u.arbitrary::<bool>() else {
+        return;
+    };
+    if model_mode {
+        let _ = run_model(&mut u);
+    } else {
+        let _ = run_wide(&mut u);
+    }
+}
+
+fn run_model(u: &mut Unstructured) -> Result<()> {
+    let mut sm = LockStateMachine::new(lock_model::config());
+    let mut model = Model::default();
+    let mut driver = Driver::default();
+    let mut last_tokens = BTreeMap::new();
+    let mut checks = Checks::default();
+    for step in 0..STEPS_MAX {
+        let op: Op = u.arbitrary()?;
+        let command = driver.command(&op, &model);
+        let stamp = Instant::from_millis(1_000 + step as u64);
+        let outcome = checks.apply(&mut sm, stamp, command.clone());
+        let expected = model.apply(&command);
+        assert_eq!(outcome, expected, "step {step} command {command:?}");
+        assert_eq!(sm.revision(), Revision(model.revision));
+        driver.observe(&outcome);
+        assert_same_state(&sm, &model, &mut last_tokens);
+        if u.ratio(1, 16)? {
+            sm = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
+        }
+    }
+    Ok(())
+}
+
+/// A command of any kind, over small vocabularies so that names, sessions and ids collide.
+#[derive(Arbitrary, Debug, Clone)]
+enum WideOp {
+    Create {
+        ttl: u8,
+    },
+    Close {
+        session: u8,
+    },
+    Expire {
+        sessions: Vec<u8>,
+    },
+    Acquire {
+        session: u8,
+        request: u8,
+        ns: u8,
+        key: u8,
+        wait: bool,
+    },
+    Release {
+        session: u8,
+        request: u8,
+        ns: u8,
+        key: u8,
+        token: u8,
+    },
+    PutClass {
+        actor: u8,
+        ns: u8,
+        prefix: u8,
+        fenced: bool,
+        ttl: u8,
+        ttl_max: u8,
+    },
+    RemoveClass {
+        actor: u8,
+        ns: u8,
+        prefix: u8,
+    },
+    RequestForce {
+        actor: u8,
+        ns: u8,
+        key: u8,
+        token: u8,
+        revoke: bool,
+    },
+    Approve {
+        actor: u8,
+        id: u8,
+        ack: bool,
+    },
+    Deny {
+        actor: u8,
+        id: u8,
+    },
+    /// Log time jumps ahead (force releases expire).
+    Wait {
+        seconds: u16,
+    },
+    Restore,
+}
+
+const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
+const KEYS: [&str; 4] = ["k1", "k2", "k2/x", ""];
+const PREFIXES: [&str; 3] = ["", "k2", "k"];
+const TTLS: [u64; 6] = [0, 999, 1_000, 10_000, 300_000, 300_001];
+
+fn pick<'a>(items: &[&'a str], i: u8) -> &'a str {
+    items[usize::from(i) % items.len()]
+}
+
+fn actor(i: u8) -> Actor {
+    let roles: &[Role] = match i % 4 {
+        0 => &[],
+        1 => &[Role::OnCall],
+        2 => &[Role::IncidentCommander],
+        _ => &[Role::ClassAdmin],
+    };
+    // Two principals, so a requester sometimes approves their own request.
+    Actor::new(if i % 8 < 4 { "alice" } else { "bob" }, roles)
+}
+
+fn wide_config() -> LockConfig {
+    LockConfig {
+        sessions_max: 4,
+        holds_per_session_max: 3,
+        waiters_per_key_max: 2,
+        dedup_window: 2,
+        classes_per_namespace_max: 2,
+        force_releases_pending_max: 2,
+        ..LockConfig::default()
+    }
+}
+
+fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Option<Command> {
+    let session = |i: u8| {
+        sessions
+            .get(usize::from(i % 6))
+            .copied()
+            .unwrap_or(SessionId(u64::from(i)))
+    };
+    let ttl = |i: u8| TTLS[usize::from(i) % TTLS.len()];
+    Some(match op {
+        WideOp::Create { ttl: t } => Command::CreateSession {
+            ttl_ms: (*t % 7 != 0).then(|| ttl(*t)),
+            identity: Identity {
+                name: "svc".into(),
+                host: "h".into(),
+                pid: 1,
+                principal: "p".into(),
+            },
+        },
+        WideOp::Close { session: s } => Command::CloseSession {
+            session: session(*s),
+        },
+        WideOp::Expire { sessions: s } => Command::ExpireSessions {
+            sessions: s.iter().take(4).map(|i| session(*i)).collect(),
+        },
+        WideOp::Acquire {
+            session: s,
+            request,
+            ns,
+            key,
+            wait,
+        } => Command::Acquire {
+            session: session(*s),
+            request: picket_core::locks::RequestId(u64::from(*request % 16)),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            key: pick(&KEYS, *key).into(),
+            wait: *wait,
+        },
+        WideOp::Release {
+            session: s,
+            request,
+            ns,
+            key,
+            token,
+        } => Command::Release {
+            session: session(*s),
+            request: picket_core::locks::RequestId(u64::from(*request % 16)),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            key: pick(&KEYS, *key).into(),
+            token: Token(u64::from(*token)),
+        },
+        WideOp::PutClass {
+            actor: a,
+            ns,
+            prefix,
+            fenced,
+            ttl: t,
+            ttl_max,
+        } => Command::PutClass {
+            actor: actor(*a),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            class: ClassSpec {
+                name: format!("c{}", prefix % 3),
+                prefix: pick(&PREFIXES, *prefix).into(),
+                fenced: *fenced,
+                session_ttl_ms_default: ttl(*t),
+                session_ttl_ms_max: ttl(*ttl_max),
+                hold_ms_max_expected: 0,
+                owner: String::new(),
+                runbook_url: String::new(),
+                description: String::new(),
+            },
+        },
+        WideOp::RemoveClass {
+            actor: a,
+            ns,
+            prefix,
+        } => Command::RemoveClass {
+            actor: actor(*a),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            prefix: pick(&PREFIXES, *prefix).into(),
+        },
+        WideOp::RequestForce {
+            actor: a,
+            ns,
+            key,
+            token,
+            revoke,
+        } => Command::RequestForceRelease {
+            actor: actor(*a),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            key: pick(&KEYS, *key).into(),
+            expected_token: Token(u64::from(*token)),
+            reason: if *token % 5 == 0 { " " } else { "stuck" }.into(),
+            revoke_session: *revoke,
+        },
+        WideOp::Approve { actor: a, id, ack } => Command::ApproveForceRelease {
+            actor: actor(*a),
+            id: ForceReleaseId(u64::from(*id)),
+            acknowledged_fenced: *ack,
+        },
+        WideOp::Deny { actor: a, id } => Command::DenyForceRelease {
+            actor: actor(*a),
+            id: ForceReleaseId(u64::from(*id)),
+            reason: "no".into(),
+        },
+        WideOp::Wait { seconds } => {
+            *now = now.add_ms(u64::from(*seconds) * 1_000);
+            return None;
+        }
+        WideOp::Restore => return None,
+    })
+}
+
+fn run_wide(u: &mut Unstructured) -> Result<()> {
+    let mut sm = LockStateMachine::new(wide_config());
+    let mut checks = Checks::default();
+    let mut sessions = Vec::new();
+    let mut now = Instant::from_millis(1_000);
+    for _ in 0..STEPS_MAX {
+        let op: WideOp = u.arbitrary()?;
+        if let WideOp::Restore = op {
+            sm = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
+            continue;
+        }
+        let Some(command) = wide_command(&op, &sessions, &mut now) else {
+            continue;
+        };
+        now = now.add_ms(1);
+        let outcome = checks.apply(&mut sm, now, command);
+        if let Ok(picket_core::locks::Reply::SessionCreated { session, .. }) = outcome {
+            sessions.push(session);
+        }
+    }
+    Ok(())
+}
+
+/// The rules every command obeys, whatever it is.
+#[derive(Default)]
+struct Checks {
+    /// Per key, the last token of a fresh grant.
+    granted: BTreeMap<(String, String), u64>,
+}
+
+impl Checks {
+    fn apply(
+        &mut self,
+        sm: &mut LockStateMachine,
+        stamp: Instant,
+        command: Command,
+    ) -> picket_core::locks::Outcome {
+        let before = sm.snapshot();
+        let outcome = sm.apply(stamp, command.clone());
+        sm.check_invariants();
+        assert_eq!(
+            sm.revision().0,
+            before.revision.0 + 1,
+            "a command advances the revision by exactly one"
+        );
+        if outcome.is_err() {
+            assert_eq!(
+                without_revision(sm.snapshot()),
+                without_revision(before),
+                "the error {outcome:?} of {command:?} changed the state"
+            );
+        }
+        let page = sm
+            .watch(sm.revision(), &Default::default(), usize::MAX)
+            .expect("the newest revision is readable");
+        for event in page.events {
+            if let EventKind::Granted { token, .. } = event.kind {
+                let key = (event.namespace.to_string(), event.key.to_string());
+                if let Some(last) = self.granted.get(&key) {
+                    assert!(token.0 > *last, "token {token} of {key:?} after {last}");
+                }
+                self.granted.insert(key, token.0);
+            }
+        }
+        // The round trip costs a copy of the whole history: every 8th command is plenty.
+        if sm.revision().0.is_multiple_of(8) {
+            let restored = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
+            assert_eq!(&restored, sm, "snapshot round trip");
+        }
+        outcome
+    }
+}
+
+/// The snapshot without revision and log time, which every command advances.
+fn without_revision(mut snapshot: LockSnapshot) -> LockSnapshot {
+    snapshot.revision = Revision(0);
+    snapshot.time = Instant::ZERO;
+    snapshot
+}
