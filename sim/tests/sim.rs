@@ -1,0 +1,136 @@
+//! The simulation's entry points (only under `--cfg madsim`; `scripts/sim` drives them):
+//!
+//! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
+//!   `mixed`), optionally broken (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and
+//!   fails with the replay command if a checker found a violation;
+//! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
+//! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
+#![cfg(madsim)]
+
+use madsim::runtime::Runtime;
+use madsim::Config;
+use picket_sim::cluster::{run, Break, RunConfig, RunReport};
+use picket_sim::history::Checker;
+use picket_sim::plan::{PlanConfig, Scenario};
+
+fn run_seed(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
+    let runtime = Runtime::with_seed_and_config(seed, Config::default());
+    runtime.block_on(run(RunConfig {
+        seed,
+        scenario,
+        broken,
+        plan: PlanConfig::default(),
+    }))
+}
+
+fn summary(seed: u64, report: &RunReport) -> String {
+    let mix: Vec<String> = report
+        .plan
+        .mix()
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    format!(
+        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} writes={} faults=[{}] violations={}",
+        report.plan.scenario.name(),
+        report.sim_ms,
+        report.trace_hash,
+        report.trace_lines,
+        report.history.acked.len(),
+        report.history.writes.len(),
+        mix.join(","),
+        report.violations.len()
+    )
+}
+
+fn env_scenario() -> Scenario {
+    let name = std::env::var("PICKET_SIM_SCENARIO").unwrap_or_else(|_| "mixed".to_string());
+    Scenario::parse(&name).unwrap_or_else(|| panic!("unknown scenario `{name}`"))
+}
+
+#[test]
+fn seed_run() {
+    let seed: u64 = std::env::var("PICKET_SIM_SEED")
+        .ok()
+        .map_or(1, |s| s.parse().expect("PICKET_SIM_SEED is a number"));
+    let scenario = env_scenario();
+    let broken = std::env::var("PICKET_SIM_BREAK")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .map(|b| Break::parse(&b).unwrap_or_else(|| panic!("unknown break `{b}`")));
+    let report = run_seed(seed, scenario, broken);
+    println!("{}", summary(seed, &report));
+    for v in &report.violations {
+        println!("VIOLATION {v}");
+    }
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --trace",
+        report.violations.len(),
+        scenario.name()
+    );
+    // The run did something: grants acknowledged, writes accepted, the probe granted.
+    assert!(
+        !report.history.acked.is_empty(),
+        "seed {seed}: no grant acknowledged"
+    );
+    assert!(
+        report.history.probe_granted_at_ms.is_some(),
+        "seed {seed}: probe not granted"
+    );
+}
+
+#[test]
+fn regression_seeds() {
+    let list = include_str!("../regression-seeds.txt");
+    for line in list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let mut parts = line.split_whitespace();
+        let seed: u64 = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad line `{line}`"));
+        let scenario = parts
+            .next()
+            .and_then(Scenario::parse)
+            .unwrap_or(Scenario::Mixed);
+        let report = run_seed(seed, scenario, None);
+        println!("{}", summary(seed, &report));
+        assert!(
+            report.violations.is_empty(),
+            "regression seed {seed} ({}): {:?}",
+            scenario.name(),
+            report.violations
+        );
+    }
+}
+
+/// Each broken build makes its checker fail within `SEEDS_MAX` seeds.
+#[test]
+fn checkers_bite() {
+    const SEEDS_MAX: u64 = 4;
+    let cases = [
+        (Break::TokenReuse, Checker::TokensRise),
+        (Break::GateBypass, Checker::Fencing),
+        (Break::DigestMutation, Checker::AppliedPrefix),
+        (Break::AckBeforeSync, Checker::NoAckedLoss),
+        (Break::FastClock, Checker::SessionKept),
+        (Break::NoHeal, Checker::Liveness),
+    ];
+    for (broken, checker) in cases {
+        let caught = (1..=SEEDS_MAX).find(|seed| {
+            let report = run_seed(*seed, Scenario::Mixed, Some(broken));
+            println!("{} break={}", summary(*seed, &report), broken.name());
+            report.violations.iter().any(|v| v.checker == checker)
+        });
+        assert!(
+            caught.is_some(),
+            "{} was not caught by {} within {SEEDS_MAX} seeds",
+            broken.name(),
+            checker.name()
+        );
+    }
+}
