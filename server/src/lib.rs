@@ -1,3 +1,28 @@
-//! The node driver and the `picketd` / `picketctl` binaries.
+//! picket-server: the node driver, the gRPC services and `picketd`.
 //!
-//! Nothing is here yet: this crate is filled by the server issue.
+//! - [`driver`]: one task owns the core `Node`; it feeds it peer messages, client requests and
+//!   timeouts, performs its `Persist` actions with group commit ([`durable`]), sends its
+//!   messages ([`peer`]) and answers clients ([`service`]).
+//! - [`durable`]: the replica's log, hard state and snapshots through `picket-storage`, and
+//!   recovery (with the "durable state lost" start after corruption).
+//! - [`clock`]: the [`clock::Clock`] trait (the simulator substitutes its own, as it does the
+//!   storage `Disk`).
+//! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica;
+//!   [`dev`]: [`dev::DevCluster`], three replicas in one process (for `picketd dev` and tests).
+//! - [`auth`]: who is calling (dev-mode metadata only, for now).
+//!
+//! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+#[cfg(not(madsim))]
+pub mod dev;
+pub mod driver;
+pub mod durable;
+pub mod peer;
+pub mod server;
+pub mod service;
+pub mod stream;
+#[cfg(not(madsim))]
+pub mod tls;

@@ -1,0 +1,412 @@
+//! The `picketd` configuration file (TOML), its defaults and its validation.
+//!
+//! Every error names the field at fault (`members[2].client_address: ...`). The reference with
+//! every field is in docs/operations.md.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// A configuration `picketd` refuses, naming the field.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {rule}")]
+    Invalid { field: String, rule: String },
+}
+
+fn invalid(field: impl Into<String>, rule: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        rule: rule.into(),
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Names the cluster; peers refuse messages of another cluster.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: String,
+    /// This replica's id: one of `members[].id`.
+    pub node_id: u64,
+    /// Where this replica keeps its log, hard state and snapshots.
+    pub data_dir: PathBuf,
+    /// Address the `Lock` and `Admin` services listen on (default: this member's
+    /// `client_address`).
+    #[serde(default)]
+    pub client_listen: Option<SocketAddr>,
+    /// Address the `Peer` service listens on (default: this member's `peer_address`).
+    #[serde(default)]
+    pub peer_listen: Option<SocketAddr>,
+    /// Believe the `x-picket-principal` / `x-picket-roles` metadata (development only).
+    #[serde(default)]
+    pub insecure_dev_auth: bool,
+    /// Every replica, this one included: 3 or 5.
+    pub members: Vec<Member>,
+    #[serde(default)]
+    pub timing: Timing,
+    #[serde(default)]
+    pub sessions: Sessions,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub storage: StorageSection,
+    #[serde(default)]
+    pub tls: Option<Tls>,
+}
+
+fn default_cluster_id() -> String {
+    "picket".to_owned()
+}
+
+/// One replica of the cluster.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub id: u64,
+    /// `host:port` other replicas connect to.
+    pub peer_address: String,
+    /// `host:port` clients connect to (also the leader hint other replicas give).
+    pub client_address: String,
+}
+
+/// Election and heartbeat timing.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timing {
+    pub election_timeout_ms_min: u64,
+    pub election_timeout_ms_max: u64,
+    pub heartbeat_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            election_timeout_ms_min: 300,
+            election_timeout_ms_max: 600,
+            heartbeat_ms: 75,
+        }
+    }
+}
+
+/// Session TTL bounds (cluster-wide; part of the replicated state, so equal on every member).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sessions {
+    pub ttl_ms_min: u64,
+    pub ttl_ms_max: u64,
+    pub ttl_ms_default: u64,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        let d = picket_core::locks::LockConfig::default();
+        Sessions {
+            ttl_ms_min: d.session_ttl_ms_min,
+            ttl_ms_max: d.session_ttl_ms_max,
+            ttl_ms_default: d.session_ttl_ms_default,
+        }
+    }
+}
+
+/// Bounds on queues and streams.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Client requests queued for the node at most.
+    pub requests_queued_max: usize,
+    /// Proposals waiting for a slot at most (the core's `pending_max`).
+    pub proposals_pending_max: usize,
+    /// `Acquire` calls held open for a grant at most.
+    pub waits_max: usize,
+    pub watch_streams_max: usize,
+    pub keepalive_streams_max: usize,
+    /// Paxos slots in flight at most.
+    pub window_slots: usize,
+    /// Commands per slot at most.
+    pub batch_commands_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            requests_queued_max: 10_000,
+            proposals_pending_max: 10_000,
+            waits_max: 10_000,
+            watch_streams_max: 1_024,
+            keepalive_streams_max: 10_000,
+            window_slots: 64,
+            batch_commands_max: 256,
+        }
+    }
+}
+
+/// Storage tuning.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSection {
+    /// Take a snapshot and compact the log every this many applied slots.
+    pub snapshot_every_slots: u64,
+    /// Bytes zero-filled ahead of the log's data (0: none).
+    pub preallocate_bytes: u64,
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        StorageSection {
+            snapshot_every_slots: 10_000,
+            preallocate_bytes: 4 << 20,
+        }
+    }
+}
+
+/// TLS files (PEM). With a `[tls]` section clients connect with `https://`, and replicas use
+/// mutual TLS among themselves: each presents `cert` and checks the other's against `ca`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// This replica's certificate chain (server and peer-client certificate).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA that signed the replicas' certificates.
+    pub ca: PathBuf,
+    /// Also require client certificates signed by `ca` on the client port.
+    #[serde(default)]
+    pub require_client_cert: bool,
+}
+
+impl Config {
+    /// Reads and validates a file; relative paths in it are taken from the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config = Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        Ok(config)
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<config>"),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut self.data_dir);
+        if let Some(tls) = &mut self.tls {
+            fix(&mut tls.cert);
+            fix(&mut tls.key);
+            fix(&mut tls.ca);
+        }
+    }
+
+    /// Checks every rule, naming the field of the first one broken.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cluster_id.is_empty() || self.cluster_id.len() > 64 {
+            return Err(invalid("cluster_id", "must be 1..=64 bytes"));
+        }
+        if self.members.len() != 3 && self.members.len() != 5 {
+            return Err(invalid(
+                "members",
+                format!("a cluster has 3 or 5 members, got {}", self.members.len()),
+            ));
+        }
+        let mut ids = BTreeSet::new();
+        for (i, m) in self.members.iter().enumerate() {
+            if m.id == 0 {
+                return Err(invalid(format!("members[{i}].id"), "must be non-zero"));
+            }
+            if !ids.insert(m.id) {
+                return Err(invalid(
+                    format!("members[{i}].id"),
+                    format!("{} is listed twice", m.id),
+                ));
+            }
+            check_host_port(&m.peer_address, &format!("members[{i}].peer_address"))?;
+            check_host_port(&m.client_address, &format!("members[{i}].client_address"))?;
+        }
+        if !ids.contains(&self.node_id) {
+            return Err(invalid(
+                "node_id",
+                format!("{} is not one of members[].id {ids:?}", self.node_id),
+            ));
+        }
+        let t = &self.timing;
+        if t.heartbeat_ms == 0 {
+            return Err(invalid("timing.heartbeat_ms", "must be non-zero"));
+        }
+        if t.election_timeout_ms_min <= t.heartbeat_ms {
+            return Err(invalid(
+                "timing.election_timeout_ms_min",
+                format!("must be above heartbeat_ms ({})", t.heartbeat_ms),
+            ));
+        }
+        if t.election_timeout_ms_max < t.election_timeout_ms_min {
+            return Err(invalid(
+                "timing.election_timeout_ms_max",
+                "must be at least election_timeout_ms_min",
+            ));
+        }
+        let s = &self.sessions;
+        if s.ttl_ms_min == 0 {
+            return Err(invalid("sessions.ttl_ms_min", "must be non-zero"));
+        }
+        if s.ttl_ms_max < s.ttl_ms_min {
+            return Err(invalid(
+                "sessions.ttl_ms_max",
+                "must be at least ttl_ms_min",
+            ));
+        }
+        if s.ttl_ms_default < s.ttl_ms_min || s.ttl_ms_default > s.ttl_ms_max {
+            return Err(invalid(
+                "sessions.ttl_ms_default",
+                "must be within [ttl_ms_min, ttl_ms_max]",
+            ));
+        }
+        let l = &self.limits;
+        for (value, field) in [
+            (l.requests_queued_max, "limits.requests_queued_max"),
+            (l.proposals_pending_max, "limits.proposals_pending_max"),
+            (l.waits_max, "limits.waits_max"),
+            (l.watch_streams_max, "limits.watch_streams_max"),
+            (l.keepalive_streams_max, "limits.keepalive_streams_max"),
+            (l.window_slots, "limits.window_slots"),
+            (l.batch_commands_max, "limits.batch_commands_max"),
+        ] {
+            if value == 0 {
+                return Err(invalid(field, "must be non-zero"));
+            }
+        }
+        if self.lock_config().validate().is_err() {
+            return Err(invalid(
+                "sessions",
+                "the TTL bounds do not fit the lock state machine",
+            ));
+        }
+        Ok(())
+    }
+
+    /// This replica's member entry.
+    pub fn me(&self) -> &Member {
+        self.members
+            .iter()
+            .find(|m| m.id == self.node_id)
+            .expect("validated: node_id is a member")
+    }
+
+    /// The lock state machine's configuration.
+    pub fn lock_config(&self) -> picket_core::locks::LockConfig {
+        picket_core::locks::LockConfig {
+            session_ttl_ms_min: self.sessions.ttl_ms_min,
+            session_ttl_ms_max: self.sessions.ttl_ms_max,
+            session_ttl_ms_default: self.sessions.ttl_ms_default,
+            ..picket_core::locks::LockConfig::default()
+        }
+    }
+
+    /// The URL scheme of this cluster's endpoints.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
+fn check_host_port(value: &str, field: &str) -> Result<(), ConfigError> {
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(invalid(field, format!("`{value}` must be host:port")));
+    };
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(invalid(
+            field,
+            format!("`{value}` must be host:port with a port in 1..=65535"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node_id = 2
+data_dir = "data"
+[[members]]
+id = 1
+peer_address = "127.0.0.1:7411"
+client_address = "127.0.0.1:7401"
+[[members]]
+id = 2
+peer_address = "127.0.0.1:7412"
+client_address = "127.0.0.1:7402"
+[[members]]
+id = 3
+peer_address = "127.0.0.1:7413"
+client_address = "127.0.0.1:7403"
+[timing]
+election_timeout_ms_min = 100
+election_timeout_ms_max = 200
+heartbeat_ms = 20
+"#;
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let config = Config::parse(GOOD).unwrap();
+        assert_eq!(config.me().client_address, "127.0.0.1:7402");
+        assert_eq!(config.cluster_id, "picket");
+        assert_eq!(config.timing.heartbeat_ms, 20);
+        assert_eq!(config.limits, Limits::default());
+    }
+
+    fn error_of(text: &str) -> String {
+        Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = error_of(&GOOD.replace("node_id = 2", "node_id = 9"));
+        assert!(e.starts_with("node_id: "), "{e}");
+        let e = error_of(&GOOD.replace("127.0.0.1:7403", "nowhere"));
+        assert!(e.starts_with("members[2].client_address: "), "{e}");
+        let e = error_of(&GOOD.replace("heartbeat_ms = 20", "heartbeat_ms = 100"));
+        assert!(e.starts_with("timing.election_timeout_ms_min: "), "{e}");
+        let e = error_of(&GOOD.replace("id = 3", "id = 1"));
+        assert!(e.starts_with("members[2].id: "), "{e}");
+        let e = error_of(&format!("{GOOD}\n[sessions]\nttl_ms_default = 0\n"));
+        assert!(e.contains("sessions.ttl_ms_default"), "{e}");
+        let e = error_of(&format!("colour = 1\n{GOOD}"));
+        assert!(e.contains("colour"), "{e}");
+    }
+}

@@ -1,0 +1,266 @@
+//! [`DevCluster`]: a 3-replica cluster in one process on 127.0.0.1, for `picketd dev` and tests.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), picket_server::server::StartError> {
+//! use picket_server::dev::DevCluster;
+//! let mut cluster = DevCluster::start().await?; // temp dir, ephemeral ports, fast elections
+//! let endpoints = cluster.client_endpoints(); // ["http://127.0.0.1:PORT", ...]
+//! let leader = cluster.wait_for_leader(std::time::Duration::from_secs(5)).await;
+//! cluster.stop(0).await; // a member stops (its data stays)
+//! cluster.restart(0).await?; // and recovers from its data directory
+//! cluster.shutdown().await;
+//! # let _ = (endpoints, leader);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use picket_storage::RealDisk;
+
+use crate::clock::SystemClock;
+use crate::config::{Config, Limits, Member, Sessions, StorageSection, Timing};
+use crate::server::{self, RunningNode, StartError};
+
+/// How to build a dev cluster.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    /// Where the members keep their data (`<dir>/node-<id>`); `None`: a temporary directory
+    /// removed when the cluster is dropped.
+    pub data_dir: Option<PathBuf>,
+    /// Client and peer ports of members 1..=3; `None`: free ephemeral ports.
+    pub ports: Option<DevPorts>,
+    pub timing: Timing,
+    pub sessions: Sessions,
+}
+
+/// Fixed ports of the three members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevPorts {
+    pub client: [u16; 3],
+    pub peer: [u16; 3],
+}
+
+impl DevPorts {
+    /// The ports of `picketd dev`: clients 7401..7403, peers 7411..7413.
+    pub const DEFAULT: DevPorts = DevPorts {
+        client: [7401, 7402, 7403],
+        peer: [7411, 7412, 7413],
+    };
+}
+
+impl Default for DevOptions {
+    /// Temporary directory, ephemeral ports, fast elections (tests).
+    fn default() -> Self {
+        DevOptions {
+            data_dir: None,
+            ports: None,
+            timing: Timing {
+                election_timeout_ms_min: 300,
+                election_timeout_ms_max: 600,
+                heartbeat_ms: 50,
+            },
+            sessions: Sessions::default(),
+        }
+    }
+}
+
+/// Three replicas in this process.
+#[derive(Debug)]
+pub struct DevCluster {
+    _temp: Option<tempfile::TempDir>,
+    data_dir: PathBuf,
+    configs: Vec<Config>,
+    nodes: Vec<Option<RunningNode>>,
+}
+
+/// A free port on 127.0.0.1 (bound then released: another process could take it meanwhile,
+/// which tests accept).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl DevCluster {
+    /// A cluster in a temporary directory on ephemeral ports with fast elections.
+    pub async fn start() -> Result<DevCluster, StartError> {
+        DevCluster::start_with(DevOptions::default()).await
+    }
+
+    pub async fn start_with(options: DevOptions) -> Result<DevCluster, StartError> {
+        let (temp, data_dir) = match options.data_dir {
+            Some(dir) => (None, dir),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("picket-dev-")
+                    .tempdir()
+                    .map_err(|source| StartError::Io {
+                        what: "creating a temporary directory",
+                        source,
+                    })?;
+                let dir = temp.path().to_path_buf();
+                (Some(temp), dir)
+            }
+        };
+        let ports = match options.ports {
+            Some(ports) => ports,
+            None => {
+                let mut ports = DevPorts {
+                    client: [0; 3],
+                    peer: [0; 3],
+                };
+                for i in 0..3 {
+                    ports.client[i] = free_port().map_err(|e| listen_error(0, e))?;
+                    ports.peer[i] = free_port().map_err(|e| listen_error(0, e))?;
+                }
+                ports
+            }
+        };
+        let members: Vec<Member> = (0..3)
+            .map(|i| Member {
+                id: i as u64 + 1,
+                peer_address: format!("127.0.0.1:{}", ports.peer[i]),
+                client_address: format!("127.0.0.1:{}", ports.client[i]),
+            })
+            .collect();
+        let configs: Vec<Config> = members
+            .iter()
+            .map(|m| Config {
+                cluster_id: "picket-dev".to_owned(),
+                node_id: m.id,
+                data_dir: data_dir.join(format!("node-{}", m.id)),
+                client_listen: None,
+                peer_listen: None,
+                insecure_dev_auth: true,
+                members: members.clone(),
+                timing: options.timing.clone(),
+                sessions: options.sessions.clone(),
+                limits: Limits::default(),
+                storage: StorageSection {
+                    preallocate_bytes: 0,
+                    ..StorageSection::default()
+                },
+                tls: None,
+            })
+            .collect();
+        for config in &configs {
+            config.validate().map_err(|e| StartError::Address {
+                field: "dev",
+                rule: e.to_string(),
+            })?;
+        }
+        let mut cluster = DevCluster {
+            _temp: temp,
+            data_dir,
+            configs,
+            nodes: vec![None, None, None],
+        };
+        for i in 0..3 {
+            if let Err(error) = cluster.restart(i).await {
+                cluster.shutdown_members().await;
+                return Err(error);
+            }
+        }
+        Ok(cluster)
+    }
+
+    pub fn len(&self) -> usize {
+        self.configs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.configs.is_empty()
+    }
+
+    /// The client endpoints (`http://127.0.0.1:PORT`) of members 1..=3, in order.
+    pub fn client_endpoints(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.client_endpoint(i)).collect()
+    }
+
+    /// The client endpoint of member `index` (0-based; its node id is `index + 1`).
+    pub fn client_endpoint(&self, index: usize) -> String {
+        format!("http://{}", self.configs[index].me().client_address)
+    }
+
+    pub fn config(&self, index: usize) -> &Config {
+        &self.configs[index]
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn is_running(&self, index: usize) -> bool {
+        self.nodes[index].is_some()
+    }
+
+    /// The running member `index`, if it runs.
+    pub fn node(&self, index: usize) -> Option<&RunningNode> {
+        self.nodes[index].as_ref()
+    }
+
+    /// Stops member `index` (gracefully; its data stays). No-op if stopped.
+    pub async fn stop(&mut self, index: usize) {
+        if let Some(node) = self.nodes[index].take() {
+            if let Err(error) = node.shutdown().await {
+                tracing::error!(%error, "member stopped with an error");
+            }
+        }
+    }
+
+    /// Starts member `index` again from its data directory (no-op if it runs).
+    pub async fn restart(&mut self, index: usize) -> Result<(), StartError> {
+        if self.nodes[index].is_some() {
+            return Ok(());
+        }
+        let node = server::start(&self.configs[index], RealDisk, SystemClock::new()).await?;
+        self.nodes[index] = Some(node);
+        Ok(())
+    }
+
+    /// The index of the member that is leader and ready (caught up), if any.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(node) = node {
+                if node.status().await.is_some_and(|s| s.ready_leader) {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits up to `timeout` for a ready leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Option<usize> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Some(leader);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn shutdown_members(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.stop(i).await;
+        }
+    }
+
+    /// Stops every member.
+    pub async fn shutdown(mut self) {
+        self.shutdown_members().await;
+    }
+}
+
+fn listen_error(port: u16, source: std::io::Error) -> StartError {
+    StartError::Listen {
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        what: "free port",
+        source,
+    }
+}

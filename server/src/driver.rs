@@ -1,0 +1,767 @@
+//! The node driver: one task owns the core [`Node`] and performs its IO.
+//!
+//! Each turn of the loop takes every input that is ready (client requests, peer messages, a
+//! timeout), then drains the node's actions in FIFO order:
+//!
+//! - `Persist` actions are collected, **all** of them are written, made durable with one log
+//!   fdatasync ([`DurableStore::persist`]: group commit), and `Persisted { id of the last }` is
+//!   stepped; the actions this releases (held promises and acceptances, replies) are drained
+//!   in the same way until none is left;
+//! - `Send` actions go to the per-peer outbound queues (batched on long-lived streams by
+//!   [`crate::peer`]);
+//! - replies go back to the waiting gRPC handlers through oneshot channels.
+//!
+//! `Acquire` with a wait: the node answers `Queued`; the driver then holds the call until a
+//! `Granted` event for that session and key appears among the applied events, or until the
+//! deadline, when it answers what is true then (granted, or queued at its position).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picket_core::locks::{
+    AcquireReply, Command, EventKind, LockError, LockSnapshot, Outcome, Reply, Revision, SessionId,
+    WatchError, WatchFilter, WatchPage,
+};
+use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeCommand, ProposalId, Query};
+use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
+use picket_core::time::Instant;
+use picket_net::status::{busy_status, not_leader_status, propose_error_status, LeaderHint};
+use picket_storage::Disk;
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::Status;
+
+use crate::clock::Clock;
+use crate::durable::{DurableStore, PersistOp, StoreError};
+
+/// A Paxos message of the node.
+pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
+
+/// Inputs taken from a channel in one turn at most (the rest wait for the next turn).
+const INPUTS_PER_TURN_MAX: usize = 4_096;
+/// Events read per page when matching grants for held `Acquire` calls.
+const GRANT_SCAN_EVENTS: usize = 100_000;
+
+/// Bounds of the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverLimits {
+    /// Client requests queued for the driver at most (beyond: `busy`).
+    pub requests_queued_max: usize,
+    /// `Acquire` calls held open waiting for a grant at most (beyond: `busy`).
+    pub waits_max: usize,
+    /// Peer messages queued for the driver at most (beyond: dropped and counted).
+    pub peer_inbound_max: usize,
+}
+
+impl Default for DriverLimits {
+    fn default() -> Self {
+        DriverLimits {
+            requests_queued_max: 10_000,
+            waits_max: 10_000,
+            peer_inbound_max: 16_384,
+        }
+    }
+}
+
+/// What a proposal came to: the state machine's outcome and the revision after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answered {
+    pub outcome: Outcome,
+    pub revision: Revision,
+}
+
+type Reply1<T> = oneshot::Sender<Result<T, Status>>;
+
+/// A request from a gRPC handler.
+#[derive(Debug)]
+pub enum Request {
+    /// Propose `command`. For an `Acquire` with `wait_ms > 0`, a `Queued` answer is held up to
+    /// `wait_ms` for the grant.
+    Propose {
+        command: Command,
+        wait_ms: u64,
+        reply: Reply1<Answered>,
+    },
+    KeepAlive {
+        session: SessionId,
+        reply: oneshot::Sender<Result<u64, KeepAliveError>>,
+    },
+    /// A read: linearizable (read-index on the leader) unless `stale`.
+    Read {
+        query: Query,
+        stale: bool,
+        reply: Reply1<(Revision, Answer)>,
+    },
+    /// A page of the watch log (served from this replica's applied state).
+    Watch {
+        from: Revision,
+        filter: WatchFilter,
+        limit: usize,
+        reply: oneshot::Sender<Result<WatchPage, WatchError>>,
+    },
+    Status {
+        reply: oneshot::Sender<NodeStatus>,
+    },
+}
+
+/// A snapshot of the node's condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub id: NodeId,
+    pub role: RoleKind,
+    pub leader: Option<NodeId>,
+    pub ready_leader: bool,
+    pub revision: Revision,
+    pub boot: u64,
+    pub counters: DriverCounters,
+}
+
+/// Counters for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    pub turns: u64,
+    pub persist_ops: u64,
+    pub group_commits: u64,
+    pub messages_sent: u64,
+    /// Outbound messages dropped because a peer's queue was full.
+    pub messages_dropped_out: u64,
+    pub proposals: u64,
+    pub waits_granted: u64,
+    pub waits_timed_out: u64,
+}
+
+/// A peer message for the driver.
+#[derive(Debug)]
+pub struct PeerInput {
+    pub from: NodeId,
+    pub msg: NodeMessage,
+}
+
+/// How the gRPC side reaches the driver. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct DriverHandle {
+    requests: mpsc::Sender<Request>,
+    peer_in: mpsc::Sender<PeerInput>,
+    applied: watch::Receiver<Revision>,
+    endpoints: Arc<BTreeMap<NodeId, String>>,
+    pub id: NodeId,
+    pub cluster_id: Arc<str>,
+}
+
+impl DriverHandle {
+    /// Hands a request to the driver; `busy` when its queue is full, `unavailable` when it stopped.
+    pub fn submit(&self, request: Request) -> Result<(), Status> {
+        self.requests.try_send(request).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => busy_status("the node's request queue is full"),
+            mpsc::error::TrySendError::Closed(_) => Status::unavailable("the node is stopping"),
+        })
+    }
+
+    /// Sends a request built around a fresh oneshot and awaits its answer.
+    pub async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Result<T, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(make(tx))?;
+        rx.await
+            .map_err(|_| Status::unavailable("the node stopped before answering"))
+    }
+
+    /// Hands a peer message to the driver; `false` if it was dropped (queue full or stopped).
+    pub fn peer_message(&self, input: PeerInput) -> bool {
+        self.peer_in.try_send(input).is_ok()
+    }
+
+    /// The applied revision, updated by the driver (watchers wait on it).
+    pub fn applied(&self) -> watch::Receiver<Revision> {
+        self.applied.clone()
+    }
+
+    /// The client endpoint of a member.
+    pub fn endpoint_of(&self, node: NodeId) -> Option<String> {
+        self.endpoints.get(&node).cloned()
+    }
+
+    /// The `not_leader` answer for a leader hint.
+    pub fn not_leader(&self, leader: Option<NodeId>) -> Status {
+        not_leader_status(&LeaderHint::for_node(leader, |n| self.endpoint_of(n)))
+    }
+}
+
+struct Waiter {
+    session: SessionId,
+    namespace: String,
+    key: String,
+    deadline: Instant,
+    reply: Reply1<Answered>,
+}
+
+struct PendingProposal {
+    reply: Reply1<Answered>,
+    wait_ms: u64,
+    acquire: Option<(SessionId, String, String)>,
+}
+
+/// The driver task's state.
+pub struct Driver<D: Disk + Clone, C: Clock> {
+    node: Node,
+    store: DurableStore<D>,
+    clock: Arc<C>,
+    limits: DriverLimits,
+    boot: u64,
+    handle: DriverHandle,
+    requests: mpsc::Receiver<Request>,
+    peer_in: mpsc::Receiver<PeerInput>,
+    applied_tx: watch::Sender<Revision>,
+    peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
+    proposals: BTreeMap<ProposalId, PendingProposal>,
+    reads: BTreeMap<ReadId, Reply1<(Revision, Answer)>>,
+    waiters: BTreeMap<u64, Waiter>,
+    waiters_by_key: BTreeMap<(SessionId, String, String), Vec<u64>>,
+    waiter_deadlines: BTreeSet<(Instant, u64)>,
+    waiter_next: u64,
+    /// Events up to this revision were matched against waiters.
+    grant_cursor: Revision,
+    counters: DriverCounters,
+}
+
+/// Why the driver stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("durable storage failed: {0}")]
+    Store(#[from] StoreError),
+    #[error("the core refused a persist acknowledgement: {0}")]
+    Step(#[from] paxos::StepError),
+}
+
+/// Everything needed to build a driver.
+pub struct DriverParts<D: Disk + Clone, C: Clock> {
+    pub node: Node,
+    pub store: DurableStore<D>,
+    pub clock: Arc<C>,
+    pub limits: DriverLimits,
+    pub boot: u64,
+    pub cluster_id: String,
+    /// Client endpoint of every member (for leader hints).
+    pub endpoints: BTreeMap<NodeId, String>,
+    /// Outbound queue of every other member.
+    pub peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
+}
+
+impl<D: Disk + Clone, C: Clock> Driver<D, C> {
+    pub fn new(parts: DriverParts<D, C>) -> Driver<D, C> {
+        let (req_tx, requests) = mpsc::channel(parts.limits.requests_queued_max.max(1));
+        let (peer_tx, peer_in) = mpsc::channel(parts.limits.peer_inbound_max.max(1));
+        let revision = parts.node.state().revision();
+        let (applied_tx, applied) = watch::channel(revision);
+        let handle = DriverHandle {
+            requests: req_tx,
+            peer_in: peer_tx,
+            applied,
+            endpoints: Arc::new(parts.endpoints),
+            id: parts.node.replica().id(),
+            cluster_id: parts.cluster_id.into(),
+        };
+        Driver {
+            node: parts.node,
+            store: parts.store,
+            clock: parts.clock,
+            limits: parts.limits,
+            boot: parts.boot,
+            handle,
+            requests,
+            peer_in,
+            applied_tx,
+            peers_out: parts.peers_out,
+            proposals: BTreeMap::new(),
+            reads: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            waiters_by_key: BTreeMap::new(),
+            waiter_deadlines: BTreeSet::new(),
+            waiter_next: 1,
+            grant_cursor: revision,
+            counters: DriverCounters::default(),
+        }
+    }
+
+    pub fn handle(&self) -> DriverHandle {
+        self.handle.clone()
+    }
+
+    pub fn counters(&self) -> &DriverCounters {
+        &self.counters
+    }
+
+    pub fn store(&self) -> &DurableStore<D> {
+        &self.store
+    }
+
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Runs until `shutdown` turns true (or its sender is dropped) or storage fails.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DriverError> {
+        loop {
+            self.process_actions()?;
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            let now = self.clock.now();
+            let sleep_ms = self.next_wakeup().map(|at| at.ms_since(now));
+            let sleep = tokio::time::sleep(Duration::from_millis(sleep_ms.unwrap_or(3_600_000)));
+            tokio::select! {
+                biased;
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                }
+                Some(input) = self.peer_in.recv() => self.on_peer(input),
+                Some(request) = self.requests.recv() => self.on_request(request),
+                () = sleep => {}
+            }
+            // Take everything else that is ready too (both channels, so neither starves the
+            // other), so that one group commit covers all of it.
+            for _ in 0..INPUTS_PER_TURN_MAX {
+                let Ok(input) = self.peer_in.try_recv() else {
+                    break;
+                };
+                self.on_peer(input);
+            }
+            for _ in 0..INPUTS_PER_TURN_MAX {
+                let Ok(request) = self.requests.try_recv() else {
+                    break;
+                };
+                self.on_request(request);
+            }
+            self.on_time();
+        }
+    }
+
+    /// One synchronous turn without waiting (tests): timeouts, then the actions.
+    pub fn turn(&mut self) -> Result<(), DriverError> {
+        while let Ok(request) = self.requests.try_recv() {
+            self.on_request(request);
+        }
+        while let Ok(input) = self.peer_in.try_recv() {
+            self.on_peer(input);
+        }
+        self.on_time();
+        self.process_actions()
+    }
+
+    fn next_wakeup(&self) -> Option<Instant> {
+        let waiter = self.waiter_deadlines.first().map(|(at, _)| *at);
+        match (self.node.poll_timeout(), waiter) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_time(&mut self) {
+        self.counters.turns += 1;
+        let now = self.clock.now();
+        if self.node.poll_timeout().is_some_and(|at| at <= now) {
+            // A timeout cannot acknowledge a persist, so the only StepError is impossible here.
+            let stepped = self.node.step(now, Input::Timeout);
+            assert!(stepped.is_ok(), "timeout step failed: {stepped:?}");
+        }
+        while let Some(&(at, id)) = self.waiter_deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.waiter_deadlines.pop_first();
+            if let Some(waiter) = self.take_waiter(id) {
+                self.counters.waits_timed_out += 1;
+                let answer = self.wait_answer_now(&waiter);
+                let _ = waiter.reply.send(answer);
+            }
+        }
+    }
+
+    fn on_peer(&mut self, input: PeerInput) {
+        let now = self.clock.now();
+        let stepped = self.node.step(
+            now,
+            Input::Message {
+                from: input.from,
+                msg: input.msg,
+            },
+        );
+        assert!(stepped.is_ok(), "message step failed: {stepped:?}");
+    }
+
+    fn on_request(&mut self, request: Request) {
+        let now = self.clock.now();
+        match request {
+            Request::Propose {
+                command,
+                wait_ms,
+                reply,
+            } => self.on_propose(now, command, wait_ms, reply),
+            Request::KeepAlive { session, reply } => {
+                let _ = reply.send(self.node.keepalive(now, session));
+            }
+            Request::Read {
+                query,
+                stale: true,
+                reply,
+            } => {
+                let answer = self.node.read_local(now, &query);
+                let _ = reply.send(Ok((self.node.state().revision(), answer)));
+            }
+            Request::Read {
+                query,
+                stale: false,
+                reply,
+            } => match self.node.read(now, query) {
+                Ok(read) => {
+                    self.reads.insert(read, reply);
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(self.propose_error(&error)));
+                }
+            },
+            Request::Watch {
+                from,
+                filter,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.node.state().watch(from, &filter, limit));
+            }
+            Request::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+        }
+    }
+
+    fn on_propose(
+        &mut self,
+        now: Instant,
+        command: Command,
+        wait_ms: u64,
+        reply: Reply1<Answered>,
+    ) {
+        let acquire = match &command {
+            Command::Acquire {
+                session,
+                namespace,
+                key,
+                wait: true,
+                ..
+            } if wait_ms > 0 => {
+                if self.waiters.len() >= self.limits.waits_max {
+                    let _ = reply.send(Err(busy_status(&format!(
+                        "{} acquire calls are waiting, at most {}",
+                        self.waiters.len(),
+                        self.limits.waits_max
+                    ))));
+                    return;
+                }
+                Some((*session, namespace.clone(), key.clone()))
+            }
+            _ => None,
+        };
+        match self.node.propose(now, command) {
+            Ok(proposal) => {
+                self.counters.proposals += 1;
+                self.proposals.insert(
+                    proposal,
+                    PendingProposal {
+                        reply,
+                        wait_ms,
+                        acquire,
+                    },
+                );
+            }
+            Err(picket_core::node::NodeProposeError::Replica(error)) => {
+                let _ = reply.send(Err(self.propose_error(&error)));
+            }
+            Err(error @ picket_core::node::NodeProposeError::LeaderOnlyCommand) => {
+                let _ = reply.send(Err(Status::invalid_argument(error.to_string())));
+            }
+        }
+    }
+
+    fn propose_error(&self, error: &paxos::ProposeError) -> Status {
+        propose_error_status(error, |n| self.handle.endpoint_of(n))
+    }
+
+    fn status(&self) -> NodeStatus {
+        NodeStatus {
+            id: self.node.replica().id(),
+            role: self.node.role(),
+            leader: self.node.leader(),
+            ready_leader: self.node.is_ready_leader(),
+            revision: self.node.state().revision(),
+            boot: self.boot,
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// Drains the node's actions; persists are group-committed and acknowledged, which may
+    /// release more actions, drained in turn.
+    fn process_actions(&mut self) -> Result<(), DriverError> {
+        loop {
+            let mut ops = Vec::new();
+            while let Some(action) = self.node.poll_action() {
+                match action {
+                    Action::Replica(paxos::Action::Persist {
+                        id,
+                        promised,
+                        accepted,
+                        snapshot,
+                        incarnation,
+                        recovered,
+                    }) => ops.push(PersistOp {
+                        id,
+                        promised,
+                        accepted,
+                        snapshot,
+                        incarnation,
+                        recovered,
+                    }),
+                    Action::Replica(paxos::Action::Send { to, msg }) => self.send(to, msg),
+                    Action::Replica(other) => {
+                        // The node handles Apply, InstallSnapshot, reads and role changes itself.
+                        panic!("the node passed on a replica action it must handle: {other:?}");
+                    }
+                    Action::Reply { proposal, outcome } => self.on_reply(proposal, outcome),
+                    Action::ProposalFailed {
+                        proposal,
+                        leader_hint,
+                    } => {
+                        if let Some(pending) = self.proposals.remove(&proposal) {
+                            let _ = pending.reply.send(Err(self.handle.not_leader(leader_hint)));
+                        }
+                    }
+                    Action::ReadReply {
+                        read,
+                        revision,
+                        answer,
+                    } => {
+                        if let Some(reply) = self.reads.remove(&read) {
+                            let _ = reply.send(Ok((revision, answer)));
+                        }
+                    }
+                    Action::ReadFailed { read, leader_hint } => {
+                        if let Some(reply) = self.reads.remove(&read) {
+                            let _ = reply.send(Err(self.handle.not_leader(leader_hint)));
+                        }
+                    }
+                    Action::RoleChanged { role, leader } => {
+                        tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
+                            "role changed");
+                    }
+                    Action::Applied { revision } => self.on_applied(revision),
+                }
+            }
+            let Some(last) = ops.last().map(|op| op.id) else {
+                return Ok(());
+            };
+            self.counters.persist_ops += ops.len() as u64;
+            self.counters.group_commits += 1;
+            self.store.persist(&ops)?;
+            self.node
+                .step(self.clock.now(), Input::Persisted { id: last })?;
+        }
+    }
+
+    fn send(&mut self, to: NodeId, msg: NodeMessage) {
+        let Some(queue) = self.peers_out.get(&to) else {
+            return;
+        };
+        match queue.try_send(msg) {
+            Ok(()) => self.counters.messages_sent += 1,
+            Err(_) => self.counters.messages_dropped_out += 1,
+        }
+    }
+
+    fn on_reply(&mut self, proposal: ProposalId, outcome: Outcome) {
+        let Some(pending) = self.proposals.remove(&proposal) else {
+            return;
+        };
+        let revision = self.node.state().revision();
+        let queued = matches!(outcome, Ok(Reply::Acquire(AcquireReply::Queued { .. })));
+        match pending.acquire {
+            Some((session, namespace, key)) if queued => {
+                let deadline = self.clock.now().add_ms(pending.wait_ms);
+                let id = self.waiter_next;
+                self.waiter_next += 1;
+                self.waiters_by_key
+                    .entry((session, namespace.clone(), key.clone()))
+                    .or_default()
+                    .push(id);
+                self.waiter_deadlines.insert((deadline, id));
+                self.waiters.insert(
+                    id,
+                    Waiter {
+                        session,
+                        namespace,
+                        key,
+                        deadline,
+                        reply: pending.reply,
+                    },
+                );
+            }
+            _ => {
+                // A grant's token is the revision that granted it.
+                let revision = match &outcome {
+                    Ok(Reply::Acquire(AcquireReply::Granted { token })) => Revision(token.0),
+                    _ => revision,
+                };
+                let _ = pending.reply.send(Ok(Answered { outcome, revision }));
+            }
+        }
+    }
+
+    fn on_applied(&mut self, revision: Revision) {
+        if !self.waiters.is_empty() && revision > self.grant_cursor {
+            self.match_grants(revision);
+        }
+        self.grant_cursor = revision;
+        self.applied_tx.send_replace(revision);
+    }
+
+    /// Answers the held `Acquire` calls whose grant appears in the events after the cursor.
+    fn match_grants(&mut self, revision: Revision) {
+        let from = Revision(self.grant_cursor.0 + 1);
+        let page = self
+            .node
+            .state()
+            .watch(from, &WatchFilter::default(), GRANT_SCAN_EVENTS);
+        // (session, namespace, key, the grant's revision, or None: the wait was removed).
+        let ends: Vec<(SessionId, String, String, Option<Revision>)> = match page {
+            Ok(page) if page.resume_from > revision => page
+                .events
+                .iter()
+                .filter_map(|e| {
+                    let (session, granted) = match e.kind {
+                        EventKind::Granted { session, .. } => (session, Some(e.revision)),
+                        EventKind::WaitRemoved { session, .. } => (session, None),
+                        _ => return None,
+                    };
+                    Some((session, e.namespace.to_string(), e.key.to_string(), granted))
+                })
+                .collect(),
+            // Too many events to scan (or some dropped): look at every waiter's key instead.
+            _ => {
+                self.recheck_all_waiters();
+                return;
+            }
+        };
+        for (session, namespace, key, granted) in ends {
+            let Some(ids) = self.waiters_by_key.remove(&(session, namespace, key)) else {
+                continue;
+            };
+            for id in ids {
+                let Some(waiter) = self.waiters.remove(&id) else {
+                    continue;
+                };
+                self.waiter_deadlines.remove(&(waiter.deadline, id));
+                let answer = match granted {
+                    Some(at) => {
+                        self.counters.waits_granted += 1;
+                        Ok(Answered {
+                            outcome: Ok(Reply::Acquire(AcquireReply::Granted {
+                                token: picket_core::locks::Token(at.0),
+                            })),
+                            revision: at,
+                        })
+                    }
+                    // The session was closed, expired or revoked while waiting.
+                    None => self.wait_answer_now(&waiter),
+                };
+                let _ = waiter.reply.send(answer);
+            }
+        }
+    }
+
+    fn recheck_all_waiters(&mut self) {
+        let ids: Vec<u64> = self.waiters.keys().copied().collect();
+        for id in ids {
+            let granted = {
+                let w = &self.waiters[&id];
+                self.holder_token(w.session, &w.namespace, &w.key).is_some()
+            };
+            if granted {
+                if let Some(waiter) = self.take_waiter(id) {
+                    self.waiter_deadlines.remove(&(waiter.deadline, id));
+                    self.counters.waits_granted += 1;
+                    let answer = self.wait_answer_now(&waiter);
+                    let _ = waiter.reply.send(answer);
+                }
+            }
+        }
+    }
+
+    fn take_waiter(&mut self, id: u64) -> Option<Waiter> {
+        let waiter = self.waiters.remove(&id)?;
+        let key = (waiter.session, waiter.namespace.clone(), waiter.key.clone());
+        if let Some(ids) = self.waiters_by_key.get_mut(&key) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.waiters_by_key.remove(&key);
+            }
+        }
+        Some(waiter)
+    }
+
+    fn holder_token(&self, session: SessionId, namespace: &str, key: &str) -> Option<u64> {
+        let info = self
+            .node
+            .state()
+            .inspect(namespace, key, self.clock.now())
+            .ok()?;
+        info.holder
+            .filter(|h| h.session == session)
+            .map(|h| h.token.0)
+    }
+
+    /// The answer to a held `Acquire` from the state as applied now: granted, or still queued
+    /// at its position, or the session is gone.
+    fn wait_answer_now(&self, waiter: &Waiter) -> Result<Answered, Status> {
+        let sm = self.node.state();
+        let revision = sm.revision();
+        let info = sm
+            .inspect(&waiter.namespace, &waiter.key, self.clock.now())
+            .map_err(|e| picket_net::status::lock_error_status(&e))?;
+        if let Some(hold) = info.holder.as_ref().filter(|h| h.session == waiter.session) {
+            return Ok(Answered {
+                outcome: Ok(Reply::Acquire(AcquireReply::Granted { token: hold.token })),
+                revision: Revision(hold.token.0),
+            });
+        }
+        if let Some(w) = info.waiters.iter().find(|w| w.session == waiter.session) {
+            return Ok(Answered {
+                outcome: Ok(Reply::Acquire(AcquireReply::Queued {
+                    position: w.position,
+                })),
+                revision,
+            });
+        }
+        let gone = LockError::UnknownSession {
+            session: waiter.session,
+        };
+        if sm.session(waiter.session).is_none() {
+            return Ok(Answered {
+                outcome: Err(gone),
+                revision,
+            });
+        }
+        // The session lives but neither holds nor waits: its hold was released or
+        // force-released while the call was held. Say so as "not held".
+        Err(Status::failed_precondition(format!(
+            "session {} no longer waits for {}/{}: the lock was granted and released (or \
+             force-released) while the call was held",
+            waiter.session.0, waiter.namespace, waiter.key
+        )))
+    }
+}
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

@@ -1,0 +1,306 @@
+//! Three drivers in one thread over `SimDisk`s and a manual clock; the test moves the messages.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use picket_core::locks::{
+    AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId,
+};
+use picket_core::node::{Node, NodeConfig};
+use picket_core::paxos::{self, NodeId};
+use picket_storage::{LogConfig, SimDisk, StorageConfig};
+use tokio::sync::{mpsc, oneshot};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::durable::DurableStore;
+
+struct Harness {
+    clock: Arc<ManualClock>,
+    drivers: Vec<Driver<SimDisk, ManualClock>>,
+    outs: Vec<Vec<(NodeId, mpsc::Receiver<NodeMessage>)>>,
+    disks: Vec<SimDisk>,
+}
+
+fn harness(batch_commands_max: usize) -> Harness {
+    let clock = ManualClock::new(1_000_000);
+    let members: Vec<NodeId> = (1..=3).map(NodeId).collect();
+    let mut drivers = Vec::new();
+    let mut outs = Vec::new();
+    let mut disks = Vec::new();
+    for id in 1..=3u64 {
+        let disk = SimDisk::new(id);
+        let storage = StorageConfig {
+            log: LogConfig {
+                preallocate_bytes: 0,
+                ..LogConfig::default()
+            },
+            ..StorageConfig::default()
+        };
+        let (store, recovered) =
+            DurableStore::open(disk.clone(), Path::new("/data"), storage).unwrap();
+        let mut replica = paxos::Config::new(NodeId(id), members.clone(), id);
+        replica.batch_commands_max = batch_commands_max;
+        let node = Node::new(
+            NodeConfig {
+                replica,
+                locks: LockConfig::default(),
+                boot: recovered.boot,
+                compact_every_slots: 0,
+            },
+            recovered.durable,
+        )
+        .unwrap();
+        let mut peers_out = BTreeMap::new();
+        let mut out = Vec::new();
+        for other in members.iter().filter(|m| m.0 != id) {
+            let (tx, rx) = mpsc::channel(100_000);
+            peers_out.insert(*other, tx);
+            out.push((*other, rx));
+        }
+        let endpoints = members
+            .iter()
+            .map(|m| (*m, format!("http://node-{}:7400", m.0)))
+            .collect();
+        drivers.push(Driver::new(DriverParts {
+            node,
+            store,
+            clock: clock.clone(),
+            limits: DriverLimits::default(),
+            boot: recovered.boot,
+            cluster_id: "test".into(),
+            endpoints,
+            peers_out,
+        }));
+        outs.push(out);
+        disks.push(disk);
+    }
+    Harness {
+        clock,
+        drivers,
+        outs,
+        disks,
+    }
+}
+
+impl Harness {
+    /// One turn of every driver, then every queued message delivered.
+    fn pump(&mut self) {
+        for driver in &mut self.drivers {
+            driver.turn().unwrap();
+        }
+        for (i, out) in self.outs.iter_mut().enumerate() {
+            for (to, rx) in out.iter_mut() {
+                while let Ok(msg) = rx.try_recv() {
+                    let delivered =
+                        self.drivers[to.0 as usize - 1]
+                            .handle()
+                            .peer_message(PeerInput {
+                                from: NodeId(i as u64 + 1),
+                                msg,
+                            });
+                    assert!(delivered);
+                }
+            }
+        }
+    }
+
+    fn settle(&mut self, ms: u64) {
+        for _ in 0..ms / 5 {
+            self.clock.advance(5);
+            self.pump();
+        }
+    }
+
+    fn leader(&mut self) -> usize {
+        for _ in 0..400 {
+            if let Some(i) = self.drivers.iter().position(|d| d.node().is_ready_leader()) {
+                return i;
+            }
+            self.settle(5);
+        }
+        panic!("no leader elected");
+    }
+
+    fn propose(
+        &self,
+        at: usize,
+        command: Command,
+        wait_ms: u64,
+    ) -> oneshot::Receiver<Result<Answered, Status>> {
+        let (reply, rx) = oneshot::channel();
+        self.drivers[at]
+            .handle()
+            .submit(Request::Propose {
+                command,
+                wait_ms,
+                reply,
+            })
+            .unwrap();
+        rx
+    }
+
+    fn answer(
+        &mut self,
+        rx: &mut oneshot::Receiver<Result<Answered, Status>>,
+    ) -> Result<Answered, Status> {
+        for _ in 0..200 {
+            self.settle(5);
+            if let Ok(answer) = rx.try_recv() {
+                return answer;
+            }
+        }
+        panic!("no answer");
+    }
+
+    fn session(&mut self, at: usize) -> SessionId {
+        let mut rx = self.propose(at, create_session(), 0);
+        match self.answer(&mut rx).unwrap().outcome {
+            Ok(Reply::SessionCreated { session, .. }) => session,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn create_session() -> Command {
+    Command::CreateSession {
+        ttl_ms: Some(60_000),
+        identity: Identity {
+            name: "test".into(),
+            ..Identity::default()
+        },
+    }
+}
+
+fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
+    Command::Acquire {
+        session,
+        request: RequestId(request),
+        namespace: "orders".into(),
+        key: "k".into(),
+        wait,
+    }
+}
+
+#[test]
+fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync() {
+    let mut h = harness(1); // one command per slot: every proposal is its own Persist
+    let leader = h.leader();
+    h.settle(100);
+    let commits_before = h.drivers[leader].counters().group_commits;
+    let ops_before = h.drivers[leader].counters().persist_ops;
+    let syncs_before = h.drivers[leader].store().counters().log_syncs;
+    let disk_syncs_before = h.disks[leader].sync_data_count();
+    let mut replies: Vec<_> = (0..20)
+        .map(|_| h.propose(leader, create_session(), 0))
+        .collect();
+    h.drivers[leader].turn().unwrap();
+    let ops = h.drivers[leader].counters().persist_ops - ops_before;
+    assert!(ops >= 20, "20 proposals in 20 slots: {ops} persists");
+    assert_eq!(
+        h.drivers[leader].counters().group_commits - commits_before,
+        1
+    );
+    assert_eq!(
+        h.drivers[leader].store().counters().log_syncs - syncs_before,
+        1
+    );
+    assert_eq!(h.disks[leader].sync_data_count() - disk_syncs_before, 1);
+    for rx in &mut replies {
+        let answer = h.answer(rx).unwrap();
+        assert!(matches!(answer.outcome, Ok(Reply::SessionCreated { .. })));
+    }
+}
+
+#[test]
+fn a_follower_answers_not_leader_with_the_leaders_endpoint() {
+    let mut h = harness(64);
+    let leader = h.leader();
+    h.settle(100);
+    let follower = (leader + 1) % 3;
+    let mut rx = h.propose(follower, create_session(), 0);
+    let status = h.answer(&mut rx).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let hint = picket_net::status::leader_hint(&status).unwrap();
+    assert_eq!(hint.node_id, Some(leader as u64 + 1));
+    assert_eq!(
+        hint.endpoint.as_deref(),
+        Some(format!("http://node-{}:7400", leader + 1).as_str())
+    );
+}
+
+#[test]
+fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
+    let mut h = harness(64);
+    let leader = h.leader();
+    h.settle(100);
+    let a = h.session(leader);
+    let b = h.session(leader);
+    let c = h.session(leader);
+    let mut rx = h.propose(leader, acquire(a, 1, false), 0);
+    let Ok(Reply::Acquire(AcquireReply::Granted { token: first })) =
+        h.answer(&mut rx).unwrap().outcome
+    else {
+        panic!("a should hold the key");
+    };
+    // b waits (up to 60 s); c waits only 200 ms.
+    let mut b_rx = h.propose(leader, acquire(b, 1, true), 60_000);
+    let mut c_rx = h.propose(leader, acquire(c, 1, true), 200);
+    h.settle(100);
+    assert!(
+        b_rx.try_recv().is_err(),
+        "b's call is held while a holds the key"
+    );
+    h.settle(200);
+    let c_answer = c_rx
+        .try_recv()
+        .expect("c answered at its deadline")
+        .unwrap();
+    assert_eq!(
+        c_answer.outcome,
+        Ok(Reply::Acquire(AcquireReply::Queued { position: 2 }))
+    );
+    let mut release = h.propose(
+        leader,
+        Command::Release {
+            session: a,
+            request: RequestId(2),
+            namespace: "orders".into(),
+            key: "k".into(),
+            token: first,
+        },
+        0,
+    );
+    assert!(h.answer(&mut release).unwrap().outcome.is_ok());
+    let b_answer = h.answer(&mut b_rx).unwrap();
+    let Ok(Reply::Acquire(AcquireReply::Granted { token })) = b_answer.outcome else {
+        panic!("b should be granted, got {b_answer:?}");
+    };
+    assert!(token > first, "tokens rise: {token:?} after {first:?}");
+    assert_eq!(b_answer.revision.0, token.0);
+    assert_eq!(h.drivers[leader].counters().waits_granted, 1);
+    assert_eq!(h.drivers[leader].counters().waits_timed_out, 1);
+}
+
+#[test]
+fn a_held_acquire_ends_when_its_session_is_closed() {
+    let mut h = harness(64);
+    let leader = h.leader();
+    h.settle(100);
+    let a = h.session(leader);
+    let b = h.session(leader);
+    let mut rx = h.propose(leader, acquire(a, 1, false), 0);
+    assert!(h.answer(&mut rx).unwrap().outcome.is_ok());
+    let mut b_rx = h.propose(leader, acquire(b, 1, true), 60_000);
+    h.settle(100);
+    assert!(b_rx.try_recv().is_err(), "b waits");
+    let mut close = h.propose(leader, Command::CloseSession { session: b }, 0);
+    assert!(h.answer(&mut close).unwrap().outcome.is_ok());
+    let answer = h.answer(&mut b_rx).unwrap();
+    assert_eq!(
+        answer.outcome,
+        Err(picket_core::locks::LockError::UnknownSession { session: b })
+    );
+    assert_eq!(h.drivers[leader].counters().waits_timed_out, 0);
+}

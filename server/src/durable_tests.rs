@@ -1,0 +1,203 @@
+use std::path::Path;
+
+use picket_core::locks::{Command, Identity};
+use picket_core::node::{NodeCommand, NodeDurable, ProposalId};
+use picket_core::paxos::{Ballot, NodeId, Slot, Value};
+use picket_core::time::Instant;
+use picket_storage::{CrashMode, LogConfig, SimDisk, StorageConfig};
+
+use super::*;
+
+fn config() -> StorageConfig {
+    StorageConfig {
+        log: LogConfig {
+            preallocate_bytes: 0,
+            ..LogConfig::default()
+        },
+        ..StorageConfig::default()
+    }
+}
+
+fn ballot(round: u64) -> Ballot {
+    Ballot {
+        round,
+        node: NodeId(1),
+    }
+}
+
+fn value(n: u64) -> Value<NodeCommand> {
+    Value::Batch {
+        stamp: Instant::from_millis(n),
+        commands: vec![NodeCommand {
+            origin: NodeId(1),
+            boot: 1,
+            proposal: ProposalId(n),
+            command: Command::CreateSession {
+                ttl_ms: Some(5_000),
+                identity: Identity {
+                    name: format!("svc-{n}"),
+                    ..Identity::default()
+                },
+            },
+        }],
+    }
+}
+
+fn op(id: u64, promised: Option<u64>, accepted: &[(u64, u64)]) -> PersistOp {
+    PersistOp {
+        id,
+        promised: promised.map(ballot),
+        accepted: accepted
+            .iter()
+            .map(|&(slot, round)| (Slot(slot), ballot(round), value(slot * 10 + round)))
+            .collect(),
+        snapshot: None,
+        incarnation: None,
+        recovered: false,
+    }
+}
+
+fn reference(ops: &[PersistOp]) -> NodeDurable {
+    let mut durable = NodeDurable::default();
+    for op in ops {
+        durable.apply_persist(
+            op.promised,
+            &op.accepted,
+            op.snapshot.as_ref(),
+            op.incarnation,
+            op.recovered,
+        );
+    }
+    durable
+}
+
+const DATA: &str = "/data";
+
+#[test]
+fn many_persists_are_one_log_sync() {
+    let disk = SimDisk::new(1);
+    let (mut store, recovered) =
+        DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(recovered.boot, 1);
+    assert!(recovered.lost_reason.is_none());
+    let ops: Vec<PersistOp> = (1..=20).map(|i| op(i, None, &[(i, 1)])).collect();
+    let syncs_before = disk.sync_data_count();
+    store.persist(&ops).unwrap();
+    assert_eq!(
+        disk.sync_data_count() - syncs_before,
+        1,
+        "one fdatasync for 20 persists"
+    );
+    assert_eq!(store.counters().log_syncs, 1);
+    assert_eq!(store.counters().records_appended, 20);
+}
+
+#[test]
+fn recovery_rebuilds_what_was_acknowledged_and_latest_ballot_wins() {
+    let disk = SimDisk::new(2);
+    let ops = vec![
+        op(1, Some(1), &[(1, 1), (2, 1)]),
+        op(2, Some(3), &[]),
+        op(3, None, &[(2, 3), (3, 3)]),
+        PersistOp {
+            incarnation: Some((NodeId(2), 4)),
+            ..op(4, None, &[])
+        },
+    ];
+    {
+        let (mut store, _) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        store.persist(&ops[..2]).unwrap();
+        store.persist(&ops[2..]).unwrap();
+    }
+    disk.crash();
+    let (_, recovered) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(recovered.boot, 2);
+    assert_eq!(recovered.durable, reference(&ops));
+    assert_eq!(recovered.durable.accepted[&Slot(2)].0, ballot(3));
+}
+
+#[test]
+fn unsynced_writes_are_not_recovered_and_boot_still_rises() {
+    let disk = SimDisk::new(3);
+    {
+        let (mut store, _) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        store.persist(&[op(1, Some(1), &[(1, 1)])]).unwrap();
+    }
+    disk.crash_with(CrashMode::DropUnsynced);
+    let (_, first) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    let (_, second) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(first.durable.accepted.len(), 1);
+    assert_eq!(second.boot, first.boot + 1);
+}
+
+#[test]
+fn snapshots_cover_the_log_and_recovery_skips_covered_slots() {
+    let disk = SimDisk::new(4);
+    let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
+    let snap = PersistOp {
+        snapshot: Some((Slot(2), sm.snapshot())),
+        ..op(2, None, &[])
+    };
+    let ops = vec![op(1, Some(1), &[(1, 1), (2, 1), (3, 1)]), snap];
+    {
+        let (mut store, _) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        store.persist(&ops).unwrap();
+        assert_eq!(store.counters().snapshots_saved, 1);
+    }
+    disk.crash();
+    let (_, recovered) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(recovered.durable, reference(&ops));
+    assert_eq!(
+        recovered
+            .durable
+            .accepted
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![Slot(3)]
+    );
+}
+
+#[test]
+fn corruption_starts_the_replica_with_its_durable_state_lost() {
+    let disk = SimDisk::new(5);
+    let root;
+    {
+        let (mut store, _) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        store.persist(&[op(1, Some(1), &[(1, 1)])]).unwrap();
+        store.persist(&[op(2, None, &[(2, 1)])]).unwrap();
+        root = store.root().to_path_buf();
+    }
+    let segment = disk
+        .paths()
+        .into_iter()
+        .find(|p| p.starts_with(&root) && p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    // Damage the first record (the second stays whole): corruption, not a torn tail.
+    disk.corrupt(&segment, 32 + 8 + 2).unwrap();
+    let (mut store, recovered) =
+        DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert!(
+        recovered.lost_reason.is_some(),
+        "corruption must be reported"
+    );
+    assert!(recovered.durable.lost);
+    assert!(recovered.durable.accepted.is_empty());
+    assert_ne!(store.root(), root.as_path(), "a new generation directory");
+    // Lost stays set across restarts until the core says it recovered.
+    store.persist(&[op(1, Some(5), &[])]).unwrap();
+    drop(store);
+    let (mut store, again) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert!(again.durable.lost);
+    assert!(again.lost_reason.is_none());
+    assert_eq!(again.durable.promised, ballot(5));
+    store
+        .persist(&[PersistOp {
+            recovered: true,
+            ..op(2, None, &[])
+        }])
+        .unwrap();
+    drop(store);
+    let (_, healed) = DurableStore::open(disk, Path::new(DATA), config()).unwrap();
+    assert!(!healed.durable.lost);
+}

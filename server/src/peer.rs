@@ -1,0 +1,246 @@
+//! The replica-to-replica transport (docs/api.md, service `Peer`).
+//!
+//! Outbound: one task per other member owns a bounded queue of messages for it and one
+//! long-lived client stream (`Peer.Send`) to it; it batches whatever is queued into one
+//! `PeerBatch` (bounded in messages and bytes), and re-opens the stream after a failure with a
+//! capped backoff. While the peer is unreachable queued messages are dropped (Paxos re-sends
+//! what matters; a backlog of stale heartbeats would only delay fresh ones).
+//!
+//! Inbound: the `Peer` service decodes each batch ([`PeerBatchIn`]: a malformed message is
+//! dropped and counted, a misaddressed batch refused whole) and hands the messages to the
+//! driver without waiting (dropped when its queue is full).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picket_core::locks::LockSnapshot;
+use picket_core::node::NodeCommand;
+use picket_core::paxos::NodeId;
+use picket_net::convert::paxos::{message_to_wire, PeerBatchIn};
+use picket_net::proto;
+use picket_net::proto::peer_client::PeerClient;
+use picket_net::PEER_MESSAGE_BYTES_MAX;
+use prost::Message as _;
+use tokio::sync::{mpsc, watch};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::driver::{DriverHandle, NodeMessage, PeerInput};
+use crate::stream::ChannelStream;
+
+/// Messages in one batch at most.
+const BATCH_MESSAGES_MAX: usize = 512;
+/// Encoded bytes of one batch at most (a single larger message goes alone, up to the limit).
+const BATCH_BYTES_TARGET: usize = 4 << 20;
+/// Batches queued on an open stream at most.
+const STREAM_BATCHES_MAX: usize = 16;
+
+/// Counters of the peer transport (shared by all of a node's peer tasks and the service).
+#[derive(Debug, Default)]
+pub struct PeerCounters {
+    pub batches_sent: AtomicU64,
+    pub messages_dropped_unreachable: AtomicU64,
+    pub messages_dropped_too_large: AtomicU64,
+    pub batches_received: AtomicU64,
+    pub messages_dropped_malformed: AtomicU64,
+    pub messages_dropped_inbound_full: AtomicU64,
+    pub batches_refused: AtomicU64,
+    pub connects: AtomicU64,
+}
+
+/// How to connect to a peer.
+#[derive(Clone, Debug)]
+pub struct PeerTarget {
+    pub me: NodeId,
+    pub to: NodeId,
+    pub cluster_id: String,
+    /// `http://host:port` (or `https://` with TLS).
+    pub url: String,
+    #[cfg(not(madsim))]
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+/// The outbound task for one peer: runs until `shutdown`.
+pub async fn run_outbound(
+    target: PeerTarget,
+    mut queue: mpsc::Receiver<NodeMessage>,
+    counters: Arc<PeerCounters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff_ms = 50u64;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let client = tokio::select! {
+            client = connect(&target) => client,
+            _ = shutdown.changed() => return,
+        };
+        let mut client = match client {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::debug!(to = %target.to, url = %target.url, %error, "peer unreachable");
+                drop_queued(&mut queue, &counters);
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+                    _ = shutdown.changed() => return,
+                }
+                backoff_ms = (backoff_ms * 2).min(1_000);
+                continue;
+            }
+        };
+        counters.connects.fetch_add(1, Ordering::Relaxed);
+        backoff_ms = 50;
+        let (tx, rx) = mpsc::channel::<proto::PeerBatch>(STREAM_BATCHES_MAX);
+        let call = tokio::spawn(async move { client.send(ChannelStream::new(rx)).await });
+        tracing::debug!(to = %target.to, url = %target.url, "peer stream open");
+        loop {
+            let first = tokio::select! {
+                msg = queue.recv() => msg,
+                _ = shutdown.changed() => { call.abort(); return; }
+            };
+            let Some(first) = first else {
+                call.abort();
+                return;
+            };
+            let batch = collect_batch(&target, first, &mut queue, &counters);
+            if batch.messages.is_empty() {
+                continue;
+            }
+            if tx.send(batch).await.is_err() {
+                // The call ended (peer restarted, network broke): open a new stream.
+                break;
+            }
+            counters.batches_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(Err(status)) = call.await {
+            tracing::debug!(to = %target.to, %status, "peer stream ended");
+        }
+    }
+}
+
+async fn connect(
+    target: &PeerTarget,
+) -> Result<PeerClient<tonic::transport::Channel>, tonic::transport::Error> {
+    let endpoint = tonic::transport::Endpoint::from_shared(target.url.clone())?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true);
+    #[cfg(not(madsim))]
+    let endpoint = match &target.tls {
+        Some(tls) => endpoint.tls_config(tls.clone())?,
+        None => endpoint,
+    };
+    let channel = endpoint.connect().await?;
+    Ok(PeerClient::new(channel)
+        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
+}
+
+fn drop_queued(queue: &mut mpsc::Receiver<NodeMessage>, counters: &PeerCounters) {
+    while queue.try_recv().is_ok() {
+        counters
+            .messages_dropped_unreachable
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `first` and whatever else is queued, within the batch bounds.
+fn collect_batch(
+    target: &PeerTarget,
+    first: NodeMessage,
+    queue: &mut mpsc::Receiver<NodeMessage>,
+    counters: &PeerCounters,
+) -> proto::PeerBatch {
+    let mut messages = Vec::new();
+    let mut bytes = 0usize;
+    let mut next = Some(first);
+    while let Some(msg) = next.take() {
+        let wire = message_to_wire::<NodeCommand, LockSnapshot>(msg);
+        let len = wire.encoded_len();
+        if len + 1024 > PEER_MESSAGE_BYTES_MAX {
+            tracing::error!(to = %target.to, len, "peer message above the message size limit: dropped");
+            counters
+                .messages_dropped_too_large
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            bytes += len;
+            messages.push(wire);
+        }
+        if messages.len() >= BATCH_MESSAGES_MAX || bytes >= BATCH_BYTES_TARGET {
+            break;
+        }
+        next = queue.try_recv().ok();
+    }
+    proto::PeerBatch {
+        cluster_id: target.cluster_id.clone(),
+        from_node_id: target.me.0,
+        to_node_id: target.to.0,
+        messages,
+    }
+}
+
+/// The `Peer` service.
+#[derive(Debug, Clone)]
+pub struct PeerService {
+    pub driver: DriverHandle,
+    pub counters: Arc<PeerCounters>,
+    /// Ends open streams at shutdown (a graceful server stop waits for them).
+    pub shutdown: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl proto::peer_server::Peer for PeerService {
+    async fn send(
+        &self,
+        request: Request<Streaming<proto::PeerBatch>>,
+    ) -> Result<Response<proto::PeerSendSummary>, Status> {
+        let mut stream = request.into_inner();
+        let mut summary = proto::PeerSendSummary::default();
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let next = tokio::select! {
+                next = stream.message() => next?,
+                () = crate::server::stopped(&mut shutdown) => None,
+            };
+            let Some(batch) = next else { break };
+            let batch = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(
+                batch,
+                &self.driver.cluster_id,
+                self.driver.id,
+            );
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(error) => {
+                    self.counters
+                        .batches_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, "refused a peer batch");
+                    return Err(Status::from(error));
+                }
+            };
+            summary.batches_received += 1;
+            self.counters
+                .batches_received
+                .fetch_add(1, Ordering::Relaxed);
+            if batch.dropped > 0 {
+                summary.messages_dropped += batch.dropped as u64;
+                self.counters
+                    .messages_dropped_malformed
+                    .fetch_add(batch.dropped as u64, Ordering::Relaxed);
+                tracing::debug!(from = %batch.from, error = ?batch.first_error, "dropped malformed peer messages");
+            }
+            for msg in batch.messages {
+                if !self.driver.peer_message(PeerInput {
+                    from: batch.from,
+                    msg,
+                }) {
+                    summary.messages_dropped += 1;
+                    self.counters
+                        .messages_dropped_inbound_full
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(Response::new(summary))
+    }
+}

@@ -1,0 +1,321 @@
+//! One running replica: storage recovered, the driver task, the peer tasks and the gRPC
+//! servers, stopped together by [`RunningNode::shutdown`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use picket_core::node::{Node, NodeConfig};
+use picket_core::paxos::{self, NodeId};
+use picket_net::proto::admin_server::AdminServer;
+use picket_net::proto::lock_server::LockServer;
+use picket_net::proto::peer_server::PeerServer;
+use picket_net::{API_MESSAGE_BYTES_MAX, PEER_MESSAGE_BYTES_MAX};
+use picket_storage::{Disk, LogConfig, StorageConfig};
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::auth::Auth;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
+use crate::durable::{DurableStore, StoreError};
+use crate::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
+use crate::service::{AdminService, Api, LockService, ServiceLimits};
+
+/// Messages queued for one peer at most (beyond: dropped and counted).
+const PEER_QUEUE_MAX: usize = 8_192;
+
+/// How long shutdown waits for each server task before aborting it.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why a replica did not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("storage in {dir}: {source}")]
+    Store { dir: String, source: StoreError },
+    #[error("replica configuration: {0}")]
+    Replica(#[from] paxos::ConfigError),
+    #[error("{field}: {rule}")]
+    Address { field: &'static str, rule: String },
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Listen {
+        addr: SocketAddr,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// A started replica.
+#[derive(Debug)]
+pub struct RunningNode {
+    pub id: NodeId,
+    pub handle: DriverHandle,
+    pub client_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    pub boot: u64,
+    pub peer_counters: Arc<PeerCounters>,
+    shutdown: watch::Sender<bool>,
+    driver: JoinHandle<Result<(), DriverError>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Stops the servers, the peer tasks and the driver, and waits for them. Everything
+    /// acknowledged is already durable (the driver acknowledges only after fsync).
+    pub async fn shutdown(self) -> Result<(), DriverError> {
+        let _ = self.shutdown.send(true);
+        for mut task in self.tasks {
+            if tokio::time::timeout(SHUTDOWN_WAIT, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("a server task did not stop in time: aborted");
+                task.abort();
+            }
+        }
+        match self.driver.await {
+            Ok(result) => result,
+            Err(join) => {
+                tracing::error!(%join, "the driver task ended abnormally");
+                Ok(())
+            }
+        }
+    }
+
+    /// Resolves when the driver stops on its own (a storage failure); the caller then stops
+    /// the process.
+    pub fn driver_finished(&self) -> bool {
+        self.driver.is_finished()
+    }
+
+    /// The node's status, through its driver.
+    pub async fn status(&self) -> Option<crate::driver::NodeStatus> {
+        self.handle
+            .ask(|reply| Request::Status { reply })
+            .await
+            .ok()
+    }
+}
+
+fn listen_addr(
+    explicit: Option<SocketAddr>,
+    address: &str,
+    field: &'static str,
+) -> Result<SocketAddr, StartError> {
+    if let Some(addr) = explicit {
+        return Ok(addr);
+    }
+    address.parse().map_err(|_| StartError::Address {
+        field,
+        rule: format!("required: `{address}` is not an IP:port to listen on"),
+    })
+}
+
+/// Recovers the replica from `config.data_dir` on `disk` and starts it.
+pub async fn start<D: Disk + Clone + 'static, C: Clock>(
+    config: &Config,
+    disk: D,
+    clock: Arc<C>,
+) -> Result<RunningNode, StartError> {
+    let me = config.me().clone();
+    let id = NodeId(config.node_id);
+    let client_addr = listen_addr(config.client_listen, &me.client_address, "client_listen")?;
+    let peer_addr = listen_addr(config.peer_listen, &me.peer_address, "peer_listen")?;
+    let storage_config = StorageConfig {
+        log: LogConfig {
+            preallocate_bytes: config.storage.preallocate_bytes,
+            ..LogConfig::default()
+        },
+        ..StorageConfig::default()
+    };
+    let (store, recovered) =
+        DurableStore::open(disk, &config.data_dir, storage_config).map_err(|source| {
+            StartError::Store {
+                dir: config.data_dir.display().to_string(),
+                source,
+            }
+        })?;
+    if let Some(reason) = &recovered.lost_reason {
+        tracing::error!(node = %id, %reason, new_storage = %store.root().display(),
+            "DURABLE STATE LOST: this replica starts amnesiac; it will not vote or accept until \
+             it has re-learned its state from the other replicas (this needs all of them up)");
+    }
+    tracing::info!(node = %id, boot = recovered.boot, promised = %recovered.durable.promised,
+        accepted = recovered.durable.accepted.len(),
+        snapshot_slot = ?recovered.durable.snapshot.as_ref().map(|(s, _)| s.0),
+        lost = recovered.durable.lost, "recovered");
+    let mut replica = paxos::Config::new(
+        id,
+        config.members.iter().map(|m| NodeId(m.id)).collect(),
+        seed(config.node_id, recovered.boot),
+    );
+    replica.election_timeout_ms_min = config.timing.election_timeout_ms_min;
+    replica.election_timeout_ms_max = config.timing.election_timeout_ms_max;
+    replica.heartbeat_ms = config.timing.heartbeat_ms;
+    replica.window_slots = config.limits.window_slots;
+    replica.batch_commands_max = config.limits.batch_commands_max;
+    replica.pending_max = config.limits.proposals_pending_max;
+    let node = Node::new(
+        NodeConfig {
+            replica,
+            locks: config.lock_config(),
+            boot: recovered.boot,
+            compact_every_slots: config.storage.snapshot_every_slots,
+        },
+        recovered.durable,
+    )?;
+    let scheme = config.scheme();
+    let endpoints: BTreeMap<NodeId, String> = config
+        .members
+        .iter()
+        .map(|m| (NodeId(m.id), format!("{scheme}://{}", m.client_address)))
+        .collect();
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let peer_counters = Arc::new(PeerCounters::default());
+    let mut tasks = Vec::new();
+    let mut peers_out = BTreeMap::new();
+    #[cfg(not(madsim))]
+    let tls = crate::tls::TlsFiles::load(config.tls.as_ref())?;
+    for member in config.members.iter().filter(|m| m.id != config.node_id) {
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+        peers_out.insert(NodeId(member.id), tx);
+        let target = PeerTarget {
+            me: id,
+            to: NodeId(member.id),
+            cluster_id: config.cluster_id.clone(),
+            url: format!("{scheme}://{}", member.peer_address),
+            #[cfg(not(madsim))]
+            tls: tls.peer_client(&member.peer_address)?,
+        };
+        tasks.push(tokio::spawn(run_outbound(
+            target,
+            rx,
+            peer_counters.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
+    let driver = Driver::new(DriverParts {
+        node,
+        store,
+        clock,
+        limits: DriverLimits {
+            requests_queued_max: config.limits.requests_queued_max,
+            waits_max: config.limits.waits_max,
+            ..DriverLimits::default()
+        },
+        boot: recovered.boot,
+        cluster_id: config.cluster_id.clone(),
+        endpoints,
+        peers_out,
+    });
+    let handle = driver.handle();
+    let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
+    let api = Api::new(
+        handle.clone(),
+        Auth {
+            insecure_dev_auth: config.insecure_dev_auth,
+        },
+        ServiceLimits {
+            watch_streams_max: config.limits.watch_streams_max,
+            keepalive_streams_max: config.limits.keepalive_streams_max,
+        },
+        shutdown_rx.clone(),
+    );
+    let lock = LockServer::new(LockService(api.clone()))
+        .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
+    let admin = AdminServer::new(AdminService(api))
+        .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
+    let peer = PeerServer::new(PeerService {
+        driver: handle.clone(),
+        counters: peer_counters.clone(),
+        shutdown: shutdown_rx.clone(),
+    })
+    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+    let client_builder = tonic::transport::Server::builder();
+    let peer_builder = tonic::transport::Server::builder();
+    #[cfg(not(madsim))]
+    let (mut client_builder, mut peer_builder) = tls.servers(client_builder, peer_builder)?;
+    #[cfg(madsim)]
+    let (mut client_builder, mut peer_builder) = (client_builder, peer_builder);
+    let client_router = client_builder.add_service(lock).add_service(admin);
+    let peer_router = peer_builder.add_service(peer);
+    tasks.push(serve(client_router, client_addr, "client", shutdown_rx.clone()).await?);
+    tasks.push(serve(peer_router, peer_addr, "peer", shutdown_rx).await?);
+    tracing::info!(node = %id, client = %client_addr, peer = %peer_addr, "serving");
+    Ok(RunningNode {
+        id,
+        handle,
+        client_addr,
+        peer_addr,
+        boot: recovered.boot,
+        peer_counters,
+        shutdown: shutdown_tx,
+        driver: driver_task,
+        tasks,
+    })
+}
+
+/// The election-jitter seed: differs per node and per start.
+fn seed(node_id: u64, boot: u64) -> u64 {
+    node_id.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
+        ^ boot.wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+/// Resolves once `shutdown` is true (or its sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(not(madsim))]
+async fn serve(
+    router: tonic::transport::server::Router,
+    addr: SocketAddr,
+    what: &'static str,
+    shutdown: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
+    // Bind first, so a port in use is an error of `start`, not a log line later.
+    let incoming = tonic::transport::server::TcpIncoming::bind(addr)
+        .map_err(|source| StartError::Listen { addr, what, source })?
+        .with_nodelay(Some(true));
+    Ok(tokio::spawn(async move {
+        if let Err(error) = router
+            .serve_with_incoming_shutdown(incoming, async move { stopped(&mut { shutdown }).await })
+            .await
+        {
+            tracing::error!(%addr, what, %error, "server stopped");
+        }
+    }))
+}
+
+#[cfg(madsim)]
+async fn serve(
+    router: tonic::transport::server::Router,
+    addr: SocketAddr,
+    what: &'static str,
+    shutdown: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
+    Ok(tokio::spawn(async move {
+        if let Err(error) = router
+            .serve_with_shutdown(addr, async move { stopped(&mut { shutdown }).await })
+            .await
+        {
+            tracing::error!(%addr, what, %error, "server stopped");
+        }
+    }))
+}

@@ -1,0 +1,429 @@
+//! The public gRPC services, `Lock` and `Admin` (docs/api.md), over a [`DriverHandle`].
+//!
+//! Every request is validated at the edge (`picket_net::convert`, `INVALID_ARGUMENT` naming the
+//! field) before anything is proposed; the driver answers a non-leader's proposals and
+//! linearizable reads with `not_leader` and the leader's client endpoint.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use picket_core::locks::{Command, Reply, Revision, WatchError};
+use picket_core::node::{Answer, Query};
+use picket_net::convert::api::{
+    AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart, WrongReply,
+};
+use picket_net::proto;
+use picket_net::status::{busy_status, keepalive_answer, lock_error_status, watch_error_status};
+use tokio::sync::{mpsc, watch};
+
+use crate::server::stopped;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::auth::Auth;
+use crate::driver::{Answered, DriverHandle, Request as DriverRequest};
+use crate::stream::ChannelStream;
+
+/// Keepalive responses buffered per stream.
+const KEEPALIVE_BUFFER: usize = 64;
+/// Watch pages buffered per stream.
+const WATCH_BUFFER: usize = 8;
+/// Events per watch page (about: pages end at revision boundaries).
+const WATCH_PAGE_EVENTS: usize = 1_000;
+
+/// Bounds of the services.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceLimits {
+    /// Open `Watch` streams at most (beyond: `busy`).
+    pub watch_streams_max: usize,
+    /// Open `KeepAlive` streams at most (beyond: `busy`).
+    pub keepalive_streams_max: usize,
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        ServiceLimits {
+            watch_streams_max: 1_024,
+            keepalive_streams_max: 10_000,
+        }
+    }
+}
+
+/// State shared by both services.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub driver: DriverHandle,
+    pub auth: Auth,
+    pub limits: ServiceLimits,
+    watches: Arc<AtomicUsize>,
+    keepalives: Arc<AtomicUsize>,
+    /// Ends open streams at shutdown (a graceful server stop waits for them).
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Api {
+    pub fn new(
+        driver: DriverHandle,
+        auth: Auth,
+        limits: ServiceLimits,
+        shutdown: watch::Receiver<bool>,
+    ) -> Api {
+        Api {
+            shutdown,
+            driver,
+            auth,
+            limits,
+            watches: Arc::new(AtomicUsize::new(0)),
+            keepalives: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    async fn propose(&self, command: Command, wait_ms: u64) -> Result<(Reply, Revision), Status> {
+        let answered: Answered = self
+            .driver
+            .ask(|reply| DriverRequest::Propose {
+                command,
+                wait_ms,
+                reply,
+            })
+            .await??;
+        match answered.outcome {
+            Ok(reply) => Ok((reply, answered.revision)),
+            Err(error) => Err(lock_error_status(&error)),
+        }
+    }
+
+    async fn read(&self, query: Query, stale: bool) -> Result<(Revision, Answer), Status> {
+        self.driver
+            .ask(|reply| DriverRequest::Read {
+                query,
+                stale,
+                reply,
+            })
+            .await?
+    }
+}
+
+/// A slot among a bounded number of open streams, freed on drop.
+struct StreamSlot(Arc<AtomicUsize>);
+
+impl StreamSlot {
+    fn take(count: &Arc<AtomicUsize>, max: usize, what: &str) -> Result<StreamSlot, Status> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        if before >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return Err(busy_status(&format!(
+                "{before} {what} streams are open, at most {max}"
+            )));
+        }
+        Ok(StreamSlot(count.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn reply_as<T: TryFrom<Reply, Error = WrongReply>>(reply: Reply) -> Result<T, Status> {
+    T::try_from(reply).map_err(Status::from)
+}
+
+/// The `Lock` service.
+#[derive(Debug, Clone)]
+pub struct LockService(pub Api);
+
+#[tonic::async_trait]
+impl proto::lock_server::Lock for LockService {
+    async fn create_session(
+        &self,
+        request: Request<proto::CreateSessionRequest>,
+    ) -> Result<Response<proto::CreateSessionResponse>, Status> {
+        let principal = self.0.auth.client_principal(request.metadata());
+        let command = request.into_inner().into_command(&principal)?;
+        let (reply, _) = self.0.propose(command, 0).await?;
+        Ok(Response::new(reply_as(reply)?))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        let command = Command::try_from(request.into_inner())?;
+        let (reply, _) = self.0.propose(command, 0).await?;
+        Ok(Response::new(reply_as(reply)?))
+    }
+
+    type KeepAliveStream = ChannelStream<Result<proto::KeepAliveResponse, Status>>;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let slot = StreamSlot::take(
+            &self.0.keepalives,
+            self.0.limits.keepalive_streams_max,
+            "keepalive",
+        )?;
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER);
+        let driver = self.0.driver.clone();
+        let mut shutdown = self.0.shutdown.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            loop {
+                let next = tokio::select! {
+                    next = inbound.message() => next,
+                    () = stopped(&mut shutdown) => return,
+                };
+                let next = match next {
+                    Ok(Some(next)) => next,
+                    Ok(None) | Err(_) => return,
+                };
+                let answer = match KeepAlive::try_from(next) {
+                    Ok(ka) => match driver
+                        .ask(|reply| DriverRequest::KeepAlive {
+                            session: ka.session,
+                            reply,
+                        })
+                        .await
+                    {
+                        Ok(result) => {
+                            keepalive_answer(ka.session, ka.seq, result, |n| driver.endpoint_of(n))
+                        }
+                        Err(status) => Err(status),
+                    },
+                    Err(error) => Err(Status::from(error)),
+                };
+                let end = answer.is_err();
+                if tx.send(answer).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ChannelStream::new(rx)))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        let request = request.into_inner();
+        let wait_ms = request.wait_ms;
+        let command = Command::try_from(request)?;
+        let (reply, revision) = self.0.propose(command, wait_ms).await?;
+        match reply {
+            Reply::Acquire(reply) => {
+                Ok(Response::new(proto::AcquireResponse::new(reply, revision)))
+            }
+            other => Err(Status::from(WrongReply {
+                expected: "Acquire",
+                got: Box::new(other),
+            })),
+        }
+    }
+
+    async fn release(
+        &self,
+        request: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        let command = Command::try_from(request.into_inner())?;
+        let (reply, _) = self.0.propose(command, 0).await?;
+        Ok(Response::new(reply_as(reply)?))
+    }
+
+    type WatchStream = ChannelStream<Result<proto::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let start = WatchStart::try_from(request.into_inner())?;
+        let slot = StreamSlot::take(&self.0.watches, self.0.limits.watch_streams_max, "watch")?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let driver = self.0.driver.clone();
+        let mut shutdown = self.0.shutdown.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut applied = driver.applied();
+            let mut from = start.from;
+            loop {
+                let filter = start.filter.clone();
+                let page = driver
+                    .ask(|reply| DriverRequest::Watch {
+                        from,
+                        filter,
+                        limit: WATCH_PAGE_EVENTS,
+                        reply,
+                    })
+                    .await;
+                let page = match page {
+                    Ok(Ok(page)) => page,
+                    // "From the oldest retained": start where history starts.
+                    Ok(Err(WatchError::Compacted {
+                        oldest_available, ..
+                    })) if start.from == Revision(0) && from == Revision(0) => {
+                        from = oldest_available;
+                        continue;
+                    }
+                    Ok(Err(error)) => {
+                        let _ = tx.send(Err(watch_error_status(&error))).await;
+                        return;
+                    }
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                let empty = page.events.is_empty();
+                from = page.resume_from;
+                if !empty && tx.send(Ok(page.into())).await.is_err() {
+                    return;
+                }
+                if empty {
+                    tokio::select! {
+                        changed = applied.changed() => if changed.is_err() { return },
+                        () = tx.closed() => return,
+                        () = stopped(&mut shutdown) => return,
+                    }
+                }
+            }
+        });
+        Ok(Response::new(ChannelStream::new(rx)))
+    }
+}
+
+/// The `Admin` service.
+#[derive(Debug, Clone)]
+pub struct AdminService(pub Api);
+
+impl AdminService {
+    async fn mutate<T: TryFrom<Reply, Error = WrongReply>>(
+        &self,
+        command: Command,
+    ) -> Result<Response<T>, Status> {
+        let (reply, _) = self.0.propose(command, 0).await?;
+        Ok(Response::new(reply_as(reply)?))
+    }
+}
+
+#[tonic::async_trait]
+impl proto::admin_server::Admin for AdminService {
+    async fn inspect(
+        &self,
+        request: Request<proto::InspectRequest>,
+    ) -> Result<Response<proto::KeyInfo>, Status> {
+        let q = InspectQuery::try_from(request.into_inner())?;
+        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
+        Ok(Response::new(proto::KeyInfo::from_answer(answer)?))
+    }
+
+    async fn list_holds(
+        &self,
+        request: Request<proto::ListHoldsRequest>,
+    ) -> Result<Response<proto::ListHoldsResponse>, Status> {
+        let q = ListHoldsQuery::try_from(request.into_inner())?;
+        let (revision, answer) = self.0.read(q.query(), q.allow_stale).await?;
+        Ok(Response::new(proto::ListHoldsResponse::from_answer(
+            answer, revision,
+        )?))
+    }
+
+    async fn longest_holds(
+        &self,
+        request: Request<proto::LongestHoldsRequest>,
+    ) -> Result<Response<proto::LongestHoldsResponse>, Status> {
+        let stale = request.into_inner().allow_stale;
+        let (revision, answer) = self.0.read(Query::LongestHolds, stale).await?;
+        Ok(Response::new(proto::LongestHoldsResponse::from_answer(
+            answer, revision,
+        )?))
+    }
+
+    async fn put_class(
+        &self,
+        request: Request<proto::PutClassRequest>,
+    ) -> Result<Response<proto::PutClassResponse>, Status> {
+        let actor = self.0.auth.admin_actor(request.metadata())?;
+        self.mutate(request.into_inner().into_command(actor)?).await
+    }
+
+    async fn remove_class(
+        &self,
+        request: Request<proto::RemoveClassRequest>,
+    ) -> Result<Response<proto::RemoveClassResponse>, Status> {
+        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let command = request.into_inner().into_command(actor)?;
+        match self.0.propose(command, 0).await? {
+            (Reply::ClassRemoved, _) => Ok(Response::new(proto::RemoveClassResponse {})),
+            (other, _) => Err(Status::from(WrongReply {
+                expected: "ClassRemoved",
+                got: Box::new(other),
+            })),
+        }
+    }
+
+    async fn list_classes(
+        &self,
+        request: Request<proto::ListClassesRequest>,
+    ) -> Result<Response<proto::ListClassesResponse>, Status> {
+        let q = ListClassesQuery::try_from(request.into_inner())?;
+        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
+        Ok(Response::new(proto::ListClassesResponse::from_answer(
+            answer,
+        )?))
+    }
+
+    async fn request_force_release(
+        &self,
+        request: Request<proto::RequestForceReleaseRequest>,
+    ) -> Result<Response<proto::RequestForceReleaseResponse>, Status> {
+        let actor = self.0.auth.admin_actor(request.metadata())?;
+        self.mutate(request.into_inner().into_command(actor)?).await
+    }
+
+    async fn approve_force_release(
+        &self,
+        request: Request<proto::ApproveForceReleaseRequest>,
+    ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
+        let actor = self.0.auth.admin_actor(request.metadata())?;
+        self.mutate(request.into_inner().into_command(actor)?).await
+    }
+
+    async fn deny_force_release(
+        &self,
+        request: Request<proto::DenyForceReleaseRequest>,
+    ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
+        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let command = request.into_inner().into_command(actor)?;
+        match self.0.propose(command, 0).await? {
+            (Reply::ForceReleaseDenied, _) => Ok(Response::new(proto::DenyForceReleaseResponse {})),
+            (other, _) => Err(Status::from(WrongReply {
+                expected: "ForceReleaseDenied",
+                got: Box::new(other),
+            })),
+        }
+    }
+
+    async fn list_force_releases(
+        &self,
+        request: Request<proto::ListForceReleasesRequest>,
+    ) -> Result<Response<proto::ListForceReleasesResponse>, Status> {
+        let stale = request.into_inner().allow_stale;
+        let (_, answer) = self.0.read(Query::ForceReleases, stale).await?;
+        Ok(Response::new(
+            proto::ListForceReleasesResponse::from_answer(answer)?,
+        ))
+    }
+
+    async fn query_audit(
+        &self,
+        request: Request<proto::QueryAuditRequest>,
+    ) -> Result<Response<proto::QueryAuditResponse>, Status> {
+        let q = AuditRead::try_from(request.into_inner())?;
+        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
+        Ok(Response::new(proto::QueryAuditResponse::from_answer(
+            answer,
+        )?))
+    }
+}

@@ -1,0 +1,267 @@
+//! `DevCluster` (three replicas in this process): watch, admin calls with dev auth, and a member
+//! stopped and restarted.
+// Real processes, sockets and TLS: not under the simulator.
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::time::Duration;
+
+use picket_net::proto;
+use picket_server::dev::DevCluster;
+use support::*;
+use tonic::Code;
+
+const NS: &str = "payments";
+
+fn with_actor<T>(message: T, principal: &str, roles: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("x-picket-principal", principal.parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("x-picket-roles", roles.parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_the_lock_log_and_resumes() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "a/1", 0).await.unwrap()).unwrap();
+    // Watch from a follower (served from its applied state), prefix "a/".
+    let follower = cluster.client_endpoint((leader + 1) % 3);
+    let mut client = lock(&follower).await.unwrap();
+    let mut stream = client
+        .watch(proto::WatchRequest {
+            namespace: Some(NS.into()),
+            key_prefix: "a/".into(),
+            from_revision: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let page = stream.message().await.unwrap().unwrap();
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].revision, t);
+    // Events after the stream opened arrive on it; keys outside the prefix do not.
+    acquire(&at, s, 2, NS, "b/1", 0).await.unwrap();
+    release(&at, s, 3, NS, "a/1", t).await.unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(page.events.iter().all(|e| e.key == "a/1"), "{page:?}");
+    assert!(page.events.iter().all(|e| e.revision > t));
+    // Resuming from `resume_from` sees nothing twice.
+    let mut again = client
+        .watch(proto::WatchRequest {
+            namespace: Some(NS.into()),
+            key_prefix: "a/".into(),
+            from_revision: page.resume_from,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let none = tokio::time::timeout(Duration::from_millis(300), again.message()).await;
+    assert!(none.is_err(), "no event after resume_from yet: {none:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_needs_two_people_and_raises_the_floor() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "stuck", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "ledger", 0).await.unwrap()).unwrap();
+    let mut admin_client = admin(&at).await.unwrap();
+    let requested = admin_client
+        .request_force_release(with_actor(
+            proto::RequestForceReleaseRequest {
+                namespace: NS.into(),
+                key: "ledger".into(),
+                expected_token: t,
+                reason: "holder is wedged".into(),
+                revoke_session: true,
+            },
+            "alice",
+            "on-call",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let approve = |who: &str| {
+        with_actor(
+            proto::ApproveForceReleaseRequest {
+                force_release_id: requested.force_release_id,
+                acknowledged_fenced: requested.fenced,
+            },
+            who,
+            "on-call",
+        )
+    };
+    let status = admin_client
+        .approve_force_release(approve("alice"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert_eq!(rule(&status), "approver_is_requester");
+    let approved = admin_client
+        .approve_force_release(approve("bob"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approved.released_token, t);
+    assert_eq!(approved.session_revoked, Some(s));
+    assert!(
+        keepalive(&at, s).await.unwrap().lost,
+        "the revoked session is lost"
+    );
+    let s2 = create_session(&at, "next", 10_000).await;
+    let t2 = granted(&acquire(&at, s2, 1, NS, "ledger", 0).await.unwrap()).unwrap();
+    assert!(t2 > approved.floor, "the next token is above the floor");
+    let audit = admin_client
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(audit.records.len() >= 2, "{audit:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stops_and_restarts_from_its_data() {
+    let mut cluster = DevCluster::start().await.unwrap();
+    assert_eq!(cluster.client_endpoints().len(), 3);
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
+    let boot_before = cluster.node(leader).unwrap().boot;
+    cluster.stop(leader).await;
+    assert!(!cluster.is_running(leader));
+    let next = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_ne!(next, leader);
+    cluster.restart(leader).await.unwrap();
+    assert_eq!(cluster.node(leader).unwrap().boot, boot_before + 1);
+    let info = inspect(&cluster.client_endpoint(next), NS, "k", false)
+        .await
+        .unwrap();
+    assert_eq!(info.holder.unwrap().token, t);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let peer = format!("http://{}", cluster.config(0).me().peer_address);
+    let send = |batch: proto::PeerBatch| {
+        let peer = peer.clone();
+        async move {
+            let mut client = proto::peer_client::PeerClient::connect(peer).await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tx.send(batch).await.unwrap();
+            drop(tx);
+            client
+                .send(picket_server::stream::ChannelStream::new(rx))
+                .await
+                .map(|r| r.into_inner())
+        }
+    };
+    let wrong_cluster = proto::PeerBatch {
+        cluster_id: "other".into(),
+        from_node_id: 2,
+        to_node_id: 1,
+        messages: vec![],
+    };
+    let status = send(wrong_cluster).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("cluster_id"), "{status:?}");
+    let malformed = proto::PeerBatch {
+        cluster_id: "picket-dev".into(),
+        from_node_id: 2,
+        to_node_id: 1,
+        messages: vec![proto::PeerMessage { kind: None }],
+    };
+    let summary = send(malformed).await.unwrap();
+    assert_eq!((summary.batches_received, summary.messages_dropped), (1, 1));
+    // The cluster is unharmed.
+    let at = cluster.client_endpoint(leader);
+    let s = create_session(&at, "svc", 10_000).await;
+    assert!(granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).is_some());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let quiet = create_session(&at, "quiet", 1_000).await;
+    let live = create_session(&at, "live", 10_000).await;
+    let t1 = granted(&acquire(&at, quiet, 1, NS, "k", 0).await.unwrap()).unwrap();
+    // `live` keeps its session alive over one stream while its acquire is held.
+    let ka_at = at.clone();
+    let keeper = tokio::spawn(async move {
+        let mut client = lock(&ka_at).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut answers = client
+            .keep_alive(picket_server::stream::ChannelStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        for seq in 1..=10u64 {
+            tx.send(proto::KeepAliveRequest {
+                session_id: live,
+                seq,
+            })
+            .await
+            .unwrap();
+            let answer = answers.message().await.unwrap().unwrap();
+            assert_eq!((answer.seq, answer.lost), (seq, false));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let started = tokio::time::Instant::now();
+    let reply = acquire(&at, live, 1, NS, "k", 8_000).await.unwrap();
+    let t2 = granted(&reply).expect("granted when the quiet session expired");
+    assert!(t2 > t1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        keepalive(&at, quiet).await.unwrap().lost,
+        "the quiet session expired"
+    );
+    keeper.await.unwrap();
+    cluster.shutdown().await;
+}

@@ -1,0 +1,355 @@
+//! Three real `picketd` processes on loopback, and a minimal gRPC client for them.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use picket_net::proto;
+use picket_net::proto::admin_client::AdminClient;
+use picket_net::proto::lock_client::LockClient;
+use picket_server::dev::free_port;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub configs: Vec<PathBuf>,
+    pub endpoints: Vec<String>,
+    procs: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// Writes three configuration files (free ports, fast elections) and starts the processes.
+    pub fn start() -> Cluster {
+        Cluster::start_with(false)
+    }
+
+    /// With `tls`, every replica uses the test certificates of `tests/tls` (mutual TLS between
+    /// replicas, `https://` for clients).
+    pub fn start_with(tls: bool) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("picket-e2e-")
+            .tempdir()
+            .unwrap();
+        let ports: Vec<(u16, u16)> = (0..3)
+            .map(|_| (free_port().unwrap(), free_port().unwrap()))
+            .collect();
+        let mut members = String::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            members.push_str(&format!(
+                "[[members]]\nid = {}\npeer_address = \"127.0.0.1:{peer}\"\nclient_address = \"127.0.0.1:{client}\"\n",
+                i + 1
+            ));
+        }
+        let tls_section = if tls {
+            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+            format!(
+                "[tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
+                fixtures.join("node.pem"),
+                fixtures.join("node.key"),
+                fixtures.join("ca.pem")
+            )
+        } else {
+            String::new()
+        };
+        let scheme = if tls { "https" } else { "http" };
+        let mut configs = Vec::new();
+        for i in 0..3 {
+            let text = format!(
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n{tls_section}",
+                i + 1,
+                i + 1
+            );
+            let path = dir.path().join(format!("node-{}.toml", i + 1));
+            std::fs::write(&path, text).unwrap();
+            configs.push(path);
+        }
+        let endpoints = ports
+            .iter()
+            .map(|(client, _)| format!("{scheme}://127.0.0.1:{client}"))
+            .collect();
+        let mut cluster = Cluster {
+            dir,
+            configs,
+            endpoints,
+            procs: vec![None, None, None],
+        };
+        for i in 0..3 {
+            cluster.spawn(i);
+        }
+        cluster
+    }
+
+    pub fn spawn(&mut self, i: usize) {
+        assert!(self.procs[i].is_none(), "node {i} already runs");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("node-{}.log", i + 1)))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.configs[i])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.procs[i] = Some(child);
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.procs[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(&mut self, i: usize) -> std::process::ExitStatus {
+        let mut child = self.procs[i].take().expect("running");
+        let pid = child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        for _ in 0..200 {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        panic!("node {i} did not stop within 10 s of SIGTERM");
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", i + 1)))
+            .unwrap_or_default()
+    }
+
+    pub fn running(&self) -> Vec<usize> {
+        (0..3).filter(|i| self.procs[*i].is_some()).collect()
+    }
+
+    /// The index of the ready leader (it answers a linearizable read), waiting up to `timeout`.
+    pub async fn leader(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            for i in self.running() {
+                if let Ok(mut admin) = admin(&self.endpoints[i]).await {
+                    let read = admin
+                        .longest_holds(proto::LongestHoldsRequest { allow_stale: false })
+                        .await;
+                    let keepalive_ready = read.is_ok();
+                    if keepalive_ready {
+                        return i;
+                    }
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader within {timeout:?}; logs:\n{}\n{}\n{}",
+                self.log(0),
+                self.log(1),
+                self.log(2)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+/// A channel to `endpoint`; `https://` endpoints trust the test CA of `tests/tls`.
+pub async fn channel(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
+    let mut builder = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(15));
+    if endpoint.starts_with("https://") {
+        let ca = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.pem"),
+        )
+        .unwrap();
+        builder = builder.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+        )?;
+    }
+    builder.connect().await
+}
+
+pub async fn lock(endpoint: &str) -> Result<LockClient<Channel>, tonic::transport::Error> {
+    Ok(LockClient::new(channel(endpoint).await?))
+}
+
+pub async fn admin(endpoint: &str) -> Result<AdminClient<Channel>, tonic::transport::Error> {
+    Ok(AdminClient::new(channel(endpoint).await?))
+}
+
+pub async fn create_session(endpoint: &str, name: &str, ttl_ms: u64) -> u64 {
+    try_create_session(endpoint, name, ttl_ms).await.unwrap()
+}
+
+pub async fn try_create_session(endpoint: &str, name: &str, ttl_ms: u64) -> Result<u64, Status> {
+    let mut client = lock(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    Ok(client
+        .create_session(proto::CreateSessionRequest {
+            ttl_ms: Some(ttl_ms),
+            identity: Some(proto::ClientIdentity {
+                name: name.into(),
+                host: "test".into(),
+                pid: std::process::id(),
+            }),
+        })
+        .await?
+        .into_inner()
+        .session_id)
+}
+
+/// Calls `f` with an endpoint, following `not_leader` hints (or trying the next member) for up
+/// to 10 s, as a client library would; any other error is returned.
+pub async fn at_leader<T, F, Fut>(endpoints: &[String], first: usize, f: F) -> Result<T, Status>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut at = first;
+    loop {
+        match f(endpoints[at].clone()).await {
+            Err(status)
+                if status.code() == Code::Unavailable && tokio::time::Instant::now() < deadline =>
+            {
+                let hint = picket_net::status::leader_hint(&status)
+                    .and_then(|h| h.node_id)
+                    .map(|n| n as usize - 1);
+                at = hint.unwrap_or((at + 1) % endpoints.len());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+pub async fn acquire(
+    endpoint: &str,
+    session: u64,
+    request: u64,
+    ns: &str,
+    key: &str,
+    wait_ms: u64,
+) -> Result<proto::AcquireResponse, Status> {
+    let mut client = lock(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    client
+        .acquire(proto::AcquireRequest {
+            session_id: session,
+            request_id: request,
+            namespace: ns.into(),
+            key: key.into(),
+            wait_ms,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+pub async fn release(
+    endpoint: &str,
+    session: u64,
+    request: u64,
+    ns: &str,
+    key: &str,
+    token: u64,
+) -> Result<proto::ReleaseResponse, Status> {
+    let mut client = lock(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    client
+        .release(proto::ReleaseRequest {
+            session_id: session,
+            request_id: request,
+            namespace: ns.into(),
+            key: key.into(),
+            token,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// One keepalive on a fresh stream.
+pub async fn keepalive(endpoint: &str, session: u64) -> Result<proto::KeepAliveResponse, Status> {
+    let mut client = lock(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::KeepAliveRequest {
+        session_id: session,
+        seq: 1,
+    })
+    .await
+    .unwrap();
+    let mut responses = client
+        .keep_alive(picket_server::stream::ChannelStream::new(rx))
+        .await?
+        .into_inner();
+    let first = responses.message().await?;
+    drop(tx);
+    first.ok_or_else(|| Status::unavailable("keepalive stream ended without an answer"))
+}
+
+pub async fn inspect(
+    endpoint: &str,
+    ns: &str,
+    key: &str,
+    stale: bool,
+) -> Result<proto::KeyInfo, Status> {
+    let mut client = admin(endpoint)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    client
+        .inspect(proto::InspectRequest {
+            namespace: ns.into(),
+            key: key.into(),
+            allow_stale: stale,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+pub fn granted(response: &proto::AcquireResponse) -> Option<u64> {
+    match response.reply.as_ref()?.kind.as_ref()? {
+        proto::acquire_reply::Kind::Granted(g) => Some(g.token),
+        _ => None,
+    }
+}
+
+pub fn rule(status: &Status) -> String {
+    picket_net::status::error_detail(status)
+        .map(|d| d.rule)
+        .unwrap_or_default()
+}
+
+pub fn assert_code(
+    result: Result<impl std::fmt::Debug, Status>,
+    code: Code,
+    rule_name: &str,
+) -> Status {
+    let status = result.expect_err("the call must fail");
+    assert_eq!(status.code(), code, "{status:?}");
+    if !rule_name.is_empty() {
+        assert_eq!(rule(&status), rule_name, "{status:?}");
+    }
+    status
+}
