@@ -1,7 +1,8 @@
 //! The simulation's entry points (only under `--cfg madsim`; `scripts/sim` drives them):
 //!
 //! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
-//!   `mixed`), optionally broken (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and
+//!   `mixed`) on `PICKET_SIM_DRIVER` (`sim`, default, or `server`), optionally broken
+//!   (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and
 //!   fails with the replay command if a checker found a violation;
 //! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
 //! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
@@ -9,17 +10,27 @@
 
 use madsim::runtime::Runtime;
 use madsim::Config;
-use picket_sim::cluster::{run, Break, RunConfig, RunReport};
+use picket_sim::cluster::{run, Break, DriverKind, RunConfig, RunReport};
 use picket_sim::history::Checker;
 use picket_sim::plan::{PlanConfig, Scenario};
 
 fn run_seed(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
+    run_seed_on(seed, scenario, broken, DriverKind::SimLocal)
+}
+
+fn run_seed_on(
+    seed: u64,
+    scenario: Scenario,
+    broken: Option<Break>,
+    driver: DriverKind,
+) -> RunReport {
     let runtime = Runtime::with_seed_and_config(seed, Config::default());
     runtime.block_on(run(RunConfig {
         seed,
         scenario,
         broken,
         plan: PlanConfig::default(),
+        driver,
     }))
 }
 
@@ -31,13 +42,17 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} writes={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} writes={} finals={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.sim_ms,
         report.trace_hash,
         report.trace_lines,
         report.history.acked.len(),
+        report.history.grants.len(),
+        report.history.digests.len(),
+        report.history.keepalives.len(),
         report.history.writes.len(),
+        report.history.final_replicas.len(),
         mix.join(","),
         report.violations.len()
     )
@@ -58,16 +73,23 @@ fn seed_run() {
         .ok()
         .filter(|b| !b.is_empty())
         .map(|b| Break::parse(&b).unwrap_or_else(|| panic!("unknown break `{b}`")));
-    let report = run_seed(seed, scenario, broken);
-    println!("{}", summary(seed, &report));
+    let driver = std::env::var("PICKET_SIM_DRIVER")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .map_or(DriverKind::SimLocal, |d| {
+            DriverKind::parse(&d).unwrap_or_else(|| panic!("unknown driver `{d}`"))
+        });
+    let report = run_seed_on(seed, scenario, broken, driver);
+    println!("{} driver={}", summary(seed, &report), driver.name());
     for v in &report.violations {
         println!("VIOLATION {v}");
     }
     assert!(
         report.violations.is_empty(),
-        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --trace",
+        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",
         report.violations.len(),
-        scenario.name()
+        scenario.name(),
+        driver.name()
     );
     // The run did something: grants acknowledged, writes accepted, the probe granted.
     assert!(

@@ -204,7 +204,7 @@ async fn run_session(
     conn: &Arc<Conn>,
     session: SessionId,
     lease: &Arc<Mutex<Lease>>,
-    resource: &mut Option<ResourceClient<tonic::transport::Channel>>,
+    resource: &mut Option<ResourceConn>,
 ) {
     let mut request = 0u64;
     let mut failures = 0;
@@ -287,12 +287,15 @@ async fn run_session(
     }
 }
 
-async fn write(
-    conn: &Conn,
-    resource: &mut Option<ResourceClient<tonic::transport::Channel>>,
-    key: &str,
-    token: u64,
-) {
+/// A connection to the fenced resource (opened on first use, dropped after a failure).
+pub type ResourceConn = ResourceClient<tonic::transport::Channel>;
+
+async fn write(conn: &Conn, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+    write_as(conn.ctx.id, resource, key, token).await;
+}
+
+/// Writes to the fenced resource with `token` as client `client_id`.
+pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
     if resource.is_none() {
         let url = format!("http://{}:{RESOURCE_PORT}", resource_ip());
         *resource = ResourceClient::connect(url).await.ok();
@@ -303,7 +306,7 @@ async fn write(
     let request = WriteRequest {
         key: key.to_string(),
         token,
-        client_id: conn.ctx.id,
+        client_id,
         payload: Vec::new(),
     };
     let sent = tokio::time::timeout(Duration::from_millis(500), client.write(request)).await;

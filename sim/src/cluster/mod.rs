@@ -7,6 +7,7 @@
 //! replica catch up; check.
 
 mod client;
+mod real;
 mod replica;
 mod resource;
 mod shared;
@@ -30,10 +31,34 @@ use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
 use client::{client_main, probe, ClientCtx, CLIENT_PORT_USED};
 use replica::{replica_main, ReplicaCtx};
 use shared::{lock, Shared, SharedRef};
-use wire::{client_ip, probe_ip, replica_ip, resource_ip};
+use wire::{client_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
 
 /// How long after the heal the probe must be granted (checker 6).
 pub const LIVENESS_BOUND_MS: u64 = 20_000;
+
+/// Which node code the replicas and clients run (docs/simulation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverKind {
+    /// The sim-local driver and client around the real core (all six checkers observed).
+    SimLocal,
+    /// The real server node (driver, store, gRPC services) and the real client library.
+    Server,
+}
+
+impl DriverKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverKind::SimLocal => "sim",
+            DriverKind::Server => "server",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<DriverKind> {
+        [DriverKind::SimLocal, DriverKind::Server]
+            .into_iter()
+            .find(|d| d.name() == name)
+    }
+}
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +67,7 @@ pub struct RunConfig {
     pub scenario: Scenario,
     pub broken: Option<Break>,
     pub plan: PlanConfig,
+    pub driver: DriverKind,
 }
 
 /// What a run produced.
@@ -68,6 +94,7 @@ struct Cluster {
     clients: Vec<NodeHandle>,
     client_clocks: Vec<DriftClock>,
     probes: u8,
+    driver: DriverKind,
 }
 
 /// Runs one seed inside the current madsim runtime.
@@ -76,7 +103,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     let shared = Shared::new(config.broken);
     lock(&shared).buggify = plan.buggify;
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
-    let mut cluster = Cluster::start(config.seed, plan.clone(), shared.clone(), config.broken);
+    let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
     tokio::time::sleep(Duration::from_millis(1_500)).await;
 
     for step in plan.steps.clone() {
@@ -131,7 +158,9 @@ pub async fn run(config: RunConfig) -> RunReport {
 }
 
 impl Cluster {
-    fn start(seed: u64, plan: Plan, shared: SharedRef, broken: Option<Break>) -> Cluster {
+    fn start(config: RunConfig, plan: Plan, shared: SharedRef) -> Cluster {
+        let (seed, broken, driver) = (config.seed, config.broken, config.driver);
+        let ttl_ms = plan.session_ttl_ms;
         let handle = Handle::current();
         let net = NetSim::current();
         let members: Vec<NodeId> = (1..=plan.replicas as u64).map(NodeId).collect();
@@ -158,7 +187,15 @@ impl Cluster {
                 .create_node()
                 .name(format!("replica-{}", id.0))
                 .ip(replica_ip(*id))
-                .init(move || replica_main(ctx.clone()))
+                .init(move || {
+                    let ctx = ctx.clone();
+                    async move {
+                        match driver {
+                            DriverKind::SimLocal => replica_main(ctx).await,
+                            DriverKind::Server => real::real_replica_main(ctx, ttl_ms).await,
+                        }
+                    }
+                })
                 .build();
             replicas.push(node);
         }
@@ -189,9 +226,28 @@ impl Cluster {
                 .create_node()
                 .name(format!("client-{}", index + 1))
                 .ip(client_ip(index))
-                .init(move || client_main(ctx.clone()))
+                .init(move || {
+                    let ctx = ctx.clone();
+                    async move {
+                        match driver {
+                            DriverKind::SimLocal => client_main(ctx).await,
+                            DriverKind::Server => real::real_client_main(ctx).await,
+                        }
+                    }
+                })
                 .build();
             clients.push(node);
+        }
+        if driver == DriverKind::Server {
+            for id in &members {
+                let (id, shared) = (*id, shared.clone());
+                handle
+                    .create_node()
+                    .name(format!("watcher-{}", id.0))
+                    .ip(watcher_ip(id))
+                    .init(move || real::watcher_main(id, shared.clone()))
+                    .build();
+            }
         }
         Cluster {
             handle,
@@ -204,6 +260,7 @@ impl Cluster {
             clients,
             client_clocks,
             probes: 0,
+            driver,
         }
     }
 
@@ -338,11 +395,17 @@ impl Cluster {
             .ip(probe_ip(self.probes))
             .build();
         let key = format!("probe-{}", self.probes);
-        let task = node.spawn(probe(ctx, key));
-        let token = tokio::time::timeout(Duration::from_millis(within_ms), task)
-            .await
-            .ok()?
-            .ok()?;
+        let within = Duration::from_millis(within_ms);
+        let token = match self.driver {
+            DriverKind::SimLocal => {
+                let task = node.spawn(probe(ctx, key));
+                tokio::time::timeout(within, task).await.ok()?.ok()?
+            }
+            DriverKind::Server => {
+                let task = node.spawn(real::real_probe(ctx, key));
+                tokio::time::timeout(within, task).await.ok()?.ok()?
+            }
+        };
         let at = lock(&self.shared).now_ms();
         self.trace(&format!("probe granted token {token}"));
         Some((token, at))
@@ -358,9 +421,13 @@ impl Cluster {
         for _ in 0..200 {
             let all_caught_up = {
                 let s = lock(&self.shared);
+                let watched = |m: &NodeId| {
+                    self.driver == DriverKind::SimLocal
+                        || s.watched.get(m).is_some_and(|r| *r > token)
+                };
                 self.members
                     .iter()
-                    .all(|m| s.applied.get(m).is_some_and(|r| *r >= token))
+                    .all(|m| s.applied.get(m).is_some_and(|r| *r >= token) && watched(m))
             };
             if all_caught_up {
                 break;
@@ -370,7 +437,9 @@ impl Cluster {
         let mut s = lock(&self.shared);
         let mut finals = Vec::new();
         for m in &self.members {
-            let caught_up = s.applied.get(m).is_some_and(|r| *r >= token);
+            let caught_up = s.applied.get(m).is_some_and(|r| *r >= token)
+                && (self.driver == DriverKind::SimLocal
+                    || s.watched.get(m).is_some_and(|r| *r > token));
             if let (true, Some(be)) = (caught_up, s.boot_events.get(m)) {
                 finals.push(FinalReplica {
                     node: m.0,

@@ -131,7 +131,7 @@ pub async fn replica_main(ctx: ReplicaCtx) {
 
 /// A replica whose store failed stops (after a failed fsync the files are in an unknown state)
 /// and waits for the nemesis to restart it.
-async fn wedge(ctx: &ReplicaCtx, why: &str) {
+pub(super) async fn wedge(ctx: &ReplicaCtx, why: &str) {
     {
         let mut s = lock(&ctx.shared);
         s.trace(&format!("replica {} wedged: {why}", ctx.id.0));

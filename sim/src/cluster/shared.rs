@@ -74,6 +74,9 @@ pub struct Shared {
     /// Applied revision per replica.
     pub applied: BTreeMap<NodeId, u64>,
     pub boot_events: BTreeMap<NodeId, BootEvents>,
+    /// Real-driver runs: starts per replica, and how far each replica's watcher has read.
+    pub boots: BTreeMap<NodeId, u64>,
+    pub watched: BTreeMap<NodeId, u64>,
     /// The plan's buggify points are on (see [`buggify`]).
     pub buggify: bool,
     /// Clients stop their workload (and abandon their sessions).
@@ -96,6 +99,8 @@ impl Shared {
             wedged: BTreeSet::new(),
             applied: BTreeMap::new(),
             boot_events: BTreeMap::new(),
+            boots: BTreeMap::new(),
+            watched: BTreeMap::new(),
             clients_stop: false,
             buggify: false,
             counters: BTreeMap::new(),

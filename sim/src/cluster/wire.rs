@@ -59,6 +59,10 @@ pub fn resource_ip() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1))
 }
 
+pub fn watcher_ip(node: NodeId) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 4, node.0 as u8))
+}
+
 pub fn probe_ip(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 3, n))
 }
