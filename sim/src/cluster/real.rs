@@ -1,0 +1,265 @@
+//! Phase 2: the **real** node — `picket_server::server::start` (the driver, its durable store,
+//! the gRPC `Lock`/`Admin`/`Peer` services) on the harness's `SimDisk` and a drifting clock —
+//! and clients built on the **real client library** (`picket_net::client`). Observation goes
+//! through the public API: a watcher per replica follows that replica's lock log (checkers 1,
+//! 2 and 4), the driver's status gives the applied revision and the leader.
+//!
+//! Not observable this way (yet): the state digest per revision (checker 3 needs a driver hook)
+//! and acknowledged keepalives (checker 5: the client library keeps them inside its session
+//! task); both checkers pass vacuously on these runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use madsim::rand::{thread_rng, Rng};
+use picket_core::paxos::{NodeId, RoleKind};
+use picket_core::time::Instant;
+use picket_net::client::{Client, ClientConfig, Session};
+use picket_net::proto;
+
+use super::client::{ClientCtx, KEYS, NAMESPACE};
+use super::replica::ReplicaCtx;
+use super::shared::{lock, BootEvents, SharedRef};
+use super::wire::{replica_ip, REPLICA_PORT};
+use crate::clock::DriftClock;
+use crate::history::{AckedOp, FinalKind, GrantSeen};
+
+/// Peer port of a real replica (clients use `REPLICA_PORT`).
+pub const PEER_PORT: u16 = 7001;
+
+/// The server's `Clock`, drifting at the node's rate from the run's start.
+pub struct SimClock {
+    pub drift: DriftClock,
+    pub start: tokio::time::Instant,
+}
+
+impl picket_server::clock::Clock for SimClock {
+    fn now(&self) -> Instant {
+        let true_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.drift.at(true_ms)
+    }
+}
+
+pub fn client_endpoint(node: NodeId) -> String {
+    format!("{}:{REPLICA_PORT}", replica_ip(node))
+}
+
+fn config_text(ctx: &ReplicaCtx, ttl_ms: u64) -> String {
+    let mut text = format!(
+        "node_id = {}\ndata_dir = \"/data\"\ninsecure_dev_auth = true\n\n[sessions]\nttl_ms_min = 1000\nttl_ms_default = {ttl_ms}\n\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 64\n",
+        ctx.id.0
+    );
+    for m in &ctx.members {
+        text.push_str(&format!(
+            "\n[[members]]\nid = {}\npeer_address = \"{}:{PEER_PORT}\"\nclient_address = \"{}\"\n",
+            m.0,
+            replica_ip(*m),
+            client_endpoint(*m)
+        ));
+    }
+    text
+}
+
+/// A real replica's `init` future: starts the server's node, then reports its status to the
+/// harness until the driver stops (a failed store: the replica is wedged until restarted).
+pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
+    let boot = {
+        let mut s = lock(&ctx.shared);
+        let boot = s.boots.entry(ctx.id).or_insert(0);
+        *boot += 1;
+        let boot = *boot;
+        s.applied.insert(ctx.id, 0);
+        s.boot_events.insert(
+            ctx.id,
+            BootEvents {
+                events_from: 1,
+                events: Vec::new(),
+            },
+        );
+        s.trace(&format!("real replica {} boot {boot}", ctx.id.0));
+        boot
+    };
+    let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms))
+        .expect("the simulated replica's configuration is valid");
+    let start = lock(&ctx.shared).start;
+    let clock = Arc::new(SimClock {
+        drift: ctx.clock,
+        start,
+    });
+    let running = match picket_server::server::start(&config, ctx.disk.clone(), clock).await {
+        Ok(running) => running,
+        Err(error) => {
+            super::replica::wedge(&ctx, &format!("start failed (boot {boot}): {error}")).await;
+            return;
+        }
+    };
+    let mut role = None;
+    loop {
+        if running.driver_finished() {
+            super::replica::wedge(&ctx, "driver stopped (store failure)").await;
+        }
+        if let Some(status) = running.status().await {
+            let mut s = lock(&ctx.shared);
+            s.applied.insert(ctx.id, status.revision.0);
+            if role != Some(status.role) {
+                role = Some(status.role);
+                s.trace(&format!("real replica {} role {:?}", ctx.id.0, status.role));
+                if status.role == RoleKind::Leader {
+                    s.leader = Some(ctx.id);
+                    s.count("leader-elected");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Follows replica `node`'s lock log from the oldest retained revision, starting over for each
+/// boot of the replica: grants for checkers 1 and 2, all events for checker 4.
+pub async fn watcher_main(node: NodeId, shared: SharedRef) {
+    loop {
+        let boot = lock(&shared).boots.get(&node).copied().unwrap_or(0);
+        let mut config = ClientConfig::new([client_endpoint(node)], "watcher");
+        config.rpc_timeout = Duration::from_millis(1_000);
+        config.retry_budget = Duration::from_millis(3_000);
+        let Ok(client) = Client::new(config) else {
+            return;
+        };
+        let mut watcher = client.watch(None, "", 0);
+        while lock(&shared).boots.get(&node).copied().unwrap_or(0) == boot {
+            let page = tokio::time::timeout(Duration::from_millis(500), watcher.next_page()).await;
+            let events = match page {
+                Ok(Ok(events)) => events,
+                Ok(Err(_)) => break,
+                Err(_) => continue,
+            };
+            let mut s = lock(&shared);
+            if s.boots.get(&node).copied().unwrap_or(0) != boot {
+                break;
+            }
+            for event in events {
+                record_event(&mut s, node, boot, event);
+            }
+            s.watched.insert(node, watcher.resume_from());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn record_event(s: &mut super::shared::Shared, node: NodeId, boot: u64, event: proto::Event) {
+    use proto::event::Kind;
+    let key = format!("{}/{}", event.namespace, event.key);
+    let (kind, token) = match event.kind {
+        Some(Kind::Granted(g)) => {
+            s.history.grants.push(GrantSeen {
+                node: node.0,
+                boot,
+                revision: event.revision,
+                key: key.clone(),
+                token: g.token,
+                session: g.session_id,
+            });
+            (FinalKind::Granted, g.token)
+        }
+        Some(Kind::Released(r)) => (FinalKind::Released, r.token),
+        Some(Kind::ForceReleased(f)) => (FinalKind::ForceReleased, f.token),
+        _ => return,
+    };
+    if let Some(be) = s.boot_events.get_mut(&node) {
+        be.events.push((event.revision, key, kind, token));
+    }
+}
+
+fn library_config(ctx: &ClientCtx) -> ClientConfig {
+    let endpoints: Vec<String> = ctx.replicas.iter().map(|r| client_endpoint(*r)).collect();
+    let mut config = ClientConfig::new(endpoints, &format!("client-{}", ctx.id));
+    config.session_ttl = Some(Duration::from_millis(ctx.ttl_ms));
+    config.rpc_timeout = Duration::from_millis(1_000);
+    config.retry_budget = Duration::from_millis(5_000);
+    config
+}
+
+/// A client node on the real client library: sessions, `try_lock`, writes to the fenced
+/// resource while the guard is held (stopping at the lost-lock signal), release.
+pub async fn real_client_main(ctx: ClientCtx) {
+    let client = Client::new(library_config(&ctx)).expect("valid client configuration");
+    let mut resource = None;
+    while !lock(&ctx.shared).clients_stop {
+        match client.create_session().await {
+            Ok(session) => run_session(&ctx, &session, &mut resource).await,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+async fn run_session(
+    ctx: &ClientCtx,
+    session: &Session,
+    resource: &mut Option<super::client::ResourceConn>,
+) {
+    let mut failures = 0;
+    while !lock(&ctx.shared).clients_stop && session.is_alive() && failures < 5 {
+        let key = format!("k{}", thread_rng().gen_range(0..KEYS));
+        let guard = match session.try_lock(NAMESPACE, &key).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                failures += 1;
+                let pause = thread_rng().gen_range(50..200);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                continue;
+            }
+        };
+        failures = 0;
+        let gate_key = format!("{NAMESPACE}/{key}");
+        let token = guard.token().0;
+        lock(&ctx.shared).history.acked.push(AckedOp::Grant {
+            key: gate_key.clone(),
+            token,
+            session: session.id(),
+        });
+        let writes = thread_rng().gen_range(1..=4);
+        for _ in 0..writes {
+            if !guard.is_held() {
+                break;
+            }
+            tokio::select! {
+                () = super::client::write_as(ctx.id, resource, &gate_key, token) => {}
+                _ = guard.lost() => break,
+            }
+            let pause = thread_rng().gen_range(30..150);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        if guard.release().await.is_ok() {
+            lock(&ctx.shared).history.acked.push(AckedOp::Release {
+                key: gate_key.clone(),
+                token,
+            });
+        }
+        if lock(&ctx.shared).broken == Some(super::shared::Break::GateBypass) {
+            // Ignores the lost-lock signal: one more write with the old token, later.
+            let id = ctx.id;
+            tokio::spawn(async move {
+                let later = thread_rng().gen_range(200..800);
+                tokio::time::sleep(Duration::from_millis(later)).await;
+                super::client::write_as(id, &mut None, &gate_key, token).await;
+            });
+        }
+    }
+}
+
+/// The liveness probe on the client library: a fresh session takes a fresh key.
+pub async fn real_probe(ctx: ClientCtx, key: String) -> u64 {
+    let client = Client::new(library_config(&ctx)).expect("valid client configuration");
+    loop {
+        if let Ok(session) = client.create_session().await {
+            for _ in 0..20 {
+                if let Ok(guard) = session.try_lock(NAMESPACE, &key).await {
+                    return guard.token().0;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,145 @@
+//! State the harness shares with every simulated node (one process, madsim's single-threaded
+//! scheduler: a plain mutex, never held across an await). It holds the [`History`] the checkers
+//! judge, the event trace hash, and what the nemesis needs to know (the leader, wedged replicas).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use picket_core::paxos::NodeId;
+
+use crate::history::{FinalKind, Fnv, History};
+
+/// A deliberately broken build, to show that each checker bites (`docs/simulation.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Break {
+    /// A replica reports its grants with lowered tokens after a restart (a leader reusing
+    /// tokens): checker 1.
+    TokenReuse,
+    /// The resource's gate is bypassed and clients ignore the lost-lock signal (they write again
+    /// with their old token after release): checker 2.
+    GateBypass,
+    /// Replica 1 reports a mutated state digest: checker 3.
+    DigestMutation,
+    /// The acceptor acknowledges log writes without fsync: checker 4.
+    AckBeforeSync,
+    /// Replica clocks run 50% fast, beyond the drift bound: checker 5.
+    FastClock,
+    /// The nemesis leaves a majority cut off at the end: checker 6.
+    NoHeal,
+}
+
+impl Break {
+    pub const ALL: [Break; 6] = [
+        Break::TokenReuse,
+        Break::GateBypass,
+        Break::DigestMutation,
+        Break::AckBeforeSync,
+        Break::FastClock,
+        Break::NoHeal,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Break::TokenReuse => "token-reuse",
+            Break::GateBypass => "gate-bypass",
+            Break::DigestMutation => "digest-mutation",
+            Break::AckBeforeSync => "ack-before-sync",
+            Break::FastClock => "fast-clock",
+            Break::NoHeal => "no-heal",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Break> {
+        Break::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+/// Events a replica's current boot has seen, for the final check.
+#[derive(Clone, Debug, Default)]
+pub struct BootEvents {
+    pub events_from: u64,
+    pub events: Vec<(u64, String, FinalKind, u64)>,
+}
+
+pub struct Shared {
+    pub history: History,
+    pub trace: Fnv,
+    pub trace_lines: u64,
+    pub start: tokio::time::Instant,
+    pub broken: Option<Break>,
+    /// The last replica that reported itself leader.
+    pub leader: Option<NodeId>,
+    /// Replicas whose store failed; restarted by the nemesis.
+    pub wedged: BTreeSet<NodeId>,
+    /// Applied revision per replica.
+    pub applied: BTreeMap<NodeId, u64>,
+    pub boot_events: BTreeMap<NodeId, BootEvents>,
+    /// Real-driver runs: starts per replica, and how far each replica's watcher has read.
+    pub boots: BTreeMap<NodeId, u64>,
+    pub watched: BTreeMap<NodeId, u64>,
+    /// The plan's buggify points are on (see [`buggify`]).
+    pub buggify: bool,
+    /// Clients stop their workload (and abandon their sessions).
+    pub clients_stop: bool,
+    /// Counters for the summary.
+    pub counters: BTreeMap<&'static str, u64>,
+}
+
+pub type SharedRef = Arc<Mutex<Shared>>;
+
+impl Shared {
+    pub fn new(broken: Option<Break>) -> SharedRef {
+        Arc::new(Mutex::new(Shared {
+            history: History::default(),
+            trace: Fnv::default(),
+            trace_lines: 0,
+            start: tokio::time::Instant::now(),
+            broken,
+            leader: None,
+            wedged: BTreeSet::new(),
+            applied: BTreeMap::new(),
+            boot_events: BTreeMap::new(),
+            boots: BTreeMap::new(),
+            watched: BTreeMap::new(),
+            clients_stop: false,
+            buggify: false,
+            counters: BTreeMap::new(),
+        }))
+    }
+
+    /// Simulated milliseconds since the run started.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Adds a line to the event trace (its hash is the run's fingerprint).
+    pub fn trace(&mut self, line: &str) {
+        let stamp = self.now_ms().to_le_bytes();
+        self.trace.write(&stamp);
+        self.trace.write(line.as_bytes());
+        self.trace.write(b"\n");
+        self.trace_lines += 1;
+        if std::env::var_os("PICKET_SIM_TRACE").is_some() {
+            println!("{:>8} {line}", self.now_ms());
+        }
+    }
+
+    pub fn count(&mut self, what: &'static str) {
+        *self.counters.entry(what).or_insert(0) += 1;
+    }
+}
+
+pub fn lock(shared: &SharedRef) -> MutexGuard<'_, Shared> {
+    // A poisoned lock means a node task panicked; the run is failing anyway.
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A buggify point of the harness: true with probability `p` when the plan enables buggify.
+///
+/// madsim's own `buggify::enable()` is not used: it also turns on the simulator's network
+/// buggify, which stalls 10% of an endpoint's receives for 1-5 s *in line*, so every message
+/// behind it waits too, and no election completes.
+pub fn buggify(shared: &SharedRef, p: f64) -> bool {
+    use madsim::rand::Rng;
+    lock(shared).buggify && madsim::rand::thread_rng().gen_bool(p)
+}

@@ -1,0 +1,184 @@
+//! What a simulation records: the history the checkers judge. Plain data, filled by the harness
+//! (replica observers, clients, the fenced resource, the nemesis) and read by [`crate::checkers`].
+//!
+//! Times are **simulated** milliseconds since the start of the run, as the harness (not a node's
+//! drifting clock) sees them: the checkers judge against true time.
+
+use std::fmt;
+
+/// A grant as a replica applied it (read from its watch log after each apply).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantSeen {
+    pub node: u64,
+    /// The replica's boot (start) number: grants are seen again after a restart.
+    pub boot: u64,
+    pub revision: u64,
+    /// `namespace/key`.
+    pub key: String,
+    pub token: u64,
+    pub session: u64,
+}
+
+/// A replica's state digest after applying through `revision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DigestSeen {
+    pub node: u64,
+    pub boot: u64,
+    pub revision: u64,
+    pub digest: u64,
+}
+
+/// A write the fenced resource accepted, in acceptance order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteAccepted {
+    pub key: String,
+    pub token: u64,
+    pub client: u64,
+    pub at_ms: u64,
+}
+
+/// An operation whose success a client was told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckedOp {
+    Grant {
+        key: String,
+        token: u64,
+        session: u64,
+    },
+    Release {
+        key: String,
+        token: u64,
+    },
+    ForceRelease {
+        key: String,
+        token: u64,
+    },
+}
+
+/// A keepalive the leader acknowledged; `sent_at_ms` is when the client sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepAliveAcked {
+    pub session: u64,
+    pub sent_at_ms: u64,
+    pub ttl_ms: u64,
+}
+
+/// A session that disappeared from a replica's state without its client closing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionGone {
+    pub session: u64,
+    pub at_ms: u64,
+    pub node: u64,
+}
+
+/// What happened to a key, as a replica recorded it after the final restart of every node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FinalKind {
+    Granted,
+    Released,
+    ForceReleased,
+}
+
+/// A replica after the final restart of every node, once it has caught up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FinalReplica {
+    pub node: u64,
+    pub revision: u64,
+    /// Events the replica holds are complete from this revision on (older ones were compacted).
+    pub events_from: u64,
+    pub events: Vec<(u64, String, FinalKind, u64)>,
+}
+
+/// Everything one run recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub grants: Vec<GrantSeen>,
+    pub digests: Vec<DigestSeen>,
+    pub writes: Vec<WriteAccepted>,
+    pub acked: Vec<AckedOp>,
+    pub keepalives: Vec<KeepAliveAcked>,
+    pub sessions_gone: Vec<SessionGone>,
+    /// Sessions their clients closed (not expiries).
+    pub sessions_closed: Vec<u64>,
+    pub final_replicas: Vec<FinalReplica>,
+    /// When the nemesis healed the last fault.
+    pub healed_at_ms: Option<u64>,
+    /// When the probe acquire after the heal was granted.
+    pub probe_granted_at_ms: Option<u64>,
+    /// The clocks' drift bound the run promised (parts per million).
+    pub drift_bound_ppm: u64,
+    /// Liveness bound: the probe must be granted this long after the heal at most.
+    pub liveness_bound_ms: u64,
+}
+
+/// A broken rule, named by its checker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub checker: Checker,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.checker.name(), self.detail)
+    }
+}
+
+/// The six checkers (docs/simulation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Checker {
+    TokensRise,
+    Fencing,
+    AppliedPrefix,
+    NoAckedLoss,
+    SessionKept,
+    Liveness,
+}
+
+impl Checker {
+    pub const ALL: [Checker; 6] = [
+        Checker::TokensRise,
+        Checker::Fencing,
+        Checker::AppliedPrefix,
+        Checker::NoAckedLoss,
+        Checker::SessionKept,
+        Checker::Liveness,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Checker::TokensRise => "tokens-rise",
+            Checker::Fencing => "fencing",
+            Checker::AppliedPrefix => "applied-prefix",
+            Checker::NoAckedLoss => "no-acked-loss",
+            Checker::SessionKept => "session-kept",
+            Checker::Liveness => "liveness",
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash for digests and the event trace (std's hasher is not
+/// promised stable across releases).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    pub fn of(bytes: &[u8]) -> u64 {
+        let mut h = Fnv::default();
+        h.write(bytes);
+        h.0
+    }
+}

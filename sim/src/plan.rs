@@ -1,0 +1,363 @@
+//! The nemesis plan, drawn from the seed before the run starts: which faults, when, for how
+//! long, and each node's clock drift. Plain data so that it can be printed, counted (the fault
+//! mix) and unit-tested outside the simulator.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+/// A named mix of faults (`scripts/sim --scenario NAME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// Every kind of fault.
+    Mixed,
+    /// Network faults only.
+    Partitions,
+    /// Kills and restarts (with disk crash semantics) only.
+    Crashes,
+    /// No fault: the workload alone.
+    Calm,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Mixed,
+        Scenario::Partitions,
+        Scenario::Crashes,
+        Scenario::Calm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Mixed => "mixed",
+            Scenario::Partitions => "partitions",
+            Scenario::Crashes => "crashes",
+            Scenario::Calm => "calm",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// Which nodes a fault hits: replicas are `0..replicas`, clients after them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Both directions cut between `side` and the other replicas (a majority/minority split).
+    Split { side: Vec<usize> },
+    /// Only messages from `from` to `to` are held back (one-way).
+    OneWay { from: usize, to: usize },
+    /// Every message out of the current leader is held back (asymmetric: it still hears).
+    MuteLeader,
+    /// The current leader is cut off both ways.
+    IsolateLeader,
+    /// Kill a replica (its disk crashes: unsynced writes lost, the last write torn), restart it
+    /// when the fault heals. `corrupt`: a byte of its disk is damaged while it is down.
+    KillReplica { replica: usize, corrupt: bool },
+    /// Kill a client (it loses its session; a new one starts at heal).
+    KillClient { client: usize },
+    /// Pause a replica or a client for the fault's duration (longer than a session TTL).
+    Pause { node: usize },
+    /// The replica's next fsync fails (its store stops; the harness restarts it at heal).
+    FailSync { replica: usize },
+}
+
+impl Fault {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Split { .. } => "split",
+            Fault::OneWay { .. } => "one-way",
+            Fault::MuteLeader => "mute-leader",
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::KillReplica { corrupt: false, .. } => "kill-replica",
+            Fault::KillReplica { corrupt: true, .. } => "kill-corrupt",
+            Fault::KillClient { .. } => "kill-client",
+            Fault::Pause { .. } => "pause",
+            Fault::FailSync { .. } => "fail-sync",
+        }
+    }
+}
+
+/// One fault: applied `gap_ms` after the previous one healed, healed `duration_ms` later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub gap_ms: u64,
+    pub duration_ms: u64,
+    pub fault: Fault,
+}
+
+/// The whole plan of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub scenario: Scenario,
+    pub replicas: usize,
+    pub clients: usize,
+    pub session_ttl_ms: u64,
+    /// Each replica's and client's clock rate offset, in parts per million, within the bound.
+    pub drift_ppm: Vec<i64>,
+    pub drift_bound_ppm: u64,
+    pub steps: Vec<Step>,
+    /// madsim's buggify points are enabled in this run.
+    pub buggify: bool,
+}
+
+/// Knobs of the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanConfig {
+    pub replicas: usize,
+    pub clients: usize,
+    pub session_ttl_ms: u64,
+    pub drift_bound_ppm: u64,
+    pub steps: usize,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            replicas: 3,
+            clients: 3,
+            session_ttl_ms: 2_000,
+            drift_bound_ppm: 10_000,
+            steps: 6,
+        }
+    }
+}
+
+fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
+}
+
+impl Plan {
+    /// Draws the plan of `seed` (the same seed, the same plan).
+    pub fn draw(seed: u64, scenario: Scenario, config: PlanConfig) -> Plan {
+        assert!(
+            config.replicas >= 3,
+            "a cluster needs 3 replicas, got {}",
+            config.replicas
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5049_434b_4554_u64);
+        let nodes = config.replicas + config.clients;
+        let bound = config.drift_bound_ppm as i64;
+        let drift_ppm = (0..nodes)
+            .map(|_| below(&mut rng, 2 * config.drift_bound_ppm + 1) as i64 - bound)
+            .collect();
+        let steps = match scenario {
+            Scenario::Calm => Vec::new(),
+            _ => (0..config.steps)
+                .map(|_| Self::draw_step(&mut rng, scenario, config))
+                .collect(),
+        };
+        let mut plan = Plan {
+            scenario,
+            replicas: config.replicas,
+            clients: config.clients,
+            session_ttl_ms: config.session_ttl_ms,
+            drift_ppm,
+            drift_bound_ppm: config.drift_bound_ppm,
+            steps,
+            buggify: scenario == Scenario::Mixed && below(&mut rng, 2) == 0,
+        };
+        plan.keep_one_corruption();
+        plan
+    }
+
+    fn draw_step(rng: &mut ChaCha8Rng, scenario: Scenario, config: PlanConfig) -> Step {
+        let r = config.replicas as u64;
+        let ttl = config.session_ttl_ms;
+        let network = |rng: &mut ChaCha8Rng| match below(rng, 4) {
+            0 => {
+                // A minority side (1 of 3, 1..=2 of 5): the other side keeps a quorum.
+                let size = 1 + below(rng, (r - 1) / 2) as usize;
+                let first = below(rng, r) as usize;
+                Fault::Split {
+                    side: (0..size).map(|i| (first + i) % config.replicas).collect(),
+                }
+            }
+            1 => {
+                let from = below(rng, r) as usize;
+                let to = (from + 1 + below(rng, r - 1) as usize) % config.replicas;
+                Fault::OneWay { from, to }
+            }
+            2 => Fault::MuteLeader,
+            _ => Fault::IsolateLeader,
+        };
+        let crash = |rng: &mut ChaCha8Rng| match below(rng, 4) {
+            0 if config.clients > 0 => Fault::KillClient {
+                client: below(rng, config.clients as u64) as usize,
+            },
+            _ => Fault::KillReplica {
+                replica: below(rng, r) as usize,
+                corrupt: below(rng, 4) == 0,
+            },
+        };
+        let fault = match scenario {
+            Scenario::Partitions => network(rng),
+            Scenario::Crashes => crash(rng),
+            Scenario::Mixed | Scenario::Calm => match below(rng, 8) {
+                0..=2 => network(rng),
+                3..=4 => crash(rng),
+                5 => Fault::Pause {
+                    node: below(rng, r + config.clients as u64) as usize,
+                },
+                6 => Fault::FailSync {
+                    replica: below(rng, r) as usize,
+                },
+                _ => Fault::KillReplica {
+                    replica: below(rng, r) as usize,
+                    corrupt: false,
+                },
+            },
+        };
+        let duration_ms = match fault {
+            // Longer than a session TTL, so the paused holder's lock moves on.
+            Fault::Pause { .. } => ttl * 2 + below(rng, ttl),
+            _ => 500 + below(rng, 3 * ttl),
+        };
+        Step {
+            gap_ms: 300 + below(rng, ttl),
+            duration_ms,
+            fault,
+        }
+    }
+
+    /// Damage is on a minority only: at most one corrupted disk per run, so a quorum always
+    /// keeps the acknowledged state.
+    fn keep_one_corruption(&mut self) {
+        let mut seen = false;
+        for step in &mut self.steps {
+            if let Fault::KillReplica { corrupt, .. } = &mut step.fault {
+                if *corrupt && seen {
+                    *corrupt = false;
+                }
+                seen |= *corrupt;
+            }
+        }
+    }
+
+    /// How many faults of each kind (the fault mix).
+    pub fn mix(&self) -> BTreeMap<&'static str, usize> {
+        let mut mix = BTreeMap::new();
+        for step in &self.steps {
+            *mix.entry(step.fault.kind()).or_insert(0) += 1;
+        }
+        if self.buggify {
+            mix.insert("buggify", 1);
+        }
+        mix
+    }
+
+    /// Simulated time the faults take (gaps and durations).
+    pub fn span_ms(&self) -> u64 {
+        self.steps.iter().map(|s| s.gap_ms + s.duration_ms).sum()
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mix: Vec<String> = self.mix().iter().map(|(k, n)| format!("{k}={n}")).collect();
+        write!(
+            f,
+            "scenario={} faults=[{}]",
+            self.scenario.name(),
+            mix.join(",")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_draws_the_same_plan() {
+        let config = PlanConfig::default();
+        assert_eq!(
+            Plan::draw(7, Scenario::Mixed, config),
+            Plan::draw(7, Scenario::Mixed, config)
+        );
+        let differ = (0..20)
+            .filter(|s| {
+                Plan::draw(*s, Scenario::Mixed, config) != Plan::draw(7, Scenario::Mixed, config)
+            })
+            .count();
+        assert!(differ >= 19, "plans do not depend on the seed: {differ}");
+    }
+
+    #[test]
+    fn plans_respect_their_bounds() {
+        let config = PlanConfig::default();
+        for seed in 0..200 {
+            let plan = Plan::draw(seed, Scenario::Mixed, config);
+            assert!(plan
+                .drift_ppm
+                .iter()
+                .all(|d| d.unsigned_abs() <= config.drift_bound_ppm));
+            let corrupt = plan
+                .steps
+                .iter()
+                .filter(|s| matches!(s.fault, Fault::KillReplica { corrupt: true, .. }))
+                .count();
+            assert!(corrupt <= 1, "seed {seed}: {corrupt} corrupted disks");
+            for step in &plan.steps {
+                if let Fault::Split { side } = &step.fault {
+                    assert!(side.len() * 2 < config.replicas, "seed {seed}: {side:?}");
+                }
+                if let Fault::Pause { .. } = step.fault {
+                    assert!(step.duration_ms > config.session_ttl_ms);
+                }
+                if let Fault::OneWay { from, to } = step.fault {
+                    assert_ne!(from, to);
+                }
+            }
+        }
+        assert!(Plan::draw(1, Scenario::Calm, config).steps.is_empty());
+        assert!(Plan::draw(1, Scenario::Partitions, config)
+            .steps
+            .iter()
+            .all(|s| matches!(
+                s.fault,
+                Fault::Split { .. }
+                    | Fault::OneWay { .. }
+                    | Fault::MuteLeader
+                    | Fault::IsolateLeader
+            )));
+    }
+
+    #[test]
+    fn over_many_seeds_every_fault_kind_is_drawn() {
+        let mut kinds = BTreeMap::new();
+        for seed in 0..200 {
+            for (k, n) in Plan::draw(seed, Scenario::Mixed, PlanConfig::default()).mix() {
+                *kinds.entry(k).or_insert(0) += n;
+            }
+        }
+        for kind in [
+            "split",
+            "one-way",
+            "mute-leader",
+            "isolate-leader",
+            "kill-replica",
+            "kill-corrupt",
+            "kill-client",
+            "pause",
+            "fail-sync",
+            "buggify",
+        ] {
+            assert!(
+                kinds.get(kind).copied().unwrap_or(0) > 0,
+                "{kind} never drawn: {kinds:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn scenario_names_round_trip() {
+        for s in Scenario::ALL {
+            assert_eq!(Scenario::parse(s.name()), Some(s));
+        }
+        assert_eq!(Scenario::parse("nope"), None);
+    }
+}
