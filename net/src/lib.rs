@@ -31,6 +31,7 @@
 //! assert!(status.message().starts_with("acquire.namespace: "));
 //! ```
 
+pub mod client;
 pub mod convert;
 pub mod error;
 pub mod fencing;

@@ -1,0 +1,349 @@
+//! A session: kept alive in the background, takes locks, and says when it is lost.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picket_core::locks::Token;
+use tokio::sync::watch;
+
+use super::cluster::{millis, Cluster};
+use super::error::{ClientError, LostReason, REQUEST_TOO_OLD};
+use super::guard::LockGuard;
+use super::keepalive::{self, Liveness};
+use crate::proto::{self, acquire_reply, lock_client::LockClient};
+
+/// What a session's handles share.
+pub(crate) struct SessionInner {
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) id: u64,
+    pub(crate) liveness: Arc<Liveness>,
+    /// The last request id used. Request ids are non-zero and strictly increasing per session.
+    request_id_last: AtomicU64,
+}
+
+impl SessionInner {
+    pub(crate) fn next_request_id(&self) -> u64 {
+        let id = self.request_id_last.fetch_add(1, Ordering::Relaxed) + 1;
+        assert!(id > 0, "request id counter of session {} wrapped", self.id);
+        id
+    }
+
+    pub(crate) fn lost_error(&self) -> Option<ClientError> {
+        if self.liveness.is_alive() {
+            return None;
+        }
+        let reason = self
+            .liveness
+            .lost_reason()
+            .unwrap_or(LostReason::KeepAliveExpired {
+                ttl_ms: millis(self.liveness.ttl),
+            });
+        Some(ClientError::SessionLost {
+            session_id: self.id,
+            reason,
+        })
+    }
+
+    /// Waits until the session is lost; answers why.
+    pub(crate) async fn lost(&self) -> LostReason {
+        let mut receiver = self.liveness.lost.subscribe();
+        let reason = receiver.wait_for(Option::is_some).await;
+        match reason {
+            Ok(reason) => reason.clone().expect("wait_for answered Some"),
+            // The sender lives in `liveness`, which `self` holds: it cannot be dropped here.
+            Err(_) => LostReason::Closed,
+        }
+    }
+
+    /// An error from the server about this session: if it says the session is gone, mark it lost.
+    pub(crate) fn note(&self, error: ClientError) -> ClientError {
+        if error.is_unknown_session() {
+            self.liveness.lose(LostReason::UnknownSession);
+            return ClientError::SessionLost {
+                session_id: self.id,
+                reason: self
+                    .liveness
+                    .lost_reason()
+                    .unwrap_or(LostReason::UnknownSession),
+            };
+        }
+        error
+    }
+
+    /// `Release` with a fresh request id, retried with that same id.
+    pub(crate) async fn release(
+        &self,
+        namespace: &str,
+        key: &str,
+        token: Token,
+    ) -> Result<proto::ReleaseResponse, ClientError> {
+        let request = proto::ReleaseRequest {
+            session_id: self.id,
+            request_id: self.next_request_id(),
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            token: token.0,
+        };
+        let timeout = self.cluster.config.rpc_timeout;
+        let answer = self
+            .cluster
+            .call("release", request, timeout, |channel, request| async move {
+                LockClient::new(channel).release(request).await
+            })
+            .await;
+        answer
+            .map(|(response, _)| response)
+            .map_err(|e| self.note(e))
+    }
+}
+
+impl Drop for SessionInner {
+    /// The last handle is gone (session and guards): close the session, best effort, so its
+    /// locks are freed now rather than at expiry.
+    fn drop(&mut self) {
+        if !self.liveness.lose(LostReason::Closed) {
+            return; // already lost: nothing to close
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let cluster = self.cluster.clone();
+        let session_id = self.id;
+        runtime.spawn(async move {
+            let _ = close_session(&cluster, session_id).await;
+        });
+    }
+}
+
+async fn close_session(
+    cluster: &Cluster,
+    session_id: u64,
+) -> Result<proto::CloseSessionResponse, ClientError> {
+    let request = proto::CloseSessionRequest { session_id };
+    cluster
+        .call(
+            "close_session",
+            request,
+            cluster.config.rpc_timeout,
+            |channel, request| async move { LockClient::new(channel).close_session(request).await },
+        )
+        .await
+        .map(|(response, _)| response)
+}
+
+/// A live session. Cloning shares it; the session is closed (best effort) when the last clone
+/// and the last [`LockGuard`] are dropped, or explicitly with [`Session::close`].
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.id)
+            .field("ttl", &self.inner.liveness.ttl)
+            .field("lost", &self.inner.liveness.lost_reason())
+            .finish()
+    }
+}
+
+/// What closing a session released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed {
+    pub holds_released: u64,
+    pub waits_removed: u64,
+}
+
+impl Session {
+    /// Creates a session and starts keeping it alive (a tokio task).
+    pub(crate) async fn create(cluster: Arc<Cluster>) -> Result<Session, ClientError> {
+        let config = &cluster.config;
+        let request = proto::CreateSessionRequest {
+            ttl_ms: config.session_ttl.map(millis),
+            identity: Some(proto::ClientIdentity {
+                name: config.identity_name.clone(),
+                host: config.identity_host.clone(),
+                pid: config.identity_pid,
+            }),
+        };
+        let (response, sent_at) =
+            cluster
+                .call(
+                    "create_session",
+                    request,
+                    config.rpc_timeout,
+                    |channel, request| async move {
+                        LockClient::new(channel).create_session(request).await
+                    },
+                )
+                .await?;
+        if response.session_id == 0 {
+            return Err(ClientError::BadAnswer {
+                what: "create_session",
+                field: "session_id",
+            });
+        }
+        let ttl = Duration::from_millis(response.ttl_ms);
+        let liveness = Arc::new(Liveness::new(sent_at + ttl, ttl));
+        tokio::spawn(keepalive::run(
+            cluster.clone(),
+            response.session_id,
+            liveness.clone(),
+        ));
+        Ok(Session {
+            inner: Arc::new(SessionInner {
+                cluster,
+                id: response.session_id,
+                liveness,
+                request_id_last: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The TTL the server granted.
+    pub fn ttl(&self) -> Duration {
+        self.inner.liveness.ttl
+    }
+
+    /// Alive: not lost and its keepalive deadline not passed.
+    pub fn is_alive(&self) -> bool {
+        self.inner.liveness.is_alive()
+    }
+
+    /// Resolves when the session is lost (and with it every lock it holds), with the reason.
+    pub async fn lost(&self) -> LostReason {
+        self.inner.lost().await
+    }
+
+    /// The loss signal as a watch channel (`None` while alive), for `select!` loops.
+    pub fn lost_signal(&self) -> watch::Receiver<Option<LostReason>> {
+        self.inner.liveness.lost.subscribe()
+    }
+
+    /// The next request id of this session (non-zero, strictly increasing). Exposed for tools
+    /// that send raw requests.
+    pub fn next_request_id(&self) -> u64 {
+        self.inner.next_request_id()
+    }
+
+    /// Takes `namespace`/`key`, waiting in the queue until it is granted or the session is lost.
+    ///
+    /// The wait is one `Acquire` with `wait_ms` = the wait slice, re-issued with the **same**
+    /// request id (the server answers what is true now) until it answers `Granted`. Dropping
+    /// this future while queued leaves the session in the queue: it may be granted the key later
+    /// with nobody to use it; close the session to leave the queue.
+    pub async fn lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
+        let wait_ms = millis(self.inner.cluster.config.wait_slice);
+        tokio::select! {
+            answer = self.acquire(namespace, key, wait_ms) => answer,
+            reason = self.inner.lost() => Err(ClientError::SessionLost { session_id: self.id(), reason }),
+        }
+    }
+
+    /// Takes `namespace`/`key` if it is free; [`ClientError::Held`] if not.
+    pub async fn try_lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
+        self.acquire(namespace, key, 0).await
+    }
+
+    async fn acquire(
+        &self,
+        namespace: &str,
+        key: &str,
+        wait_ms: u64,
+    ) -> Result<LockGuard, ClientError> {
+        let inner = &self.inner;
+        let timeout = inner.cluster.config.rpc_timeout + Duration::from_millis(wait_ms);
+        let mut request = proto::AcquireRequest {
+            session_id: inner.id,
+            request_id: inner.next_request_id(),
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            wait_ms,
+        };
+        loop {
+            if let Some(error) = inner.lost_error() {
+                return Err(error);
+            }
+            let answer =
+                inner
+                    .cluster
+                    .call(
+                        "acquire",
+                        request.clone(),
+                        timeout,
+                        |channel, request| async move {
+                            LockClient::new(channel).acquire(request).await
+                        },
+                    )
+                    .await;
+            let response = match answer {
+                Ok((response, _)) => response,
+                // Other requests of this session pushed our id out of the dedup window while
+                // we waited: the wait itself stays queued, so ask again under a new id.
+                Err(error) if wait_ms > 0 && error.rule() == Some(REQUEST_TOO_OLD) => {
+                    request.request_id = inner.next_request_id();
+                    continue;
+                }
+                Err(error) => return Err(inner.note(error)),
+            };
+            let kind = response
+                .reply
+                .and_then(|r| r.kind)
+                .ok_or(ClientError::BadAnswer {
+                    what: "acquire",
+                    field: "reply.kind",
+                })?;
+            match kind {
+                acquire_reply::Kind::Granted(granted) => {
+                    if let Some(error) = inner.lost_error() {
+                        return Err(error);
+                    }
+                    return Ok(LockGuard::new(
+                        self.inner.clone(),
+                        namespace,
+                        key,
+                        Token(granted.token),
+                    ));
+                }
+                acquire_reply::Kind::Busy(busy) => {
+                    return Err(ClientError::Held {
+                        namespace: namespace.to_owned(),
+                        key: key.to_owned(),
+                        holder_session_id: busy.holder_session_id,
+                        token: busy.token,
+                    })
+                }
+                // Still queued: the same request again (same id), the server holds it again.
+                acquire_reply::Kind::Queued(_) => {}
+            }
+        }
+    }
+
+    /// Releases a hold of this session by token (for tools; a guard does this itself).
+    pub async fn release(
+        &self,
+        namespace: &str,
+        key: &str,
+        token: Token,
+    ) -> Result<proto::ReleaseResponse, ClientError> {
+        self.inner.release(namespace, key, token).await
+    }
+
+    /// Closes the session: the server releases its holds and removes its waits at once. Every
+    /// guard of the session reports [`LostReason::Closed`].
+    pub async fn close(self) -> Result<Closed, ClientError> {
+        let answer = close_session(&self.inner.cluster, self.inner.id).await;
+        self.inner.liveness.lose(LostReason::Closed);
+        let response = answer.map_err(|e| self.inner.note(e))?;
+        Ok(Closed {
+            holds_released: response.holds_released,
+            waits_removed: response.waits_removed,
+        })
+    }
+}

@@ -1,0 +1,253 @@
+//! The client against fake replicas on loopback (real HTTP/2, so outside the simulator).
+
+mod fake;
+
+use std::time::Duration;
+
+use picket_core::locks::Token;
+use tokio::time::Instant;
+
+use super::{Client, ClientConfig, ClientError, LostReason};
+use crate::FencingGate;
+use fake::KeepAliveMode;
+
+fn config(endpoints: &[String]) -> ClientConfig {
+    let mut config = ClientConfig::new(endpoints.iter().cloned(), "client-test");
+    config.rpc_timeout = Duration::from_millis(500);
+    config.retry_budget = Duration::from_secs(5);
+    config.backoff_min = Duration::from_millis(10);
+    config.backoff_max = Duration::from_millis(100);
+    config.wait_slice = Duration::from_millis(100);
+    config.session_ttl = Some(Duration::from_secs(3));
+    config
+}
+
+#[tokio::test]
+async fn follows_the_leader_hint_and_keeps_going_there() {
+    let (state, endpoints) = fake::start(3, 2).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    assert_eq!(client.leader_guess(), endpoints[2]);
+    assert_eq!(
+        state.lock().unwrap().creates,
+        vec![2],
+        "created at the leader only"
+    );
+
+    let guard = session.lock("orders", "a").await.unwrap();
+    let seen: Vec<usize> = state.lock().unwrap().acquires.iter().map(|a| a.0).collect();
+    assert_eq!(seen, vec![2], "went straight to the leader it learned");
+    guard.release().await.unwrap();
+    assert_eq!(state.lock().unwrap().releases.len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_across_a_leader_change_keeps_its_request_id_and_gets_the_same_token() {
+    let (state, endpoints) = fake::start(2, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    {
+        let mut state = state.lock().unwrap();
+        state.acquires_lost_in_leader_change = 1;
+        state.switch_to = 1;
+    }
+    let guard = session.lock("orders", "a").await.unwrap();
+    let later = session.try_lock("orders", "b").await.unwrap();
+
+    let state = state.lock().unwrap();
+    let ids: Vec<(usize, u64)> = state.acquires.iter().map(|a| (a.0, a.2)).collect();
+    assert_eq!(ids[0].0, 0, "first attempt at the old leader");
+    assert_eq!(ids[1].0, 1, "retried at the new leader");
+    assert_eq!(ids[0].1, ids[1].1, "the retry keeps its request id");
+    assert!(ids[2].1 > ids[1].1, "a new request takes a higher id");
+    assert_eq!(state.holders["a"], (session.id(), guard.token().0));
+    assert_eq!(
+        guard.token(),
+        Token(1),
+        "the grant applied once, by the first attempt"
+    );
+    assert_eq!(later.token(), Token(2));
+}
+
+#[tokio::test]
+async fn try_lock_on_a_held_key_names_the_holder() {
+    let (_state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let first = client.create_session().await.unwrap();
+    let second = client.create_session().await.unwrap();
+    let guard = first.try_lock("orders", "a").await.unwrap();
+    let error = second.try_lock("orders", "a").await.unwrap_err();
+    assert_eq!(
+        error,
+        ClientError::Held {
+            namespace: "orders".into(),
+            key: "a".into(),
+            holder_session_id: first.id(),
+            token: guard.token().0,
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_lock_reissues_the_same_request_until_granted() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let holder = client.create_session().await.unwrap();
+    let waiter = client.create_session().await.unwrap();
+    let held = holder.lock("orders", "a").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock("orders", "a").await;
+        (waiter, guard)
+    });
+    // Let the waiter's wait be re-issued a few times (each slice is 100 ms).
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let next = held
+        .release()
+        .await
+        .unwrap()
+        .expect("the waiter is granted next");
+    let (waiter, guard) = waiting.await.unwrap();
+    let guard = guard.unwrap();
+    assert_eq!(next.session_id, waiter.id());
+    assert_eq!(guard.token().0, next.token);
+
+    let state = state.lock().unwrap();
+    let waits: Vec<u64> = state
+        .acquires
+        .iter()
+        .filter(|a| a.1 == waiter.id())
+        .map(|a| a.2)
+        .collect();
+    assert!(waits.len() >= 3, "re-issued while queued: {waits:?}");
+    assert!(
+        waits.iter().all(|id| *id == waits[0]),
+        "same request id: {waits:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_lock_is_lost_when_the_server_says_the_session_is_gone() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    assert!(guard.is_held());
+    state.lock().unwrap().revoke(session.id());
+    let reason = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost within one keepalive interval");
+    assert_eq!(reason, LostReason::Revoked);
+    assert!(!guard.is_held());
+    let error = guard.release().await.unwrap_err();
+    assert!(matches!(
+        error,
+        ClientError::SessionLost {
+            reason: LostReason::Revoked,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn an_unknown_session_answer_loses_the_session() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    // The fake forgets the session; the keepalives would say so too, but the acquire is first.
+    state.lock().unwrap().sessions.remove(&session.id());
+    let error = session.try_lock("orders", "a").await.unwrap_err();
+    assert_eq!(
+        error,
+        ClientError::SessionLost {
+            session_id: session.id(),
+            reason: LostReason::UnknownSession
+        }
+    );
+    assert!(!session.is_alive());
+}
+
+/// Paused time: the fake answers keepalives (200 ms after receipt), then goes silent. The lock
+/// must be lost at `send time of the last acknowledged keepalive + ttl`, which is no later than
+/// the server's own expiry (`receipt + ttl`); counting from the answer would be 200 ms late.
+#[tokio::test(start_paused = true)]
+async fn a_keepalive_outage_loses_the_lock_at_send_time_plus_ttl_before_the_server_would() {
+    let (state, endpoints, factory) = fake::start_in_memory(0);
+    state.lock().unwrap().keepalive_answer_delay = Duration::from_millis(200);
+    let client = Client::with_channels(config(&endpoints), factory).unwrap();
+    let session = client.create_session().await.unwrap();
+    let ttl = session.ttl();
+    let guard = session.lock("orders", "a").await.unwrap();
+    // A few keepalive rounds (every ttl / 3).
+    tokio::time::sleep(ttl * 2).await;
+    assert!(guard.is_held());
+    state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Silent);
+    let reason = guard.lost().await;
+    let lost_at = Instant::now();
+    assert_eq!(reason, LostReason::KeepAliveExpired { ttl_ms: 3_000 });
+
+    let (_, last_receipt) = *state.lock().unwrap().keepalives_answered.last().unwrap();
+    let server_expiry = last_receipt + ttl;
+    assert!(
+        lost_at <= server_expiry,
+        "lost at {lost_at:?}, server expiry {server_expiry:?}"
+    );
+    assert!(
+        server_expiry - lost_at < Duration::from_millis(50),
+        "not given up early: {:?} before the server",
+        server_expiry - lost_at
+    );
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn the_fencing_gate_refuses_a_superseded_holders_token() {
+    let (_state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let gate = FencingGate::new(16);
+    let first = client.create_session().await.unwrap();
+    let old = first.lock("orders", "ledger").await.unwrap();
+    let old_token = old.token();
+    gate.check("orders/ledger", old_token).unwrap();
+    old.release().await.unwrap();
+
+    let second = client.create_session().await.unwrap();
+    let new = second.lock("orders", "ledger").await.unwrap();
+    assert!(new.token() > old_token);
+    gate.check("orders/ledger", new.token()).unwrap();
+    let refused = gate.check("orders/ledger", old_token).unwrap_err();
+    assert!(
+        matches!(refused, crate::FencingError::Stale { .. }),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_a_typed_error_within_the_budget() {
+    // A port nothing listens on (bound, then closed).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let mut config = config(&[endpoint]);
+    config.retry_budget = Duration::from_millis(300);
+    let client = Client::new(config).unwrap();
+    let error = client.create_session().await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::Unavailable { what: "create_session", attempts, .. } if attempts >= 2),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_it_in_the_background() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    drop(session.lock("orders", "a").await.unwrap());
+    for _ in 0..100 {
+        if state.lock().unwrap().holders.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the dropped guard was not released");
+}

@@ -1,0 +1,387 @@
+//! A fake `Lock` service: a few replicas on loopback sharing one toy lock table, one of them
+//! the leader. Enough of the real rules (leader hints, dedup by request id, FIFO waits with
+//! held calls, keepalive acks) to test the client, and knobs to misbehave.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::proto::lock_server::{Lock, LockServer};
+use crate::proto::{self, acquire_reply};
+use crate::status::{detail_status, not_leader_status, LeaderHint};
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// How the leader answers keepalives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepAliveMode {
+    Answer,
+    /// Reads them and never answers (an outage the client cannot tell from a slow leader).
+    Silent,
+}
+
+/// One received acquire: (replica, session, request id, key).
+pub type AcquireSeen = (usize, u64, u64, String);
+
+#[derive(Default)]
+pub struct State {
+    pub endpoints: Vec<String>,
+    pub leader: usize,
+    pub revision: u64,
+    pub sessions: BTreeMap<u64, bool>, // id -> alive
+    pub session_next: u64,
+    /// key -> (session, token)
+    pub holders: BTreeMap<String, (u64, u64)>,
+    pub queues: BTreeMap<String, VecDeque<u64>>,
+    /// (session, request id) -> the reply given (only Granted/Busy are final).
+    pub replies: BTreeMap<(u64, u64), acquire_reply::Kind>,
+    pub acquires: Vec<AcquireSeen>,
+    pub creates: Vec<usize>,
+    pub releases: Vec<(u64, u64, u64)>, // session, request id, token
+    pub keepalive_mode: Option<KeepAliveMode>,
+    /// How long the leader takes to answer a keepalive after receiving it.
+    pub keepalive_answer_delay: Duration,
+    /// (seq, receipt time) of every keepalive the leader answered.
+    pub keepalives_answered: Vec<(u64, Instant)>,
+    /// The next N acquires are applied, then leadership moves to `switch_to` and the answer is a
+    /// not_leader hint (the client never learns the outcome from the first leader).
+    pub acquires_lost_in_leader_change: u32,
+    pub switch_to: usize,
+}
+
+impl State {
+    fn keepalive_mode(&self) -> KeepAliveMode {
+        self.keepalive_mode.unwrap_or(KeepAliveMode::Answer)
+    }
+
+    fn next_revision(&mut self) -> u64 {
+        self.revision += 1;
+        self.revision
+    }
+
+    /// Applies an acquire; answers the reply (and whether it is final).
+    fn apply_acquire(&mut self, request: &proto::AcquireRequest) -> acquire_reply::Kind {
+        let id = (request.session_id, request.request_id);
+        if let Some(reply @ (acquire_reply::Kind::Granted(_) | acquire_reply::Kind::Busy(_))) =
+            self.replies.get(&id)
+        {
+            return *reply;
+        }
+        let key = request.key.clone();
+        let session = request.session_id;
+        let reply = match self.holders.get(&key) {
+            Some(&(holder, token)) if holder == session => {
+                acquire_reply::Kind::Granted(acquire_reply::Granted { token })
+            }
+            None if self.queues.get(&key).is_none_or(VecDeque::is_empty) => {
+                let token = self.next_revision();
+                self.holders.insert(key.clone(), (session, token));
+                acquire_reply::Kind::Granted(acquire_reply::Granted { token })
+            }
+            Some(&(holder, token)) if request.wait_ms == 0 => {
+                acquire_reply::Kind::Busy(acquire_reply::Busy {
+                    holder_session_id: holder,
+                    token,
+                })
+            }
+            _ => {
+                let queue = self.queues.entry(key).or_default();
+                if !queue.contains(&session) {
+                    queue.push_back(session);
+                }
+                let position = queue.iter().position(|s| *s == session).unwrap() + 1;
+                acquire_reply::Kind::Queued(acquire_reply::Queued {
+                    position: position as u32,
+                })
+            }
+        };
+        self.replies.insert(id, reply);
+        reply
+    }
+
+    fn release(
+        &mut self,
+        key: &str,
+        session: u64,
+        token: u64,
+    ) -> Result<Option<proto::Grant>, Status> {
+        match self.holders.get(key) {
+            Some(&(holder, held)) if holder == session && held == token => {}
+            _ => return Err(refusal(tonic::Code::FailedPrecondition, "not_holder")),
+        }
+        self.holders.remove(key);
+        let next = self.queues.get_mut(key).and_then(VecDeque::pop_front);
+        Ok(next.map(|next| {
+            let token = self.next_revision();
+            self.holders.insert(key.to_owned(), (next, token));
+            proto::Grant {
+                session_id: next,
+                token,
+            }
+        }))
+    }
+
+    /// Revokes a session: its holds go, its keepalives answer lost.
+    pub fn revoke(&mut self, session: u64) {
+        self.sessions.insert(session, false);
+        self.holders.retain(|_, (holder, _)| *holder != session);
+    }
+}
+
+pub fn refusal(code: tonic::Code, rule: &str) -> Status {
+    let detail = proto::ErrorDetail {
+        rule: rule.to_owned(),
+        message: format!("fake: {rule}"),
+        ..Default::default()
+    };
+    detail_status(code, detail, None)
+}
+
+#[derive(Clone)]
+pub struct Replica {
+    index: usize,
+    state: Arc<Mutex<State>>,
+}
+
+impl Replica {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    fn check_leader(&self) -> Result<(), Status> {
+        let state = self.state();
+        if state.leader == self.index {
+            return Ok(());
+        }
+        Err(not_leader_status(&LeaderHint {
+            node_id: Some(state.leader as u64 + 1),
+            endpoint: Some(state.endpoints[state.leader].clone()),
+        }))
+    }
+
+    fn check_session(&self, session: u64) -> Result<(), Status> {
+        match self.state().sessions.get(&session) {
+            Some(true) => Ok(()),
+            _ => Err(refusal(tonic::Code::NotFound, "unknown_session")),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Lock for Replica {
+    async fn create_session(
+        &self,
+        request: Request<proto::CreateSessionRequest>,
+    ) -> Result<Response<proto::CreateSessionResponse>, Status> {
+        self.check_leader()?;
+        let ttl_ms = request.into_inner().ttl_ms.unwrap_or(10_000);
+        let mut state = self.state();
+        state.creates.push(self.index);
+        state.session_next += 1;
+        let session_id = state.session_next;
+        state.sessions.insert(session_id, true);
+        Ok(Response::new(proto::CreateSessionResponse {
+            session_id,
+            ttl_ms,
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        self.check_leader()?;
+        let session = request.into_inner().session_id;
+        self.check_session(session)?;
+        self.state().revoke(session);
+        Ok(Response::new(proto::CloseSessionResponse::default()))
+    }
+
+    type KeepAliveStream = BoxStream<proto::KeepAliveResponse>;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        self.check_leader()?;
+        let mut inbound = request.into_inner();
+        let (sender, receiver) = mpsc::channel(16);
+        let replica = self.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(keepalive)) = inbound.next().await {
+                let answer = {
+                    let mut state = replica.state();
+                    let alive = state.sessions.get(&keepalive.session_id) == Some(&true);
+                    match state.keepalive_mode() {
+                        KeepAliveMode::Silent => None,
+                        KeepAliveMode::Answer => {
+                            state
+                                .keepalives_answered
+                                .push((keepalive.seq, Instant::now()));
+                            Some(proto::KeepAliveResponse {
+                                session_id: keepalive.session_id,
+                                seq: keepalive.seq,
+                                ttl_ms: 3_000,
+                                lost: !alive,
+                            })
+                        }
+                    }
+                };
+                let delay = replica.state().keepalive_answer_delay;
+                tokio::time::sleep(delay).await;
+                if let Some(answer) = answer {
+                    if sender.send(Ok(answer)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        self.check_leader()?;
+        let request = request.into_inner();
+        self.check_session(request.session_id)?;
+        self.state().acquires.push((
+            self.index,
+            request.session_id,
+            request.request_id,
+            request.key.clone(),
+        ));
+        let started = Instant::now();
+        loop {
+            let (reply, revision, lost_in_change) = {
+                let mut state = self.state();
+                let reply = state.apply_acquire(&request);
+                let lost = state.acquires_lost_in_leader_change > 0;
+                if lost {
+                    state.acquires_lost_in_leader_change -= 1;
+                    state.leader = state.switch_to;
+                }
+                (reply, state.revision, lost)
+            };
+            if lost_in_change {
+                self.check_leader()?;
+            }
+            // A queued wait is held (re-checked) up to wait_ms, capped to keep tests quick.
+            let queued = matches!(reply, acquire_reply::Kind::Queued(_));
+            let hold = Duration::from_millis(request.wait_ms.min(100));
+            if queued && Instant::now() - started < hold {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            return Ok(Response::new(proto::AcquireResponse {
+                reply: Some(proto::AcquireReply { kind: Some(reply) }),
+                revision,
+            }));
+        }
+    }
+
+    async fn release(
+        &self,
+        request: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        self.check_leader()?;
+        let request = request.into_inner();
+        self.check_session(request.session_id)?;
+        let mut state = self.state();
+        state
+            .releases
+            .push((request.session_id, request.request_id, request.token));
+        let next = state.release(&request.key, request.session_id, request.token)?;
+        Ok(Response::new(proto::ReleaseResponse {
+            token: request.token,
+            next,
+        }))
+    }
+
+    type WatchStream = BoxStream<proto::WatchResponse>;
+
+    async fn watch(
+        &self,
+        _request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("fake: no watch"))
+    }
+}
+
+/// `replicas` fake replicas over in-memory pipes (`http://fake-N`), replica `leader` leading,
+/// and the channel factory a client reaches them with. No sockets: with paused time the
+/// runtime is never idle while a message is in flight, so timers fire only when due.
+pub fn start_in_memory(
+    leader: usize,
+) -> (
+    Arc<Mutex<State>>,
+    Vec<String>,
+    crate::client::cluster::ChannelFactory,
+) {
+    let state = Arc::new(Mutex::new(State {
+        leader,
+        ..State::default()
+    }));
+    let endpoints = vec!["http://fake-0".to_owned()];
+    let (pipes, incoming) = mpsc::unbounded_channel::<tokio::io::DuplexStream>();
+    let replica = Replica {
+        index: 0,
+        state: state.clone(),
+    };
+    let incoming = tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream::new(incoming)
+        .map(Ok::<_, std::io::Error>);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(LockServer::new(replica))
+            .serve_with_incoming(incoming),
+    );
+    state.lock().unwrap().endpoints = endpoints.clone();
+    let factory = Box::new(move |uri: &str| {
+        let pipes = pipes.clone();
+        tonic::transport::Endpoint::from_shared(uri.to_owned())
+            .unwrap()
+            .connect_with_connector_lazy(tower::service_fn(move |_| {
+                let (client, server) = tokio::io::duplex(64 * 1024);
+                let sent = pipes.send(server);
+                async move {
+                    sent.map_err(|_| std::io::Error::other("fake replica gone"))?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(client))
+                }
+            }))
+    });
+    (state, endpoints, factory)
+}
+
+/// `replicas` fake replicas on loopback ephemeral ports, replica `leader` leading.
+pub async fn start(replicas: usize, leader: usize) -> (Arc<Mutex<State>>, Vec<String>) {
+    let state = Arc::new(Mutex::new(State {
+        leader,
+        ..State::default()
+    }));
+    let mut endpoints = Vec::new();
+    for index in 0..replicas {
+        let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+            .expect("bind loopback");
+        let addr = incoming.local_addr().unwrap();
+        endpoints.push(format!("http://{addr}"));
+        let replica = Replica {
+            index,
+            state: state.clone(),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(LockServer::new(replica))
+                .serve_with_incoming(incoming),
+        );
+    }
+    state.lock().unwrap().endpoints = endpoints.clone();
+    (state, endpoints)
+}

@@ -1,0 +1,335 @@
+//! The commands that ask once and print one answer.
+
+use std::fmt::Write as _;
+
+use picket_net::client::Client;
+use picket_net::proto;
+use serde_json::json;
+
+use super::render::{self, fenced_words, Report};
+use super::{ClassesAction, Command, CtlError, ForceRelease};
+
+pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlError> {
+    match command {
+        Command::Unlock {
+            namespace,
+            key,
+            session,
+            token,
+        } => unlock(client, &namespace, &key, session, token).await,
+        Command::Inspect {
+            namespace,
+            key,
+            stale,
+        } => {
+            let info = client
+                .inspect(proto::InspectRequest {
+                    namespace,
+                    key,
+                    allow_stale: stale,
+                })
+                .await?;
+            Ok(render::key_info(&info))
+        }
+        Command::Holds {
+            namespace,
+            limit,
+            stale,
+        } => {
+            let request = proto::ListHoldsRequest {
+                namespace: namespace.clone(),
+                limit,
+                allow_stale: stale,
+            };
+            Ok(render::holds(
+                &namespace,
+                &client.list_holds(request).await?,
+            ))
+        }
+        Command::Classes { namespace, action } => classes(client, namespace, action).await,
+        Command::Audit {
+            namespace,
+            key,
+            from,
+            to,
+            limit,
+        } => {
+            let request = proto::QueryAuditRequest {
+                namespace,
+                key,
+                revision_min: from,
+                revision_max: to,
+                limit,
+                allow_stale: false,
+            };
+            Ok(render::audit(&client.query_audit(request).await?))
+        }
+        Command::ForceRelease(step) => force_release(client, step).await,
+        Command::Session { .. } | Command::Lock { .. } | Command::Watch { .. } => Err(
+            CtlError::Io("internal: a long-running command reached one_shot".into()),
+        ),
+    }
+}
+
+/// Releases another session's hold. The request id is taken from the clock (milliseconds since
+/// the epoch), above any id the session's own client has used unless it sent more than one
+/// request per millisecond of its life, so it is not mistaken for one of its retries.
+async fn unlock(
+    client: &Client,
+    namespace: &str,
+    key: &str,
+    session: u64,
+    token: u64,
+) -> Result<Report, CtlError> {
+    let request_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(1)
+        .max(1);
+    let response = client
+        .release_raw(proto::ReleaseRequest {
+            session_id: session,
+            request_id,
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            token,
+        })
+        .await?;
+    let next = response.next.as_ref();
+    let json = json!({
+        "namespace": namespace,
+        "key": key,
+        "released_token": response.token,
+        "next": next.map(|g| json!({"session_id": g.session_id, "token": g.token})),
+    });
+    let mut human = format!("released {namespace}/{key} (token {token})\n");
+    if let Some(next) = next {
+        let _ = writeln!(
+            human,
+            "granted next to session {} with token {}",
+            next.session_id, next.token
+        );
+    }
+    Ok(Report { json, human })
+}
+
+async fn classes(
+    client: &Client,
+    namespace: Option<String>,
+    action: Option<ClassesAction>,
+) -> Result<Report, CtlError> {
+    match action {
+        Some(ClassesAction::Put {
+            namespace,
+            name,
+            prefix,
+            fenced,
+            ttl_ms_default,
+            ttl_ms_max,
+            hold_ms_max_expected,
+            owner,
+            runbook_url,
+            description,
+        }) => {
+            let class = proto::ClassSpec {
+                name,
+                prefix,
+                fenced,
+                session_ttl_ms_default: ttl_ms_default,
+                session_ttl_ms_max: ttl_ms_max,
+                hold_ms_max_expected,
+                owner,
+                runbook_url,
+                description,
+            };
+            let response = client
+                .put_class(proto::PutClassRequest {
+                    namespace: namespace.clone(),
+                    class: Some(class.clone()),
+                })
+                .await?;
+            let verb = if response.replaced {
+                "replaced"
+            } else {
+                "created"
+            };
+            Ok(Report {
+                json: json!({"namespace": namespace, "replaced": response.replaced, "class": render::class_json(&class)}),
+                human: format!(
+                    "{verb} class {} for {namespace}/{:?}*: {}\n",
+                    class.name,
+                    class.prefix,
+                    fenced_words(class.fenced)
+                ),
+            })
+        }
+        Some(ClassesAction::Remove { namespace, prefix }) => {
+            client
+                .remove_class(proto::RemoveClassRequest {
+                    namespace: namespace.clone(),
+                    prefix: prefix.clone(),
+                })
+                .await?;
+            Ok(Report {
+                json: json!({"namespace": namespace, "prefix": prefix, "removed": true}),
+                human: format!("removed the class of {namespace}/{prefix:?}*\n"),
+            })
+        }
+        None => {
+            let namespaces = match namespace {
+                Some(namespace) => vec![namespace],
+                None => {
+                    let longest = client
+                        .longest_holds(proto::LongestHoldsRequest { allow_stale: false })
+                        .await?;
+                    let mut namespaces: Vec<String> =
+                        longest.holds.into_iter().map(|h| h.namespace).collect();
+                    namespaces.dedup();
+                    namespaces
+                }
+            };
+            let mut listing = Vec::with_capacity(namespaces.len());
+            for namespace in namespaces {
+                let response = client
+                    .list_classes(proto::ListClassesRequest {
+                        namespace: namespace.clone(),
+                        allow_stale: false,
+                    })
+                    .await?;
+                listing.push((namespace, response.classes));
+            }
+            Ok(render::classes(&listing))
+        }
+    }
+}
+
+async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, CtlError> {
+    match step {
+        ForceRelease::Request {
+            namespace,
+            key,
+            token,
+            reason,
+            revoke_session,
+        } => {
+            // Show what is being released first: holder, token, age, queue, fenced.
+            let info = client
+                .inspect(proto::InspectRequest {
+                    namespace: namespace.clone(),
+                    key: key.clone(),
+                    allow_stale: false,
+                })
+                .await?;
+            let shown = render::key_info(&info);
+            let response = client
+                .request_force_release(proto::RequestForceReleaseRequest {
+                    namespace,
+                    key,
+                    expected_token: token,
+                    reason,
+                    revoke_session,
+                })
+                .await?;
+            let json = json!({
+                "force_release_id": response.force_release_id,
+                "fenced": response.fenced,
+                "safety": response.safety,
+                "expires_at_ms": response.expires_at_ms,
+                "key": shown.json,
+            });
+            let mut human = shown.human;
+            let _ = writeln!(
+                human,
+                "\nforce-release request #{} recorded.\n{}\n{}\nA different person must approve it: picketctl force-release approve {}{}",
+                response.force_release_id,
+                fenced_words(response.fenced),
+                response.safety,
+                response.force_release_id,
+                if response.fenced { " --acknowledge-fenced" } else { "" }
+            );
+            Ok(Report { json, human })
+        }
+        ForceRelease::Approve {
+            id,
+            acknowledge_fenced,
+        } => approve(client, id, acknowledge_fenced).await,
+        ForceRelease::Deny { id, reason } => {
+            client
+                .deny_force_release(proto::DenyForceReleaseRequest {
+                    force_release_id: id,
+                    reason,
+                })
+                .await?;
+            Ok(Report {
+                json: json!({"force_release_id": id, "denied": true}),
+                human: format!("force-release request #{id} denied\n"),
+            })
+        }
+        ForceRelease::List => {
+            let response = client
+                .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
+                .await?;
+            Ok(render::force_release_list(&response.requests))
+        }
+    }
+}
+
+/// Step two. Looks the request up first, shows its fenced flag, and refuses a fenced one
+/// without `--acknowledge-fenced` (before asking the server anything else).
+pub async fn approve(
+    client: &Client,
+    id: u64,
+    acknowledge_fenced: bool,
+) -> Result<Report, CtlError> {
+    let pending = client
+        .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
+        .await?;
+    let Some(request) = pending.requests.iter().find(|r| r.id == id) else {
+        return Err(CtlError::Refused(format!(
+            "no pending force-release request #{id} (approved, denied or expired already?): see `picketctl force-release list`"
+        )));
+    };
+    if request.fenced && !acknowledge_fenced {
+        return Err(CtlError::Refused(format!(
+            "force-release #{id} of {}/{} (token {}) is on a {}.\nNothing was done. Re-run with --acknowledge-fenced once you have checked this.",
+            request.namespace,
+            request.key,
+            request.token,
+            fenced_words(true)
+        )));
+    }
+    let response = client
+        .approve_force_release(proto::ApproveForceReleaseRequest {
+            force_release_id: id,
+            acknowledged_fenced: request.fenced,
+        })
+        .await?;
+    let next = response.next.as_ref();
+    let json = json!({
+        "force_release_id": id,
+        "fenced": request.fenced,
+        "floor": response.floor,
+        "released_token": response.released_token,
+        "next": next.map(|g| json!({"session_id": g.session_id, "token": g.token})),
+        "session_revoked": response.session_revoked,
+    });
+    let mut human = format!(
+        "force-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n",
+        request.namespace,
+        request.key,
+        response.released_token,
+        response.floor,
+        fenced_words(request.fenced)
+    );
+    if let Some(next) = next {
+        let _ = writeln!(
+            human,
+            "granted next to session {} with token {}",
+            next.session_id, next.token
+        );
+    }
+    if let Some(session) = response.session_revoked {
+        let _ = writeln!(human, "session {session} revoked");
+    }
+    Ok(Report { json, human })
+}

@@ -1,0 +1,398 @@
+//! How answers are shown: text for people, JSON (stable field names, the proto's) for scripts.
+
+use std::fmt::Write as _;
+
+use picket_net::proto;
+use serde_json::{json, Value};
+
+use super::CtlError;
+
+/// One command's answer in both forms.
+#[derive(Debug)]
+pub struct Report {
+    pub json: Value,
+    pub human: String,
+}
+
+impl Report {
+    pub fn print(&self, json: bool) {
+        if json {
+            println!("{}", self.json);
+        } else {
+            print!("{}", self.human);
+        }
+    }
+}
+
+/// The plain words for the fenced flag, shown before any force-release step.
+pub fn fenced_words(fenced: bool) -> &'static str {
+    if fenced {
+        "FENCED: the resource checks tokens, so the old holder's writes will be refused after the release"
+    } else {
+        "ADVISORY (not fenced): the resource does NOT check tokens; if the old holder is still running, releasing may let two writers in"
+    }
+}
+
+pub fn error_json(error: &CtlError) -> Value {
+    let rule = match error {
+        CtlError::Client(client) => client.rule().unwrap_or("").to_owned(),
+        CtlError::Refused(_) => "refused_by_picketctl".to_owned(),
+        CtlError::Io(_) => "io".to_owned(),
+    };
+    json!({ "error": error.to_string(), "rule": rule })
+}
+
+fn seconds(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1_000.0)
+    }
+}
+
+fn identity_json(identity: Option<&proto::Identity>) -> Value {
+    let identity = identity.cloned().unwrap_or_default();
+    json!({
+        "name": identity.name,
+        "host": identity.host,
+        "pid": identity.pid,
+        "principal": identity.principal,
+    })
+}
+
+fn identity_words(identity: Option<&proto::Identity>) -> String {
+    let Some(identity) = identity else {
+        return "?".into();
+    };
+    let mut words = identity.name.clone();
+    if !identity.host.is_empty() {
+        let _ = write!(words, "@{}", identity.host);
+    }
+    if identity.pid != 0 {
+        let _ = write!(words, " pid {}", identity.pid);
+    }
+    if !identity.principal.is_empty() {
+        let _ = write!(words, " ({})", identity.principal);
+    }
+    words
+}
+
+pub fn hold_json(hold: &proto::HoldInfo) -> Value {
+    json!({
+        "namespace": hold.namespace,
+        "key": hold.key,
+        "session_id": hold.session_id,
+        "identity": identity_json(hold.identity.as_ref()),
+        "token": hold.token,
+        "granted_at_ms": hold.granted_at_ms,
+        "held_for_ms": hold.held_for_ms,
+        "session_ttl_ms": hold.session_ttl_ms,
+        "session_remaining_ms": hold.session_remaining_ms,
+        "hold_ms_max_expected": hold.hold_ms_max_expected,
+    })
+}
+
+pub fn class_json(class: &proto::ClassSpec) -> Value {
+    json!({
+        "name": class.name,
+        "prefix": class.prefix,
+        "fenced": class.fenced,
+        "session_ttl_ms_default": class.session_ttl_ms_default,
+        "session_ttl_ms_max": class.session_ttl_ms_max,
+        "hold_ms_max_expected": class.hold_ms_max_expected,
+        "owner": class.owner,
+        "runbook_url": class.runbook_url,
+        "description": class.description,
+    })
+}
+
+pub fn force_release_json(request: &proto::ForceReleaseInfo) -> Value {
+    json!({
+        "id": request.id,
+        "namespace": request.namespace,
+        "key": request.key,
+        "holder_session_id": request.holder_session_id,
+        "token": request.token,
+        "requester": request.requester,
+        "reason": request.reason,
+        "revoke_session": request.revoke_session,
+        "fenced": request.fenced,
+        "safety": request.safety,
+        "requested_at_ms": request.requested_at_ms,
+        "expires_at_ms": request.expires_at_ms,
+    })
+}
+
+pub fn key_info(info: &proto::KeyInfo) -> Report {
+    let class = info.class.clone().unwrap_or_default();
+    let json = json!({
+        "revision": info.revision,
+        "namespace": info.namespace,
+        "key": info.key,
+        "class": class_json(&class),
+        "fenced": class.fenced,
+        "holder": info.holder.as_ref().map(hold_json),
+        "queue_depth": info.queue_depth,
+        "waiters": info.waiters.iter().map(|w| json!({
+            "session_id": w.session_id,
+            "identity": identity_json(w.identity.as_ref()),
+            "position": w.position,
+            "waiting_for_ms": w.waiting_for_ms,
+        })).collect::<Vec<_>>(),
+        "floor": info.floor,
+        "pending_force_releases": info.pending_force_releases.iter().map(force_release_json).collect::<Vec<_>>(),
+    });
+    let mut human = format!(
+        "{}/{} (revision {})\n",
+        info.namespace, info.key, info.revision
+    );
+    match &info.holder {
+        Some(hold) => {
+            let _ = writeln!(
+                human,
+                "  holder:   session {} — {}\n  token:    {}\n  held for: {}",
+                hold.session_id,
+                identity_words(hold.identity.as_ref()),
+                hold.token,
+                seconds(hold.held_for_ms)
+            );
+            let remaining = hold
+                .session_remaining_ms
+                .map_or("unknown".to_owned(), seconds);
+            let _ = writeln!(
+                human,
+                "  session:  ttl {}, remaining {remaining}",
+                seconds(hold.session_ttl_ms)
+            );
+        }
+        None => human.push_str("  free\n"),
+    }
+    let _ = writeln!(human, "  queue:    {} waiting", info.queue_depth);
+    for waiter in &info.waiters {
+        let _ = writeln!(
+            human,
+            "    {}. session {} — {} (waiting {})",
+            waiter.position,
+            waiter.session_id,
+            identity_words(waiter.identity.as_ref()),
+            seconds(waiter.waiting_for_ms)
+        );
+    }
+    let _ = writeln!(
+        human,
+        "  class:    {} (prefix {:?}, owner {:?})\n  {}",
+        class.name,
+        class.prefix,
+        class.owner,
+        fenced_words(class.fenced)
+    );
+    if let Some(floor) = info.floor {
+        let _ = writeln!(human, "  floor:    {floor}");
+    }
+    for request in &info.pending_force_releases {
+        let _ = writeln!(
+            human,
+            "  pending force-release {} by {}: {:?}",
+            request.id, request.requester, request.reason
+        );
+    }
+    Report { json, human }
+}
+
+pub fn holds(namespace: &str, response: &proto::ListHoldsResponse) -> Report {
+    let json = json!({
+        "namespace": namespace,
+        "revision": response.revision,
+        "holds": response.holds.iter().map(hold_json).collect::<Vec<_>>(),
+    });
+    let mut human = format!(
+        "{} holds in {namespace} (revision {}), oldest first\n",
+        response.holds.len(),
+        response.revision
+    );
+    for hold in &response.holds {
+        let _ = writeln!(
+            human,
+            "  {:<30} token {:<8} held {:<10} session {} — {}",
+            hold.key,
+            hold.token,
+            seconds(hold.held_for_ms),
+            hold.session_id,
+            identity_words(hold.identity.as_ref())
+        );
+    }
+    Report { json, human }
+}
+
+pub fn classes(listing: &[(String, Vec<proto::ClassSpec>)]) -> Report {
+    let json = json!({
+        "namespaces": listing.iter().map(|(namespace, classes)| json!({
+            "namespace": namespace,
+            "classes": classes.iter().map(class_json).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    let mut human = String::new();
+    for (namespace, classes) in listing {
+        let _ = writeln!(human, "{namespace}:");
+        for class in classes {
+            let _ = writeln!(
+                human,
+                "  {:<20} prefix {:<16} {:<8} ttl {}/{} owner {:?}",
+                class.name,
+                format!("{:?}", class.prefix),
+                if class.fenced { "fenced" } else { "advisory" },
+                seconds(class.session_ttl_ms_default),
+                seconds(class.session_ttl_ms_max),
+                class.owner
+            );
+        }
+    }
+    if listing.is_empty() {
+        human.push_str("no namespace holds locks; name one: picketctl classes NS\n");
+    }
+    Report { json, human }
+}
+
+fn action_words(action: i32) -> &'static str {
+    match proto::AuditAction::try_from(action) {
+        Ok(proto::AuditAction::ForceReleaseRequested) => "force-release requested",
+        Ok(proto::AuditAction::ForceReleaseApproved) => "force-release approved",
+        Ok(proto::AuditAction::ForceReleaseDenied) => "force-release denied",
+        Ok(proto::AuditAction::ForceReleaseExpired) => "force-release expired",
+        Ok(proto::AuditAction::SessionRevoked) => "session revoked",
+        Ok(proto::AuditAction::ClassPut) => "class put",
+        Ok(proto::AuditAction::ClassRemoved) => "class removed",
+        _ => "unknown",
+    }
+}
+
+pub fn audit(response: &proto::QueryAuditResponse) -> Report {
+    let json = json!({
+        "compacted_through": response.compacted_through,
+        "records": response.records.iter().map(|r| json!({
+            "revision": r.revision,
+            "time_ms": r.time_ms,
+            "actor": r.actor,
+            "action": action_words(r.action),
+            "namespace": r.namespace,
+            "key": r.key,
+            "token": r.token,
+            "fenced": r.fenced,
+            "session_id": r.session_id,
+            "force_release_id": r.force_release_id,
+            "reason": r.reason,
+        })).collect::<Vec<_>>(),
+    });
+    let mut human = String::new();
+    if response.compacted_through > 0 {
+        let _ = writeln!(
+            human,
+            "(records up to revision {} may have been dropped)",
+            response.compacted_through
+        );
+    }
+    for r in &response.records {
+        let _ = writeln!(
+            human,
+            "rev {:<8} {:<24} {}/{} by {:?}{}{}",
+            r.revision,
+            action_words(r.action),
+            r.namespace,
+            r.key,
+            r.actor,
+            r.token.map(|t| format!(" token {t}")).unwrap_or_default(),
+            if r.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" reason {:?}", r.reason)
+            }
+        );
+    }
+    Report { json, human }
+}
+
+pub fn event_json(event: &proto::Event) -> Value {
+    use proto::event::Kind;
+    let (kind, detail) = match &event.kind {
+        Some(Kind::Granted(g)) => (
+            "granted",
+            json!({"session_id": g.session_id, "token": g.token}),
+        ),
+        Some(Kind::Queued(q)) => (
+            "queued",
+            json!({"session_id": q.session_id, "position": q.position}),
+        ),
+        Some(Kind::Released(r)) => (
+            "released",
+            json!({"session_id": r.session_id, "token": r.token, "cause": cause_words(r.cause)}),
+        ),
+        Some(Kind::WaitRemoved(w)) => (
+            "wait_removed",
+            json!({"session_id": w.session_id, "cause": cause_words(w.cause)}),
+        ),
+        Some(Kind::ForceReleased(f)) => (
+            "force_released",
+            json!({"session_id": f.session_id, "token": f.token, "force_release_id": f.force_release_id, "session_revoked": f.session_revoked}),
+        ),
+        Some(Kind::ClassChanged(c)) => (
+            "class_changed",
+            json!({"class": c.class, "removed": c.removed}),
+        ),
+        None => ("unknown", json!({})),
+    };
+    json!({
+        "revision": event.revision,
+        "time_ms": event.time_ms,
+        "namespace": event.namespace,
+        "key": event.key,
+        "kind": kind,
+        "detail": detail,
+    })
+}
+
+fn cause_words(cause: i32) -> &'static str {
+    match proto::ReleaseCause::try_from(cause) {
+        Ok(proto::ReleaseCause::Released) => "released",
+        Ok(proto::ReleaseCause::SessionClosed) => "session closed",
+        Ok(proto::ReleaseCause::SessionExpired) => "session expired",
+        Ok(proto::ReleaseCause::SessionRevoked) => "session revoked",
+        _ => "unknown",
+    }
+}
+
+pub fn event_words(event: &proto::Event) -> String {
+    let value = event_json(event);
+    format!(
+        "rev {:<8} {}/{} {} {}",
+        event.revision,
+        event.namespace,
+        event.key,
+        value["kind"].as_str().unwrap_or("?"),
+        value["detail"]
+    )
+}
+
+pub fn force_release_list(requests: &[proto::ForceReleaseInfo]) -> Report {
+    let json = json!({ "requests": requests.iter().map(force_release_json).collect::<Vec<_>>() });
+    let mut human = format!("{} pending force-release requests\n", requests.len());
+    for r in requests {
+        let _ = writeln!(
+            human,
+            "  #{} {}/{} token {} holder session {} by {} ({:?}){}\n     {}",
+            r.id,
+            r.namespace,
+            r.key,
+            r.token,
+            r.holder_session_id,
+            r.requester,
+            r.reason,
+            if r.revoke_session {
+                ", revoke session"
+            } else {
+                ""
+            },
+            fenced_words(r.fenced)
+        );
+    }
+    Report { json, human }
+}

@@ -1,0 +1,363 @@
+//! picketctl: argument parsing, help, JSON shapes, and the fenced-approval refusal against a
+//! fake Admin service on loopback.
+
+use std::sync::{Arc, Mutex};
+
+use clap::{CommandFactory, Parser};
+use picket_net::client::Client;
+use picket_net::proto::admin_server::{Admin, AdminServer};
+use picket_net::proto::{self};
+use tonic::{Request, Response, Status};
+
+use super::commands::approve;
+use super::render;
+use super::{Cli, Command, CtlError, ForceRelease};
+
+#[test]
+fn the_cli_is_well_formed_and_help_names_every_command() {
+    Cli::command().debug_assert();
+    let help = Cli::command().render_long_help().to_string();
+    for command in [
+        "session",
+        "lock",
+        "unlock",
+        "inspect",
+        "holds",
+        "watch",
+        "classes",
+        "audit",
+        "force-release",
+    ] {
+        assert!(help.contains(command), "help lacks {command}:\n{help}");
+    }
+    assert!(help.contains("PICKET_ENDPOINTS"), "{help}");
+    let mut force = Cli::command();
+    let approve_help = force
+        .find_subcommand_mut("force-release")
+        .and_then(|c| c.find_subcommand_mut("approve"))
+        .expect("force-release approve exists")
+        .render_long_help()
+        .to_string();
+    assert!(
+        approve_help.contains("--acknowledge-fenced"),
+        "{approve_help}"
+    );
+}
+
+#[test]
+fn lock_takes_the_command_after_the_double_dash() {
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "--json",
+        "lock",
+        "orders",
+        "invoice/42",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ])
+    .unwrap();
+    assert!(cli.global.json);
+    match cli.command {
+        Command::Lock {
+            namespace,
+            key,
+            command,
+            no_wait,
+            ..
+        } => {
+            assert_eq!((namespace.as_str(), key.as_str()), ("orders", "invoice/42"));
+            assert_eq!(command, ["sh", "-c", "exit 3"]);
+            assert!(!no_wait);
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+}
+
+#[test]
+fn endpoints_default_to_picketd_dev_and_split_on_commas() {
+    let cli = Cli::try_parse_from(["picketctl", "holds", "orders"]).unwrap();
+    if std::env::var_os("PICKET_ENDPOINTS").is_none() {
+        assert_eq!(
+            cli.global.endpoints,
+            ["127.0.0.1:7401", "127.0.0.1:7402", "127.0.0.1:7403"]
+        );
+    }
+    let cli =
+        Cli::try_parse_from(["picketctl", "--endpoints", "a:1,b:2", "holds", "orders"]).unwrap();
+    assert_eq!(cli.global.endpoints, ["a:1", "b:2"]);
+}
+
+#[test]
+fn force_release_request_needs_a_token_and_a_reason() {
+    let missing = Cli::try_parse_from(["picketctl", "force-release", "request", "orders", "k"]);
+    assert!(missing.is_err());
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "force-release",
+        "request",
+        "orders",
+        "k",
+        "--token",
+        "7",
+        "--reason",
+        "hung",
+        "--revoke-session",
+    ])
+    .unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::ForceRelease(ForceRelease::Request {
+            token: 7,
+            revoke_session: true,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn classes_lists_or_puts() {
+    let list = Cli::try_parse_from(["picketctl", "classes", "orders"]).unwrap();
+    assert!(matches!(
+        list.command,
+        Command::Classes {
+            namespace: Some(_),
+            action: None
+        }
+    ));
+    let put = Cli::try_parse_from([
+        "picketctl",
+        "classes",
+        "put",
+        "orders",
+        "--name",
+        "ledger",
+        "--prefix",
+        "ledger/",
+        "--fenced",
+    ])
+    .unwrap();
+    assert!(matches!(
+        put.command,
+        Command::Classes {
+            action: Some(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn inspect_json_has_the_fields_an_operator_needs() {
+    let info = proto::KeyInfo {
+        revision: 40,
+        namespace: "orders".into(),
+        key: "invoice/42".into(),
+        class: Some(proto::ClassSpec {
+            name: "ledger".into(),
+            fenced: true,
+            ..Default::default()
+        }),
+        holder: Some(proto::HoldInfo {
+            namespace: "orders".into(),
+            key: "invoice/42".into(),
+            session_id: 9,
+            identity: Some(proto::Identity {
+                name: "billing".into(),
+                ..Default::default()
+            }),
+            token: 31,
+            held_for_ms: 120_000,
+            session_remaining_ms: Some(4_000),
+            ..Default::default()
+        }),
+        queue_depth: 2,
+        floor: Some(12),
+        ..Default::default()
+    };
+    let report = render::key_info(&info);
+    let json = &report.json;
+    assert_eq!(json["fenced"], true);
+    assert_eq!(json["holder"]["token"], 31);
+    assert_eq!(json["holder"]["session_id"], 9);
+    assert_eq!(json["holder"]["held_for_ms"], 120_000);
+    assert_eq!(json["holder"]["identity"]["name"], "billing");
+    assert_eq!(json["queue_depth"], 2);
+    assert_eq!(json["floor"], 12);
+    assert!(report.human.contains("FENCED"), "{}", report.human);
+    assert!(report.human.contains("token:    31"), "{}", report.human);
+    // A free key: holder is null, not missing.
+    let free = render::key_info(&proto::KeyInfo::default());
+    assert!(free.json["holder"].is_null());
+    assert!(free.human.contains("free"));
+}
+
+/// A fake Admin service with one pending force-release request; counts approvals.
+#[derive(Clone)]
+struct FakeAdmin {
+    fenced: bool,
+    approvals: Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>,
+}
+
+fn nope<T>() -> Result<Response<T>, Status> {
+    Err(Status::unimplemented("fake admin"))
+}
+
+#[tonic::async_trait]
+impl Admin for FakeAdmin {
+    async fn inspect(
+        &self,
+        _: Request<proto::InspectRequest>,
+    ) -> Result<Response<proto::KeyInfo>, Status> {
+        nope()
+    }
+    async fn list_holds(
+        &self,
+        _: Request<proto::ListHoldsRequest>,
+    ) -> Result<Response<proto::ListHoldsResponse>, Status> {
+        nope()
+    }
+    async fn longest_holds(
+        &self,
+        _: Request<proto::LongestHoldsRequest>,
+    ) -> Result<Response<proto::LongestHoldsResponse>, Status> {
+        nope()
+    }
+    async fn put_class(
+        &self,
+        _: Request<proto::PutClassRequest>,
+    ) -> Result<Response<proto::PutClassResponse>, Status> {
+        nope()
+    }
+    async fn remove_class(
+        &self,
+        _: Request<proto::RemoveClassRequest>,
+    ) -> Result<Response<proto::RemoveClassResponse>, Status> {
+        nope()
+    }
+    async fn list_classes(
+        &self,
+        _: Request<proto::ListClassesRequest>,
+    ) -> Result<Response<proto::ListClassesResponse>, Status> {
+        nope()
+    }
+    async fn request_force_release(
+        &self,
+        _: Request<proto::RequestForceReleaseRequest>,
+    ) -> Result<Response<proto::RequestForceReleaseResponse>, Status> {
+        nope()
+    }
+    async fn approve_force_release(
+        &self,
+        request: Request<proto::ApproveForceReleaseRequest>,
+    ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
+        let request = request.into_inner();
+        self.approvals.lock().unwrap().push(request);
+        Ok(Response::new(proto::ApproveForceReleaseResponse {
+            floor: 50,
+            released_token: 31,
+            next: None,
+            session_revoked: Some(9),
+        }))
+    }
+    async fn deny_force_release(
+        &self,
+        _: Request<proto::DenyForceReleaseRequest>,
+    ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
+        nope()
+    }
+    async fn list_force_releases(
+        &self,
+        _: Request<proto::ListForceReleasesRequest>,
+    ) -> Result<Response<proto::ListForceReleasesResponse>, Status> {
+        Ok(Response::new(proto::ListForceReleasesResponse {
+            requests: vec![proto::ForceReleaseInfo {
+                id: 5,
+                namespace: "orders".into(),
+                key: "invoice/42".into(),
+                holder_session_id: 9,
+                token: 31,
+                requester: "alice".into(),
+                reason: "hung".into(),
+                revoke_session: true,
+                fenced: self.fenced,
+                ..Default::default()
+            }],
+        }))
+    }
+    async fn query_audit(
+        &self,
+        _: Request<proto::QueryAuditRequest>,
+    ) -> Result<Response<proto::QueryAuditResponse>, Status> {
+        nope()
+    }
+}
+
+async fn fake_admin(fenced: bool) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+        .expect("bind loopback");
+    let addr = incoming.local_addr().unwrap();
+    let approvals = Arc::new(Mutex::new(Vec::new()));
+    let service = FakeAdmin {
+        fenced,
+        approvals: approvals.clone(),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(AdminServer::new(service))
+            .serve_with_incoming(incoming),
+    );
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "--endpoints",
+        &addr.to_string(),
+        "force-release",
+        "list",
+    ])
+    .unwrap();
+    (
+        Client::new(cli.global.client_config(None)).unwrap(),
+        approvals,
+    )
+}
+
+#[tokio::test]
+async fn approving_a_fenced_release_without_acknowledging_is_refused_and_sends_nothing() {
+    let (client, approvals) = fake_admin(true).await;
+    let error = approve(&client, 5, false).await.unwrap_err();
+    let CtlError::Refused(message) = &error else {
+        panic!("not refused by picketctl: {error}");
+    };
+    assert!(message.contains("FENCED"), "{message}");
+    assert!(message.contains("--acknowledge-fenced"), "{message}");
+    assert_eq!(error.exit(), super::EXIT_REFUSED);
+    assert!(
+        approvals.lock().unwrap().is_empty(),
+        "nothing sent to the server"
+    );
+
+    let report = approve(&client, 5, true).await.unwrap();
+    assert_eq!(report.json["fenced"], true);
+    assert_eq!(report.json["floor"], 50);
+    assert_eq!(report.json["session_revoked"], 9);
+    let sent = approvals.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].acknowledged_fenced,
+        "the acknowledgement is passed on"
+    );
+}
+
+#[tokio::test]
+async fn an_advisory_release_is_approved_without_the_flag_and_an_unknown_id_is_refused() {
+    let (client, approvals) = fake_admin(false).await;
+    let report = approve(&client, 5, false).await.unwrap();
+    assert_eq!(report.json["fenced"], false);
+    assert!(report.human.contains("ADVISORY"), "{}", report.human);
+    assert!(!approvals.lock().unwrap()[0].acknowledged_fenced);
+    let unknown = approve(&client, 6, true).await.unwrap_err();
+    assert!(
+        matches!(unknown, CtlError::Refused(ref m) if m.contains("#6")),
+        "{unknown}"
+    );
+}
