@@ -1,0 +1,113 @@
+//! `picket-bench`: the closed-loop lock workloads of the etcd/ZooKeeper reference
+//! (`../shared/bench/lockbench`), re-implemented 1:1 against a Picket cluster.
+//!
+//! Workloads (one op each; every logical client runs ops back to back):
+//! - `lock`: setup (untimed) creates one session per client (TTL `--lease-ttl`, 60 s) through
+//!   the public client library (`picket_net::client`), one `Client` (= one HTTP/2 connection)
+//!   per client. op = `Session::lock(namespace, "<prefix>/lock/<k>")` (waits in the FIFO queue)
+//!   then `LockGuard::release`; latency = lock sent .. release answered. k = 0 for `--keys 1`,
+//!   else `splitmix64(client) % keys`.
+//! - `lock-fresh`: a session per op: create_session ; lock ; release ; close.
+//! - `keepalive`: one session and one `KeepAlive` stream per client, opened on the raw generated
+//!   tonic client (the library keeps its sessions alive by itself every ttl/3 and has no knob to
+//!   send one keepalive on demand); op = send `{session_id, seq}`, wait for the reply with `seq`.
+//! - `failover`: the `lock` workload on all endpoints; at `--kill-at-s` the leader is killed with
+//!   `kill -9` (its PID from `--pids`, in the order of `--endpoints`); reports the time until
+//!   grants resume and the failed and lost operations (see `failover.rs`).
+//!
+//! Measurement (as the reference): t0 = all clients set up; clients stop issuing at
+//! t0 + warmup + duration; ops completing in [t0 + warmup, t0 + warmup + duration] are counted;
+//! ops_per_s = counted / duration; p50/p99 nearest-rank. stdout: one line
+//! `<system> <label> <ops_per_s> <p50_ms> <p99_ms>`; details on stderr.
+
+mod failover;
+mod stats;
+mod workload;
+
+use clap::Parser;
+
+/// Closed-loop lock benchmark against a Picket cluster (see the crate docs).
+#[derive(Parser, Clone, Debug)]
+#[command(name = "picket-bench")]
+pub struct Args {
+    /// lock | lock-fresh | keepalive | failover
+    #[arg(long, default_value = "lock")]
+    pub workload: String,
+    /// Client endpoints of the replicas, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403"
+    )]
+    pub endpoints: Vec<String>,
+    /// leader: every client talks to the leader (found through the client library's leader
+    /// following); all: client i starts at endpoint i % n.
+    #[arg(long, default_value = "leader")]
+    pub target: String,
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    #[arg(long, default_value_t = 1)]
+    pub keys: u64,
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_s: f64,
+    /// In-flight ops may finish this long after the window; then the process aborts.
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_s: f64,
+    /// Ops per client at most.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub max_ops: u64,
+    /// Session TTL in seconds (the reference's lease TTL).
+    #[arg(long, default_value_t = 60)]
+    pub lease_ttl: u64,
+    /// Picket namespace of the lock keys.
+    #[arg(long, default_value = "bench")]
+    pub namespace: String,
+    /// Key prefix (keys are `<prefix>/lock/<k>`); default `/anchor/<pid>`.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    #[arg(long, default_value = "")]
+    pub label: String,
+    /// Tokio worker threads of the client.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    #[arg(long, default_value = "picket")]
+    pub system: String,
+    /// failover: replica PIDs, in the order of --endpoints.
+    #[arg(long, value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// failover: when to kill the leader, seconds after t0.
+    #[arg(long, default_value_t = 4.0)]
+    pub kill_at_s: f64,
+}
+
+fn main() {
+    let mut args = Args::parse();
+    if args.clients == 0 || args.keys == 0 || args.duration_s <= 0.0 || args.warmup_s < 0.0 {
+        eprintln!("picket-bench: --clients, --keys and --duration-s must be above zero");
+        std::process::exit(64);
+    }
+    if args.prefix.is_empty() {
+        args.prefix = format!("/anchor/{}", std::process::id());
+    }
+    if args.label.is_empty() {
+        args.label = format!("{}-k{}-c{}", args.workload, args.keys, args.clients);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = runtime.block_on(async move {
+        match args.workload.as_str() {
+            "failover" => failover::run(args).await,
+            "lock" | "lock-fresh" | "keepalive" => workload::run(args).await,
+            other => {
+                eprintln!("picket-bench: unknown workload {other:?}");
+                64
+            }
+        }
+    });
+    std::process::exit(code);
+}
