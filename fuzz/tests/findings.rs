@@ -38,12 +38,9 @@ fn segment_named_index_zero_is_corruption() {
     }
 }
 
-/// OPEN (not fixed yet; owner: storage): a segment whose first index is so high that its
-/// records' indexes pass `u64::MAX` must be refused as corruption; `Log::open` instead overflows
-/// in `Segment::next_index` (storage/src/log.rs:100, `first_index + offsets.len()`), a panic in
-/// debug builds and a wrapped index in release. Run with
-/// `cargo test --features open-findings --test findings`; drop the `cfg` once fixed.
-#[cfg(feature = "open-findings")]
+/// Found while looking into the index-0 finding: a segment whose first index is so high that
+/// its records' indexes pass `u64::MAX` must be refused as corruption (`Log::open` used to
+/// overflow in `Segment::next_index`, a panic in debug builds and a wrapped index in release).
 #[test]
 fn segment_whose_indexes_overflow_is_refused() {
     use picket_storage::format::{encode_record, encode_segment_header};

@@ -165,6 +165,15 @@ fn scan_segment<D: Disk>(
     while off < buf.len() {
         match format::check_record(buf, off, config.record_size_max) {
             Ok(end) => {
+                // The record's index is `header_index + offsets.len()`; a segment whose records
+                // would pass u64::MAX cannot have been written by this log.
+                if header_index.checked_add(offsets.len() as u64 + 1).is_none() {
+                    return Err(Error::corruption(
+                        path,
+                        off as u64,
+                        CorruptionKind::BadRecord("record index past u64::MAX"),
+                    ));
+                }
                 offsets.push(u32::try_from(off).expect("segment length bounded by u32"));
                 off = end;
             }
