@@ -16,12 +16,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use picket_core::locks::Token;
+use picket_core::locks::{Token, KEY_LEN_MAX, NAME_LEN_MAX};
 use thiserror::Error;
+
+/// Longest key the gate takes: room for `namespace/key`, so memory stays within
+/// `capacity * KEY_LEN_MAX_GATE` bytes of keys (twice: the map and its eviction index).
+pub const KEY_LEN_MAX_GATE: usize = NAME_LEN_MAX + 1 + KEY_LEN_MAX;
 
 /// A write the gate refused. Nothing was recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum FencingError {
+    #[error("fencing key is {len} bytes long: at most {max} (`namespace/key`)")]
+    KeyTooLong { len: usize, max: usize },
     #[error("stale token {token} for `{key}`: a write with token {highest} was already accepted (the lock has moved on; the writer must stop)")]
     Stale {
         key: String,
@@ -71,6 +77,12 @@ impl FencingGate {
     /// Admits a write to `key` with `token` (and records it) or refuses it. A token equal to the
     /// highest accepted is admitted: one holder writes many times with its token.
     pub fn check(&self, key: &str, token: Token) -> Result<(), FencingError> {
+        if key.len() > KEY_LEN_MAX_GATE {
+            return Err(FencingError::KeyTooLong {
+                len: key.len(),
+                max: KEY_LEN_MAX_GATE,
+            });
+        }
         let mut state = self.lock();
         match state.highest.get(key).copied() {
             Some(highest) if token < highest => Err(FencingError::Stale {
@@ -195,6 +207,21 @@ mod tests {
         ));
         assert_eq!(gate.check("a", Token(3)), Ok(()));
         assert_eq!(gate.len(), 2);
+    }
+
+    #[test]
+    fn oversize_keys_are_refused_and_not_recorded() {
+        let gate = FencingGate::new(2);
+        let key = "k".repeat(KEY_LEN_MAX_GATE + 1);
+        assert_eq!(
+            gate.check(&key, Token(1)),
+            Err(FencingError::KeyTooLong {
+                len: KEY_LEN_MAX_GATE + 1,
+                max: KEY_LEN_MAX_GATE
+            })
+        );
+        assert!(gate.is_empty());
+        assert_eq!(gate.check(&"k".repeat(KEY_LEN_MAX_GATE), Token(1)), Ok(()));
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub const API_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// `max_encoding_message_size` on the generated `PeerServer` and `PeerClient`; a sender must split
 /// batches to stay below it.
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
-pub use fencing::{FencingError, FencingGate};
+pub use fencing::{FencingError, FencingGate, KEY_LEN_MAX_GATE};
 
 /// The generated protobuf types and gRPC services of package `picket.v1`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -7,7 +7,9 @@
 //! `not_leader`, and also carries the ASCII metadata `picket-leader: <endpoint>` (and
 //! `picket-leader-id: <node id>`) so that any gRPC client can follow it without decoding details.
 
-use picket_core::locks::{LockError, WatchError};
+use picket_core::locks::{LockError, SessionId, WatchError};
+use picket_core::node::KeepAliveError;
+use picket_core::paxos::{NodeId, ProposeError};
 use prost::Message;
 use tonic::{metadata::MetadataMap, Code, Status};
 
@@ -24,6 +26,7 @@ pub mod rule {
     pub const NOT_LEADER: &str = "not_leader";
     pub const BUSY: &str = "busy";
     pub const COMPACTED: &str = "compacted";
+    pub const NOT_READY: &str = "not_ready";
 }
 
 /// The rule name and status code of each lock-state-machine error.
@@ -95,6 +98,77 @@ pub struct LeaderHint {
     pub node_id: Option<u64>,
     /// The leader's client endpoint, e.g. `https://10.0.0.2:7100`.
     pub endpoint: Option<String>,
+}
+
+impl LeaderHint {
+    /// The hint for the leader the node reported (`None`: unknown), with its client endpoint
+    /// looked up in the cluster's membership by `endpoint_of`.
+    pub fn for_node(
+        leader: Option<NodeId>,
+        endpoint_of: impl FnOnce(NodeId) -> Option<String>,
+    ) -> LeaderHint {
+        match leader {
+            Some(node) => LeaderHint {
+                node_id: Some(node.0),
+                endpoint: endpoint_of(node),
+            },
+            None => LeaderHint::default(),
+        }
+    }
+}
+
+/// The answer to a proposal or read the node refused: `NotLeader` -> [`not_leader_status`],
+/// `Busy` -> [`busy_status`].
+pub fn propose_error_status(
+    error: &ProposeError,
+    endpoint_of: impl FnOnce(NodeId) -> Option<String>,
+) -> Status {
+    match error {
+        ProposeError::NotLeader { leader_hint } => {
+            not_leader_status(&LeaderHint::for_node(*leader_hint, endpoint_of))
+        }
+        ProposeError::Busy { pending, max } => {
+            busy_status(&format!("{pending} proposals pending, at most {max}"))
+        }
+    }
+}
+
+/// The answer to one keepalive on the `KeepAlive` stream.
+///
+/// A lost session (unknown, or expiring because it missed its deadline) is an ordinary answer
+/// with `lost = true`, so the stream goes on serving the process's other sessions. A node that
+/// is not the leader ends the stream with [`not_leader_status`]; a new leader still catching up
+/// ends it with `UNAVAILABLE`, rule `not_ready`, retryable (the client reconnects and resends).
+pub fn keepalive_answer(
+    session: SessionId,
+    seq: u64,
+    result: Result<u64, KeepAliveError>,
+    endpoint_of: impl FnOnce(NodeId) -> Option<String>,
+) -> Result<proto::KeepAliveResponse, Status> {
+    let answer = |ttl_ms, lost| proto::KeepAliveResponse {
+        session_id: session.0,
+        seq,
+        ttl_ms,
+        lost,
+    };
+    match result {
+        Ok(ttl_ms) => Ok(answer(ttl_ms, false)),
+        Err(KeepAliveError::UnknownSession { .. } | KeepAliveError::Expiring { .. }) => {
+            Ok(answer(0, true))
+        }
+        Err(KeepAliveError::NotLeader { leader_hint }) => Err(not_leader_status(
+            &LeaderHint::for_node(leader_hint, endpoint_of),
+        )),
+        Err(error @ KeepAliveError::NotReady) => {
+            let detail = proto::ErrorDetail {
+                rule: rule::NOT_READY.to_owned(),
+                message: error.to_string(),
+                retryable: true,
+                ..proto::ErrorDetail::default()
+            };
+            Err(detail_status(Code::Unavailable, detail, None))
+        }
+    }
 }
 
 /// The answer of a replica that is not the leader: `UNAVAILABLE`, rule `not_leader`, retryable,

@@ -33,6 +33,7 @@ proptest! {
                 Err(FencingError::BelowEvictionFloor { floor, .. }) => {
                     prop_assert!(floor > Token(token))
                 }
+                Err(other) => prop_assert!(false, "unexpected {other}"),
             }
             prop_assert!(gate.len() <= capacity);
         }

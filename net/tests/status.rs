@@ -140,3 +140,62 @@ fn busy_is_retryable_resource_exhausted() {
     assert!(detail.retryable);
     assert!(status.message().contains("same request id"));
 }
+
+#[test]
+fn node_refusals_map_to_statuses() {
+    use picket_core::node::KeepAliveError;
+    use picket_core::paxos::{NodeId, ProposeError};
+    use picket_net::status::{keepalive_answer, propose_error_status};
+
+    let endpoint_of = |node: NodeId| Some(format!("http://10.0.0.{}:7100", node.0));
+    let status = propose_error_status(
+        &ProposeError::NotLeader {
+            leader_hint: Some(NodeId(2)),
+        },
+        endpoint_of,
+    );
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(
+        status.metadata().get(LEADER_METADATA).unwrap(),
+        "http://10.0.0.2:7100"
+    );
+    let status = propose_error_status(&ProposeError::NotLeader { leader_hint: None }, endpoint_of);
+    assert_eq!(leader_hint(&status), Some(LeaderHint::default()));
+    let status = propose_error_status(&ProposeError::Busy { pending: 9, max: 9 }, endpoint_of);
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(error_detail(&status).unwrap().rule, "busy");
+
+    let session = SessionId(5);
+    let ok = keepalive_answer(session, 7, Ok(10_000), endpoint_of).unwrap();
+    assert_eq!(
+        (ok.session_id, ok.seq, ok.ttl_ms, ok.lost),
+        (5, 7, 10_000, false)
+    );
+    for lost in [
+        KeepAliveError::UnknownSession { session },
+        KeepAliveError::Expiring { session },
+    ] {
+        let answer = keepalive_answer(session, 8, Err(lost), endpoint_of).unwrap();
+        assert!(
+            answer.lost,
+            "a lost session is an answer, not the end of the stream"
+        );
+        assert_eq!(answer.seq, 8);
+    }
+    let status = keepalive_answer(
+        session,
+        9,
+        Err(KeepAliveError::NotLeader {
+            leader_hint: Some(NodeId(3)),
+        }),
+        endpoint_of,
+    )
+    .unwrap_err();
+    assert_eq!(leader_hint(&status).unwrap().node_id, Some(3));
+    let status =
+        keepalive_answer(session, 9, Err(KeepAliveError::NotReady), endpoint_of).unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    let detail = error_detail(&status).unwrap();
+    assert_eq!(detail.rule, "not_ready");
+    assert!(detail.retryable);
+}

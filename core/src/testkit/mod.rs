@@ -249,11 +249,27 @@ where
     }
 
     /// Stops `id`; unacknowledged persists are lost, the durable state stays.
+    /// A random prefix of the persists not yet acknowledged reached the disk anyway (written,
+    /// but the crash came before the acknowledgement); the rest is lost.
     pub fn crash(&mut self, id: NodeId) {
+        let pending = self.nodes[Self::idx(id)].unacked.len() as u64;
+        let reached = self.random(pending + 1) as usize;
         let n = &mut self.nodes[Self::idx(id)];
         n.replica = None;
-        n.unacked.clear();
+        let written: Vec<_> = n.unacked.drain(..).take(reached).collect();
         n.reads_started.clear();
+        for p in written {
+            n.durable.apply_persist(
+                p.promised,
+                &p.accepted,
+                p.snapshot.as_ref(),
+                p.incarnation,
+                p.recovered,
+            );
+            for (slot, ballot, value) in &p.accepted {
+                self.checker.on_durable_accept(id, *slot, *ballot, value);
+            }
+        }
         self.log(format!("{id}: crash"));
     }
 

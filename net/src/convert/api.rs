@@ -10,18 +10,21 @@
 //! principal of a new session's identity, and the [`Actor`] (principal and roles) of an admin
 //! command. The server passes them in.
 
+use picket_core::locks::LockError;
 use picket_core::locks::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, AcquireReply, Actor,
     AuditPage, AuditQuery, ClassSpec, Command, ForceReleaseId, Identity, Reply, RequestId,
     Revision, SessionId, Token, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
     IDENTITY_FIELD_LEN_MAX, KEY_LEN_MAX, OWNER_LEN_MAX, REASON_LEN_MAX, RUNBOOK_URL_LEN_MAX,
 };
+use picket_core::node::{Answer, Query};
 use thiserror::Error;
 
 use super::command::grant_to_wire;
 use super::{from_usize, required};
 use crate::error::ConvertError;
 use crate::proto;
+use crate::status::lock_error_status;
 
 /// Longest time an `Acquire` call may be held open waiting for a grant.
 pub const ACQUIRE_WAIT_MS_MAX: u64 = 10 * 60 * 1_000;
@@ -517,6 +520,128 @@ impl From<AuditPage> for proto::QueryAuditResponse {
         proto::QueryAuditResponse {
             records: v.records.into_iter().map(Into::into).collect(),
             compacted_through: v.compacted_through.0,
+        }
+    }
+}
+
+impl InspectQuery {
+    /// The node query this request asks (`allow_stale` chooses `Node::read_local` over
+    /// `Node::read`).
+    pub fn query(&self) -> Query {
+        Query::Inspect {
+            namespace: self.namespace.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl ListHoldsQuery {
+    pub fn query(&self) -> Query {
+        Query::ListHolds {
+            namespace: self.namespace.clone(),
+            limit: self.limit,
+        }
+    }
+}
+
+impl ListClassesQuery {
+    pub fn query(&self) -> Query {
+        Query::Classes {
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+impl AuditRead {
+    pub fn query(&self) -> Query {
+        Query::Audit(self.query.clone())
+    }
+}
+
+/// The server got an answer of another kind than the query it asked: a bug, answered as
+/// `INTERNAL`.
+fn wrong_answer(expected: &str, got: &Answer) -> tonic::Status {
+    tonic::Status::internal(format!(
+        "internal error: expected a {expected} answer, got {got:?}"
+    ))
+}
+
+fn refused(error: &LockError) -> tonic::Status {
+    lock_error_status(error)
+}
+
+impl proto::KeyInfo {
+    /// The response to `Inspect` from the node's answer.
+    pub fn from_answer(answer: Answer) -> Result<proto::KeyInfo, tonic::Status> {
+        match answer {
+            Answer::Key(result) => match *result {
+                Ok(info) => Ok(info.into()),
+                Err(error) => Err(refused(&error)),
+            },
+            other => Err(wrong_answer("Key", &other)),
+        }
+    }
+}
+
+impl proto::ListHoldsResponse {
+    pub fn from_answer(
+        answer: Answer,
+        revision: Revision,
+    ) -> Result<proto::ListHoldsResponse, tonic::Status> {
+        match answer {
+            Answer::Holds(Ok(holds)) => Ok(proto::ListHoldsResponse {
+                revision: revision.0,
+                holds: holds.into_iter().map(Into::into).collect(),
+            }),
+            Answer::Holds(Err(error)) => Err(refused(&error)),
+            other => Err(wrong_answer("Holds", &other)),
+        }
+    }
+}
+
+impl proto::LongestHoldsResponse {
+    pub fn from_answer(
+        answer: Answer,
+        revision: Revision,
+    ) -> Result<proto::LongestHoldsResponse, tonic::Status> {
+        match answer {
+            Answer::LongestHolds(holds) => Ok(proto::LongestHoldsResponse {
+                revision: revision.0,
+                holds: holds.into_iter().map(Into::into).collect(),
+            }),
+            other => Err(wrong_answer("LongestHolds", &other)),
+        }
+    }
+}
+
+impl proto::ListClassesResponse {
+    pub fn from_answer(answer: Answer) -> Result<proto::ListClassesResponse, tonic::Status> {
+        match answer {
+            Answer::Classes(Ok(classes)) => Ok(proto::ListClassesResponse {
+                classes: classes.into_iter().map(Into::into).collect(),
+            }),
+            Answer::Classes(Err(error)) => Err(refused(&error)),
+            other => Err(wrong_answer("Classes", &other)),
+        }
+    }
+}
+
+impl proto::QueryAuditResponse {
+    pub fn from_answer(answer: Answer) -> Result<proto::QueryAuditResponse, tonic::Status> {
+        match answer {
+            Answer::Audit(page) => Ok(page.into()),
+            other => Err(wrong_answer("Audit", &other)),
+        }
+    }
+}
+
+impl proto::ListForceReleasesResponse {
+    pub fn from_answer(answer: Answer) -> Result<proto::ListForceReleasesResponse, tonic::Status> {
+        match answer {
+            Answer::ForceReleases(requests) => Ok(proto::ListForceReleasesResponse {
+                requests: requests.into_iter().map(Into::into).collect(),
+            }),
+            other => Err(wrong_answer("ForceReleases", &other)),
         }
     }
 }
