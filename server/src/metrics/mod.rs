@@ -19,6 +19,7 @@
 //!
 //! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -35,6 +36,9 @@ use tonic::Code;
 /// At most this many namespaces are exported (the rest are dropped with a warning), so a
 /// runaway number of namespaces cannot make a scrape unbounded.
 pub const NAMESPACES_MAX: usize = 10_000;
+/// At most this many distinct `method` label values; later ones are counted as `other`, so a
+/// caller probing random paths cannot grow the series without bound.
+pub const METHODS_MAX: usize = 128;
 
 /// The longest hold of a namespace.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,7 +99,7 @@ struct RoleLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: &'static str,
+    method: String,
     code: &'static str,
 }
 
@@ -135,6 +139,8 @@ pub struct Metrics {
     fsync: Histogram,
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<RequestLabels, Histogram, LatencyHistogram>,
+    /// The `method` label values seen so far (at most [`METHODS_MAX`]).
+    methods: Mutex<BTreeSet<String>>,
     /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
     /// half-replaced set.
     namespace_lock: Mutex<()>,
@@ -243,6 +249,7 @@ impl Metrics {
             fsync,
             requests,
             request_seconds,
+            methods: Mutex::new(BTreeSet::new()),
             namespace_lock: Mutex::new(()),
         };
         metrics.set_role(RoleKind::Follower);
@@ -324,9 +331,21 @@ impl Metrics {
         self.fsync.observe(duration.as_secs_f64());
     }
 
-    /// A gRPC call to `method` (e.g. `"Admin/Inspect"`; a fixed set, so the series are
-    /// bounded) was answered with `code` after `duration`.
-    pub fn observe_request(&self, method: &'static str, code: Code, duration: Duration) {
+    /// A gRPC call to `method` (e.g. `"/picket.v1.Admin/Inspect"`, the request path) was
+    /// answered with `code` after `duration`. Beyond [`METHODS_MAX`] distinct methods, new ones
+    /// are counted as `other`.
+    pub fn observe_request(&self, method: &str, code: Code, duration: Duration) {
+        let method = {
+            let mut methods = self.methods.lock().expect("methods lock");
+            if methods.contains(method) {
+                escape_label(method)
+            } else if methods.len() < METHODS_MAX {
+                methods.insert(method.to_owned());
+                escape_label(method)
+            } else {
+                "other".to_owned()
+            }
+        };
         let labels = RequestLabels {
             method,
             code: code_name(code),

@@ -131,3 +131,21 @@ fn fsync_histogram_and_request_counters() {
     ));
     assert!(text.trim_end().ends_with("# EOF"));
 }
+
+#[test]
+fn request_methods_are_bounded() {
+    let metrics = Metrics::new();
+    for i in 0..METHODS_MAX + 5 {
+        metrics.observe_request(&format!("/probe/{i}"), Code::Unimplemented, Duration::ZERO);
+    }
+    metrics.observe_request("/probe/0", Code::Unimplemented, Duration::ZERO);
+    let text = metrics.encode();
+    let series = lines_with(&text, "picket_grpc_requests_total{");
+    assert_eq!(series.len(), METHODS_MAX + 1, "{text}");
+    assert!(
+        text.contains("picket_grpc_requests_total{method=\"other\",code=\"Unimplemented\"} 5\n")
+    );
+    assert!(
+        text.contains("picket_grpc_requests_total{method=\"/probe/0\",code=\"Unimplemented\"} 2\n")
+    );
+}
