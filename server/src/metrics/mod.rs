@@ -33,6 +33,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tonic::Code;
 
+mod from_state;
+pub use from_state::{namespace_stats, WAITER_SCAN_KEYS_MAX};
+
 /// At most this many namespaces are exported (the rest are dropped with a warning), so a
 /// runaway number of namespaces cannot make a scrape unbounded.
 pub const NAMESPACES_MAX: usize = 10_000;
