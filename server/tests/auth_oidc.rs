@@ -454,3 +454,33 @@ async fn the_dev_issuer_key_survives_a_restart() {
         "token_expired"
     );
 }
+
+#[tokio::test]
+async fn an_oidc_config_section_with_a_jwks_file_builds_a_working_authenticator() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks_path = dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, JWKS).unwrap();
+    let section: picket_server::auth::OidcSection = serde_json::from_value(json!({
+        "issuer": ISSUER, "audiences": [AUDIENCE], "jwks_file": jwks_path,
+        "principal_claim": "sub", "leeway_s": 5,
+    }))
+    .unwrap();
+    let auth = section.authenticator().unwrap();
+    assert_eq!(auth.verifier().unwrap().keys().refresh().await.unwrap(), 1);
+    let t = token(&claims("alice", &["picket-admin"]));
+    let md = metadata(&[(AUTHORIZATION_METADATA, &format!("bearer {t}"))]);
+    assert_eq!(
+        auth.admin_actor(&md, None).await.unwrap(),
+        Actor::new("3f1c-uuid", &[Role::ClassAdmin])
+    );
+    let mut c = claims("alice", &[]);
+    c["exp"] = json!(unix_now_s() - 10); // beyond the 5 s leeway configured here
+    let expired = metadata(&[(AUTHORIZATION_METADATA, &format!("Bearer {}", token(&c)))]);
+    let error = auth.authenticate(&expired).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unauthenticated);
+    assert!(
+        error.message().contains("5 s leeway"),
+        "{}",
+        error.message()
+    );
+}

@@ -20,12 +20,14 @@ use picket_core::locks::Actor;
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
+pub mod config;
 pub mod dev;
 pub mod error;
 pub mod jwks;
 pub mod oidc;
 pub mod roles;
 
+pub use config::OidcSection;
 pub use error::AuthError;
 pub use oidc::{OidcConfig, OidcVerifier};
 pub use roles::{AuthMethod, Caller, ClaimConfig};
