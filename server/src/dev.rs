@@ -133,6 +133,8 @@ impl DevCluster {
                 client_listen: None,
                 peer_listen: None,
                 insecure_dev_auth: true,
+                oidc: None,
+                http_listen: None,
                 members: members.clone(),
                 timing: options.timing.clone(),
                 sessions: options.sessions.clone(),

@@ -9,7 +9,8 @@
 //!   storage `Disk`).
 //! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica;
 //!   [`dev`]: [`dev::DevCluster`], three replicas in one process (for `picketd dev` and tests).
-//! - [`auth`]: who is calling (dev-mode metadata only, for now).
+//! - [`auth`]: who is calling (OIDC bearer tokens, or dev-mode metadata).
+//! - [`metrics`]: the Prometheus registry; [`http`]: `/metrics` and the JSON inspection endpoint.
 //!
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
@@ -20,6 +21,9 @@ pub mod config;
 pub mod dev;
 pub mod driver;
 pub mod durable;
+#[cfg(not(madsim))]
+pub mod http;
+pub mod metrics;
 pub mod peer;
 pub mod server;
 pub mod service;

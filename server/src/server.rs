@@ -16,7 +16,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::auth::Auth;
+use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
@@ -45,6 +45,8 @@ pub enum StartError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error("oidc: {0}")]
+    Auth(String),
     #[error("tls: {0}")]
     Tls(String),
     #[error("{what}: {source}")]
@@ -221,9 +223,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
     let api = Api::new(
         handle.clone(),
-        Auth {
-            insecure_dev_auth: config.insecure_dev_auth,
-        },
+        authenticator(config).await?,
         ServiceLimits {
             watch_streams_max: config.limits.watch_streams_max,
             keepalive_streams_max: config.limits.keepalive_streams_max,
@@ -265,6 +265,29 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         driver: driver_task,
         tasks,
     })
+}
+
+/// The authenticator `config` asks for: OIDC (keys loaded now, so a bad key file or an
+/// unreachable issuer fails the start), insecure dev metadata, or none (admin changes refused).
+async fn authenticator(config: &Config) -> Result<Authenticator, StartError> {
+    match (&config.oidc, config.insecure_dev_auth) {
+        (Some(_), true) => Err(StartError::Auth(
+            "[oidc] and insecure_dev_auth are exclusive: choose one".to_owned(),
+        )),
+        (Some(section), false) => {
+            let auth = section.authenticator().map_err(StartError::Auth)?;
+            if let Some(verifier) = auth.verifier() {
+                verifier
+                    .keys()
+                    .refresh()
+                    .await
+                    .map_err(|e| StartError::Auth(format!("loading the issuer's keys: {e}")))?;
+            }
+            Ok(auth)
+        }
+        (None, true) => Ok(Authenticator::insecure_dev()),
+        (None, false) => Ok(Authenticator::disabled()),
+    }
 }
 
 /// The election-jitter seed: differs per node and per start.
