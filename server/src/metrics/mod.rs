@@ -125,6 +125,14 @@ const ROLES: [(RoleKind, &str); 5] = [
     (RoleKind::Recovering, "recovering"),
 ];
 
+/// The `role` label value of a Paxos role (also `/healthz`'s `role`).
+pub fn role_name(role: RoleKind) -> &'static str {
+    ROLES
+        .iter()
+        .find(|(kind, _)| *kind == role)
+        .map_or("unknown", |(_, name)| name)
+}
+
 /// The metrics of one replica. Share it behind an `Arc`; every method takes `&self`.
 pub struct Metrics {
     registry: Registry,
@@ -147,6 +155,12 @@ pub struct Metrics {
     /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
     /// half-replaced set.
     namespace_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
