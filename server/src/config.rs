@@ -52,6 +52,12 @@ pub struct Config {
     /// Believe the `x-picket-principal` / `x-picket-roles` metadata (development only).
     #[serde(default)]
     pub insecure_dev_auth: bool,
+    /// OIDC bearer tokens for admin calls (docs/auth.md). Exclusive with `insecure_dev_auth`.
+    #[serde(default)]
+    pub oidc: Option<crate::auth::OidcSection>,
+    /// Address of the HTTP listener (`/metrics`, `/v1/...` inspection); absent: no HTTP.
+    #[serde(default)]
+    pub http_listen: Option<SocketAddr>,
     /// Every replica, this one included: 3 or 5.
     pub members: Vec<Member>,
     #[serde(default)]

@@ -34,6 +34,9 @@ pub struct DevOptions {
     pub ports: Option<DevPorts>,
     pub timing: Timing,
     pub sessions: Sessions,
+    /// OIDC for admin calls instead of the insecure dev metadata (tests use a
+    /// [`crate::auth::dev::DevIssuer`]'s key file).
+    pub oidc: Option<crate::auth::OidcSection>,
 }
 
 /// Fixed ports of the three members.
@@ -41,13 +44,16 @@ pub struct DevOptions {
 pub struct DevPorts {
     pub client: [u16; 3],
     pub peer: [u16; 3],
+    /// HTTP (`/metrics`, inspection, `/healthz`).
+    pub http: [u16; 3],
 }
 
 impl DevPorts {
-    /// The ports of `picketd dev`: clients 7401..7403, peers 7411..7413.
+    /// The ports of `picketd dev`: clients 7401..7403, peers 7411..7413, HTTP 7481..7483.
     pub const DEFAULT: DevPorts = DevPorts {
         client: [7401, 7402, 7403],
         peer: [7411, 7412, 7413],
+        http: [7481, 7482, 7483],
     };
 }
 
@@ -63,6 +69,7 @@ impl Default for DevOptions {
                 heartbeat_ms: 50,
             },
             sessions: Sessions::default(),
+            oidc: None,
         }
     }
 }
@@ -109,10 +116,12 @@ impl DevCluster {
                 let mut ports = DevPorts {
                     client: [0; 3],
                     peer: [0; 3],
+                    http: [0; 3],
                 };
                 for i in 0..3 {
                     ports.client[i] = free_port().map_err(|e| listen_error(0, e))?;
                     ports.peer[i] = free_port().map_err(|e| listen_error(0, e))?;
+                    ports.http[i] = free_port().map_err(|e| listen_error(0, e))?;
                 }
                 ports
             }
@@ -126,13 +135,16 @@ impl DevCluster {
             .collect();
         let configs: Vec<Config> = members
             .iter()
-            .map(|m| Config {
+            .zip(ports.http)
+            .map(|(m, http)| Config {
                 cluster_id: "picket-dev".to_owned(),
                 node_id: m.id,
                 data_dir: data_dir.join(format!("node-{}", m.id)),
                 client_listen: None,
                 peer_listen: None,
-                insecure_dev_auth: true,
+                insecure_dev_auth: options.oidc.is_none(),
+                oidc: options.oidc.clone(),
+                http_listen: Some(SocketAddr::from(([127, 0, 0, 1], http))),
                 members: members.clone(),
                 timing: options.timing.clone(),
                 sessions: options.sessions.clone(),
@@ -181,6 +193,14 @@ impl DevCluster {
     /// The client endpoint of member `index` (0-based; its node id is `index + 1`).
     pub fn client_endpoint(&self, index: usize) -> String {
         format!("http://{}", self.configs[index].me().client_address)
+    }
+
+    /// The HTTP base URL (`http://127.0.0.1:PORT`) of member `index`.
+    pub fn http_endpoint(&self, index: usize) -> String {
+        let addr = self.configs[index]
+            .http_listen
+            .expect("dev members always listen for HTTP");
+        format!("http://{addr}")
     }
 
     pub fn config(&self, index: usize) -> &Config {

@@ -33,6 +33,7 @@ use tonic::Status;
 
 use crate::clock::Clock;
 use crate::durable::{DurableStore, PersistOp, StoreError};
+use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 
 /// A Paxos message of the node.
 pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
@@ -41,6 +42,9 @@ pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
 const INPUTS_PER_TURN_MAX: usize = 4_096;
 /// Events read per page when matching grants for held `Acquire` calls.
 const GRANT_SCAN_EVENTS: usize = 100_000;
+/// How often the namespace series (longest hold, holds, waiters) and the session count are
+/// recomputed from the applied state.
+const STATS_EVERY_MS: u64 = 1_000;
 
 /// Bounds of the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +116,8 @@ pub struct NodeStatus {
     pub leader: Option<NodeId>,
     pub ready_leader: bool,
     pub revision: Revision,
+    /// The last slot applied to the state machine.
+    pub slot_applied: u64,
     pub boot: u64,
     pub counters: DriverCounters,
 }
@@ -224,6 +230,9 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     /// Events up to this revision were matched against waiters.
     grant_cursor: Revision,
     counters: DriverCounters,
+    metrics: Arc<Metrics>,
+    /// When the namespace series are recomputed next.
+    stats_next: Instant,
 }
 
 /// Why the driver stopped with an error.
@@ -247,6 +256,8 @@ pub struct DriverParts<D: Disk + Clone, C: Clock> {
     pub endpoints: BTreeMap<NodeId, String>,
     /// Outbound queue of every other member.
     pub peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
+    /// Where the driver reports fsync latency, Paxos state and lock statistics.
+    pub metrics: Arc<Metrics>,
 }
 
 impl<D: Disk + Clone, C: Clock> Driver<D, C> {
@@ -282,7 +293,13 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             waiter_next: 1,
             grant_cursor: revision,
             counters: DriverCounters::default(),
+            metrics: parts.metrics,
+            stats_next: Instant::ZERO,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn handle(&self) -> DriverHandle {
@@ -354,10 +371,37 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
 
     fn next_wakeup(&self) -> Option<Instant> {
         let waiter = self.waiter_deadlines.first().map(|(at, _)| *at);
-        match (self.node.poll_timeout(), waiter) {
+        let next = match (self.node.poll_timeout(), waiter) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        Some(next.map_or(self.stats_next, |at| at.min(self.stats_next)))
+    }
+
+    /// Reports the Paxos role, ballot and slots.
+    fn report_paxos(&self) {
+        let replica = self.node.replica();
+        let ballot = replica.ballot_promised();
+        self.metrics.set_paxos(PaxosStats {
+            role: self.node.role(),
+            ballot_round: ballot.round,
+            ballot_node_id: ballot.node.0,
+            slot_chosen: replica.slot_chosen().0,
+            slot_applied: replica.slot_applied().0,
+        });
+    }
+
+    /// Recomputes the namespace series and the session count (every [`STATS_EVERY_MS`]).
+    fn report_stats(&mut self, now: Instant) {
+        if now < self.stats_next {
+            return;
         }
+        self.stats_next = now.add_ms(STATS_EVERY_MS);
+        let state = self.node.state();
+        self.metrics
+            .set_namespace_stats(&namespace_stats(state, now));
+        self.metrics.set_sessions(state.session_count());
+        self.report_paxos();
     }
 
     fn on_time(&mut self) {
@@ -379,6 +423,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 let _ = waiter.reply.send(answer);
             }
         }
+        self.report_stats(now);
     }
 
     fn on_peer(&mut self, input: PeerInput) {
@@ -497,6 +542,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             leader: self.node.leader(),
             ready_leader: self.node.is_ready_leader(),
             revision: self.node.state().revision(),
+            slot_applied: self.node.replica().slot_applied().0,
             boot: self.boot,
             counters: self.counters.clone(),
         }
@@ -555,6 +601,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                     Action::RoleChanged { role, leader } => {
                         tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
                             "role changed");
+                        self.report_paxos();
                     }
                     Action::Applied { revision } => self.on_applied(revision),
                 }
@@ -564,7 +611,9 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             };
             self.counters.persist_ops += ops.len() as u64;
             self.counters.group_commits += 1;
+            let started = std::time::Instant::now();
             self.store.persist(&ops)?;
+            self.metrics.observe_fsync(started.elapsed());
             self.node
                 .step(self.clock.now(), Input::Persisted { id: last })?;
         }
@@ -624,6 +673,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         }
         self.grant_cursor = revision;
         self.applied_tx.send_replace(revision);
+        self.report_paxos();
     }
 
     /// Answers the held `Acquire` calls whose grant appears in the events after the cursor.

@@ -72,6 +72,7 @@ fn harness(batch_commands_max: usize) -> Harness {
             cluster_id: "test".into(),
             endpoints,
             peers_out,
+            metrics: Default::default(),
         }));
         outs.push(out);
         disks.push(disk);
@@ -351,6 +352,7 @@ impl Harness {
             cluster_id: "test".into(),
             endpoints,
             peers_out,
+            metrics: Default::default(),
         });
         self.outs[i] = out;
         self.disks[i] = disk;

@@ -9,7 +9,9 @@
 //!   storage `Disk`).
 //! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica;
 //!   [`dev`]: [`dev::DevCluster`], three replicas in one process (for `picketd dev` and tests).
-//! - [`auth`]: who is calling (dev-mode metadata only, for now).
+//! - [`auth`]: who is calling (OIDC bearer tokens, or dev-mode metadata).
+//! - [`metrics`]: the Prometheus registry, fed by the driver and by [`observe`] (gRPC calls);
+//!   [`http`]: `/metrics`, `/healthz` and JSON inspection, read through [`inspect`].
 //!
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
@@ -20,6 +22,13 @@ pub mod config;
 pub mod dev;
 pub mod driver;
 pub mod durable;
+#[cfg(not(madsim))]
+pub mod http;
+#[cfg(not(madsim))]
+pub mod inspect;
+pub mod metrics;
+#[cfg(not(madsim))]
+pub mod observe;
 pub mod peer;
 pub mod server;
 pub mod service;

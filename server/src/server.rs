@@ -16,11 +16,12 @@ use thiserror::Error;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::auth::Auth;
+use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
 use crate::durable::{DurableStore, StoreError};
+use crate::metrics::Metrics;
 use crate::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
 use crate::service::{AdminService, Api, LockService, ServiceLimits};
 
@@ -45,6 +46,8 @@ pub enum StartError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error("oidc: {0}")]
+    Auth(String),
     #[error("tls: {0}")]
     Tls(String),
     #[error("{what}: {source}")]
@@ -61,6 +64,9 @@ pub struct RunningNode {
     pub handle: DriverHandle,
     pub client_addr: SocketAddr,
     pub peer_addr: SocketAddr,
+    /// The HTTP listener (`/metrics`, inspection, `/healthz`), if `http_listen` is set.
+    pub http_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
     pub boot: u64,
     pub peer_counters: Arc<PeerCounters>,
     shutdown: watch::Sender<bool>,
@@ -180,6 +186,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .map(|m| (NodeId(m.id), format!("{scheme}://{}", m.client_address)))
         .collect();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let metrics = Arc::new(Metrics::new());
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();
     let mut peers_out = BTreeMap::new();
@@ -216,14 +223,13 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         cluster_id: config.cluster_id.clone(),
         endpoints,
         peers_out,
+        metrics: metrics.clone(),
     });
     let handle = driver.handle();
     let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
     let api = Api::new(
         handle.clone(),
-        Auth {
-            insecure_dev_auth: config.insecure_dev_auth,
-        },
+        authenticator(config).await?,
         ServiceLimits {
             watch_streams_max: config.limits.watch_streams_max,
             keepalive_streams_max: config.limits.keepalive_streams_max,
@@ -236,6 +242,13 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let admin = AdminServer::new(AdminService(api))
         .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
+    // Request counts and latencies by method and code (real sockets; the simulator's tonic
+    // shim takes its services as generated).
+    #[cfg(not(madsim))]
+    let (lock, admin) = (
+        crate::observe::Observed::new(lock, metrics.clone()),
+        crate::observe::Observed::new(admin, metrics.clone()),
+    );
     let peer = PeerServer::new(PeerService {
         driver: handle.clone(),
         counters: peer_counters.clone(),
@@ -252,19 +265,56 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let client_router = client_builder.add_service(lock).add_service(admin);
     let peer_router = peer_builder.add_service(peer);
     tasks.push(serve(client_router, client_addr, "client", shutdown_rx.clone()).await?);
+    #[cfg(not(madsim))]
+    let http_addr = match config.http_listen {
+        Some(addr) => {
+            let (task, bound) = serve_http(addr, &handle, &metrics, shutdown_rx.clone()).await?;
+            tasks.push(task);
+            Some(bound)
+        }
+        None => None,
+    };
+    #[cfg(madsim)]
+    let http_addr = None;
     tasks.push(serve(peer_router, peer_addr, "peer", shutdown_rx).await?);
-    tracing::info!(node = %id, client = %client_addr, peer = %peer_addr, "serving");
+    tracing::info!(node = %id, client = %client_addr, peer = %peer_addr, http = ?http_addr,
+        "serving");
     Ok(RunningNode {
         id,
         handle,
         client_addr,
         peer_addr,
+        http_addr,
+        metrics,
         boot: recovered.boot,
         peer_counters,
         shutdown: shutdown_tx,
         driver: driver_task,
         tasks,
     })
+}
+
+/// The authenticator `config` asks for: OIDC (keys loaded now, so a bad key file or an
+/// unreachable issuer fails the start), insecure dev metadata, or none (admin changes refused).
+async fn authenticator(config: &Config) -> Result<Authenticator, StartError> {
+    match (&config.oidc, config.insecure_dev_auth) {
+        (Some(_), true) => Err(StartError::Auth(
+            "[oidc] and insecure_dev_auth are exclusive: choose one".to_owned(),
+        )),
+        (Some(section), false) => {
+            let auth = section.authenticator().map_err(StartError::Auth)?;
+            if let Some(verifier) = auth.verifier() {
+                verifier
+                    .keys()
+                    .refresh()
+                    .await
+                    .map_err(|e| StartError::Auth(format!("loading the issuer's keys: {e}")))?;
+            }
+            Ok(auth)
+        }
+        (None, true) => Ok(Authenticator::insecure_dev()),
+        (None, false) => Ok(Authenticator::disabled()),
+    }
 }
 
 /// The election-jitter seed: differs per node and per start.
@@ -301,6 +351,36 @@ async fn serve(
             tracing::error!(%addr, what, %error, "server stopped");
         }
     }))
+}
+
+/// Binds the HTTP listener (`/metrics`, inspection through the driver, `/healthz`) and serves
+/// it until shutdown.
+#[cfg(not(madsim))]
+async fn serve_http(
+    addr: SocketAddr,
+    handle: &DriverHandle,
+    metrics: &Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
+    let what = "http";
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, what, source })?;
+    let bound =
+        listener
+            .local_addr()
+            .map_err(|source| StartError::Listen { addr, what, source })?;
+    let source = Arc::new(crate::inspect::DriverInspect {
+        driver: handle.clone(),
+    });
+    let router = crate::http::router(source, metrics.clone());
+    let task = tokio::spawn(async move {
+        let stop = async move { stopped(&mut { shutdown }).await };
+        if let Err(error) = crate::http::serve(listener, router, stop).await {
+            tracing::error!(%addr, what, %error, "server stopped");
+        }
+    });
+    Ok((task, bound))
 }
 
 #[cfg(madsim)]

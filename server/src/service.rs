@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use crate::server::stopped;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::Auth;
+use crate::auth::Authenticator;
 use crate::driver::{Answered, DriverHandle, Request as DriverRequest};
 use crate::stream::ChannelStream;
 
@@ -52,7 +52,7 @@ impl Default for ServiceLimits {
 #[derive(Debug, Clone)]
 pub struct Api {
     pub driver: DriverHandle,
-    pub auth: Auth,
+    pub auth: Authenticator,
     pub limits: ServiceLimits,
     watches: Arc<AtomicUsize>,
     keepalives: Arc<AtomicUsize>,
@@ -63,7 +63,7 @@ pub struct Api {
 impl Api {
     pub fn new(
         driver: DriverHandle,
-        auth: Auth,
+        auth: Authenticator,
         limits: ServiceLimits,
         shutdown: watch::Receiver<bool>,
     ) -> Api {
@@ -90,6 +90,20 @@ impl Api {
             Ok(reply) => Ok((reply, answered.revision)),
             Err(error) => Err(lock_error_status(&error)),
         }
+    }
+
+    /// The namespace of pending force-release request `id` (linearizable read), so that the
+    /// approver's namespace-scoped roles count; `None` when there is no such request (the state
+    /// machine then refuses the approval with its own error).
+    async fn force_release_namespace(&self, id: u64) -> Result<Option<String>, Status> {
+        let (_, answer) = self.read(Query::ForceReleases, false).await?;
+        Ok(match answer {
+            Answer::ForceReleases(requests) => requests
+                .into_iter()
+                .find(|r| r.id.0 == id)
+                .map(|r| r.namespace),
+            _ => None,
+        })
     }
 
     async fn read(&self, query: Query, stale: bool) -> Result<(Revision, Answer), Status> {
@@ -139,7 +153,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata());
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
         let command = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
@@ -344,7 +358,12 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::PutClassRequest>,
     ) -> Result<Response<proto::PutClassResponse>, Status> {
-        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let namespace = request.get_ref().namespace.clone();
+        let actor = self
+            .0
+            .auth
+            .admin_actor(request.metadata(), Some(&namespace))
+            .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -352,7 +371,12 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RemoveClassRequest>,
     ) -> Result<Response<proto::RemoveClassResponse>, Status> {
-        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let namespace = request.get_ref().namespace.clone();
+        let actor = self
+            .0
+            .auth
+            .admin_actor(request.metadata(), Some(&namespace))
+            .await?;
         let command = request.into_inner().into_command(actor)?;
         match self.0.propose(command, 0).await? {
             (Reply::ClassRemoved, _) => Ok(Response::new(proto::RemoveClassResponse {})),
@@ -378,7 +402,12 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RequestForceReleaseRequest>,
     ) -> Result<Response<proto::RequestForceReleaseResponse>, Status> {
-        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let namespace = request.get_ref().namespace.clone();
+        let actor = self
+            .0
+            .auth
+            .admin_actor(request.metadata(), Some(&namespace))
+            .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -386,7 +415,15 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ApproveForceReleaseRequest>,
     ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
-        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let namespace = self
+            .0
+            .force_release_namespace(request.get_ref().force_release_id)
+            .await?;
+        let actor = self
+            .0
+            .auth
+            .admin_actor(request.metadata(), namespace.as_deref())
+            .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -394,7 +431,15 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::DenyForceReleaseRequest>,
     ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
-        let actor = self.0.auth.admin_actor(request.metadata())?;
+        let namespace = self
+            .0
+            .force_release_namespace(request.get_ref().force_release_id)
+            .await?;
+        let actor = self
+            .0
+            .auth
+            .admin_actor(request.metadata(), namespace.as_deref())
+            .await?;
         let command = request.into_inner().into_command(actor)?;
         match self.0.propose(command, 0).await? {
             (Reply::ForceReleaseDenied, _) => Ok(Response::new(proto::DenyForceReleaseResponse {})),

@@ -6,6 +6,8 @@ mod real {
     use std::time::Duration;
 
     use clap::{Parser, Subcommand};
+    use picket_server::auth::dev::DevIssuer;
+    use picket_server::auth::OidcSection;
     use picket_server::clock::SystemClock;
     use picket_server::config::Config;
     use picket_server::dev::{DevCluster, DevOptions, DevPorts};
@@ -42,7 +44,8 @@ mod real {
         ///
         /// Clients: 127.0.0.1:7401, 7402, 7403; peers: 127.0.0.1:7411, 7412, 7413. Data is kept in
         /// --data-dir (restarting `picketd dev` recovers it; --fresh wipes it first). Dev auth is
-        /// on: admin calls take their principal and roles from request metadata.
+        /// on: admin calls take their principal and roles from request metadata, unless --oidc.
+        /// HTTP (/metrics, /v1/namespaces/NS/locks/KEY, /healthz): 127.0.0.1:7481, 7482, 7483.
         Dev {
             /// Where the three replicas keep their data.
             #[arg(long, default_value = "./picket-dev-data")]
@@ -50,6 +53,26 @@ mod real {
             /// Delete the data directory first.
             #[arg(long)]
             fresh: bool,
+            /// Verify admin calls' OIDC bearer tokens instead of believing metadata: a dev
+            /// issuer's signing key and JWKS are kept in DATA_DIR/dev-oidc, and
+            /// `picketd dev-token` mints tokens with them.
+            #[arg(long)]
+            oidc: bool,
+        },
+        /// Mint a bearer token for a `picketd dev --oidc` cluster (its dev issuer's key).
+        DevToken {
+            /// The data directory of `picketd dev --oidc`.
+            #[arg(long, default_value = "./picket-dev-data")]
+            data_dir: PathBuf,
+            #[arg(long)]
+            principal: String,
+            /// Comma-separated realm roles: picket-operator, picket-incident-commander,
+            /// picket-admin (`:namespace` to scope one, e.g. picket-operator:orders).
+            #[arg(long, default_value = "picket-operator")]
+            roles: String,
+            /// Lifetime of the token in seconds.
+            #[arg(long, default_value_t = 3600)]
+            ttl_s: u64,
         },
         /// Check a configuration file and exit (0 if it is valid).
         CheckConfig {
@@ -77,7 +100,17 @@ mod real {
                     config,
                     insecure_dev_auth,
                 } => run(config, insecure_dev_auth).await,
-                Command::Dev { data_dir, fresh } => dev(data_dir, fresh).await,
+                Command::Dev {
+                    data_dir,
+                    fresh,
+                    oidc,
+                } => dev(data_dir, fresh, oidc).await,
+                Command::DevToken {
+                    data_dir,
+                    principal,
+                    roles,
+                    ttl_s,
+                } => dev_token(&data_dir, &principal, &roles, ttl_s),
                 Command::CheckConfig { config } => Config::load(&config)
                     .map(|c| println!("{}: valid (node {})", config.display(), c.node_id))
                     .map_err(|e| e.to_string()),
@@ -118,23 +151,81 @@ mod real {
         Ok(())
     }
 
-    async fn dev(data_dir: PathBuf, fresh: bool) -> Result<(), String> {
+    /// The dev issuer of `picketd dev --oidc`.
+    const DEV_ISSUER: &str = "https://picket-dev.invalid";
+    const DEV_AUDIENCE: &str = "picket";
+
+    fn dev_oidc_dir(data_dir: &std::path::Path) -> PathBuf {
+        data_dir.join("dev-oidc")
+    }
+
+    /// Loads (or creates) the dev issuer's key, writes its JWKS and returns the `[oidc]`
+    /// section that trusts it.
+    fn dev_oidc(data_dir: &std::path::Path) -> Result<OidcSection, String> {
+        let dir = dev_oidc_dir(data_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let issuer =
+            DevIssuer::load_or_generate(DEV_ISSUER, DEV_AUDIENCE, &dir.join("signing-key"))?;
+        let jwks = dir.join("jwks.json");
+        issuer
+            .write_jwks(&jwks)
+            .map_err(|e| format!("{}: {e}", jwks.display()))?;
+        serde_json::from_value(serde_json::json!({
+            "issuer": DEV_ISSUER, "audiences": [DEV_AUDIENCE], "jwks_file": jwks,
+        }))
+        .map_err(|e| format!("dev [oidc] section: {e}"))
+    }
+
+    fn dev_token(
+        data_dir: &std::path::Path,
+        principal: &str,
+        roles: &str,
+        ttl_s: u64,
+    ) -> Result<(), String> {
+        let key = dev_oidc_dir(data_dir).join("signing-key");
+        if !key.exists() {
+            return Err(format!(
+                "{} does not exist: start `picketd dev --oidc --data-dir {}` first",
+                key.display(),
+                data_dir.display()
+            ));
+        }
+        let issuer = DevIssuer::load_or_generate(DEV_ISSUER, DEV_AUDIENCE, &key)?;
+        let roles: Vec<&str> = roles
+            .split(',')
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .collect();
+        println!(
+            "{}",
+            issuer.mint(principal, &roles, Duration::from_secs(ttl_s))
+        );
+        Ok(())
+    }
+
+    async fn dev(data_dir: PathBuf, fresh: bool, oidc: bool) -> Result<(), String> {
         if fresh && data_dir.exists() {
             std::fs::remove_dir_all(&data_dir)
                 .map_err(|e| format!("--fresh: cannot remove {}: {e}", data_dir.display()))?;
         }
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
+        let oidc = if oidc {
+            Some(dev_oidc(&data_dir)?)
+        } else {
+            None
+        };
         let options = DevOptions {
             data_dir: Some(data_dir.clone()),
             ports: Some(DevPorts::DEFAULT),
+            oidc: oidc.clone(),
             ..DevOptions::default()
         };
         let cluster = DevCluster::start_with(options)
             .await
             .map_err(|e| format!("{e} (is another `picketd dev` running?)"))?;
         let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
-        print_banner(&cluster, &data_dir, leader);
+        print_banner(&cluster, &data_dir, leader, oidc.is_some());
         let reason =
             wait_for_stop(|| (0..3).any(|i| cluster.node(i).is_none_or(|n| n.driver_finished())))
                 .await;
@@ -143,7 +234,12 @@ mod real {
         Ok(())
     }
 
-    fn print_banner(cluster: &DevCluster, data_dir: &std::path::Path, leader: Option<usize>) {
+    fn print_banner(
+        cluster: &DevCluster,
+        data_dir: &std::path::Path,
+        leader: Option<usize>,
+        oidc: bool,
+    ) {
         let endpoints = cluster.client_endpoints();
         println!();
         println!(
@@ -153,7 +249,11 @@ mod real {
         for (i, endpoint) in endpoints.iter().enumerate() {
             let peer = &cluster.config(i).me().peer_address;
             let mark = if leader == Some(i) { "  <- leader" } else { "" };
-            println!("  node {}  client {endpoint}  peer {peer}{mark}", i + 1);
+            let http = cluster.http_endpoint(i);
+            println!(
+                "  node {}  client {endpoint}  peer {peer}  http {http}{mark}",
+                i + 1
+            );
         }
         println!();
         println!("Try (in another terminal):");
@@ -163,7 +263,26 @@ mod real {
         println!("  picketctl holds orders");
         println!("  picketctl watch orders");
         println!();
-        println!("Admin calls use dev auth: their principal and roles come from request metadata.");
+        println!("  curl {}/metrics", cluster.http_endpoint(0));
+        println!(
+            "  curl {}/v1/namespaces/orders/locks/invoice/42",
+            cluster.http_endpoint(0)
+        );
+        println!();
+        if oidc {
+            println!("Admin calls need an OIDC bearer token from the dev issuer; mint one with:");
+            println!(
+                "  picketd dev-token --data-dir {} --principal alice --roles picket-operator",
+                data_dir.display()
+            );
+            println!("and send it as `authorization: Bearer <token>`.");
+        } else {
+            println!(
+                "Admin calls use INSECURE dev auth: principal and roles come from the \
+                 x-picket-principal / x-picket-roles metadata (no token). For OIDC tokens, start \
+                 with --oidc and mint them with `picketd dev-token`."
+            );
+        }
         println!("Stop with ctrl-c; `picketd dev` again recovers the data, `--fresh` wipes it.");
         println!();
     }

@@ -1,0 +1,120 @@
+//! The `[oidc]` section of the `picketd` configuration, ready to embed in the server's config
+//! (serde), and how it becomes an [`Authenticator`]. Field reference: docs/auth.md.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::jwks::{FileJwks, JwksSource, RefreshPolicy};
+use super::oidc::{OidcConfig, OidcVerifier};
+use super::roles::ClaimConfig;
+use super::Authenticator;
+
+/// `[oidc]`: who issues operators' tokens and how to read them.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OidcSection {
+    /// Exactly the tokens' `iss` (Keycloak: `https://<host>/realms/<realm>`).
+    pub issuer: String,
+    /// `aud` must contain one of these.
+    pub audiences: Vec<String>,
+    /// The issuer's key set as a file; absent: fetched through the issuer's discovery document.
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    #[serde(default = "default_leeway_s")]
+    pub leeway_s: u64,
+    #[serde(default = "default_principal_claim")]
+    pub principal_claim: String,
+    #[serde(default = "default_roles_claim_path")]
+    pub roles_claim_path: String,
+    #[serde(default = "default_refresh_interval_min_s")]
+    pub refresh_interval_min_s: u64,
+    #[serde(default = "default_max_age_s")]
+    pub max_age_s: u64,
+}
+
+fn default_leeway_s() -> u64 {
+    30
+}
+
+fn default_principal_claim() -> String {
+    ClaimConfig::default().principal_claim
+}
+
+fn default_roles_claim_path() -> String {
+    ClaimConfig::default().roles_claim_path
+}
+
+fn default_refresh_interval_min_s() -> u64 {
+    RefreshPolicy::default().refresh_interval_min.as_secs()
+}
+
+fn default_max_age_s() -> u64 {
+    RefreshPolicy::default().max_age.as_secs()
+}
+
+impl OidcSection {
+    /// The verifier's configuration.
+    pub fn oidc_config(&self) -> OidcConfig {
+        OidcConfig {
+            issuer: self.issuer.clone(),
+            audiences: self.audiences.clone(),
+            leeway_s: self.leeway_s,
+            claims: ClaimConfig {
+                principal_claim: self.principal_claim.clone(),
+                roles_claim_path: self.roles_claim_path.clone(),
+            },
+            refresh: RefreshPolicy {
+                refresh_interval_min: Duration::from_secs(self.refresh_interval_min_s),
+                max_age: Duration::from_secs(self.max_age_s),
+            },
+        }
+    }
+
+    /// Where the keys come from: the file, else the discovery document (real network only).
+    pub fn source(&self) -> Result<Box<dyn JwksSource>, String> {
+        if let Some(path) = &self.jwks_file {
+            return Ok(Box::new(FileJwks { path: path.clone() }));
+        }
+        #[cfg(not(madsim))]
+        {
+            let source = super::jwks::DiscoveryJwks::new(&self.issuer, super::oidc::FETCH_TIMEOUT)?;
+            Ok(Box::new(source))
+        }
+        #[cfg(madsim)]
+        {
+            Err("oidc.jwks_file: required in the simulator (no network for discovery)".to_owned())
+        }
+    }
+
+    /// The authenticator for this section. Call `verifier().keys().refresh()` on it at start-up
+    /// to fail early on a bad key file or an unreachable issuer.
+    pub fn authenticator(&self) -> Result<Authenticator, String> {
+        let verifier = OidcVerifier::new(self.oidc_config(), self.source()?)?;
+        Ok(Authenticator::oidc(verifier))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_fields() {
+        let section: OidcSection = serde_json::from_str(
+            r#"{"issuer": "https://sso/realms/ops", "audiences": ["picket"]}"#,
+        )
+        .unwrap();
+        let config = section.oidc_config();
+        assert_eq!(config, OidcConfig::new("https://sso/realms/ops", "picket"));
+        assert!(section.jwks_file.is_none());
+        let typo = serde_json::from_str::<OidcSection>(
+            r#"{"issuer": "i", "audiences": ["a"], "audience": "a"}"#,
+        );
+        assert!(typo.unwrap_err().to_string().contains("audience"));
+        let empty: OidcSection =
+            serde_json::from_str(r#"{"issuer": "i", "audiences": []}"#).unwrap();
+        assert!(empty.authenticator().unwrap_err().contains("audience"));
+    }
+}

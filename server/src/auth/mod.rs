@@ -1,0 +1,221 @@
+//! Who is calling: OIDC bearer tokens (Keycloak-compatible) for admin calls, or, for
+//! development only, principal and roles believed from metadata.
+//!
+//! The server builds one [`Authenticator`] and asks it at the top of each handler:
+//!
+//! - admin calls: [`Authenticator::admin_actor`]`(metadata, Some(namespace))` -> the core
+//!   [`Actor`] put into the command (the state machine checks the role and the two-person rule);
+//! - lock clients' sessions: [`Authenticator::client_principal`] -> the principal recorded in
+//!   the session's identity;
+//! - a synchronous tonic interceptor can use [`Authenticator::authenticate_cached`].
+//!
+//! Modes: [`Authenticator::oidc`] (tokens in `authorization: Bearer <JWT>`, checked by
+//! [`oidc::OidcVerifier`]), [`Authenticator::insecure_dev`] (`x-picket-principal`,
+//! `x-picket-roles`; logged loudly as insecure) and [`Authenticator::disabled`] (admin changes
+//! refused). Roles and their namespace scopes: [`roles`]. Operator guide: docs/auth.md.
+
+use std::sync::Arc;
+
+use picket_core::locks::Actor;
+use tonic::metadata::MetadataMap;
+use tonic::Status;
+
+pub mod config;
+pub mod dev;
+pub mod error;
+pub mod jwks;
+pub mod oidc;
+pub mod roles;
+
+pub use config::OidcSection;
+pub use error::AuthError;
+pub use oidc::{OidcConfig, OidcVerifier};
+pub use roles::{AuthMethod, Caller, ClaimConfig};
+
+/// The metadata holding the bearer token.
+pub const AUTHORIZATION_METADATA: &str = "authorization";
+/// Dev mode: the caller's principal.
+pub const PRINCIPAL_METADATA: &str = "x-picket-principal";
+/// Dev mode: the caller's roles, comma-separated (`picket-operator`, `on-call`,
+/// `picket-operator:orders`, ...).
+pub const ROLES_METADATA: &str = "x-picket-roles";
+/// The principal of a lock client that presented no credentials.
+pub const UNAUTHENTICATED_PRINCIPAL: &str = "unauthenticated";
+
+#[derive(Clone)]
+enum Mode {
+    Disabled,
+    InsecureDev,
+    Oidc(Arc<OidcVerifier>),
+}
+
+/// How a server authenticates its callers. Cheap to clone.
+#[derive(Clone)]
+pub struct Authenticator {
+    mode: Mode,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match &self.mode {
+            Mode::Disabled => "disabled".to_owned(),
+            Mode::InsecureDev => "insecure-dev".to_owned(),
+            Mode::Oidc(v) => format!("oidc({})", v.config().issuer),
+        };
+        f.debug_struct("Authenticator")
+            .field("mode", &mode)
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// No authentication configured: admin changes are refused (`auth_not_configured`), lock
+    /// clients get the principal `unauthenticated`.
+    pub fn disabled() -> Authenticator {
+        Authenticator {
+            mode: Mode::Disabled,
+        }
+    }
+
+    /// `--insecure-dev-auth`: believe `x-picket-principal` / `x-picket-roles`. Logged as a
+    /// warning, because anyone who can reach the port can claim any role.
+    pub fn insecure_dev() -> Authenticator {
+        tracing::warn!(
+            "INSECURE: --insecure-dev-auth is on: callers' principal and roles are taken from \
+             the {PRINCIPAL_METADATA} / {ROLES_METADATA} metadata without any check. \
+             Development only."
+        );
+        Authenticator {
+            mode: Mode::InsecureDev,
+        }
+    }
+
+    /// OIDC bearer tokens verified by `verifier`.
+    pub fn oidc(verifier: OidcVerifier) -> Authenticator {
+        Authenticator {
+            mode: Mode::Oidc(Arc::new(verifier)),
+        }
+    }
+
+    /// Whether this is the insecure development mode.
+    pub fn is_insecure(&self) -> bool {
+        matches!(self.mode, Mode::InsecureDev)
+    }
+
+    /// The verifier, in OIDC mode (to pre-load the keys at start-up: `keys().refresh()`).
+    pub fn verifier(&self) -> Option<&OidcVerifier> {
+        match &self.mode {
+            Mode::Oidc(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The authenticated caller (fetching the issuer's keys if a token names an unknown `kid`).
+    pub async fn authenticate(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        match &self.mode {
+            Mode::Disabled => Err(AuthError::NotConfigured.status()),
+            Mode::InsecureDev => dev_caller(metadata).map_err(Status::from),
+            Mode::Oidc(verifier) => {
+                let token = bearer_token(metadata)?;
+                Ok(verifier.verify(token).await?)
+            }
+        }
+    }
+
+    /// As [`Authenticator::authenticate`], with the cached keys only: synchronous, for a tonic
+    /// interceptor. A token with a `kid` not yet loaded is refused (`unknown_kid`).
+    pub fn authenticate_cached(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        match &self.mode {
+            Mode::Disabled => Err(AuthError::NotConfigured.status()),
+            Mode::InsecureDev => dev_caller(metadata).map_err(Status::from),
+            Mode::Oidc(verifier) => Ok(verifier.verify_cached(bearer_token(metadata)?)?),
+        }
+    }
+
+    /// The actor of an admin call on `namespace` (`None` when the call names no namespace: only
+    /// the caller's global roles count).
+    pub async fn admin_actor(
+        &self,
+        metadata: &MetadataMap,
+        namespace: Option<&str>,
+    ) -> Result<Actor, Status> {
+        Ok(self.authenticate(metadata).await?.actor(namespace))
+    }
+
+    /// The principal recorded in a new session's identity: the verified token's principal if a
+    /// token was sent (a bad token is refused), else `unauthenticated` (lock clients may
+    /// authenticate with mTLS instead; the server then records the certificate's name).
+    pub async fn client_principal(&self, metadata: &MetadataMap) -> Result<String, Status> {
+        match &self.mode {
+            Mode::Disabled => Ok(UNAUTHENTICATED_PRINCIPAL.to_owned()),
+            Mode::InsecureDev => Ok(dev_caller(metadata)
+                .map(|c| c.principal)
+                .unwrap_or_else(|_| UNAUTHENTICATED_PRINCIPAL.to_owned())),
+            Mode::Oidc(verifier) => {
+                if metadata.get(AUTHORIZATION_METADATA).is_none() {
+                    return Ok(UNAUTHENTICATED_PRINCIPAL.to_owned());
+                }
+                Ok(verifier.verify(bearer_token(metadata)?).await?.principal)
+            }
+        }
+    }
+}
+
+/// The token of `authorization: Bearer <token>`.
+pub fn bearer_token(metadata: &MetadataMap) -> Result<&str, AuthError> {
+    let value = metadata
+        .get(AUTHORIZATION_METADATA)
+        .ok_or(AuthError::MissingToken)?
+        .to_str()
+        .map_err(|_| AuthError::MalformedHeader)?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(AuthError::MalformedHeader);
+    }
+    Ok(token)
+}
+
+/// The caller described by dev metadata.
+fn dev_caller(metadata: &MetadataMap) -> Result<Caller, AuthError> {
+    let bad = |header, problem: &str| AuthError::BadDevMetadata {
+        header,
+        problem: problem.to_owned(),
+    };
+    let principal = metadata
+        .get(PRINCIPAL_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && p.len() <= roles::PRINCIPAL_LEN_MAX)
+        .ok_or_else(|| {
+            bad(
+                PRINCIPAL_METADATA,
+                "required (1..=256 bytes of ASCII) in --insecure-dev-auth mode",
+            )
+        })?;
+    let mut caller = Caller {
+        principal: principal.to_owned(),
+        roles: Default::default(),
+        namespace_roles: Default::default(),
+        method: AuthMethod::InsecureDev,
+    };
+    if let Some(value) = metadata.get(ROLES_METADATA) {
+        let value = value
+            .to_str()
+            .map_err(|_| bad(ROLES_METADATA, "must be ASCII"))?;
+        let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
+        for name in names.take(roles::ROLE_VALUES_MAX) {
+            if !caller.add_role_value(name) {
+                return Err(bad(
+                    ROLES_METADATA,
+                    &format!(
+                        "unknown role `{name}` (known: picket-operator, \
+                         picket-incident-commander, picket-admin, or on-call, \
+                         incident-commander, class-admin; `:namespace` to scope)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(caller)
+}

@@ -1,0 +1,437 @@
+//! Prometheus metrics of a replica, in the text exposition format (`prometheus-client`).
+//!
+//! The driver calls the setters; `GET /metrics` ([`crate::http`]) serves [`Metrics::encode`].
+//!
+//! | metric | type | labels | set by |
+//! |---|---|---|---|
+//! | `picket_longest_hold_seconds` | gauge | namespace, key | [`Metrics::set_namespace_stats`] |
+//! | `picket_longest_hold_threshold_seconds` | gauge | namespace, class, fenced | same (absent when the class has no threshold) |
+//! | `picket_longest_hold_queue_depth` | gauge | namespace, key | same |
+//! | `picket_holds` | gauge | namespace | same |
+//! | `picket_waiters` | gauge | namespace | same (queue depth summed over the namespace's keys) |
+//! | `picket_sessions` | gauge | | [`Metrics::set_sessions`] |
+//! | `picket_paxos_role` | gauge (1 for the current role) | role | [`Metrics::set_paxos`] |
+//! | `picket_paxos_ballot_round`, `picket_paxos_ballot_node_id` | gauge | | same |
+//! | `picket_paxos_slot_chosen`, `picket_paxos_slot_applied` | gauge | | same |
+//! | `picket_storage_fsync_seconds` | histogram | | [`Metrics::observe_fsync`] |
+//! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
+//! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
+//!
+//! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use picket_core::paxos::RoleKind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tonic::Code;
+
+mod from_state;
+pub use from_state::{namespace_stats, WAITER_SCAN_KEYS_MAX};
+
+/// At most this many namespaces are exported (the rest are dropped with a warning), so a
+/// runaway number of namespaces cannot make a scrape unbounded.
+pub const NAMESPACES_MAX: usize = 10_000;
+/// At most this many distinct `method` label values; later ones are counted as `other`, so a
+/// caller probing random paths cannot grow the series without bound.
+pub const METHODS_MAX: usize = 128;
+
+/// The longest hold of a namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongestHold {
+    pub key: String,
+    pub held_for: Duration,
+    /// The class of the key, its fenced flag and its max expected hold (zero: no threshold).
+    pub class: String,
+    pub fenced: bool,
+    pub hold_max_expected: Duration,
+    /// Waiters queued behind it.
+    pub queue_depth: usize,
+}
+
+/// One namespace's lock statistics, as the driver computes them from the state machine
+/// (`longest_holds`, counts of holds and waiters).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamespaceStats {
+    pub namespace: String,
+    pub holds: usize,
+    /// Waiters of all keys of the namespace.
+    pub waiters: usize,
+    pub longest_hold: Option<LongestHold>,
+}
+
+/// The replica's Paxos state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaxosStats {
+    pub role: RoleKind,
+    pub ballot_round: u64,
+    pub ballot_node_id: u64,
+    pub slot_chosen: u64,
+    pub slot_applied: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabels {
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    namespace: String,
+    key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThresholdLabels {
+    namespace: String,
+    class: String,
+    fenced: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabels {
+    role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    code: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone)]
+struct LatencyHistogram;
+
+impl MetricConstructor<Histogram> for LatencyHistogram {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+    }
+}
+
+const ROLES: [(RoleKind, &str); 5] = [
+    (RoleKind::Follower, "follower"),
+    (RoleKind::PreCandidate, "pre_candidate"),
+    (RoleKind::Candidate, "candidate"),
+    (RoleKind::Leader, "leader"),
+    (RoleKind::Recovering, "recovering"),
+];
+
+/// The `role` label value of a Paxos role (also `/healthz`'s `role`).
+pub fn role_name(role: RoleKind) -> &'static str {
+    ROLES
+        .iter()
+        .find(|(kind, _)| *kind == role)
+        .map_or("unknown", |(_, name)| name)
+}
+
+/// The metrics of one replica. Share it behind an `Arc`; every method takes `&self`.
+pub struct Metrics {
+    registry: Registry,
+    longest_hold: Family<KeyLabels, FloatGauge>,
+    longest_hold_threshold: Family<ThresholdLabels, FloatGauge>,
+    longest_hold_queue_depth: Family<KeyLabels, Gauge>,
+    holds: Family<NamespaceLabels, Gauge>,
+    waiters: Family<NamespaceLabels, Gauge>,
+    sessions: Gauge,
+    paxos_role: Family<RoleLabels, Gauge>,
+    ballot_round: Gauge,
+    ballot_node_id: Gauge,
+    slot_chosen: Gauge,
+    slot_applied: Gauge,
+    fsync: Histogram,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<RequestLabels, Histogram, LatencyHistogram>,
+    /// The `method` label values seen so far (at most [`METHODS_MAX`]).
+    methods: Mutex<BTreeSet<String>>,
+    /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
+    /// half-replaced set.
+    namespace_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let longest_hold = Family::<KeyLabels, FloatGauge>::default();
+        registry.register(
+            "picket_longest_hold_seconds",
+            "Age of the oldest hold of each namespace, with the key holding it",
+            longest_hold.clone(),
+        );
+        let longest_hold_threshold = Family::<ThresholdLabels, FloatGauge>::default();
+        registry.register(
+            "picket_longest_hold_threshold_seconds",
+            "Max expected hold of the class of the namespace's oldest hold (alert threshold)",
+            longest_hold_threshold.clone(),
+        );
+        let longest_hold_queue_depth = Family::<KeyLabels, Gauge>::default();
+        registry.register(
+            "picket_longest_hold_queue_depth",
+            "Waiters queued behind the namespace's oldest hold",
+            longest_hold_queue_depth.clone(),
+        );
+        let holds = Family::<NamespaceLabels, Gauge>::default();
+        registry.register("picket_holds", "Keys held, per namespace", holds.clone());
+        let waiters = Family::<NamespaceLabels, Gauge>::default();
+        registry.register(
+            "picket_waiters",
+            "Waiters queued, summed over the namespace's keys",
+            waiters.clone(),
+        );
+        let sessions = Gauge::default();
+        registry.register("picket_sessions", "Live sessions", sessions.clone());
+        let paxos_role = Family::<RoleLabels, Gauge>::default();
+        registry.register(
+            "picket_paxos_role",
+            "1 for the replica's current Paxos role, 0 for the others",
+            paxos_role.clone(),
+        );
+        let [ballot_round, ballot_node_id, slot_chosen, slot_applied] =
+            std::array::from_fn(|_| Gauge::default());
+        for (name, help, gauge) in [
+            (
+                "picket_paxos_ballot_round",
+                "Round of the replica's ballot",
+                &ballot_round,
+            ),
+            (
+                "picket_paxos_ballot_node_id",
+                "Node id of the replica's ballot",
+                &ballot_node_id,
+            ),
+            (
+                "picket_paxos_slot_chosen",
+                "Highest slot known chosen",
+                &slot_chosen,
+            ),
+            (
+                "picket_paxos_slot_applied",
+                "Highest slot applied",
+                &slot_applied,
+            ),
+        ] {
+            registry.register(name, help, gauge.clone());
+        }
+        let fsync = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register(
+            "picket_storage_fsync_seconds",
+            "Latency of the log's group-commit fsync",
+            fsync.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "picket_grpc_requests",
+            "gRPC requests answered, by method and status code",
+            requests.clone(),
+        );
+        let request_seconds = Family::new_with_constructor(LatencyHistogram);
+        registry.register(
+            "picket_grpc_request_duration_seconds",
+            "gRPC request latency, by method and status code",
+            request_seconds.clone(),
+        );
+        let metrics = Metrics {
+            registry,
+            longest_hold,
+            longest_hold_threshold,
+            longest_hold_queue_depth,
+            holds,
+            waiters,
+            sessions,
+            paxos_role,
+            ballot_round,
+            ballot_node_id,
+            slot_chosen,
+            slot_applied,
+            fsync,
+            requests,
+            request_seconds,
+            methods: Mutex::new(BTreeSet::new()),
+            namespace_lock: Mutex::new(()),
+        };
+        metrics.set_role(RoleKind::Follower);
+        metrics
+    }
+
+    /// Replaces every namespace series with `stats` (namespaces not listed, and keys no longer
+    /// the oldest hold, disappear).
+    pub fn set_namespace_stats(&self, stats: &[NamespaceStats]) {
+        if stats.len() > NAMESPACES_MAX {
+            tracing::warn!(
+                namespaces = stats.len(),
+                "more than {NAMESPACES_MAX} namespaces: the rest are not exported"
+            );
+        }
+        let _replacing = self.namespace_lock.lock().expect("namespace metrics lock");
+        self.longest_hold.clear();
+        self.longest_hold_threshold.clear();
+        self.longest_hold_queue_depth.clear();
+        self.holds.clear();
+        self.waiters.clear();
+        for ns in stats.iter().take(NAMESPACES_MAX) {
+            let namespace = escape_label(&ns.namespace);
+            let labels = NamespaceLabels {
+                namespace: namespace.clone(),
+            };
+            self.holds.get_or_create(&labels).set(saturate(ns.holds));
+            self.waiters
+                .get_or_create(&labels)
+                .set(saturate(ns.waiters));
+            let Some(hold) = &ns.longest_hold else {
+                continue;
+            };
+            let key = KeyLabels {
+                namespace: namespace.clone(),
+                key: escape_label(&hold.key),
+            };
+            self.longest_hold
+                .get_or_create(&key)
+                .set(hold.held_for.as_secs_f64());
+            self.longest_hold_queue_depth
+                .get_or_create(&key)
+                .set(saturate(hold.queue_depth));
+            if !hold.hold_max_expected.is_zero() {
+                let threshold = ThresholdLabels {
+                    namespace,
+                    class: escape_label(&hold.class),
+                    fenced: hold.fenced.to_string(),
+                };
+                self.longest_hold_threshold
+                    .get_or_create(&threshold)
+                    .set(hold.hold_max_expected.as_secs_f64());
+            }
+        }
+    }
+
+    pub fn set_sessions(&self, sessions: usize) {
+        self.sessions.set(saturate(sessions));
+    }
+
+    pub fn set_paxos(&self, stats: PaxosStats) {
+        self.set_role(stats.role);
+        self.ballot_round.set(saturate_u64(stats.ballot_round));
+        self.ballot_node_id.set(saturate_u64(stats.ballot_node_id));
+        self.slot_chosen.set(saturate_u64(stats.slot_chosen));
+        self.slot_applied.set(saturate_u64(stats.slot_applied));
+    }
+
+    fn set_role(&self, role: RoleKind) {
+        for (kind, name) in ROLES {
+            self.paxos_role
+                .get_or_create(&RoleLabels { role: name })
+                .set(i64::from(kind == role));
+        }
+    }
+
+    /// One group-commit fsync took `duration`.
+    pub fn observe_fsync(&self, duration: Duration) {
+        self.fsync.observe(duration.as_secs_f64());
+    }
+
+    /// A gRPC call to `method` (e.g. `"/picket.v1.Admin/Inspect"`, the request path) was
+    /// answered with `code` after `duration`. Beyond [`METHODS_MAX`] distinct methods, new ones
+    /// are counted as `other`.
+    pub fn observe_request(&self, method: &str, code: Code, duration: Duration) {
+        let method = {
+            let mut methods = self.methods.lock().expect("methods lock");
+            if methods.contains(method) {
+                escape_label(method)
+            } else if methods.len() < METHODS_MAX {
+                methods.insert(method.to_owned());
+                escape_label(method)
+            } else {
+                "other".to_owned()
+            }
+        };
+        let labels = RequestLabels {
+            method,
+            code: code_name(code),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.request_seconds
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// Everything, in the Prometheus text format (`text/plain; version=0.0.4`; the body ends
+    /// with `# EOF`, which Prometheus accepts).
+    pub fn encode(&self) -> String {
+        let _reading = self.namespace_lock.lock().expect("namespace metrics lock");
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}
+
+/// The content type of [`Metrics::encode`].
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn saturate(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn saturate_u64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A label value escaped for the text format (`\` `"` and newline), which `prometheus-client`
+/// writes as is: keys are arbitrary UTF-8.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for ch in value.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The gRPC code as grpc-go and most dashboards spell it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests;

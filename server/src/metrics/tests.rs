@@ -1,0 +1,151 @@
+use super::*;
+
+fn orders(key: &str, held_s: u64, threshold_s: u64) -> NamespaceStats {
+    NamespaceStats {
+        namespace: "orders".to_owned(),
+        holds: 3,
+        waiters: 4,
+        longest_hold: Some(LongestHold {
+            key: key.to_owned(),
+            held_for: Duration::from_millis(held_s * 1000 + 500),
+            class: "payments".to_owned(),
+            fenced: true,
+            hold_max_expected: Duration::from_secs(threshold_s),
+            queue_depth: 3,
+        }),
+    }
+}
+
+fn lines_with<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+#[test]
+fn longest_hold_series_follow_the_key_and_the_namespaces() {
+    let metrics = Metrics::new();
+    metrics.set_namespace_stats(&[orders("order/17", 700, 600)]);
+    let text = metrics.encode();
+    assert_eq!(
+        lines_with(&text, "picket_longest_hold_seconds{"),
+        ["picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\"} 700.5"]
+    );
+    assert_eq!(
+        lines_with(&text, "picket_longest_hold_threshold_seconds{"),
+        [
+            "picket_longest_hold_threshold_seconds{namespace=\"orders\",class=\"payments\",\
+             fenced=\"true\"} 600.0"
+        ]
+    );
+    assert!(
+        text.contains("picket_longest_hold_queue_depth{namespace=\"orders\",key=\"order/17\"} 3\n")
+    );
+    assert!(text.contains("picket_holds{namespace=\"orders\"} 3\n"));
+    assert!(text.contains("picket_waiters{namespace=\"orders\"} 4\n"));
+    assert!(text.contains("# TYPE picket_longest_hold_seconds gauge\n"));
+
+    // The key changes: the old series is gone, not left at its last value.
+    metrics.set_namespace_stats(&[orders("order/18", 5, 600)]);
+    let text = metrics.encode();
+    assert!(!text.contains("order/17"), "{text}");
+    assert!(
+        text.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/18\"} 5.5\n")
+    );
+
+    // The namespace has no holds any more: its series disappear.
+    metrics.set_namespace_stats(&[]);
+    let text = metrics.encode();
+    assert!(!text.contains("orders"), "{text}");
+}
+
+#[test]
+fn no_threshold_series_without_a_class_threshold() {
+    let metrics = Metrics::new();
+    metrics.set_namespace_stats(&[orders("k", 10, 0)]);
+    let text = metrics.encode();
+    assert!(lines_with(&text, "picket_longest_hold_threshold_seconds{").is_empty());
+    assert_eq!(lines_with(&text, "picket_longest_hold_seconds{").len(), 1);
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let metrics = Metrics::new();
+    metrics.set_namespace_stats(&[orders("a\"b\\c\nd", 1, 0)]);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"picket_longest_hold_seconds{namespace="orders",key="a\"b\\c\nd"} 1.5"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn paxos_role_ballot_and_slots() {
+    let metrics = Metrics::new();
+    let text = metrics.encode();
+    assert!(
+        text.contains("picket_paxos_role{role=\"follower\"} 1\n"),
+        "{text}"
+    );
+    metrics.set_paxos(PaxosStats {
+        role: RoleKind::Leader,
+        ballot_round: 7,
+        ballot_node_id: 2,
+        slot_chosen: 120,
+        slot_applied: 118,
+    });
+    let text = metrics.encode();
+    assert!(text.contains("picket_paxos_role{role=\"leader\"} 1\n"));
+    assert!(text.contains("picket_paxos_role{role=\"follower\"} 0\n"));
+    assert!(text.contains("picket_paxos_ballot_round 7\n"));
+    assert!(text.contains("picket_paxos_ballot_node_id 2\n"));
+    assert!(text.contains("picket_paxos_slot_chosen 120\n"));
+    assert!(text.contains("picket_paxos_slot_applied 118\n"));
+    metrics.set_sessions(42);
+    assert!(metrics.encode().contains("picket_sessions 42\n"));
+}
+
+#[test]
+fn fsync_histogram_and_request_counters() {
+    let metrics = Metrics::new();
+    metrics.observe_fsync(Duration::from_micros(80));
+    metrics.observe_fsync(Duration::from_millis(3));
+    metrics.observe_request("Admin/Inspect", Code::Ok, Duration::from_millis(2));
+    metrics.observe_request("Admin/Inspect", Code::Ok, Duration::from_millis(4));
+    metrics.observe_request("Lock/Acquire", Code::Unavailable, Duration::from_millis(1));
+    let text = metrics.encode();
+    assert!(text.contains("# TYPE picket_storage_fsync_seconds histogram\n"));
+    assert!(
+        text.contains("picket_storage_fsync_seconds_count 2\n"),
+        "{text}"
+    );
+    // 80 µs is above the first bucket (50 µs) and within the second (100 µs).
+    assert!(
+        text.contains("picket_storage_fsync_seconds_bucket{le=\"5e-5\"} 0\n")
+            || text.contains("picket_storage_fsync_seconds_bucket{le=\"0.00005\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("picket_grpc_requests_total{method=\"Admin/Inspect\",code=\"OK\"} 2\n"));
+    assert!(text
+        .contains("picket_grpc_requests_total{method=\"Lock/Acquire\",code=\"Unavailable\"} 1\n"));
+    assert!(text.contains(
+        "picket_grpc_request_duration_seconds_count{method=\"Admin/Inspect\",code=\"OK\"} 2\n"
+    ));
+    assert!(text.trim_end().ends_with("# EOF"));
+}
+
+#[test]
+fn request_methods_are_bounded() {
+    let metrics = Metrics::new();
+    for i in 0..METHODS_MAX + 5 {
+        metrics.observe_request(&format!("/probe/{i}"), Code::Unimplemented, Duration::ZERO);
+    }
+    metrics.observe_request("/probe/0", Code::Unimplemented, Duration::ZERO);
+    let text = metrics.encode();
+    let series = lines_with(&text, "picket_grpc_requests_total{");
+    assert_eq!(series.len(), METHODS_MAX + 1, "{text}");
+    assert!(
+        text.contains("picket_grpc_requests_total{method=\"other\",code=\"Unimplemented\"} 5\n")
+    );
+    assert!(
+        text.contains("picket_grpc_requests_total{method=\"/probe/0\",code=\"Unimplemented\"} 2\n")
+    );
+}

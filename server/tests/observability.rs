@@ -1,0 +1,237 @@
+//! A running `DevCluster` wired for operations: `/metrics` shows the longest hold of a held key,
+//! gRPC request counts and fsync latencies; HTTP inspection answers the holder as JSON; admin
+//! calls verified as OIDC bearer tokens (a dev issuer) with the two-person rule.
+// Real sockets: not under the simulator.
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::time::Duration;
+
+use picket_net::proto;
+use picket_server::auth::dev::DevIssuer;
+use picket_server::auth::OidcSection;
+use picket_server::dev::{DevCluster, DevOptions};
+use support::*;
+use tonic::Code;
+
+const NS: &str = "orders";
+const KEY: &str = "invoice/42";
+
+async fn get(url: &str) -> (u16, String) {
+    let response = reqwest::get(url).await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// The value of the sample of `metric` whose labels contain every one of `labels`.
+fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let holder = create_session(&at, "billing-worker", 10_000).await;
+    let token = granted(&acquire(&at, holder, 1, NS, KEY, 0).await.unwrap()).unwrap();
+    let waiter = create_session(&at, "waiter", 10_000).await;
+    // A wait (not a try): the call answers `queued` at its position when the wait ends.
+    let queued = acquire(&at, waiter, 1, NS, KEY, 200).await.unwrap();
+    assert!(granted(&queued).is_none(), "the key is held: {queued:?}");
+
+    // The namespace series are recomputed every second; the hold ages meanwhile.
+    let http = cluster.http_endpoint(leader);
+    let key_label = format!("key=\"{KEY}\"");
+    let ns_label = format!("namespace=\"{NS}\"");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (status, text) = get(&format!("{http}/metrics")).await;
+        assert_eq!(status, 200);
+        let held = sample(
+            &text,
+            "picket_longest_hold_seconds",
+            &[&ns_label, &key_label],
+        );
+        if held.is_some_and(|s| s > 0.5) {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no longest hold for {KEY} in:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        sample(
+            &text,
+            "picket_longest_hold_queue_depth",
+            &[&ns_label, &key_label]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sample(&text, "picket_holds", &[&ns_label]), Some(1.0));
+    assert_eq!(sample(&text, "picket_sessions", &[]), Some(2.0));
+    assert_eq!(
+        sample(&text, "picket_paxos_role", &["role=\"leader\""]),
+        Some(1.0)
+    );
+    assert!(sample(&text, "picket_paxos_slot_applied", &[]).is_some_and(|s| s >= 4.0));
+    assert!(sample(&text, "picket_storage_fsync_seconds_count", &[]).is_some_and(|n| n >= 1.0));
+    assert!(
+        sample(
+            &text,
+            "picket_grpc_requests_total",
+            &["method=\"/picket.v1.Lock/Acquire\"", "code=\"OK\""]
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{text}"
+    );
+
+    // Linearizable inspection at the leader: the holder, its token and the waiter.
+    let (status, body) = get(&format!("{http}/v1/namespaces/{NS}/locks/{KEY}")).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["holder"]["identity"]["name"], "billing-worker");
+    assert_eq!(json["holder"]["session_id"], holder);
+    assert_eq!(json["holder"]["token"], token);
+    assert_eq!(json["queue_depth"], 1);
+    assert_eq!(json["stale"], false);
+
+    // A follower refuses a linearizable read (503, leader hint) and answers a stale one.
+    let follower = (leader + 1) % 3;
+    let follower_http = cluster.http_endpoint(follower);
+    let (status, body) = get(&format!("{follower_http}/v1/namespaces/{NS}/locks/{KEY}")).await;
+    assert_eq!(status, 503, "{body}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = get(&format!(
+            "{follower_http}/v1/namespaces/{NS}/locks/{KEY}?stale=true"
+        ))
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if json["holder"]["token"] == token {
+            assert_eq!(json["stale"], true);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = get(&format!("{http}/healthz")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"role\":\"leader\""), "{body}");
+    cluster.shutdown().await;
+}
+
+fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = DevIssuer::generate("https://picket-dev.invalid", "picket").unwrap();
+    let jwks = dir.path().join("jwks.json");
+    issuer.write_jwks(&jwks).unwrap();
+    let section: OidcSection = serde_json::from_value(serde_json::json!({
+        "issuer": issuer.issuer(), "audiences": [issuer.audience()], "jwks_file": jwks,
+    }))
+    .unwrap();
+    let cluster = DevCluster::start_with(DevOptions {
+        oidc: Some(section),
+        ..DevOptions::default()
+    })
+    .await
+    .unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let at = cluster.client_endpoint(leader);
+    let hour = Duration::from_secs(3600);
+    let alice = issuer.mint("alice", &["picket-operator"], hour);
+    let bob = issuer.mint("bob", &["picket-operator:orders"], hour);
+    let s = create_session(&at, "stuck", 10_000).await;
+    let t = granted(&acquire(&at, s, 1, NS, KEY, 0).await.unwrap()).unwrap();
+    let mut client = admin(&at).await.unwrap();
+    let request = proto::RequestForceReleaseRequest {
+        namespace: NS.into(),
+        key: KEY.into(),
+        expected_token: t,
+        reason: "holder renews but never releases".into(),
+        revoke_session: true,
+    };
+
+    // Metadata claims are not believed with OIDC on; a forged token is refused.
+    let mut claimed = tonic::Request::new(request.clone());
+    claimed
+        .metadata_mut()
+        .insert("x-picket-principal", "alice".parse().unwrap());
+    claimed
+        .metadata_mut()
+        .insert("x-picket-roles", "picket-operator".parse().unwrap());
+    let refused = client.request_force_release(claimed).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    let other = DevIssuer::generate(issuer.issuer(), issuer.audience()).unwrap();
+    let forged = other.mint("mallory", &["picket-admin"], hour);
+    let refused = client
+        .request_force_release(bearer(request.clone(), &forged))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+
+    let requested = client
+        .request_force_release(bearer(request, &alice))
+        .await
+        .unwrap()
+        .into_inner();
+    let approve = |token: &str| {
+        bearer(
+            proto::ApproveForceReleaseRequest {
+                force_release_id: requested.force_release_id,
+                acknowledged_fenced: requested.fenced,
+            },
+            token,
+        )
+    };
+    let refused = client
+        .approve_force_release(approve(&alice))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert_eq!(rule(&refused), "approver_is_requester");
+    // Bob's role is scoped to `orders`: it counts because the request is on `orders`.
+    let approved = client
+        .approve_force_release(approve(&bob))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(approved.released_token, t);
+    assert!(keepalive(&at, s).await.unwrap().lost);
+    let audit = client
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let text = format!("{audit:?}");
+    assert!(text.contains("alice") && text.contains("bob"), "{text}");
+    assert!(text.contains("holder renews but never releases"), "{text}");
+    cluster.shutdown().await;
+}
