@@ -7,7 +7,7 @@ use picket_net::proto;
 use serde_json::json;
 
 use super::render::{self, fenced_words, Report};
-use super::{ClassesAction, Command, CtlError, ForceRelease};
+use super::{Ack, ClassesAction, Command, CtlError, ForceRelease};
 
 pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlError> {
     match command {
@@ -240,19 +240,16 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             let mut human = shown.human;
             let _ = writeln!(
                 human,
-                "\nforce-release request #{} recorded.\n{}\n{}\nA different person must approve it: picketctl force-release approve {}{}",
+                "\nforce-release request #{} recorded.\n{}\n{}\nA different person must approve it: picketctl force-release approve {} --ack {}",
                 response.force_release_id,
                 fenced_words(response.fenced),
                 response.safety,
                 response.force_release_id,
-                if response.fenced { " --acknowledge-fenced" } else { "" }
+                Ack::from_fenced(response.fenced).word()
             );
             Ok(Report { json, human })
         }
-        ForceRelease::Approve {
-            id,
-            acknowledge_fenced,
-        } => approve(client, id, acknowledge_fenced).await,
+        ForceRelease::Approve { id, ack } => approve(client, id, ack).await,
         ForceRelease::Deny { id, reason } => {
             client
                 .deny_force_release(proto::DenyForceReleaseRequest {
@@ -274,13 +271,9 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
     }
 }
 
-/// Step two. Looks the request up first, shows its fenced flag, and refuses a fenced one
-/// without `--acknowledge-fenced` (before asking the server anything else).
-pub async fn approve(
-    client: &Client,
-    id: u64,
-    acknowledge_fenced: bool,
-) -> Result<Report, CtlError> {
+/// Step two. Looks the request up first, shows its fenced flag, and refuses unless `ack`
+/// names that flag (before asking the server anything else).
+pub async fn approve(client: &Client, id: u64, ack: Option<Ack>) -> Result<Report, CtlError> {
     let pending = client
         .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
         .await?;
@@ -289,13 +282,22 @@ pub async fn approve(
             "no pending force-release request #{id} (approved, denied or expired already?): see `picketctl force-release list`"
         )));
     };
-    if request.fenced && !acknowledge_fenced {
+    let shown = Ack::from_fenced(request.fenced);
+    if ack != Some(shown) {
+        let said = match ack {
+            None => "You did not say what you acknowledge.".to_owned(),
+            Some(ack) => format!(
+                "You acknowledged --ack {}, which does not match.",
+                ack.word()
+            ),
+        };
         return Err(CtlError::Refused(format!(
-            "force-release #{id} of {}/{} (token {}) is on a {}.\nNothing was done. Re-run with --acknowledge-fenced once you have checked this.",
+            "force-release #{id} of {}/{} (token {}) is on a {}.\n{said}\nNothing was done. Re-run with --ack {} once you have checked this.",
             request.namespace,
             request.key,
             request.token,
-            fenced_words(true)
+            fenced_words(request.fenced),
+            shown.word()
         )));
     }
     let response = client

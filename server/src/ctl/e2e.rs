@@ -8,7 +8,7 @@ use picket_net::{proto, FencingError, FencingGate};
 use picket_server::dev::DevCluster;
 
 use super::commands::approve;
-use super::CtlError;
+use super::{Ack, CtlError};
 
 const NS: &str = "orders";
 
@@ -121,11 +121,11 @@ async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
     let id = requested.force_release_id;
 
     // picketctl refuses the fenced approval without the acknowledgement; the lock stays.
-    let refused = approve(&bob, id, false).await.unwrap_err();
+    let refused = approve(&bob, id, None).await.unwrap_err();
     assert!(matches!(refused, CtlError::Refused(_)), "{refused}");
     assert!(guard.is_held());
 
-    let report = approve(&bob, id, true).await.unwrap();
+    let report = approve(&bob, id, Some(Ack::Fenced)).await.unwrap();
     assert_eq!(report.json["released_token"], guard.token().0);
     assert_eq!(report.json["session_revoked"], session.id());
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
@@ -234,9 +234,13 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
         })
         .await
         .unwrap();
-    approve(&approver, requested.force_release_id, true)
-        .await
-        .unwrap();
+    approve(
+        &approver,
+        requested.force_release_id,
+        Some(Ack::from_fenced(requested.fenced)),
+    )
+    .await
+    .unwrap();
     let code = tokio::time::timeout(Duration::from_secs(10), running)
         .await
         .expect("the command is killed long before its 30 s sleep ends")

@@ -16,7 +16,7 @@ mod tests;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use picket_net::client::{Client, ClientConfig, ClientError, Credentials};
 
 /// The client endpoints of `picketd dev`.
@@ -42,11 +42,11 @@ pub const EXIT_INTERRUPTED: u8 = 130;
         With no flags picketctl talks to `picketd dev` (127.0.0.1:7401-7403). Any replica will do: \
         picketctl follows the leader.",
     after_help = "Exit status: 0 ok, 1 the cluster refused or was unreachable, 2 refused by picketctl \
-        (bad arguments, fenced class not acknowledged), 3 the lock was lost, 130 interrupted; \
+        (bad arguments, the class's fenced flag not acknowledged), 3 the lock was lost, 130 interrupted; \
         `lock NS KEY -- CMD` exits with CMD's status.\n\n\
         Examples:\n  picketctl lock orders invoice/42 -- ./settle.sh\n  picketctl inspect orders invoice/42\n  \
         picketctl force-release request orders invoice/42 --token 1234 --reason 'holder hung, INC-7'\n  \
-        picketctl force-release approve 9 --acknowledge-fenced"
+        picketctl force-release approve 9 --ack fenced"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -225,13 +225,15 @@ pub enum ForceRelease {
         #[arg(long)]
         revoke_session: bool,
     },
-    /// Step two, by a different person: approve a pending request. For a fenced class,
-    /// --acknowledge-fenced is required.
+    /// Step two, by a different person: approve a pending request. Shows the class's fenced
+    /// flag and requires `--ack fenced` or `--ack advisory`, matching it.
     Approve {
         id: u64,
-        /// Acknowledge that the class is fenced (required when it is).
-        #[arg(long)]
-        acknowledge_fenced: bool,
+        /// What you acknowledge the class to be: `fenced` (the resource refuses the old
+        /// holder's tokens) or `advisory` (releasing may let two writers in). Must match the
+        /// request; nothing is sent otherwise.
+        #[arg(long, value_enum)]
+        ack: Option<Ack>,
     },
     /// Deny (withdraw) a pending request.
     Deny {
@@ -241,6 +243,30 @@ pub enum ForceRelease {
     },
     /// List pending requests.
     List,
+}
+
+/// The fenced flag an approver acknowledges having seen (`--ack fenced|advisory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Ack {
+    Fenced,
+    Advisory,
+}
+
+impl Ack {
+    pub fn from_fenced(fenced: bool) -> Ack {
+        if fenced {
+            Ack::Fenced
+        } else {
+            Ack::Advisory
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Ack::Fenced => "fenced",
+            Ack::Advisory => "advisory",
+        }
+    }
 }
 
 /// A failure of one picketctl command, with the exit status it maps to.

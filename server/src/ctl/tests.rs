@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::commands::approve;
 use super::render;
+use super::Ack;
 use super::{Cli, Command, CtlError, ForceRelease};
 
 #[test]
@@ -39,7 +40,7 @@ fn the_cli_is_well_formed_and_help_names_every_command() {
         .render_long_help()
         .to_string();
     assert!(
-        approve_help.contains("--acknowledge-fenced"),
+        approve_help.contains("--ack <ACK>") && approve_help.contains("advisory"),
         "{approve_help}"
     );
 }
@@ -324,19 +325,25 @@ async fn fake_admin(fenced: bool) -> (Client, Arc<Mutex<Vec<proto::ApproveForceR
 #[tokio::test]
 async fn approving_a_fenced_release_without_acknowledging_is_refused_and_sends_nothing() {
     let (client, approvals) = fake_admin(true).await;
-    let error = approve(&client, 5, false).await.unwrap_err();
+    let error = approve(&client, 5, None).await.unwrap_err();
     let CtlError::Refused(message) = &error else {
         panic!("not refused by picketctl: {error}");
     };
     assert!(message.contains("FENCED"), "{message}");
-    assert!(message.contains("--acknowledge-fenced"), "{message}");
+    assert!(message.contains("--ack fenced"), "{message}");
+    // Acknowledging the wrong flag is refused the same way.
+    let mismatch = approve(&client, 5, Some(Ack::Advisory)).await.unwrap_err();
+    let CtlError::Refused(message) = &mismatch else {
+        panic!("not refused by picketctl: {mismatch}");
+    };
+    assert!(message.contains("does not match"), "{message}");
     assert_eq!(error.exit(), super::EXIT_REFUSED);
     assert!(
         approvals.lock().unwrap().is_empty(),
         "nothing sent to the server"
     );
 
-    let report = approve(&client, 5, true).await.unwrap();
+    let report = approve(&client, 5, Some(Ack::Fenced)).await.unwrap();
     assert_eq!(report.json["fenced"], true);
     assert_eq!(report.json["floor"], 50);
     assert_eq!(report.json["session_revoked"], 9);
@@ -351,11 +358,11 @@ async fn approving_a_fenced_release_without_acknowledging_is_refused_and_sends_n
 #[tokio::test]
 async fn an_advisory_release_is_approved_without_the_flag_and_an_unknown_id_is_refused() {
     let (client, approvals) = fake_admin(false).await;
-    let report = approve(&client, 5, false).await.unwrap();
+    let report = approve(&client, 5, Some(Ack::Advisory)).await.unwrap();
     assert_eq!(report.json["fenced"], false);
     assert!(report.human.contains("ADVISORY"), "{}", report.human);
     assert!(!approvals.lock().unwrap()[0].acknowledged_fenced);
-    let unknown = approve(&client, 6, true).await.unwrap_err();
+    let unknown = approve(&client, 6, Some(Ack::Fenced)).await.unwrap_err();
     assert!(
         matches!(unknown, CtlError::Refused(ref m) if m.contains("#6")),
         "{unknown}"
