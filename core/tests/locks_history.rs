@@ -165,11 +165,19 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     let mut s = good.clone();
     s.events.reverse();
     refuse(s, "out of revision order");
+    // Found by the record_decode fuzzer: a snapshot over a bound was restored and the next
+    // command tripped the per-command bound check (a panic instead of a refusal).
+    let mut s = good.clone();
+    s.config.force_releases_pending_max = 0;
+    refuse(s, "1 pending force-releases, bound 0");
+    let mut s = good.clone();
+    s.config.sessions_max = 1;
+    refuse(s, "2 sessions, bound 1");
     let mut s = good;
     let mut future = s.events.last().unwrap().clone();
     future.revision = Revision(s.revision.0 + 1);
     s.events.push(future);
-    refuse(s, "history beyond revision");
+    refuse(s, "beyond revision r7");
 }
 
 #[test]

@@ -20,20 +20,28 @@ macro_rules! ensure {
 impl LockStateMachine {
     /// O(1) checks after every command.
     pub(crate) fn check_invariants_cheap(&self) {
-        assert!(
+        if let Err(violation) = self.cheap_violation() {
+            panic!("lock state machine invariant broken: {violation}");
+        }
+    }
+
+    /// The first broken O(1) invariant, if any (also part of [`Self::invariant_violation`], so
+    /// a snapshot that breaks one is refused at restore instead of panicking at the next command).
+    fn cheap_violation(&self) -> Result<(), String> {
+        ensure!(
             self.sessions.len() <= self.config.sessions_max,
             "{} sessions, bound {}",
             self.sessions.len(),
             self.config.sessions_max
         );
-        assert!(
+        ensure!(
             self.force_releases.pending.len() <= self.config.force_releases_pending_max,
             "{} pending force-releases, bound {}",
             self.force_releases.pending.len(),
             self.config.force_releases_pending_max
         );
         if let Some(event) = self.watch.events.back() {
-            assert!(
+            ensure!(
                 event.revision <= self.revision,
                 "event at {} beyond revision {}",
                 event.revision,
@@ -41,13 +49,14 @@ impl LockStateMachine {
             );
         }
         if let Some(record) = self.audit.records.back() {
-            assert!(
+            ensure!(
                 record.revision <= self.revision,
                 "audit record at {} beyond revision {}",
                 record.revision,
                 self.revision
             );
         }
+        Ok(())
     }
 
     /// Checks every invariant, O(n). Panics with the values if one is broken.
@@ -59,6 +68,7 @@ impl LockStateMachine {
 
     /// The first broken invariant, if any.
     pub(crate) fn invariant_violation(&self) -> Result<(), String> {
+        self.cheap_violation()?;
         self.check_locks()?;
         self.check_sessions()?;
         self.check_force_releases()?;
