@@ -7,7 +7,6 @@
 pub mod api_request_decode;
 pub mod core_steps;
 pub mod lock_commands;
-pub mod lock_model;
 pub mod log_recovery;
 pub mod peer_message_decode;
 pub mod record_decode;

@@ -2,7 +2,7 @@
 //!
 //! The first byte chooses one of two modes:
 //! - **Model** (sessions, acquire, release, close, expire, retries): every answer must equal the
-//!   plain model's ([`crate::lock_model`], copied from `core/tests/locks_model.rs`), and so must
+//!   plain model's (`picket_core::testkit::lock_model`, shared with `core/tests/locks_model.rs`), and so must
 //!   the holders and queues of every key.
 //! - **Wide** (every command kind, classes and force releases included, with small vocabularies
 //!   of names, tokens, ids and roles): no model; the general rules only.
@@ -21,7 +21,7 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 
-use crate::lock_model::{self, assert_same_state, Driver, Model, Op};
+use picket_core::testkit::lock_model::{self, assert_same_state, Driver, Model, Op};
 
 /// Commands per input.
 const STEPS_MAX: usize = 128;
@@ -46,7 +46,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
     let mut last_tokens = BTreeMap::new();
     let mut checks = Checks::default();
     for step in 0..STEPS_MAX {
-        let op: Op = u.arbitrary()?;
+        let op = model_op(u)?;
         let command = driver.command(&op, &model);
         let stamp = Instant::from_millis(1_000 + step as u64);
         let outcome = checks.apply(&mut sm, stamp, command.clone());
@@ -60,6 +60,36 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One step of the model mode (indexes are taken modulo their vocabulary by the model's driver).
+fn model_op(u: &mut Unstructured) -> Result<Op> {
+    let small = |u: &mut Unstructured| u.arbitrary::<u8>().map(usize::from);
+    Ok(match u.int_in_range(0..=5u8)? {
+        0 => Op::Create { ttl: small(u)? },
+        1 => Op::Close { session: small(u)? },
+        2 => Op::Expire {
+            sessions: (0..u.int_in_range(0..=3u8)?)
+                .map(|_| small(u))
+                .collect::<Result<_>>()?,
+        },
+        3 => Op::Acquire {
+            session: small(u)?,
+            ns: small(u)?,
+            key: small(u)?,
+            wait: u.arbitrary()?,
+        },
+        4 => Op::Release {
+            session: small(u)?,
+            ns: small(u)?,
+            key: small(u)?,
+            right_token: u.arbitrary()?,
+        },
+        _ => Op::Retry {
+            session: small(u)?,
+            back: small(u)?,
+        },
+    })
 }
 
 /// A command of any kind, over small vocabularies so that names, sessions and ids collide.

@@ -7,6 +7,7 @@
 //! two values are chosen at one slot or applied prefixes disagree.
 
 mod checker;
+pub mod lock_model;
 mod machine;
 mod trace;
 

@@ -1,18 +1,18 @@
-//! The model of `core/tests/locks_model.rs` (sessions, one holder per key, FIFO queues, request
-//! dedup), copied for the `lock_commands` fuzzer: the state machine must give the same answer as
-//! this plain model to every command, and hold the same holders and queues.
+//! A plain, obviously-correct model of the lock state machine's sessions, holds, FIFO queues
+//! and request dedup, for model-based tests (`core/tests/locks_model.rs`, proptest) and the
+//! `lock_commands` fuzzer: the state machine must give the same answer as the model to every
+//! command, and hold the same holders and queues.
 
 use std::collections::BTreeMap;
 
-use arbitrary::Arbitrary;
-use picket_core::locks::{
+use crate::locks::{
     AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NameError, Outcome,
     Reply, RequestId, SessionId, Token,
 };
 
-const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
-const KEYS: [&str; 3] = ["k1", "k2", "k/3"];
-const TTLS: [Option<u64>; 5] = [None, Some(999), Some(1_000), Some(60_000), Some(300_001)];
+pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
+pub const KEYS: [&str; 3] = ["k1", "k2", "k/3"];
+pub const TTLS: [Option<u64>; 5] = [None, Some(999), Some(1_000), Some(60_000), Some(300_001)];
 
 /// The small bounds the model is written for.
 pub fn config() -> LockConfig {
@@ -25,37 +25,39 @@ pub fn config() -> LockConfig {
     }
 }
 
-#[derive(Arbitrary, Clone, Debug)]
+/// One generated step; every index is taken modulo its vocabulary (sessions: 8 slots, one
+/// past the known sessions naming a session that never existed).
+#[derive(Clone, Debug)]
 pub enum Op {
     Create {
-        ttl: u8,
+        ttl: usize,
     },
     Close {
-        session: u8,
+        session: usize,
     },
     Expire {
-        sessions: Vec<u8>,
+        sessions: Vec<usize>,
     },
     Acquire {
-        session: u8,
-        ns: u8,
-        key: u8,
+        session: usize,
+        ns: usize,
+        key: usize,
         wait: bool,
     },
     Release {
-        session: u8,
-        ns: u8,
-        key: u8,
+        session: usize,
+        ns: usize,
+        key: usize,
         right_token: bool,
     },
     /// Re-sends a session's earlier request with its request id (`back` requests ago).
     Retry {
-        session: u8,
-        back: u8,
+        session: usize,
+        back: usize,
     },
 }
 
-type LockKey = (String, String);
+pub type LockKey = (String, String);
 
 #[derive(Clone, Debug, Default)]
 struct ModelSession {
@@ -64,7 +66,7 @@ struct ModelSession {
     window: Vec<(u64, Reply)>,
 }
 
-/// The model (copied from `core/tests/locks_model.rs`, indexes taken modulo the vocabulary): sessions, one holder per key, a FIFO queue per key. Written for clarity only.
+/// The model: sessions, one holder per key, a FIFO queue per key. Written for clarity only.
 #[derive(Debug, Default)]
 pub struct Model {
     pub revision: u64,
@@ -327,14 +329,9 @@ pub struct Driver {
 }
 
 impl Driver {
-    fn session(&self, index: u8) -> SessionId {
+    fn session(&self, index: usize) -> SessionId {
         // One index past the known sessions names a session that never existed.
-        SessionId(
-            self.sessions
-                .get(usize::from(index % 8))
-                .copied()
-                .unwrap_or(9_999),
-        )
+        SessionId(self.sessions.get(index % 8).copied().unwrap_or(9_999))
     }
 
     fn request(&mut self, session: SessionId) -> RequestId {
@@ -346,7 +343,7 @@ impl Driver {
     pub fn command(&mut self, op: &Op, model: &Model) -> Command {
         match op {
             Op::Create { ttl } => Command::CreateSession {
-                ttl_ms: TTLS[usize::from(*ttl) % TTLS.len()],
+                ttl_ms: TTLS[*ttl % TTLS.len()],
                 identity: Identity {
                     name: "svc".into(),
                     host: "h".into(),
@@ -370,8 +367,8 @@ impl Driver {
                 let command = Command::Acquire {
                     session,
                     request: self.request(session),
-                    namespace: NAMESPACES[usize::from(*ns) % NAMESPACES.len()].into(),
-                    key: KEYS[usize::from(*key) % KEYS.len()].into(),
+                    namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
+                    key: KEYS[*key % KEYS.len()].into(),
                     wait: *wait,
                 };
                 self.sent
@@ -388,8 +385,8 @@ impl Driver {
             } => {
                 let session = self.session(*session);
                 let k = (
-                    NAMESPACES[usize::from(*ns) % NAMESPACES.len()].to_owned(),
-                    KEYS[usize::from(*key) % KEYS.len()].to_owned(),
+                    NAMESPACES[*ns % NAMESPACES.len()].to_owned(),
+                    KEYS[*key % KEYS.len()].to_owned(),
                 );
                 let held = model.holders.get(&k).map_or(1, |(_, token)| *token);
                 let token = if *right_token { held } else { held + 1 };
@@ -409,7 +406,7 @@ impl Driver {
             Op::Retry { session, back } => {
                 let session = self.session(*session);
                 let sent = self.sent.get(&session.0).map(Vec::as_slice).unwrap_or(&[]);
-                match sent.len().checked_sub(usize::from(*back % 4) + 1) {
+                match sent.len().checked_sub(*back % 4 + 1) {
                     Some(index) => sent[index].clone(),
                     None => Command::CloseSession {
                         session: SessionId(8_888),
