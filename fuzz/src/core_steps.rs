@@ -8,6 +8,8 @@
 //! applied, every `Promise`/`Accepted` backed by storage), and that applied prefixes agree. At
 //! the end every fault heals: a proposal must be chosen within 20 simulated seconds and an
 //! amnesiac replica must rejoin within 20 more (liveness, as `core/tests/paxos_props.rs`).
+//!
+//! `PICKET_FUZZ_TRACE=1` prints every op and every replica action when an input panics.
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use picket_core::paxos::NodeId;
@@ -56,15 +58,35 @@ pub fn run(data: &[u8]) {
         return;
     };
     let mut c = Sim::new(cfg);
+    if std::env::var_os("PICKET_FUZZ_TRACE").is_none() {
+        return run_steps(&mut c, &mut u);
+    }
+    // Replaying a finding: print every op and action before the panic goes on.
+    c.trace = Some(Vec::new());
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_steps(&mut c, &mut u);
+    }));
+    if let Err(panic) = outcome {
+        for line in c.trace.take().unwrap_or_default() {
+            eprintln!("{line}");
+        }
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn run_steps(c: &mut Sim, u: &mut Unstructured) {
     let mut next_cmd = 1u64;
     for _ in 0..STEPS_MAX {
         let Ok(op) = u.arbitrary::<Op>() else {
             break;
         };
-        step(&mut c, op, &mut next_cmd);
+        if let Some(trace) = c.trace.as_mut() {
+            trace.push(format!("---- op {op:?}"));
+        }
+        step(c, op, &mut next_cmd);
         c.check_prefixes_agree();
     }
-    heal_and_check_liveness(&mut c);
+    heal_and_check_liveness(c);
 }
 
 fn step(c: &mut Sim, op: Op, next_cmd: &mut u64) {

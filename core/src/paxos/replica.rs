@@ -130,11 +130,15 @@ where
             incarnations,
             lost,
         } = restored;
-        let (promised, mut accepted, mut incarnations) = if lost {
-            (Ballot::ZERO, BTreeMap::new(), BTreeMap::new())
+        // Lost state is not trusted, except the incarnations: storage that lost or damaged its
+        // state starts them empty, so any recorded since were persisted by a recovery attempt
+        // after the loss, and a restart mid-recovery must not reuse a lower incarnation.
+        let (promised, mut accepted) = if lost {
+            (Ballot::ZERO, BTreeMap::new())
         } else {
-            (promised, accepted, incarnations)
+            (promised, accepted)
         };
+        let mut incarnations = incarnations;
         let incarnation = incarnations.remove(&cfg.id).unwrap_or(0);
         let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s);
         accepted = accepted.split_off(&slot_snapshot.next());

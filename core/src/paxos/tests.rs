@@ -596,3 +596,66 @@ fn amnesiac_replica_does_not_vote() {
         );
     }
 }
+
+/// Found by the `core_steps` fuzzer: a replica restarted in the middle of its recovery from
+/// disk loss (its `lost` flag still set) threw away the incarnation that recovery had already
+/// persisted, and the next attempt persisted a lower one (`incarnation of n1 went backwards:
+/// 1 < 2` in storage).
+#[test]
+fn restart_mid_recovery_keeps_the_persisted_incarnation() {
+    let restored = Durable {
+        lost: true,
+        incarnations: [(NodeId(1), 2)].into_iter().collect(),
+        ..Durable::default()
+    };
+    let mut r = R::new(config(1), restored).expect("valid");
+    assert!(r.is_amnesiac());
+    let mut actions = drain(&mut r);
+    while !actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Send {
+                msg: Message::RecoverQuery { .. },
+                ..
+            }
+        )
+    }) {
+        let at = r.poll_timeout().expect("a recovery timer");
+        r.step(at, Input::Timeout).expect("timeout");
+        actions = drain(&mut r);
+    }
+    let nonce = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Send {
+                msg: Message::RecoverQuery { nonce },
+                ..
+            } => Some(*nonce),
+            _ => None,
+        })
+        .expect("a recover query");
+    deliver(
+        &mut r,
+        2,
+        Message::RecoverReply {
+            nonce,
+            incarnation: 0,
+        },
+    );
+    let actions = deliver(
+        &mut r,
+        3,
+        Message::RecoverReply {
+            nonce,
+            incarnation: 0,
+        },
+    );
+    let persisted: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist { incarnation, .. } => *incarnation,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(persisted, vec![(NodeId(1), 3)], "{actions:?}");
+}
