@@ -256,12 +256,20 @@ mod real {
             );
         }
         println!();
-        println!("Try (in another terminal):");
+        println!(
+            "Try (in another terminal; `cargo build --release --bin picketctl` puts picketctl in \
+             target/release/):"
+        );
         println!("  picketctl session --keep");
         println!("  picketctl lock orders invoice/42 -- sleep 5");
         println!("  picketctl inspect orders invoice/42");
         println!("  picketctl holds orders");
         println!("  picketctl watch orders");
+        if !oidc {
+            println!("  picketctl --principal alice --roles on-call force-release request orders invoice/42 --token <TOKEN> --reason 'stuck, INC-7'");
+            println!("  picketctl --principal bob --roles on-call force-release approve <ID> --ack fenced");
+            println!("  picketctl audit");
+        }
         println!();
         println!("  curl {}/metrics", cluster.http_endpoint(0));
         println!(
