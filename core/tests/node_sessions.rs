@@ -19,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 const ELECTION_MS_MAX: u64 = 300;
 const TTL_MS: u64 = 2_000;
 const DELAY_MS_MAX: u64 = 5;
+const HEARTBEAT_MS: u64 = 50;
 
 struct Envelope {
     at: Instant,
@@ -52,7 +53,7 @@ fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
     let mut replica = paxos::Config::new(NodeId(index as u64 + 1), members, seed);
     replica.election_timeout_ms_min = 150;
     replica.election_timeout_ms_max = ELECTION_MS_MAX;
-    replica.heartbeat_ms = 50;
+    replica.heartbeat_ms = HEARTBEAT_MS;
     NodeConfig {
         replica,
         locks: LockConfig::default(),
@@ -401,7 +402,7 @@ fn a_session_kept_alive_is_never_expired() {
 }
 
 #[test]
-fn an_abandoned_session_expires_within_ttl_plus_one_election_timeout() {
+fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
     for seed in 20..=25 {
         for crash_leader in [false, true] {
             let mut sim = Sim::new(seed);
@@ -426,7 +427,9 @@ fn an_abandoned_session_expires_within_ttl_plus_one_election_timeout() {
                 let leader = sim.leader().unwrap();
                 sim.crash(leader);
             }
-            let bound = last.add_ms(TTL_MS + ELECTION_MS_MAX + 50);
+            // TTL, plus the election, plus the takeover grace's allowance for a deposed leader's
+            // acknowledgements (`election_timeout_ms_max + heartbeat_ms`), plus message delays.
+            let bound = last.add_ms(TTL_MS + 2 * ELECTION_MS_MAX + HEARTBEAT_MS + 50);
             let mut expired_at = None;
             while sim.now <= bound.add_ms(1_000) {
                 let _ = sim.keepalive(other);
@@ -469,6 +472,68 @@ fn an_abandoned_session_expires_within_ttl_plus_one_election_timeout() {
             assert!(role_count <= 1);
         }
     }
+}
+
+/// Found by the simulation's checker 5 on the real server: a leader cut off from the others
+/// goes on acknowledging keepalives until it notices (no quorum heard for the maximum election
+/// timeout). A keepalive it acknowledged after the new leader took over is unknown to the new
+/// leader, so the takeover grace must cover it: the session lives until at least `sent + ttl`.
+#[test]
+fn a_keepalive_acknowledged_by_a_deposed_leader_is_honoured_by_the_new_one() {
+    let mut honoured = 0;
+    for seed in 50..=57 {
+        let mut sim = Sim::new(seed);
+        let session = create_session(&mut sim, "svc");
+        let old = sim.wait_for_leader();
+        assert_eq!(sim.keepalive(session), Ok(true));
+        sim.isolated = Some(old);
+        let ready = |sim: &Sim, i: usize| sim.nodes[i].as_ref().is_some_and(Node::is_ready_leader);
+        let mut new = None;
+        for _ in 0..400 {
+            sim.run_for(1);
+            new = (0..3).find(|i| *i != old && ready(&sim, *i));
+            if new.is_some() {
+                break;
+            }
+        }
+        let new = new.unwrap_or_else(|| panic!("seed {seed}: no new leader"));
+        // The old leader has not noticed yet and acknowledges keepalives until it does; the
+        // client's last acknowledged one is sent just before, then the client dies, counting
+        // on its session until `sent + ttl`.
+        let mut sent = None;
+        loop {
+            let now = sim.now;
+            match sim.nodes[old].as_mut().unwrap().keepalive(now, session) {
+                Ok(_) => sent = Some(now),
+                Err(_) => break,
+            }
+            sim.run_for(1);
+        }
+        let Some(sent) = sent else {
+            continue;
+        };
+        honoured += 1;
+        let mut expired_at = None;
+        while sim.now <= sent.add_ms(TTL_MS + 2 * ELECTION_MS_MAX + 1_000) {
+            sim.run_for(10);
+            let gone = sim.nodes[new]
+                .as_ref()
+                .is_some_and(|n| n.state().session(session).is_none());
+            if gone {
+                expired_at = Some(sim.now);
+                break;
+            }
+        }
+        let expired_at = expired_at.unwrap_or_else(|| panic!("seed {seed}: never expired"));
+        assert!(
+            expired_at.ms_since(sent) >= TTL_MS,
+            "seed {seed}: expired at {expired_at}, before the deposed leader's ack at {sent} + ttl"
+        );
+    }
+    assert!(
+        honoured >= 4,
+        "only {honoured} seeds reached the deposed ack"
+    );
 }
 
 #[test]

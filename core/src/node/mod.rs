@@ -8,7 +8,8 @@
 //!
 //! Sessions: only the leader keeps deadlines. A keepalive extends the deadline to `now + ttl`; a
 //! passed deadline makes the leader propose `ExpireSessions`. A new leader gives every session a
-//! full TTL from its takeover, and before answering "unknown session" to a keepalive or
+//! full TTL from its takeover plus the time a deposed leader may go on acknowledging keepalives
+//! before it notices (`election_timeout_ms_max + heartbeat_ms`), and before answering "unknown session" to a keepalive or
 //! proposing any expiry it waits until it has applied everything chosen before its takeover (a
 //! read-index barrier), so a lagging new leader never denies a live session.
 //!
@@ -528,9 +529,21 @@ impl Node {
         }
     }
 
-    /// Gives a full TTL from now to every live session without a deadline.
+    /// How long after our takeover a deposed leader may still acknowledge keepalives: it
+    /// steps down once it has not heard a quorum for `election_timeout_ms_max`, checked at
+    /// every heartbeat tick, and the quorum that elected us stopped answering it before we
+    /// took over. A keepalive it acknowledged was sent before `takeover + this`, and the client
+    /// counts its lease from the send, so the takeover grace adds this to the TTL.
+    fn deposed_leader_ack_ms(&self) -> u64 {
+        let cfg = self.replica.config();
+        cfg.election_timeout_ms_max + cfg.heartbeat_ms
+    }
+
+    /// Gives every live session without a deadline a full TTL from now, plus the time a
+    /// deposed leader may still have acknowledged its keepalives
+    /// ([`Self::deposed_leader_ack_ms`]).
     fn grant_grace_to_untracked(&mut self) {
-        let now = self.now;
+        let now = self.now.add_ms(self.deposed_leader_ack_ms());
         let untracked: Vec<(SessionId, u64)> = self
             .sm
             .sessions()
