@@ -157,6 +157,7 @@ fn inspect_json_has_the_fields_an_operator_needs() {
         class: Some(proto::ClassSpec {
             name: "ledger".into(),
             fenced: true,
+            runbook_url: "https://runbooks.invalid/stuck-lock".into(),
             ..Default::default()
         }),
         holder: Some(proto::HoldInfo {
@@ -187,10 +188,22 @@ fn inspect_json_has_the_fields_an_operator_needs() {
     assert_eq!(json["floor"], 12);
     assert!(report.human.contains("FENCED"), "{}", report.human);
     assert!(report.human.contains("token:    31"), "{}", report.human);
+    assert!(
+        report
+            .human
+            .contains("runbook:  https://runbooks.invalid/stuck-lock"),
+        "{}",
+        report.human
+    );
+    assert_eq!(
+        json["class"]["runbook_url"],
+        "https://runbooks.invalid/stuck-lock"
+    );
     // A free key: holder is null, not missing.
     let free = render::key_info(&proto::KeyInfo::default());
     assert!(free.json["holder"].is_null());
     assert!(free.human.contains("free"));
+    assert!(!free.human.contains("runbook"));
 }
 
 /// A fake Admin service with one pending force-release request; counts approvals.
