@@ -247,6 +247,10 @@ async fn assert_audit(cluster: &OidcCluster, token: &str, key: &str, fenced: boo
     assert_eq!(requested["fenced"], fenced, "{audit}");
     let approved = find("force-release approved");
     assert_eq!(approved["actor"], "bob", "{audit}");
+    assert_eq!(approved["reason"], reason, "{audit}");
+    let revoked = find("session revoked");
+    assert_eq!(revoked["actor"], "bob", "{audit}");
+    assert_eq!(revoked["revision"], approved["revision"], "{audit}");
     assert_eq!(approved["fenced"], fenced, "{audit}");
     assert_eq!(approved["token"], requested["token"], "{audit}");
     assert_eq!(
@@ -350,6 +354,22 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         );
     }
     assert_eq!(http["stale"], false, "{http}");
+    // The same for a person reading it at night.
+    let text = cluster
+        .picketctl_text(Some(&alice), &["inspect", NS, KEY])
+        .await;
+    for part in [
+        "ledger-writer@web-1",
+        "(svc-ledger-writer)",
+        &format!("token:    {}", old_token.0),
+        "queue:    3 waiting",
+        "1. session",
+        "FENCED",
+        &format!("runbook:  {RUNBOOK}"),
+        &format!("floor:    {}", old_token.0),
+    ] {
+        assert!(text.contains(part), "inspect lacks {part:?}:\n{text}");
+    }
 
     // Request (alice). Without a token, or with a role for another namespace: refused.
     let reason = "INC-7: ledger-writer on web-1 renews but never releases, 3 waiters";

@@ -145,9 +145,38 @@ impl OidcCluster {
     /// Runs `picketctl --json --endpoints <all> [--auth-token TOKEN] ARGS` and answers its exit
     /// status and its stdout parsed as JSON (`Null` when it printed nothing).
     pub async fn picketctl(&self, token: Option<&str>, args: &[&str]) -> Ctl {
+        let (code, stdout, stderr) = self.picketctl_run(token, true, args).await;
+        let json = stdout
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| {
+                    panic!("picketctl {args:?} printed non-JSON ({e}): {stdout}")
+                })
+            })
+            .unwrap_or(serde_json::Value::Null);
+        Ctl { code, json, stderr }
+    }
+
+    /// Runs `picketctl` without `--json`, as a person reads it: the text it printed, after
+    /// checking it succeeded.
+    pub async fn picketctl_text(&self, token: Option<&str>, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.picketctl_run(token, false, args).await;
+        assert_eq!(code, 0, "picketctl {args:?} failed: {stdout}{stderr}");
+        stdout
+    }
+
+    async fn picketctl_run(
+        &self,
+        token: Option<&str>,
+        json: bool,
+        args: &[&str],
+    ) -> (i32, String, String) {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        if json {
+            command.arg("--json");
+        }
         command
-            .arg("--json")
             .arg("--endpoints")
             .arg(self.endpoints.join(","))
             .env_remove("PICKET_AUTH_TOKEN")
@@ -159,22 +188,11 @@ impl OidcCluster {
             command.arg("--auth-token").arg(token);
         }
         let output = command.args(args).output().await.unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let json = stdout
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| {
-                    panic!("picketctl {args:?} printed non-JSON ({e}): {stdout}")
-                })
-            })
-            .unwrap_or(serde_json::Value::Null);
-        Ctl {
-            code: output.status.code().unwrap_or(-1),
-            json,
-            stderr,
-        }
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 }
 
