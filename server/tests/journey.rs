@@ -402,6 +402,13 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     );
     let id = requested["force_release_id"].as_u64().unwrap().to_string();
     let approve = |ack: &'static str| ["force-release", "approve", id.as_str(), "--ack", ack];
+    // The pending request shows in the inspection, for the second person to look at.
+    let pending = &http_inspect(&cluster, KEY).await["pending_force_releases"][0];
+    assert_eq!(pending["id"].to_string(), id, "{pending}");
+    assert_eq!(pending["requester"], "alice", "{pending}");
+    assert_eq!(pending["reason"], reason, "{pending}");
+    assert_eq!(pending["fenced"], true, "{pending}");
+    assert_eq!(pending["token"], old_token.0, "{pending}");
     // The SRE watches the key from here on (from the old grant).
     let from = old_token.0.to_string();
     let (_watch, mut events) =
@@ -540,6 +547,27 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         "{after:?}"
     );
     assert!(after.pending_force_releases.is_empty(), "{after:?}");
+
+    // The alert resolves: no replica reports a hold of the key any more (the namespace series
+    // are recomputed once a second).
+    let key_label = &format!("key=\"{KEY}\"");
+    let replicas = &cluster.http;
+    eventually(
+        STEP,
+        "the longest hold of the key gone from /metrics",
+        || async move {
+            for http in replicas {
+                let (200, text) = get(&format!("{http}/metrics")).await.ok()? else {
+                    return None;
+                };
+                if sample(&text, "picket_longest_hold_seconds", &[key_label]).is_some() {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -568,8 +596,9 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
 
     let reason = "INC-8: batch runner hung; owner confirms the process is stopped";
     let token_arg = old_token.0.to_string();
-    let requested = cluster
-        .picketctl(
+    // Requested as a person reads it: the warning is in plain words, before anything else.
+    let shown = cluster
+        .picketctl_text(
             Some(&alice),
             &[
                 "force-release",
@@ -583,12 +612,28 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
                 "--revoke-session",
             ],
         )
+        .await;
+    for part in [
+        "ADVISORY (not fenced)",
+        "releasing may let two writers in",
+        "--ack advisory",
+        "ledger-writer@web-1",
+    ] {
+        assert!(shown.contains(part), "request lacks {part:?}:\n{shown}");
+    }
+    let listed = cluster
+        .picketctl(Some(&bob), &["force-release", "list"])
         .await
         .ok();
+    let requested = listed["requests"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["key"] == KEY))
+        .unwrap_or_else(|| panic!("the request is listed: {listed}"))
+        .clone();
     assert_eq!(requested["fenced"], false, "{requested}");
     let safety = requested["safety"].as_str().unwrap();
     assert!(safety.contains("two writers"), "{safety}");
-    let id = requested["force_release_id"].as_u64().unwrap().to_string();
+    let id = requested["id"].as_u64().unwrap().to_string();
     let approve = |ack: &'static str| ["force-release", "approve", id.as_str(), "--ack", ack];
 
     let (rule, _) = cluster
