@@ -420,6 +420,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         .await
         .refused(1);
     assert_eq!(rule, "approver_is_requester", "{error}");
+    assert!(error.contains("a second person must"), "{error}");
     // No token, or no role in `orders`: refused by the server.
     let (rule, error) = cluster.picketctl(None, &approve("fenced")).await.refused(1);
     assert!(
@@ -596,6 +597,26 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
 
     let reason = "INC-8: batch runner hung; owner confirms the process is stopped";
     let token_arg = old_token.0.to_string();
+    // A request naming a token the key does not hold is refused (the key changed hands, or a
+    // typo): nothing is recorded.
+    let wrong = (old_token.0 + 1_000).to_string();
+    let (rule, error) = cluster
+        .picketctl(
+            Some(&alice),
+            &[
+                "force-release",
+                "request",
+                NS,
+                KEY,
+                "--token",
+                &wrong,
+                "--reason",
+                reason,
+            ],
+        )
+        .await
+        .refused(1);
+    assert_eq!(rule, "token_mismatch", "{error}");
     // Requested as a person reads it: the warning is in plain words, before anything else.
     let shown = cluster
         .picketctl_text(
