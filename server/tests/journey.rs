@@ -460,6 +460,12 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         "{approved}"
     );
     assert_eq!(approved["next"]["session_id"], waiters[0], "{approved}");
+    // The approver was shown the key as it was: the stuck holder and the queue.
+    assert_eq!(
+        approved["key_before"]["holder"]["token"], old_token.0,
+        "{approved}"
+    );
+    assert_eq!(approved["key_before"]["queue_depth"], 3, "{approved}");
     let floor = approved["floor"].as_u64().unwrap();
     assert!(floor > old_token.0, "{approved}");
 

@@ -291,9 +291,10 @@ pub async fn approve(client: &Client, id: u64, ack: Option<Ack>) -> Result<Repor
     approve_with(client, id, Confirm::Flag(ack)).await
 }
 
-/// Step two. Looks the request up first, shows its fenced flag, and refuses unless the
-/// acknowledgement (`--ack` or the answer to the prompt) names that flag, before asking the
-/// server anything else.
+/// Step two. Looks the request and its key up first (the key as it is now: holder, token,
+/// age, queue), shows them with the fenced flag, and refuses unless the acknowledgement
+/// (`--ack` or the answer to the prompt) names that flag, before sending anything that
+/// changes state.
 pub async fn approve_with(
     client: &Client,
     id: u64,
@@ -307,7 +308,17 @@ pub async fn approve_with(
             "no pending force-release request #{id} (approved, denied or expired already?): see `picketctl force-release list`"
         )));
     };
-    confirm.acknowledge(request)?;
+    // The key as it is now (holder, token, age, queue, class), shown before the question.
+    let now = render::key_info(
+        &client
+            .inspect(proto::InspectRequest {
+                namespace: request.namespace.clone(),
+                key: request.key.clone(),
+                allow_stale: false,
+            })
+            .await?,
+    );
+    confirm.acknowledge(request, &now.human)?;
     let response = client
         .approve_force_release(proto::ApproveForceReleaseRequest {
             force_release_id: id,
@@ -323,9 +334,12 @@ pub async fn approve_with(
         "released_token": response.released_token,
         "next": next.map(|g| json!({"session_id": g.session_id, "token": g.token})),
         "session_revoked": response.session_revoked,
+        "key_before": now.json,
     });
-    let mut human = format!(
-        "force-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n",
+    let mut human = now.human;
+    let _ = write!(
+        human,
+        "\nforce-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n",
         request.namespace,
         request.key,
         response.released_token,

@@ -30,7 +30,13 @@ pub enum Confirm<'a> {
 impl Confirm<'_> {
     /// The acknowledgement for `request`, which must name its class kind; otherwise a
     /// [`CtlError::Refused`] that says what the kind is and how to acknowledge it.
-    pub fn acknowledge(self, request: &proto::ForceReleaseInfo) -> Result<Ack, CtlError> {
+    ///
+    /// `key_now` is the key's inspection as text, shown by the prompt before the request.
+    pub fn acknowledge(
+        self,
+        request: &proto::ForceReleaseInfo,
+        key_now: &str,
+    ) -> Result<Ack, CtlError> {
         let shown = Ack::from_fenced(request.fenced);
         let said = match self {
             Confirm::Flag(Some(ack)) if ack == shown => return Ok(ack),
@@ -43,7 +49,7 @@ impl Confirm<'_> {
                  terminal to ask at)."
                     .to_owned()
             }
-            Confirm::Prompt { input, output } => match prompt(request, input, output)? {
+            Confirm::Prompt { input, output } => match prompt(request, key_now, input, output)? {
                 Some(ack) if ack == shown => return Ok(ack),
                 Some(ack) => format!("You typed `{}`, which does not match.", ack.word()),
                 None => "You did not type the class kind.".to_owned(),
@@ -67,6 +73,7 @@ impl Confirm<'_> {
 /// `fenced` or `advisory` (whether or not it matches), `None` for anything else.
 fn prompt(
     request: &proto::ForceReleaseInfo,
+    key_now: &str,
     input: &mut (dyn BufRead + Send),
     output: &mut (dyn Write + Send),
 ) -> Result<Option<Ack>, CtlError> {
@@ -74,7 +81,7 @@ fn prompt(
     let io = |e: std::io::Error| CtlError::Io(format!("cannot ask for the acknowledgement: {e}"));
     write!(
         output,
-        "force-release #{} of {}/{}\n  holder session {}, token {}\n  requested by {}: {:?}\n  \
+        "{key_now}\nforce-release #{} of {}/{}\n  holder session {}, token {}\n  requested by {}: {:?}\n  \
          revoke the holder's session: {}\n\nclass kind: {}\n{}\n{}\n\nType `{}` to approve \
          (anything else refuses): ",
         request.id,
@@ -135,7 +142,7 @@ mod tests {
             input: &mut input,
             output: &mut output,
         }
-        .acknowledge(&request(fenced));
+        .acknowledge(&request(fenced), "KEY NOW: holder ledger-writer\n");
         (outcome, String::from_utf8(output).unwrap())
     }
 
@@ -150,6 +157,10 @@ mod tests {
     fn typing_the_class_kind_acknowledges_it_after_showing_the_safety_statement() {
         let (outcome, shown) = ask(true, "fenced\n");
         assert_eq!(outcome.unwrap(), Ack::Fenced);
+        assert!(
+            shown.starts_with("KEY NOW: holder ledger-writer"),
+            "{shown}"
+        );
         for part in [
             "force-release #7 of orders/invoice/42",
             "token 31",
@@ -193,14 +204,14 @@ mod tests {
     fn without_a_terminal_the_flag_decides_and_its_absence_names_ack() {
         assert_eq!(
             Confirm::Flag(Some(Ack::Fenced))
-                .acknowledge(&request(true))
+                .acknowledge(&request(true), "")
                 .unwrap(),
             Ack::Fenced
         );
-        let message = refused(Confirm::Flag(None).acknowledge(&request(true)));
+        let message = refused(Confirm::Flag(None).acknowledge(&request(true), ""));
         assert!(message.contains("--ack was not given"), "{message}");
         assert!(message.contains("Re-run with --ack fenced"), "{message}");
-        let message = refused(Confirm::Flag(Some(Ack::Fenced)).acknowledge(&request(false)));
+        let message = refused(Confirm::Flag(Some(Ack::Fenced)).acknowledge(&request(false), ""));
         assert!(message.contains("does not match"), "{message}");
     }
 }
