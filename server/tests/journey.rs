@@ -6,8 +6,13 @@
 //! carries a bearer token minted by a test issuer whose key set is the cluster's `jwks_file`.
 //! - The services (the holder and the waiters) use the client library (`picket_net::client`)
 //!   with their own tokens, so their sessions record a principal.
-//! - Every operator step (class setup, inspect, force-release request/approve, audit) runs the
-//!   `picketctl` binary with `--json --auth-token ...`, as the SRE would.
+//! - Every operator step (class setup, inspect, force-release request/list/approve, watch,
+//!   audit) runs the `picketctl` binary with `--auth-token ...` (mostly `--json`; `inspect` and
+//!   one request also as text), as the SRE would; `inspect` is gRPC `Admin.Inspect`. No step
+//!   goes through the gRPC Admin API directly. Approvals pass `--ack`: the interactive prompt
+//!   needs a terminal, and its logic is unit-tested in `src/ctl/confirm.rs`.
+//! - The protected resource is a `FencingGate` in this process: the holder's and the waiters'
+//!   writes go through it with their tokens.
 //! - `/metrics` and the HTTP inspection are read with plain `GET`s.
 //! - The alert rule itself is checked by the promtool tests (deploy/prometheus); here the two
 //!   series it compares are scraped and compared.
