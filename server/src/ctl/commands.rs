@@ -242,12 +242,13 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             let mut human = shown.human;
             let _ = writeln!(
                 human,
-                "\nforce-release request #{} recorded.\n{}\n{}\nA different person must approve it: picketctl force-release approve {} --ack {}",
-                response.force_release_id,
+                "\nforce-release request #{id} recorded.\n{}\n{}\nA different person must approve it: \
+                 picketctl force-release approve {id} (at a terminal: type `{kind}` when asked), \
+                 or in a script: picketctl force-release approve {id} --ack {kind}",
                 fenced_words(response.fenced),
                 response.safety,
-                response.force_release_id,
-                Ack::from_fenced(response.fenced).word()
+                id = response.force_release_id,
+                kind = Ack::from_fenced(response.fenced).word()
             );
             Ok(Report { json, human })
         }
