@@ -56,12 +56,14 @@ impl Confirm<'_> {
             },
         };
         Err(CtlError::Refused(format!(
-            "force-release #{} of {}/{} (token {}) is on a {}.\n{said}\nNothing was done. Re-run \
-             with --ack {} (or at a terminal, and type `{}`) once you have checked this.",
+            "force-release #{} of {}/{} (token {}), class kind {}:\n{}\n{said}\nNothing was \
+             done. Re-run with --ack {} (or at a terminal, and type `{}`) once you have checked \
+             this.",
             request.id,
             request.namespace,
             request.key,
             request.token,
+            shown.word(),
             fenced_words(request.fenced),
             shown.word(),
             shown.word()
