@@ -295,6 +295,19 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     )
     .await;
 
+    // Another, younger hold in the namespace: `holds` lists the stuck one first (oldest first).
+    let other = observer.create_session().await.unwrap();
+    let other_guard = other.lock(NS, "invoice/43").await.unwrap();
+    let holds = cluster.picketctl(Some(&alice), &["holds", NS]).await.ok();
+    let keys: Vec<&str> = holds["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, [KEY, "invoice/43"], "{holds}");
+    other_guard.release().await.unwrap();
+
     // The page: the longest hold of `orders` is on the key, above the class's 2 s.
     let (text, held, threshold) = longest_hold_above_threshold(&cluster, KEY).await;
     assert_eq!(threshold, 2.0, "{text}");
