@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use picket_core::locks::{Command, Reply, Revision, WatchError};
+use picket_core::locks::{Actor, Command, Reply, Revision, Role, WatchError, FORCE_RELEASE_ROLES};
 use picket_core::node::{Answer, Query};
 use picket_net::convert::api::{
     AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart, WrongReply,
@@ -319,6 +319,24 @@ impl AdminService {
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
     }
+
+    /// The actor approving or denying a force-release on `namespace`. An unknown request (no
+    /// namespace) is left to the state machine, which answers that it is unknown.
+    async fn force_release_actor(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        namespace: Option<String>,
+    ) -> Result<Actor, Status> {
+        match namespace {
+            Some(ns) => {
+                self.0
+                    .auth
+                    .admin_actor_with_role(metadata, Some(&ns), FORCE_RELEASE_ROLES)
+                    .await
+            }
+            None => self.0.auth.admin_actor(metadata, None).await,
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -362,7 +380,7 @@ impl proto::admin_server::Admin for AdminService {
         let actor = self
             .0
             .auth
-            .admin_actor(request.metadata(), Some(&namespace))
+            .admin_actor_with_role(request.metadata(), Some(&namespace), &[Role::ClassAdmin])
             .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
@@ -375,7 +393,7 @@ impl proto::admin_server::Admin for AdminService {
         let actor = self
             .0
             .auth
-            .admin_actor(request.metadata(), Some(&namespace))
+            .admin_actor_with_role(request.metadata(), Some(&namespace), &[Role::ClassAdmin])
             .await?;
         let command = request.into_inner().into_command(actor)?;
         match self.0.propose(command, 0).await? {
@@ -406,7 +424,7 @@ impl proto::admin_server::Admin for AdminService {
         let actor = self
             .0
             .auth
-            .admin_actor(request.metadata(), Some(&namespace))
+            .admin_actor_with_role(request.metadata(), Some(&namespace), FORCE_RELEASE_ROLES)
             .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
@@ -420,9 +438,7 @@ impl proto::admin_server::Admin for AdminService {
             .force_release_namespace(request.get_ref().force_release_id)
             .await?;
         let actor = self
-            .0
-            .auth
-            .admin_actor(request.metadata(), namespace.as_deref())
+            .force_release_actor(request.metadata(), namespace)
             .await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
@@ -436,9 +452,7 @@ impl proto::admin_server::Admin for AdminService {
             .force_release_namespace(request.get_ref().force_release_id)
             .await?;
         let actor = self
-            .0
-            .auth
-            .admin_actor(request.metadata(), namespace.as_deref())
+            .force_release_actor(request.metadata(), namespace)
             .await?;
         let command = request.into_inner().into_command(actor)?;
         match self.0.propose(command, 0).await? {

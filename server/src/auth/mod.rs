@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use picket_core::locks::Actor;
+use picket_core::locks::{Actor, Role};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
@@ -142,6 +142,22 @@ impl Authenticator {
         Ok(self.authenticate(metadata).await?.actor(namespace))
     }
 
+    /// [`Authenticator::admin_actor`] for a mutation that needs one of `needed` on `namespace`:
+    /// refused here (`PERMISSION_DENIED`, `missing_role`) naming the roles as the identity
+    /// provider spells them (`picket-operator`, ...), which is what the operator has to ask
+    /// for. The state machine checks again, with its own role names.
+    pub async fn admin_actor_with_role(
+        &self,
+        metadata: &MetadataMap,
+        namespace: Option<&str>,
+        needed: &[Role],
+    ) -> Result<Actor, Status> {
+        self.authenticate(metadata)
+            .await?
+            .require(needed, namespace)
+            .map_err(|e| e.status())
+    }
+
     /// The principal recorded in a new session's identity: the verified token's principal if a
     /// token was sent (a bad token is refused), else `unauthenticated` (lock clients may
     /// authenticate with mTLS instead; the server then records the certificate's name).
@@ -218,4 +234,56 @@ fn dev_caller(metadata: &MetadataMap) -> Result<Caller, AuthError> {
         }
     }
     Ok(caller)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev_metadata(principal: &str, roles: &str) -> MetadataMap {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(PRINCIPAL_METADATA, principal.parse().unwrap());
+        metadata.insert(ROLES_METADATA, roles.parse().unwrap());
+        metadata
+    }
+
+    #[tokio::test]
+    async fn a_missing_role_is_refused_with_the_token_role_names() {
+        let auth = Authenticator::insecure_dev();
+        let scoped = dev_metadata("victor", "picket-operator:billing");
+        let needed = &[Role::OnCall, Role::IncidentCommander];
+        let refused = auth
+            .admin_actor_with_role(&scoped, Some("orders"), needed)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        let detail = picket_net::status::error_detail(&refused).unwrap();
+        assert_eq!(detail.rule, "missing_role");
+        assert!(
+            refused
+                .message()
+                .contains("picket-operator, picket-incident-commander"),
+            "{}",
+            refused.message()
+        );
+        assert!(
+            refused.message().contains("`orders`"),
+            "{}",
+            refused.message()
+        );
+        let actor = auth
+            .admin_actor_with_role(&scoped, Some("billing"), needed)
+            .await
+            .unwrap();
+        assert_eq!(actor, Actor::new("victor", &[Role::OnCall]));
+        let admin = auth
+            .admin_actor_with_role(&scoped, Some("billing"), &[Role::ClassAdmin])
+            .await
+            .unwrap_err();
+        assert!(
+            admin.message().contains("picket-admin"),
+            "{}",
+            admin.message()
+        );
+    }
 }

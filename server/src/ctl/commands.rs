@@ -1,11 +1,13 @@
 //! The commands that ask once and print one answer.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 
 use picket_net::client::Client;
 use picket_net::proto;
 use serde_json::json;
 
+use super::confirm::Confirm;
 use super::render::{self, fenced_words, Report};
 use super::{Ack, ClassesAction, Command, CtlError, ForceRelease};
 
@@ -240,16 +242,30 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             let mut human = shown.human;
             let _ = writeln!(
                 human,
-                "\nforce-release request #{} recorded.\n{}\n{}\nA different person must approve it: picketctl force-release approve {} --ack {}",
-                response.force_release_id,
+                "\nforce-release request #{id} recorded.\n{}\n{}\nA different person must approve it: \
+                 picketctl force-release approve {id} (at a terminal: type `{kind}` when asked), \
+                 or in a script: picketctl force-release approve {id} --ack {kind}",
                 fenced_words(response.fenced),
                 response.safety,
-                response.force_release_id,
-                Ack::from_fenced(response.fenced).word()
+                id = response.force_release_id,
+                kind = Ack::from_fenced(response.fenced).word()
             );
             Ok(Report { json, human })
         }
-        ForceRelease::Approve { id, ack } => approve(client, id, ack).await,
+        ForceRelease::Approve { id, ack } => {
+            if ack.is_none() && std::io::stdin().is_terminal() {
+                // The prompt goes to stderr, so that `--json` output stays one object.
+                let mut input = std::io::BufReader::new(std::io::stdin());
+                let mut output = std::io::stderr();
+                let confirm = Confirm::Prompt {
+                    input: &mut input,
+                    output: &mut output,
+                };
+                approve_with(client, id, confirm).await
+            } else {
+                approve(client, id, ack).await
+            }
+        }
         ForceRelease::Deny { id, reason } => {
             client
                 .deny_force_release(proto::DenyForceReleaseRequest {
@@ -271,9 +287,20 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
     }
 }
 
-/// Step two. Looks the request up first, shows its fenced flag, and refuses unless `ack`
-/// names that flag (before asking the server anything else).
+/// Step two with `--ack` only (`None`: not given, and no terminal to ask at).
 pub async fn approve(client: &Client, id: u64, ack: Option<Ack>) -> Result<Report, CtlError> {
+    approve_with(client, id, Confirm::Flag(ack)).await
+}
+
+/// Step two. Looks the request and its key up first (the key as it is now: holder, token,
+/// age, queue), shows them with the fenced flag, and refuses unless the acknowledgement
+/// (`--ack` or the answer to the prompt) names that flag, before sending anything that
+/// changes state.
+pub async fn approve_with(
+    client: &Client,
+    id: u64,
+    confirm: Confirm<'_>,
+) -> Result<Report, CtlError> {
     let pending = client
         .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
         .await?;
@@ -282,24 +309,17 @@ pub async fn approve(client: &Client, id: u64, ack: Option<Ack>) -> Result<Repor
             "no pending force-release request #{id} (approved, denied or expired already?): see `picketctl force-release list`"
         )));
     };
-    let shown = Ack::from_fenced(request.fenced);
-    if ack != Some(shown) {
-        let said = match ack {
-            None => "You did not say what you acknowledge.".to_owned(),
-            Some(ack) => format!(
-                "You acknowledged --ack {}, which does not match.",
-                ack.word()
-            ),
-        };
-        return Err(CtlError::Refused(format!(
-            "force-release #{id} of {}/{} (token {}) is on a {}.\n{said}\nNothing was done. Re-run with --ack {} once you have checked this.",
-            request.namespace,
-            request.key,
-            request.token,
-            fenced_words(request.fenced),
-            shown.word()
-        )));
-    }
+    // The key as it is now (holder, token, age, queue, class), shown before the question.
+    let now = render::key_info(
+        &client
+            .inspect(proto::InspectRequest {
+                namespace: request.namespace.clone(),
+                key: request.key.clone(),
+                allow_stale: false,
+            })
+            .await?,
+    );
+    confirm.acknowledge(request, &now.human)?;
     let response = client
         .approve_force_release(proto::ApproveForceReleaseRequest {
             force_release_id: id,
@@ -310,18 +330,23 @@ pub async fn approve(client: &Client, id: u64, ack: Option<Ack>) -> Result<Repor
     let json = json!({
         "force_release_id": id,
         "fenced": request.fenced,
+        "safety": request.safety,
         "floor": response.floor,
         "released_token": response.released_token,
         "next": next.map(|g| json!({"session_id": g.session_id, "token": g.token})),
         "session_revoked": response.session_revoked,
+        "key_before": now.json,
     });
-    let mut human = format!(
-        "force-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n",
+    let mut human = now.human;
+    let _ = write!(
+        human,
+        "\nforce-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n",
         request.namespace,
         request.key,
         response.released_token,
         response.floor,
-        fenced_words(request.fenced)
+        fenced_words(request.fenced),
+        request.safety
     );
     if let Some(next) = next {
         let _ = writeln!(

@@ -6,6 +6,7 @@
 //! `watch` prints one object per event).
 
 mod commands;
+mod confirm;
 #[cfg(all(test, not(madsim)))]
 mod e2e;
 mod render;
@@ -226,12 +227,15 @@ pub enum ForceRelease {
         revoke_session: bool,
     },
     /// Step two, by a different person: approve a pending request. Shows the class's fenced
-    /// flag and requires `--ack fenced` or `--ack advisory`, matching it.
+    /// flag and safety statement and requires acknowledging the class kind: `--ack fenced` or
+    /// `--ack advisory`, matching it, or (without `--ack`, at a terminal) typing the kind when
+    /// asked. Without `--ack` and without a terminal it refuses.
     Approve {
         id: u64,
         /// What you acknowledge the class to be: `fenced` (the resource refuses the old
         /// holder's tokens) or `advisory` (releasing may let two writers in). Must match the
-        /// request; nothing is sent otherwise.
+        /// request; nothing is sent otherwise. Absent: asked interactively when stdin is a
+        /// terminal, refused otherwise.
         #[arg(long, value_enum)]
         ack: Option<Ack>,
     },

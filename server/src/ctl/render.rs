@@ -186,6 +186,9 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
         class.owner,
         fenced_words(class.fenced)
     );
+    if !class.runbook_url.is_empty() {
+        let _ = writeln!(human, "  runbook:  {}", class.runbook_url);
+    }
     if let Some(floor) = info.floor {
         let _ = writeln!(human, "  floor:    {floor}");
     }

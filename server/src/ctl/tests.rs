@@ -157,6 +157,7 @@ fn inspect_json_has_the_fields_an_operator_needs() {
         class: Some(proto::ClassSpec {
             name: "ledger".into(),
             fenced: true,
+            runbook_url: "https://runbooks.invalid/stuck-lock".into(),
             ..Default::default()
         }),
         holder: Some(proto::HoldInfo {
@@ -187,10 +188,22 @@ fn inspect_json_has_the_fields_an_operator_needs() {
     assert_eq!(json["floor"], 12);
     assert!(report.human.contains("FENCED"), "{}", report.human);
     assert!(report.human.contains("token:    31"), "{}", report.human);
+    assert!(
+        report
+            .human
+            .contains("runbook:  https://runbooks.invalid/stuck-lock"),
+        "{}",
+        report.human
+    );
+    assert_eq!(
+        json["class"]["runbook_url"],
+        "https://runbooks.invalid/stuck-lock"
+    );
     // A free key: holder is null, not missing.
     let free = render::key_info(&proto::KeyInfo::default());
     assert!(free.json["holder"].is_null());
     assert!(free.human.contains("free"));
+    assert!(!free.human.contains("runbook"));
 }
 
 /// A fake Admin service with one pending force-release request; counts approvals.
@@ -208,9 +221,20 @@ fn nope<T>() -> Result<Response<T>, Status> {
 impl Admin for FakeAdmin {
     async fn inspect(
         &self,
-        _: Request<proto::InspectRequest>,
+        request: Request<proto::InspectRequest>,
     ) -> Result<Response<proto::KeyInfo>, Status> {
-        nope()
+        let request = request.into_inner();
+        Ok(Response::new(proto::KeyInfo {
+            namespace: request.namespace,
+            key: request.key,
+            holder: Some(proto::HoldInfo {
+                session_id: 9,
+                token: 31,
+                ..Default::default()
+            }),
+            queue_depth: 2,
+            ..Default::default()
+        }))
     }
     async fn list_holds(
         &self,
@@ -345,6 +369,13 @@ async fn approving_a_fenced_release_without_acknowledging_is_refused_and_sends_n
 
     let report = approve(&client, 5, Some(Ack::Fenced)).await.unwrap();
     assert_eq!(report.json["fenced"], true);
+    // The key as it was before the approval is shown with it.
+    assert_eq!(report.json["key_before"]["holder"]["token"], 31);
+    assert!(
+        report.human.contains("queue:    2 waiting"),
+        "{}",
+        report.human
+    );
     assert_eq!(report.json["floor"], 50);
     assert_eq!(report.json["session_revoked"], 9);
     let sent = approvals.lock().unwrap().clone();

@@ -1,0 +1,317 @@
+//! Three real `picketd` processes on loopback with OIDC on (a test issuer whose key set is a
+//! file) and HTTP (`/metrics`, inspection) on every replica; the `picketctl` binary run as an
+//! operator would.
+//!
+//! `tests/support` starts plain clusters (insecure dev auth, which believes request metadata);
+//! this one is separate because with OIDC on, admin calls need bearer tokens and the leader is
+//! found through HTTP `/healthz` instead.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use picket_server::auth::dev::DevIssuer;
+use picket_server::dev::free_port;
+
+/// The test issuer's `iss` and the audience the cluster expects.
+pub const ISSUER: &str = "https://sso.journey.invalid/realms/ops";
+pub const AUDIENCE: &str = "picket";
+
+pub struct OidcCluster {
+    pub dir: tempfile::TempDir,
+    /// Mints tokens the cluster accepts (its key set is `dir/jwks.json`).
+    pub issuer: DevIssuer,
+    /// gRPC client endpoints, `http://127.0.0.1:port`, by replica index.
+    pub endpoints: Vec<String>,
+    /// HTTP endpoints (`/metrics`, `/healthz`, `/v1/...`), by replica index.
+    pub http: Vec<String>,
+    procs: Vec<Option<Child>>,
+}
+
+impl OidcCluster {
+    /// Writes the key set and three configuration files (free ports, fast elections, `[oidc]`
+    /// with the key set file, `http_listen`) and starts the processes.
+    pub fn start() -> OidcCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("picket-journey-")
+            .tempdir()
+            .unwrap();
+        let issuer = DevIssuer::generate(ISSUER, AUDIENCE).unwrap();
+        let jwks = dir.path().join("jwks.json");
+        issuer.write_jwks(&jwks).unwrap();
+        let ports: Vec<(u16, u16, u16)> = (0..3)
+            .map(|_| {
+                (
+                    free_port().unwrap(),
+                    free_port().unwrap(),
+                    free_port().unwrap(),
+                )
+            })
+            .collect();
+        let mut members = String::new();
+        for (i, (client, peer, _)) in ports.iter().enumerate() {
+            members.push_str(&format!(
+                "[[members]]\nid = {}\npeer_address = \"127.0.0.1:{peer}\"\nclient_address = \"127.0.0.1:{client}\"\n",
+                i + 1
+            ));
+        }
+        let mut cluster = OidcCluster {
+            endpoints: ports
+                .iter()
+                .map(|(client, _, _)| format!("http://127.0.0.1:{client}"))
+                .collect(),
+            http: ports
+                .iter()
+                .map(|(_, _, http)| format!("http://127.0.0.1:{http}"))
+                .collect(),
+            dir,
+            issuer,
+            procs: vec![None, None, None],
+        };
+        for (i, (_, _, http)) in ports.iter().enumerate() {
+            let text = format!(
+                "cluster_id = \"journey\"\nnode_id = {}\ndata_dir = \"node-{}\"\n\
+                 http_listen = \"127.0.0.1:{http}\"\n{members}\n\
+                 [oidc]\nissuer = {ISSUER:?}\naudiences = [{AUDIENCE:?}]\njwks_file = {jwks:?}\n\
+                 [timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n\
+                 [storage]\npreallocate_bytes = 0\n",
+                i + 1,
+                i + 1,
+            );
+            let path = cluster.dir.path().join(format!("node-{}.toml", i + 1));
+            std::fs::write(&path, text).unwrap();
+            cluster.spawn(i, &path);
+        }
+        cluster
+    }
+
+    fn spawn(&mut self, i: usize, config: &PathBuf) {
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("node-{}.log", i + 1))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .env(
+                "RUST_LOG",
+                std::env::var("PICKET_E2E_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.procs[i] = Some(child);
+    }
+
+    /// The replicas' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        (0..3)
+            .map(|i| {
+                let text =
+                    std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", i + 1)))
+                        .unwrap_or_default();
+                format!("--- node {} ---\n{text}", i + 1)
+            })
+            .collect()
+    }
+
+    /// A bearer token for `principal` with `roles`, valid for ten minutes.
+    pub fn token(&self, principal: &str, roles: &[&str]) -> String {
+        self.issuer.mint(principal, roles, Duration::from_secs(600))
+    }
+
+    /// The index of the replica whose `/healthz` says it is the leader, waiting up to `timeout`.
+    pub async fn leader(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            for (i, http) in self.http.iter().enumerate() {
+                if let Ok((200, body)) = get(&format!("{http}/healthz")).await {
+                    if body.contains("\"role\":\"leader\"") {
+                        return i;
+                    }
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader within {timeout:?}:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs `picketctl --json --endpoints <all> [--auth-token TOKEN] ARGS` and answers its exit
+    /// status and its stdout parsed as JSON (`Null` when it printed nothing).
+    pub async fn picketctl(&self, token: Option<&str>, args: &[&str]) -> Ctl {
+        let (code, stdout, stderr) = self.picketctl_run(token, true, args).await;
+        let json = stdout
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| {
+                    panic!("picketctl {args:?} printed non-JSON ({e}): {stdout}")
+                })
+            })
+            .unwrap_or(serde_json::Value::Null);
+        Ctl { code, json, stderr }
+    }
+
+    /// Runs `picketctl` without `--json`, as a person reads it: the text it printed, after
+    /// checking it succeeded.
+    pub async fn picketctl_text(&self, token: Option<&str>, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.picketctl_run(token, false, args).await;
+        assert_eq!(code, 0, "picketctl {args:?} failed: {stdout}{stderr}");
+        stdout
+    }
+
+    async fn picketctl_run(
+        &self,
+        token: Option<&str>,
+        json: bool,
+        args: &[&str],
+    ) -> (i32, String, String) {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        if json {
+            command.arg("--json");
+        }
+        command
+            .arg("--endpoints")
+            .arg(self.endpoints.join(","))
+            .env_remove("PICKET_AUTH_TOKEN")
+            .env_remove("PICKET_PRINCIPAL")
+            .env_remove("PICKET_ROLES")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(token) = token {
+            command.arg("--auth-token").arg(token);
+        }
+        let output = command.args(args).output().await.unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+impl OidcCluster {
+    /// Starts a long-running `picketctl --json ... ARGS` (e.g. `watch`); its stdout lines,
+    /// parsed as JSON, arrive on the receiver. Killed when the returned child is dropped.
+    pub fn picketctl_stream(
+        &self,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> (
+        tokio::process::Child,
+        tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    ) {
+        use tokio::io::AsyncBufReadExt;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        command
+            .arg("--json")
+            .arg("--endpoints")
+            .arg(self.endpoints.join(","))
+            .env_remove("PICKET_AUTH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(token) = token {
+            command.arg("--auth-token").arg(token);
+        }
+        let mut child = command.args(args).spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("picketctl printed non-JSON ({e}): {line}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        (child, rx)
+    }
+}
+
+impl Drop for OidcCluster {
+    fn drop(&mut self) {
+        for child in self.procs.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One `picketctl` run.
+#[derive(Debug)]
+pub struct Ctl {
+    pub code: i32,
+    pub json: serde_json::Value,
+    pub stderr: String,
+}
+
+impl Ctl {
+    /// The JSON answer of a successful run.
+    #[track_caller]
+    pub fn ok(self) -> serde_json::Value {
+        assert_eq!(self.code, 0, "picketctl failed: {self:?}");
+        self.json
+    }
+
+    /// The `rule` of a refused run, after checking its exit status.
+    #[track_caller]
+    pub fn refused(self, code: i32) -> (String, String) {
+        assert_eq!(self.code, code, "picketctl exit status: {self:?}");
+        (
+            self.json["rule"].as_str().unwrap_or_default().to_owned(),
+            self.json["error"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+}
+
+/// `GET url`: status and body.
+pub async fn get(url: &str) -> Result<(u16, String), reqwest::Error> {
+    let response = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?
+        .get(url)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+/// The value of the sample of `metric` whose labels contain every one of `labels`.
+pub fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Polls `probe` every 50 ms until it answers `Some`, failing after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {timeout:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
