@@ -158,7 +158,10 @@ fn two_people_release_a_fenced_lock_and_its_revision_is_the_floor() {
         panic!("{requested:?}")
     };
     assert!(fenced);
-    assert!(safety.contains("token <= T will be refused"), "{safety}");
+    assert!(
+        safety.contains("refuse the old holder's writes (its token and any lower)"),
+        "{safety}"
+    );
     assert_eq!(expires_at, Instant::from_millis(1_000 + 600_000));
     let info =
         w.sm.inspect("orders", "pay/ledger", Instant::from_millis(1_000))

@@ -58,7 +58,7 @@ impl ClassSpec {
     /// The plain safety statement shown to both people of a force-release.
     pub fn safety_statement(fenced: bool) -> &'static str {
         if fenced {
-            "fenced lock: the old holder's writes with token <= T will be refused by the resource"
+            "fenced lock: the resource will refuse the old holder's writes (its token and any lower) once a later holder has written"
         } else {
             "advisory lock: the resource does not check tokens, so releasing may let two writers in"
         }
