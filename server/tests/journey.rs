@@ -411,7 +411,10 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     let requested = cluster.picketctl(Some(&alice), &request).await.ok();
     assert_eq!(requested["fenced"], true, "{requested}");
     assert!(
-        requested["safety"].as_str().unwrap().contains("refused"),
+        requested["safety"]
+            .as_str()
+            .unwrap()
+            .contains("refuse the old holder's writes"),
         "{requested}"
     );
     assert_eq!(
