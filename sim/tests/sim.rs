@@ -11,7 +11,7 @@
 use madsim::runtime::Runtime;
 use madsim::Config;
 use picket_sim::cluster::{run, Break, DriverKind, RunConfig, RunReport};
-use picket_sim::history::Checker;
+use picket_sim::history::{AckedOp, Checker};
 use picket_sim::plan::{PlanConfig, Scenario};
 
 fn run_seed(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
@@ -42,7 +42,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} writes={} finals={} faults=[{}] violations={} known={}",
+        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={} known={}",
         report.plan.scenario.name(),
         report.sim_ms,
         report.trace_hash,
@@ -52,6 +52,12 @@ fn summary(seed: u64, report: &RunReport) -> String {
         report.history.digests.len(),
         report.history.keepalives.len(),
         report.history.sessions_gone.len(),
+        report
+            .history
+            .acked
+            .iter()
+            .filter(|op| matches!(op, AckedOp::ForceRelease { .. }))
+            .count(),
         report.history.writes.len(),
         report.history.final_replicas.len(),
         mix.join(","),

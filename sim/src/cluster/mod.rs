@@ -32,7 +32,7 @@ use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
 use client::{client_main, probe, ClientCtx, CLIENT_PORT_USED};
 use replica::{replica_main, ReplicaCtx};
 use shared::{lock, Shared, SharedRef};
-use wire::{client_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
+use wire::{client_ip, operator_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
 
 /// How long after the heal the probe must be granted (checker 6).
 pub const LIVENESS_BOUND_MS: u64 = 20_000;
@@ -264,6 +264,15 @@ impl Cluster {
             clients.push(node);
         }
         if driver == DriverKind::Server {
+            let (operator_members, operator_shared) = (members.clone(), shared.clone());
+            handle
+                .create_node()
+                .name("operator")
+                .ip(operator_ip())
+                .init(move || {
+                    real::operator_main(operator_members.clone(), operator_shared.clone())
+                })
+                .build();
             for id in &members {
                 let (id, shared) = (*id, shared.clone());
                 handle

@@ -381,6 +381,85 @@ async fn run_session(
     }
 }
 
+/// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with the
+/// on-call role.
+fn operator_client(replicas: &[NodeId], principal: &str) -> Option<Client> {
+    let endpoints: Vec<String> = replicas.iter().map(|r| client_endpoint(*r)).collect();
+    let mut config = ClientConfig::new(endpoints, principal);
+    config.identity_pid = 0;
+    config.rpc_timeout = Duration::from_millis(1_000);
+    config.retry_budget = Duration::from_millis(3_000);
+    config.credentials.principal = Some(principal.to_string());
+    config.credentials.roles = Some("on-call".to_string());
+    Client::new(config).ok()
+}
+
+/// Force-releases in the workload: now and then one on-call operator (`alice`) inspects a key
+/// and requests a force-release of its holder's token, and a second (`bob`) approves it,
+/// acknowledging the class's fenced flag. The old holder is not told (its session stays): it
+/// may write again with its old token, which the fenced resource must refuse once a newer
+/// holder wrote. An acknowledged approval is checked by checker 4 like a release.
+pub async fn operator_main(replicas: Vec<NodeId>, shared: SharedRef) {
+    let (Some(alice), Some(bob)) = (
+        operator_client(&replicas, "alice"),
+        operator_client(&replicas, "bob"),
+    ) else {
+        return;
+    };
+    while !lock(&shared).clients_stop {
+        let pause = thread_rng().gen_range(1_500..4_000);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // The first key held, from a random one on.
+        let first = thread_rng().gen_range(0..KEYS);
+        for i in 0..KEYS {
+            let key = format!("k{}", (first + i) % KEYS);
+            if let Some(token) = force_release(&alice, &bob, &key).await {
+                let mut s = lock(&shared);
+                s.count("force-release");
+                s.trace(&format!("force-released {NAMESPACE}/{key} token {token}"));
+                s.history.acked.push(AckedOp::ForceRelease {
+                    key: format!("{NAMESPACE}/{key}"),
+                    token,
+                });
+                break;
+            }
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Request (alice) and approval (bob) of a force-release of `key`'s holder; the released token
+/// if the approval was acknowledged.
+async fn force_release(alice: &Client, bob: &Client, key: &str) -> Option<u64> {
+    let info = alice
+        .inspect(proto::InspectRequest {
+            namespace: NAMESPACE.to_string(),
+            key: key.to_string(),
+            allow_stale: false,
+        })
+        .await
+        .ok()?;
+    let holder = info.holder?;
+    let requested = alice
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: NAMESPACE.to_string(),
+            key: key.to_string(),
+            expected_token: holder.token,
+            reason: "simulated incident: holder stuck".to_string(),
+            revoke_session: false,
+        })
+        .await
+        .ok()?;
+    let approved = bob
+        .approve_force_release(proto::ApproveForceReleaseRequest {
+            force_release_id: requested.force_release_id,
+            acknowledged_fenced: requested.fenced,
+        })
+        .await
+        .ok()?;
+    Some(approved.released_token)
+}
+
 /// The liveness probe on the client library: a fresh session takes a fresh key.
 pub async fn real_probe(ctx: ClientCtx, key: String) -> u64 {
     let client = Client::new(library_config(&ctx)).expect("valid client configuration");
