@@ -263,16 +263,30 @@ impl Cluster {
                 .build();
             clients.push(node);
         }
+        let operator = ClientCtx {
+            id: 99,
+            addr: SocketAddr::new(operator_ip(), CLIENT_PORT_USED),
+            replicas: members.clone(),
+            clock: DriftClock { ppm: 0 },
+            drift_bound_ppm: plan.drift_bound_ppm,
+            ttl_ms: plan.session_ttl_ms,
+            shared: shared.clone(),
+        };
+        handle
+            .create_node()
+            .name("operator")
+            .ip(operator_ip())
+            .init(move || {
+                let ctx = operator.clone();
+                async move {
+                    match driver {
+                        DriverKind::SimLocal => client::operator_main(ctx).await,
+                        DriverKind::Server => real::operator_main(ctx.replicas, ctx.shared).await,
+                    }
+                }
+            })
+            .build();
         if driver == DriverKind::Server {
-            let (operator_members, operator_shared) = (members.clone(), shared.clone());
-            handle
-                .create_node()
-                .name("operator")
-                .ip(operator_ip())
-                .init(move || {
-                    real::operator_main(operator_members.clone(), operator_shared.clone())
-                })
-                .build();
             for id in &members {
                 let (id, shared) = (*id, shared.clone());
                 handle
