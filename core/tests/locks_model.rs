@@ -67,6 +67,7 @@ proptest! {
             }
             let restored = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
             prop_assert_eq!(&restored, &sm);
+            prop_assert_eq!(restored.digest(), sm.digest());
         }
     }
 }

@@ -28,7 +28,7 @@ use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
 use picket_core::time::Instant;
 use picket_net::status::{busy_status, not_leader_status, propose_error_status, LeaderHint};
 use picket_storage::Disk;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
 use crate::clock::Clock;
@@ -42,6 +42,8 @@ pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
 const INPUTS_PER_TURN_MAX: usize = 4_096;
 /// Events read per page when matching grants for held `Acquire` calls.
 const GRANT_SCAN_EVENTS: usize = 100_000;
+/// Digests queued for a subscriber of [`DriverHandle::subscribe_digests`] at most.
+const DIGESTS_QUEUED_MAX: usize = 1_024;
 /// How often the namespace series (longest hold, holds, waiters) and the session count are
 /// recomputed from the applied state.
 const STATS_EVERY_MS: u64 = 1_000;
@@ -149,6 +151,8 @@ pub struct DriverHandle {
     requests: mpsc::Sender<Request>,
     peer_in: mpsc::Sender<PeerInput>,
     applied: watch::Receiver<Revision>,
+    /// `(revision, state digest)` after applies, computed only while someone subscribes.
+    digests: broadcast::Sender<(Revision, u64)>,
     endpoints: Arc<BTreeMap<NodeId, String>>,
     pub id: NodeId,
     pub cluster_id: Arc<str>,
@@ -182,6 +186,13 @@ impl DriverHandle {
     /// The applied revision, updated by the driver (watchers wait on it).
     pub fn applied(&self) -> watch::Receiver<Revision> {
         self.applied.clone()
+    }
+
+    /// `(revision, LockStateMachine::digest)` after every apply while subscribed (the digest
+    /// costs O(state), so nothing is computed without a subscriber): replicas at the same
+    /// revision must agree. A slow subscriber misses values (`Lagged`), never slows the driver.
+    pub fn subscribe_digests(&self) -> broadcast::Receiver<(Revision, u64)> {
+        self.digests.subscribe()
     }
 
     /// The client endpoint of a member.
@@ -270,6 +281,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             requests: req_tx,
             peer_in: peer_tx,
             applied,
+            digests: broadcast::channel(DIGESTS_QUEUED_MAX).0,
             endpoints: Arc::new(parts.endpoints),
             id: parts.node.replica().id(),
             cluster_id: parts.cluster_id.into(),
@@ -673,6 +685,10 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         }
         self.grant_cursor = revision;
         self.applied_tx.send_replace(revision);
+        if self.handle.digests.receiver_count() > 0 {
+            let state = self.node.state();
+            let _ = self.handle.digests.send((state.revision(), state.digest()));
+        }
         self.report_paxos();
     }
 

@@ -388,3 +388,44 @@ fn a_replica_that_lost_its_disk_recovers_through_the_driver() {
     let s = h.session(leader);
     assert!(s.0 > 5);
 }
+
+#[test]
+fn the_digest_feed_reports_applied_revisions_and_replicas_agree_on_them() {
+    let mut h = harness(64);
+    let mut feeds: Vec<_> = h
+        .drivers
+        .iter()
+        .map(|d| d.handle().subscribe_digests())
+        .collect();
+    let leader = h.leader();
+    let session = h.session(leader);
+    let mut rx = h.propose(leader, acquire(session, 1, false), 0);
+    h.answer(&mut rx).unwrap();
+    h.settle(200);
+    let mut seen: Vec<BTreeMap<Revision, u64>> = vec![BTreeMap::new(); 3];
+    for (i, feed) in feeds.iter_mut().enumerate() {
+        while let Ok((revision, digest)) = feed.try_recv() {
+            seen[i].insert(revision, digest);
+        }
+    }
+    for (i, driver) in h.drivers.iter().enumerate() {
+        let state = driver.node().state();
+        assert!(
+            state.revision().0 >= 2,
+            "replica {i} at {}",
+            state.revision()
+        );
+        assert_eq!(
+            seen[i].get(&state.revision()),
+            Some(&state.digest()),
+            "replica {i}: the feed's last digest is its state's"
+        );
+    }
+    for (revision, digest) in &seen[leader] {
+        for (i, other) in seen.iter().enumerate() {
+            if let Some(theirs) = other.get(revision) {
+                assert_eq!(theirs, digest, "replica {i} at revision {revision}");
+            }
+        }
+    }
+}

@@ -229,6 +229,11 @@ impl proto::peer_server::Peer for PeerService {
                     .fetch_add(batch.dropped as u64, Ordering::Relaxed);
                 tracing::debug!(from = %batch.from, error = ?batch.first_error, "dropped malformed peer messages");
             }
+            #[cfg(madsim)]
+            let batch = PeerBatchIn {
+                messages: buggify::mangle(batch.messages),
+                ..batch
+            };
             for msg in batch.messages {
                 if !self.driver.peer_message(PeerInput {
                     from: batch.from,
@@ -242,5 +247,54 @@ impl proto::peer_server::Peer for PeerService {
             }
         }
         Ok(Response::new(summary))
+    }
+}
+
+/// **Simulation only** (`--cfg madsim`, compiled out of picketd): buggify points of the peer
+/// transport, drawn from the simulator's seeded RNG when the harness switches them on for a run
+/// (`docs/simulation.md`). madsim's gRPC streams never lose, duplicate or reorder a message,
+/// so this is where a seed gets lossy links: each received message is dropped with 1%
+/// probability or delivered twice with 2%, and 5% of batches arrive reversed. Paxos must shrug
+/// all of it off (it re-sends what matters).
+#[cfg(madsim)]
+pub mod buggify {
+    use std::cell::Cell;
+
+    use madsim::rand::Rng;
+
+    use crate::driver::NodeMessage;
+
+    thread_local! {
+        static ON: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Switches the peer buggify points for the run that starts now.
+    pub fn set(on: bool) {
+        ON.with(|on_now| on_now.set(on));
+    }
+
+    fn fire(probability: f64) -> bool {
+        ON.with(Cell::get) && madsim::rand::thread_rng().gen_bool(probability)
+    }
+
+    /// A received batch as a lossy, duplicating, reordering link would deliver it.
+    pub(crate) fn mangle(messages: Vec<NodeMessage>) -> Vec<NodeMessage> {
+        if !ON.with(Cell::get) {
+            return messages;
+        }
+        let mut out = Vec::with_capacity(messages.len());
+        for msg in messages {
+            if fire(0.01) {
+                continue;
+            }
+            if fire(0.02) {
+                out.push(msg.clone());
+            }
+            out.push(msg);
+        }
+        if fire(0.05) {
+            out.reverse();
+        }
+        out
     }
 }

@@ -63,6 +63,15 @@ pub struct KeepAliveAcked {
     pub ttl_ms: u64,
 }
 
+/// A replica seen taking over as leader. The takeover happened within `observed_within_ms`
+/// before `at_ms` (the server driver polls the role; the sim-local driver sees it at once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderSeen {
+    pub node: u64,
+    pub at_ms: u64,
+    pub observed_within_ms: u64,
+}
+
 /// A session that disappeared from a replica's state without its client closing it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionGone {
@@ -98,6 +107,7 @@ pub struct History {
     pub acked: Vec<AckedOp>,
     pub keepalives: Vec<KeepAliveAcked>,
     pub sessions_gone: Vec<SessionGone>,
+    pub leaders: Vec<LeaderSeen>,
     /// Sessions their clients closed (not expiries).
     pub sessions_closed: Vec<u64>,
     pub final_replicas: Vec<FinalReplica>,

@@ -11,7 +11,7 @@
 use madsim::runtime::Runtime;
 use madsim::Config;
 use picket_sim::cluster::{run, Break, DriverKind, RunConfig, RunReport};
-use picket_sim::history::Checker;
+use picket_sim::history::{AckedOp, Checker};
 use picket_sim::plan::{PlanConfig, Scenario};
 
 fn run_seed(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
@@ -42,7 +42,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} writes={} finals={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={} known={}",
         report.plan.scenario.name(),
         report.sim_ms,
         report.trace_hash,
@@ -51,10 +51,18 @@ fn summary(seed: u64, report: &RunReport) -> String {
         report.history.grants.len(),
         report.history.digests.len(),
         report.history.keepalives.len(),
+        report.history.sessions_gone.len(),
+        report
+            .history
+            .acked
+            .iter()
+            .filter(|op| matches!(op, AckedOp::ForceRelease { .. }))
+            .count(),
         report.history.writes.len(),
         report.history.final_replicas.len(),
         mix.join(","),
-        report.violations.len()
+        report.violations.len(),
+        report.known.len()
     )
 }
 
@@ -84,6 +92,18 @@ fn seed_run() {
     for v in &report.violations {
         println!("VIOLATION {v}");
     }
+    for v in &report.known {
+        println!("KNOWN {v}");
+    }
+    // `PICKET_SIM_STRICT=1`: the known open bug counts as a violation too.
+    let strict = std::env::var_os("PICKET_SIM_STRICT").is_some_and(|v| v == "1");
+    assert!(
+        !strict || report.known.is_empty(),
+        "seed {seed}: {} case(s) of the known issue (strict run); replay with: PICKET_SIM_STRICT=1 scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",
+        report.known.len(),
+        scenario.name(),
+        driver.name()
+    );
     assert!(
         report.violations.is_empty(),
         "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",
@@ -142,20 +162,12 @@ fn checkers_bite() {
         (Break::FastClock, Checker::SessionKept),
         (Break::NoHeal, Checker::Liveness),
     ];
-    // On the real server node and client library, the switches that live at the harness's
-    // edge (the resource's gate with clients writing after release; the nemesis).
-    let server_cases = [
-        (Break::GateBypass, Checker::Fencing),
-        (Break::NoHeal, Checker::Liveness),
-    ];
+    // Every switch on both drivers: the sim-local one and the real server node and client
+    // library.
     let all = cases
         .iter()
-        .map(|&(b, c)| (b, c, DriverKind::SimLocal))
-        .chain(
-            server_cases
-                .iter()
-                .map(|&(b, c)| (b, c, DriverKind::Server)),
-        );
+        .map(|&(b, c)| (b, c, DriverKind::Server))
+        .chain(cases.iter().map(|&(b, c)| (b, c, DriverKind::SimLocal)));
     for (broken, checker, driver) in all {
         let caught = (1..=SEEDS_MAX).find(|seed| {
             let report = run_seed_on(*seed, Scenario::Mixed, Some(broken), driver);

@@ -502,7 +502,11 @@ fn grant(
     time: Instant,
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
+    #[cfg(not(madsim))]
     let token = Token::at(revision);
+    // The simulation's deliberately broken build may wrap tokens (`node::fault_injection`).
+    #[cfg(madsim)]
+    let token = crate::node::fault_injection::grant_token(revision);
     set_insert(&mut state.holds, namespace, key);
     state.holds_and_waits += 1;
     emit(
@@ -525,7 +529,8 @@ fn grant(
         LockEntry {
             holder: hold,
             waiters: VecDeque::new(),
-            floor: revision,
+            // The token's revision: `revision` itself (but for the simulation's token fault).
+            floor: Revision(token.0),
         },
     )
 }

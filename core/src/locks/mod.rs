@@ -26,6 +26,7 @@ mod audit;
 mod class;
 mod command;
 mod config;
+mod digest;
 mod error;
 mod force_release;
 mod ids;

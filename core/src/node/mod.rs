@@ -54,6 +54,8 @@
 //! assert!(node.keepalive(now, picket_core::locks::SessionId(1)).is_err());
 //! ```
 
+#[cfg(madsim)]
+pub mod fault_injection;
 mod leases;
 mod query;
 
@@ -405,6 +407,9 @@ impl Node {
             return;
         };
         let id = self.replica.id();
+        // The simulation's deliberately broken build may apply at the local clock.
+        #[cfg(madsim)]
+        let stamp = fault_injection::apply_stamp(id, stamp, self.now);
         for entry in commands {
             let ended = ended_session(&entry.command);
             let outcome = self.sm.apply(stamp, entry.command);

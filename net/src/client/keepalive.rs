@@ -23,6 +23,19 @@ use crate::status::error_detail;
 /// Keepalives in flight on one stream (unanswered); more means the stream is stuck.
 pub(crate) const KEEPALIVES_IN_FLIGHT_MAX: usize = 4;
 
+/// A renewal of a session the server acknowledged: the session's creation, then every
+/// acknowledged keepalive (see [`crate::client::Session::keepalive_acks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepAliveAck {
+    pub session_id: u64,
+    /// When the request was sent (the client's deadline is `sent_at + ttl`).
+    pub sent_at: Instant,
+    /// When its answer arrived.
+    pub acked_at: Instant,
+    /// The TTL the server counts from its receipt of the request.
+    pub ttl: Duration,
+}
+
 /// What the session shares with its keepalive task.
 pub(crate) struct Liveness {
     /// `None` while alive; the first reason to be set wins and is final.
@@ -30,14 +43,18 @@ pub(crate) struct Liveness {
     /// `last acknowledged send + ttl`: never decreases.
     pub(crate) deadline: Mutex<Instant>,
     pub(crate) ttl: Duration,
+    /// The newest acknowledged renewal (a store without subscribers: no cost when unused).
+    pub(crate) acks: watch::Sender<KeepAliveAck>,
 }
 
 impl Liveness {
-    pub(crate) fn new(deadline: Instant, ttl: Duration) -> Liveness {
+    /// A session created by a request sent at `created.sent_at`.
+    pub(crate) fn new(created: KeepAliveAck) -> Liveness {
         Liveness {
             lost: watch::channel(None).0,
-            deadline: Mutex::new(deadline),
-            ttl,
+            deadline: Mutex::new(created.sent_at + created.ttl),
+            ttl: created.ttl,
+            acks: watch::channel(created).0,
         }
     }
 
@@ -66,12 +83,20 @@ impl Liveness {
         self.lost_reason().is_none() && Instant::now() < self.deadline()
     }
 
-    fn extend(&self, sent_at: Instant, ttl: Duration) {
-        let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-        let candidate = sent_at + ttl;
-        if candidate > *deadline {
-            *deadline = candidate;
+    fn extend(&self, session_id: u64, sent_at: Instant, ttl: Duration) {
+        {
+            let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            let candidate = sent_at + ttl;
+            if candidate > *deadline {
+                *deadline = candidate;
+            }
         }
+        self.acks.send_replace(KeepAliveAck {
+            session_id,
+            sent_at,
+            acked_at: Instant::now(),
+            ttl,
+        });
     }
 
     fn expired_ttl_ms(&self) -> LostReason {
@@ -198,7 +223,8 @@ async fn run_stream(
                         }
                         in_flight.pop_front();
                         if sent_seq == answer.seq {
-                            liveness.extend(sent_at, Duration::from_millis(answer.ttl_ms));
+                            let ttl = Duration::from_millis(answer.ttl_ms);
+                            liveness.extend(session_id, sent_at, ttl);
                         }
                     }
                 }

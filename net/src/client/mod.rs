@@ -50,6 +50,7 @@ pub use cluster::{
 };
 pub use error::{ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION};
 pub use guard::LockGuard;
+pub use keepalive::KeepAliveAck;
 pub use session::{Closed, Session};
 
 /// A handle on a Picket cluster. Cheap to clone; sessions created from it share its routing.

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::cluster::{millis, Cluster};
 use super::error::{ClientError, LostReason, REQUEST_TOO_OLD};
 use super::guard::LockGuard;
-use super::keepalive::{self, Liveness};
+use super::keepalive::{self, KeepAliveAck, Liveness};
 use crate::proto::{self, acquire_reply, lock_client::LockClient};
 
 /// What a session's handles share.
@@ -186,7 +186,12 @@ impl Session {
             });
         }
         let ttl = Duration::from_millis(response.ttl_ms);
-        let liveness = Arc::new(Liveness::new(sent_at + ttl, ttl));
+        let liveness = Arc::new(Liveness::new(KeepAliveAck {
+            session_id: response.session_id,
+            sent_at,
+            acked_at: tokio::time::Instant::now(),
+            ttl,
+        }));
         tokio::spawn(keepalive::run(
             cluster.clone(),
             response.session_id,
@@ -224,6 +229,14 @@ impl Session {
     /// The loss signal as a watch channel (`None` while alive), for `select!` loops.
     pub fn lost_signal(&self) -> watch::Receiver<Option<LostReason>> {
         self.inner.liveness.lost.subscribe()
+    }
+
+    /// The newest acknowledged renewal of this session (its creation, then each acknowledged
+    /// keepalive) with the time its request was sent and the time the answer arrived: for
+    /// "last renewed" metrics, or to see how close the session runs to its deadline
+    /// (`sent_at + ttl`). A watch: a slow reader sees the newest value, never a backlog.
+    pub fn keepalive_acks(&self) -> watch::Receiver<KeepAliveAck> {
+        self.inner.liveness.acks.subscribe()
     }
 
     /// The next request id of this session (non-zero, strictly increasing). Exposed for tools

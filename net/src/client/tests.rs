@@ -199,6 +199,55 @@ async fn a_keepalive_outage_loses_the_lock_at_send_time_plus_ttl_before_the_serv
     assert!(!guard.is_held());
 }
 
+/// Paused time: `keepalive_acks` starts at the creation, then follows every acknowledged
+/// keepalive with its send time (answered 200 ms later), and the lease ends at the last
+/// acknowledged send time + ttl.
+#[tokio::test(start_paused = true)]
+async fn keepalive_acks_report_each_acknowledged_renewal_with_its_send_time() {
+    let (state, endpoints, factory) = fake::start_in_memory(0);
+    state.lock().unwrap().keepalive_answer_delay = Duration::from_millis(200);
+    let client = Client::with_channels(config(&endpoints), factory).unwrap();
+    let before = Instant::now();
+    let session = client.create_session().await.unwrap();
+    let mut acks = session.keepalive_acks();
+    let created = *acks.borrow_and_update();
+    assert_eq!(created.session_id, session.id());
+    assert!(created.sent_at >= before && created.acked_at >= created.sent_at);
+    assert_eq!(created.ttl, session.ttl());
+
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        acks.changed().await.unwrap();
+        seen.push(*acks.borrow_and_update());
+    }
+    for pair in seen.windows(2) {
+        assert!(pair[1].sent_at > pair[0].sent_at, "{seen:?}");
+    }
+    for ack in &seen {
+        assert_eq!(
+            ack.acked_at - ack.sent_at,
+            Duration::from_millis(200),
+            "{ack:?}"
+        );
+        assert_eq!(ack.ttl, Duration::from_millis(3_000));
+    }
+    let answered = state.lock().unwrap().keepalives_answered.len();
+    assert!(answered >= 3, "{answered} keepalives answered");
+
+    state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Silent);
+    session.lost().await;
+    let (lost_at, last) = (Instant::now(), *acks.borrow());
+    let deadline = last.sent_at + last.ttl;
+    assert!(
+        lost_at >= deadline,
+        "lost at {lost_at:?}, before {deadline:?}"
+    );
+    assert!(
+        lost_at - deadline < Duration::from_millis(50),
+        "lost late: {lost_at:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_fencing_gate_refuses_a_superseded_holders_token() {
     let (_state, endpoints) = fake::start(1, 0).await;

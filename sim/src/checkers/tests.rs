@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::history::{
-    DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, SessionGone, WriteAccepted,
+    DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, SessionGone, WriteAccepted,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -89,6 +89,7 @@ fn good() -> History {
             node: 1,
         }],
         sessions_closed: vec![],
+        leaders: vec![],
         final_replicas: vec![FinalReplica {
             node: 1,
             revision: 9,
@@ -201,6 +202,39 @@ fn session_kept_catches_an_early_expiry() {
     // Closed by its client: not an expiry.
     h.sessions_closed.push(1);
     assert_eq!(session_kept(&h), Vec::new());
+}
+
+#[test]
+fn session_kept_sets_apart_a_keepalive_a_deposed_leader_acknowledged() {
+    let mut h = good();
+    h.sessions_gone[0].at_ms = 2_900;
+    // A new leader took over (seen within 50 ms) at 900..950 ms: before the keepalive was
+    // sent, and the expiry at 2_900 honours its grace (900 + 1_980): the known issue.
+    h.leaders.push(LeaderSeen {
+        node: 2,
+        at_ms: 950,
+        observed_within_ms: 50,
+    });
+    assert_eq!(session_kept(&h), Vec::new());
+    let known = session_kept_deposed_leader(&h);
+    assert_eq!(known.len(), 1);
+    assert!(
+        known[0].detail.contains("deposed leader"),
+        "{}",
+        known[0].detail
+    );
+    // An expiry before the new leader's own grace is a real violation.
+    h.sessions_gone[0].at_ms = 2_000;
+    assert_eq!(session_kept(&h).len(), 1);
+    assert_eq!(session_kept_deposed_leader(&h), Vec::new());
+    // So is one long after the takeover's grace (the new leader did extend the session).
+    h.sessions_gone[0].at_ms = 2_900;
+    h.leaders[0].at_ms = 300;
+    assert_eq!(session_kept(&h).len(), 1);
+    // And one where the keepalive was sent before the takeover.
+    h.leaders[0].at_ms = 1_100;
+    h.leaders[0].observed_within_ms = 0;
+    assert_eq!(session_kept(&h).len(), 1);
 }
 
 #[test]

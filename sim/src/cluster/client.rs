@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use madsim::net::Endpoint;
 use madsim::rand::{thread_rng, Rng};
-use picket_core::locks::{AcquireReply, Command, Identity, Outcome, Reply, RequestId, SessionId};
+use picket_core::locks::{
+    AcquireReply, Actor, Command, Identity, Outcome, Reply, RequestId, Role, SessionId, Token,
+};
 use picket_core::node::KeepAliveError;
 use picket_core::paxos::NodeId;
 
@@ -312,6 +314,82 @@ pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: 
     let sent = tokio::time::timeout(Duration::from_millis(500), client.write(request)).await;
     if !matches!(sent, Ok(Ok(_))) {
         *resource = None;
+    }
+}
+
+/// Force-releases in the sim-local workload (the server driver's operator does the same through
+/// the admin API): every 1.5-4 s, for the newest acknowledged grant not yet released, `alice`
+/// (on-call) requests a force-release of that token and `bob` (on-call) approves it. The holder is
+/// not told; a request for a token no longer held is refused and changes nothing.
+pub async fn operator_main(ctx: ClientCtx) {
+    let ep = Endpoint::bind(ctx.addr)
+        .await
+        .expect("bind the operator's address");
+    let conn = Conn {
+        target: AtomicUsize::new(0),
+        ctx,
+        ep,
+        ids: AtomicU64::new(1),
+    };
+    while !lock(&conn.ctx.shared).clients_stop {
+        let pause = thread_rng().gen_range(1_500..4_000);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let Some((key, token)) = newest_unreleased_grant(&conn.ctx.shared) else {
+            continue;
+        };
+        if let Some(released) = force_release(&conn, &key, token).await {
+            let mut s = lock(&conn.ctx.shared);
+            s.count("force-release");
+            s.trace(&format!("force-released {key} token {released}"));
+            s.history.acked.push(AckedOp::ForceRelease {
+                key,
+                token: released,
+            });
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// The newest acknowledged grant (`namespace/key`, token) with no acknowledged release or
+/// force-release of its token.
+fn newest_unreleased_grant(shared: &SharedRef) -> Option<(String, u64)> {
+    let s = lock(shared);
+    let ended = |key: &str, token: u64| {
+        s.history.acked.iter().any(|op| match op {
+            AckedOp::Release { key: k, token: t } | AckedOp::ForceRelease { key: k, token: t } => {
+                k == key && *t == token
+            }
+            AckedOp::Grant { .. } => false,
+        })
+    };
+    s.history.acked.iter().rev().find_map(|op| match op {
+        AckedOp::Grant { key, token, .. } if !ended(key, *token) => Some((key.clone(), *token)),
+        _ => None,
+    })
+}
+
+async fn force_release(conn: &Conn, key: &str, token: u64) -> Option<u64> {
+    let (namespace, key) = key.split_once('/')?;
+    let request = Command::RequestForceRelease {
+        actor: Actor::new("alice", &[Role::OnCall]),
+        namespace: namespace.to_string(),
+        key: key.to_string(),
+        expected_token: Token(token),
+        reason: "simulated incident: holder stuck".to_string(),
+        revoke_session: false,
+    };
+    let Ok(Reply::ForceReleaseRequested { id, fenced, .. }) = conn.propose(request, 5).await?
+    else {
+        return None;
+    };
+    let approve = Command::ApproveForceRelease {
+        actor: Actor::new("bob", &[Role::OnCall]),
+        id,
+        acknowledged_fenced: fenced,
+    };
+    match conn.propose(approve, 5).await? {
+        Ok(Reply::ForceReleaseApproved { released_token, .. }) => Some(released_token.0),
+        _ => None,
     }
 }
 

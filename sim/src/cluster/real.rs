@@ -1,28 +1,43 @@
 //! Phase 2: the **real** node — `picket_server::server::start` (the driver, its durable store,
 //! the gRPC `Lock`/`Admin`/`Peer` services) on the harness's `SimDisk` and a drifting clock —
 //! and clients built on the **real client library** (`picket_net::client`). Observation goes
-//! through the public API: a watcher per replica follows that replica's lock log (checkers 1,
-//! 2 and 4), the driver's status gives the applied revision and the leader.
+//! through the public API and two small hooks of the real code:
 //!
-//! Not observable this way (yet): the state digest per revision (checker 3 needs a driver hook)
-//! and acknowledged keepalives (checker 5: the client library keeps them inside its session
-//! task); both checkers pass vacuously on these runs.
+//! - a watcher per replica follows that replica's lock log (checkers 1, 2 and 4), the driver's
+//!   status gives the applied revision and the leader;
+//! - the driver's digest feed (`DriverHandle::subscribe_digests`: the real state's
+//!   `LockStateMachine::digest` after every apply) gives each replica's digest per revision
+//!   (checker 3); after each, a stale `Sessions` read through the driver shows the sessions
+//!   that disappeared (checker 5);
+//! - the client library's `Session::keepalive_acks` gives every acknowledged renewal with its
+//!   send time (checker 5).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
+use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::client::{Client, ClientConfig, Session};
+use picket_net::client::{Client, ClientConfig, KeepAliveAck, Session};
 use picket_net::proto;
+use picket_server::driver::{DriverHandle, Request};
+use picket_storage::Disk;
+use tokio::sync::{broadcast, watch};
 
 use super::client::{ClientCtx, KEYS, NAMESPACE};
+use super::lying_disk::NoSyncDisk;
 use super::replica::ReplicaCtx;
-use super::shared::{lock, BootEvents, SharedRef};
+use super::shared::{lock, BootEvents, Break, SharedRef};
 use super::wire::{replica_ip, REPLICA_PORT};
 use crate::clock::DriftClock;
-use crate::history::{AckedOp, FinalKind, GrantSeen};
+use crate::history::{
+    AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, SessionGone,
+};
+
+/// How often a replica's status (role, applied revision) is read.
+const STATUS_POLL_MS: u64 = 50;
 
 /// Peer port of a real replica (clients use `REPLICA_PORT`).
 pub const PEER_PORT: u16 = 7001;
@@ -81,22 +96,46 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
     };
     let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms))
         .expect("the simulated replica's configuration is valid");
-    let start = lock(&ctx.shared).start;
+    let (start, broken) = {
+        let s = lock(&ctx.shared);
+        (s.start, s.broken)
+    };
     let clock = Arc::new(SimClock {
         drift: ctx.clock,
         start,
     });
-    let running = match picket_server::server::start(&config, ctx.disk.clone(), clock).await {
+    if broken == Some(Break::AckBeforeSync) {
+        serve_replica(&ctx, boot, &config, NoSyncDisk(ctx.disk.clone()), clock).await;
+    } else {
+        serve_replica(&ctx, boot, &config, ctx.disk.clone(), clock).await;
+    }
+}
+
+/// Starts the server's node on `disk` and reports its status until the driver stops.
+async fn serve_replica<D: Disk + Clone + 'static>(
+    ctx: &ReplicaCtx,
+    boot: u64,
+    config: &picket_server::config::Config,
+    disk: D,
+    clock: Arc<SimClock>,
+) {
+    let running = match picket_server::server::start(config, disk, clock).await {
         Ok(running) => running,
         Err(error) => {
-            super::replica::wedge(&ctx, &format!("start failed (boot {boot}): {error}")).await;
+            super::replica::wedge(ctx, &format!("start failed (boot {boot}): {error}")).await;
             return;
         }
     };
+    tokio::spawn(observe_applied(
+        ctx.id,
+        boot,
+        running.handle.clone(),
+        ctx.shared.clone(),
+    ));
     let mut role = None;
     loop {
         if running.driver_finished() {
-            super::replica::wedge(&ctx, "driver stopped (store failure)").await;
+            super::replica::wedge(ctx, "driver stopped (store failure)").await;
         }
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
@@ -107,10 +146,94 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
                 if status.role == RoleKind::Leader {
                     s.leader = Some(ctx.id);
                     s.count("leader-elected");
+                    let at_ms = s.now_ms();
+                    s.history.leaders.push(LeaderSeen {
+                        node: ctx.id.0,
+                        at_ms,
+                        observed_within_ms: STATUS_POLL_MS,
+                    });
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+    }
+}
+
+/// Follows the driver's digest feed of one boot of a replica: a digest per applied revision
+/// (checker 3), then the sessions that disappeared since the last look (checker 5).
+async fn observe_applied(node: NodeId, boot: u64, handle: DriverHandle, shared: SharedRef) {
+    let mut digests = handle.subscribe_digests();
+    let mut last = None;
+    let mut sessions: Option<BTreeSet<u64>> = None;
+    loop {
+        let (revision, digest) = match digests.recv().await {
+            Ok(applied) => applied,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                lock(&shared).count("digests-lagged");
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if last == Some(revision) {
+            continue;
+        }
+        last = Some(revision);
+        {
+            let mut s = lock(&shared);
+            s.history.digests.push(DigestSeen {
+                node: node.0,
+                boot,
+                revision: revision.0,
+                digest,
+            });
+            s.trace(&format!(
+                "real replica {} applied {} digest {digest:016x}",
+                node.0, revision.0
+            ));
+        }
+        let read = handle
+            .ask(|reply| Request::Read {
+                query: Query::Sessions,
+                stale: true,
+                reply,
+            })
+            .await;
+        let Ok(Ok((_, Answer::Sessions(list)))) = read else {
+            continue;
+        };
+        let alive: BTreeSet<u64> = list.iter().map(|info| info.id.0).collect();
+        if let Some(before) = &sessions {
+            let mut s = lock(&shared);
+            let at_ms = s.now_ms();
+            for gone in before.difference(&alive) {
+                s.history.sessions_gone.push(SessionGone {
+                    session: *gone,
+                    at_ms,
+                    node: node.0,
+                });
+            }
+        }
+        sessions = Some(alive);
+    }
+}
+
+/// Records every acknowledged renewal of a session (the real library's `keepalive_acks`) until
+/// the session ends.
+async fn record_acks(mut acks: watch::Receiver<KeepAliveAck>, shared: SharedRef) {
+    loop {
+        let ack = *acks.borrow_and_update();
+        {
+            let mut s = lock(&shared);
+            let sent_at_ms = ack.sent_at.saturating_duration_since(s.start).as_millis();
+            s.history.keepalives.push(KeepAliveAcked {
+                session: ack.session_id,
+                sent_at_ms: u64::try_from(sent_at_ms).unwrap_or(u64::MAX),
+                ttl_ms: u64::try_from(ack.ttl.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        if acks.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -173,6 +296,9 @@ fn record_event(s: &mut super::shared::Shared, node: NodeId, boot: u64, event: p
 fn library_config(ctx: &ClientCtx) -> ClientConfig {
     let endpoints: Vec<String> = ctx.replicas.iter().map(|r| client_endpoint(*r)).collect();
     let mut config = ClientConfig::new(endpoints, &format!("client-{}", ctx.id));
+    // The default is this process's id: it reaches the replicated state (the session's
+    // identity), so it would make the digests differ from one run of a seed to the next.
+    config.identity_pid = u32::try_from(ctx.id).unwrap_or(u32::MAX);
     config.session_ttl = Some(Duration::from_millis(ctx.ttl_ms));
     config.rpc_timeout = Duration::from_millis(1_000);
     config.retry_budget = Duration::from_millis(5_000);
@@ -186,7 +312,14 @@ pub async fn real_client_main(ctx: ClientCtx) {
     let mut resource = None;
     while !lock(&ctx.shared).clients_stop {
         match client.create_session().await {
-            Ok(session) => run_session(&ctx, &session, &mut resource).await,
+            Ok(session) => {
+                tokio::spawn(record_acks(session.keepalive_acks(), ctx.shared.clone()));
+                run_session(&ctx, &session, &mut resource).await;
+                // Dropping the last handle of a session not lost closes it (not an expiry).
+                if session.lost_signal().borrow().is_none() {
+                    lock(&ctx.shared).history.sessions_closed.push(session.id());
+                }
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
@@ -246,6 +379,85 @@ async fn run_session(
             });
         }
     }
+}
+
+/// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with the
+/// on-call role.
+fn operator_client(replicas: &[NodeId], principal: &str) -> Option<Client> {
+    let endpoints: Vec<String> = replicas.iter().map(|r| client_endpoint(*r)).collect();
+    let mut config = ClientConfig::new(endpoints, principal);
+    config.identity_pid = 0;
+    config.rpc_timeout = Duration::from_millis(1_000);
+    config.retry_budget = Duration::from_millis(3_000);
+    config.credentials.principal = Some(principal.to_string());
+    config.credentials.roles = Some("on-call".to_string());
+    Client::new(config).ok()
+}
+
+/// Force-releases in the workload: now and then one on-call operator (`alice`) inspects a key
+/// and requests a force-release of its holder's token, and a second (`bob`) approves it,
+/// acknowledging the class's fenced flag. The old holder is not told (its session stays): it
+/// may write again with its old token, which the fenced resource must refuse once a newer
+/// holder wrote. An acknowledged approval is checked by checker 4 like a release.
+pub async fn operator_main(replicas: Vec<NodeId>, shared: SharedRef) {
+    let (Some(alice), Some(bob)) = (
+        operator_client(&replicas, "alice"),
+        operator_client(&replicas, "bob"),
+    ) else {
+        return;
+    };
+    while !lock(&shared).clients_stop {
+        let pause = thread_rng().gen_range(1_500..4_000);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // The first key held, from a random one on.
+        let first = thread_rng().gen_range(0..KEYS);
+        for i in 0..KEYS {
+            let key = format!("k{}", (first + i) % KEYS);
+            if let Some(token) = force_release(&alice, &bob, &key).await {
+                let mut s = lock(&shared);
+                s.count("force-release");
+                s.trace(&format!("force-released {NAMESPACE}/{key} token {token}"));
+                s.history.acked.push(AckedOp::ForceRelease {
+                    key: format!("{NAMESPACE}/{key}"),
+                    token,
+                });
+                break;
+            }
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Request (alice) and approval (bob) of a force-release of `key`'s holder; the released token
+/// if the approval was acknowledged.
+async fn force_release(alice: &Client, bob: &Client, key: &str) -> Option<u64> {
+    let info = alice
+        .inspect(proto::InspectRequest {
+            namespace: NAMESPACE.to_string(),
+            key: key.to_string(),
+            allow_stale: false,
+        })
+        .await
+        .ok()?;
+    let holder = info.holder?;
+    let requested = alice
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: NAMESPACE.to_string(),
+            key: key.to_string(),
+            expected_token: holder.token,
+            reason: "simulated incident: holder stuck".to_string(),
+            revoke_session: false,
+        })
+        .await
+        .ok()?;
+    let approved = bob
+        .approve_force_release(proto::ApproveForceReleaseRequest {
+            force_release_id: requested.force_release_id,
+            acknowledged_fenced: requested.fenced,
+        })
+        .await
+        .ok()?;
+    Some(approved.released_token)
 }
 
 /// The liveness probe on the client library: a fresh session takes a fresh key.

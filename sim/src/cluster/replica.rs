@@ -17,7 +17,7 @@ use picket_storage::SimDisk;
 use super::shared::{buggify, lock, BootEvents, Break, SharedRef};
 use super::wire::{replica_addr, Inbound, Request, Response, TAG_INBOUND};
 use crate::clock::DriftClock;
-use crate::history::{DigestSeen, FinalKind, Fnv, GrantSeen, SessionGone};
+use crate::history::{DigestSeen, FinalKind, GrantSeen, LeaderSeen, SessionGone};
 use crate::store::{PersistOp, Store};
 
 /// Messages received but not yet handled, at most (more are dropped and counted).
@@ -320,6 +320,12 @@ impl Driver {
         if role == RoleKind::Leader {
             s.leader = Some(self.ctx.id);
             s.count("leader-elected");
+            let at_ms = s.now_ms();
+            s.history.leaders.push(LeaderSeen {
+                node: self.ctx.id.0,
+                at_ms,
+                observed_within_ms: 0,
+            });
         }
     }
 
@@ -334,24 +340,9 @@ impl Driver {
             return;
         }
         self.observed = Some(revision);
-        let snap = sm.snapshot();
-        let mut digest = Fnv::default();
-        digest.write(
-            format!(
-                "{:?}|{:?}|{:?}|{:?}|{:?}",
-                snap.revision, snap.time, snap.sessions, snap.locks, snap.force_releases
-            )
-            .as_bytes(),
-        );
+        // The core's own state digest (the server's digest feed computes the same).
+        let digest = sm.digest();
         let mut s = lock(&self.ctx.shared);
-        let broken = s.broken;
-        let mut digest = digest.0;
-        if broken == Some(Break::DigestMutation)
-            && self.ctx.id == NodeId(1)
-            && revision.0.is_multiple_of(5)
-        {
-            digest ^= 1;
-        }
         let node = self.ctx.id.0;
         let boot = self.boot;
         s.history.digests.push(DigestSeen {
@@ -385,10 +376,7 @@ impl Driver {
             let key = format!("{}/{}", event.namespace, event.key);
             let (kind, token) = match event.kind {
                 EventKind::Granted { session, token } => {
-                    let mut token = token.0;
-                    if broken == Some(Break::TokenReuse) && boot >= 2 {
-                        token = token.saturating_sub(boot * 3).max(1);
-                    }
+                    let token = token.0;
                     s.history.grants.push(GrantSeen {
                         node,
                         boot,

@@ -63,6 +63,11 @@ pub fn watcher_ip(node: NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 4, node.0 as u8))
 }
 
+/// The force-release operators' node (server driver).
+pub fn operator_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 5, 1))
+}
+
 pub fn probe_ip(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 3, n))
 }
