@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::{AckedOp, Checker, FinalKind, History, KeepAliveAcked, Violation};
+use crate::history::{AckedOp, Checker, FinalKind, History, Violation};
 
 fn violation(checker: Checker, detail: String) -> Violation {
     Violation { checker, detail }
@@ -188,53 +188,10 @@ pub fn no_acked_loss(history: &History) -> Vec<Violation> {
 /// Checker 5: A session kept alive within its TTL is never expired: no session disappears (other than
 /// by its client closing it) before `sent + ttl / (1 + drift bound)` of an acknowledged keepalive
 /// (the server's deadline runs from when it *received* the keepalive, after it was sent, on a
-/// clock no faster than the bound).
-///
-/// Leaves out the known open bug [`session_kept_deposed_leader`] reports.
+/// clock no faster than the bound). This includes a keepalive a deposed leader acknowledged
+/// before it noticed: the new leader's takeover grace must cover it (it found exactly that bug;
+/// docs/simulation.md, "Found by the checkers").
 pub fn session_kept(history: &History) -> Vec<Violation> {
-    session_kept_all(history).0
-}
-
-/// The **known open bug** of checker 5 (docs/simulation.md, "Known issue"): a keepalive sent
-/// *after* a new leader took over, acknowledged by the deposed leader (which has not noticed
-/// yet), and the session expired by the new leader at its takeover grace (`takeover + ttl`),
-/// before `sent + ttl / (1 + ρ)`. The client's lease outlives the server's. Reported apart (and
-/// as a violation under `PICKET_SIM_STRICT=1`) until keepalive acknowledgements are
-/// lease-checked in the core.
-pub fn session_kept_deposed_leader(history: &History) -> Vec<Violation> {
-    session_kept_all(history).1
-}
-
-/// How late after its takeover grace ran out a new leader's expiry may be applied and still
-/// count as "at the grace" (the proposal and its commit; the clocks' drift is added on top).
-const GRACE_EXPIRY_SLACK_MS: u64 = 250;
-
-/// Whether an early expiry has the deposed-leader signature: the newest takeover before the
-/// expiry could have been before the keepalive was sent, and the expiry came when that
-/// takeover's grace (`takeover + ttl`, on a clock within the drift bound) ran out, so the new
-/// leader never extended the session: it never received the keepalive.
-fn deposed_leader_ack(
-    history: &History,
-    ka: &KeepAliveAcked,
-    gone_at: u64,
-    protected: u64,
-) -> bool {
-    let Some(takeover) = history
-        .leaders
-        .iter()
-        .filter(|l| l.at_ms <= gone_at)
-        .max_by_key(|l| l.at_ms)
-    else {
-        return false;
-    };
-    let earliest = takeover.at_ms.saturating_sub(takeover.observed_within_ms);
-    let ttl_slow = ka.ttl_ms * (1_000_000 + history.drift_bound_ppm) / 1_000_000;
-    let grace_latest = takeover.at_ms + ttl_slow + GRACE_EXPIRY_SLACK_MS;
-    ka.sent_at_ms >= earliest && gone_at + 1 >= earliest + protected && gone_at <= grace_latest
-}
-
-/// (violations, known-issue cases) of checker 5.
-fn session_kept_all(history: &History) -> (Vec<Violation>, Vec<Violation>) {
     let closed: BTreeSet<u64> = history.sessions_closed.iter().copied().collect();
     let mut gone_first: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for gone in &history.sessions_gone {
@@ -245,7 +202,7 @@ fn session_kept_all(history: &History) -> (Vec<Violation>, Vec<Violation>) {
             *entry = (gone.at_ms, gone.node);
         }
     }
-    let (mut found, mut known) = (Vec::new(), Vec::new());
+    let mut found = Vec::new();
     for ka in &history.keepalives {
         if closed.contains(&ka.session) {
             continue;
@@ -256,26 +213,19 @@ fn session_kept_all(history: &History) -> (Vec<Violation>, Vec<Violation>) {
         let protected = ka.ttl_ms * 1_000_000 / (1_000_000 + history.drift_bound_ppm);
         // 1 ms: the clocks count whole milliseconds.
         if gone_at + 1 < ka.sent_at_ms + protected && gone_at >= ka.sent_at_ms {
-            let deposed = deposed_leader_ack(history, ka, gone_at, protected);
-            let v = violation(
+            found.push(violation(
                 Checker::SessionKept,
                 format!(
-                    "{}session {} expired on node {node} at {gone_at} ms, but a keepalive sent at {} ms was acknowledged (ttl {} ms, protected until {} ms)",
-                    if deposed { "(known issue: acknowledged by a deposed leader) " } else { "" },
+                    "session {} expired on node {node} at {gone_at} ms, but a keepalive sent at {} ms was acknowledged (ttl {} ms, protected until {} ms)",
                     ka.session,
                     ka.sent_at_ms,
                     ka.ttl_ms,
                     ka.sent_at_ms + protected
                 ),
-            );
-            if deposed {
-                known.push(v);
-            } else {
-                found.push(v);
-            }
+            ));
         }
     }
-    (found, known)
+    found
 }
 
 /// Checker 6: Liveness: after the nemesis healed, the probe acquire was granted within the bound.

@@ -42,7 +42,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={} known={}",
+        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.sim_ms,
         report.trace_hash,
@@ -61,8 +61,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         report.history.writes.len(),
         report.history.final_replicas.len(),
         mix.join(","),
-        report.violations.len(),
-        report.known.len()
+        report.violations.len()
     )
 }
 
@@ -92,18 +91,6 @@ fn seed_run() {
     for v in &report.violations {
         println!("VIOLATION {v}");
     }
-    for v in &report.known {
-        println!("KNOWN {v}");
-    }
-    // `PICKET_SIM_STRICT=1`: the known open bug counts as a violation too.
-    let strict = std::env::var_os("PICKET_SIM_STRICT").is_some_and(|v| v == "1");
-    assert!(
-        !strict || report.known.is_empty(),
-        "seed {seed}: {} case(s) of the known issue (strict run); replay with: PICKET_SIM_STRICT=1 scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",
-        report.known.len(),
-        scenario.name(),
-        driver.name()
-    );
     assert!(
         report.violations.is_empty(),
         "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",

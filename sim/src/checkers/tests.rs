@@ -205,35 +205,16 @@ fn session_kept_catches_an_early_expiry() {
 }
 
 #[test]
-fn session_kept_sets_apart_a_keepalive_a_deposed_leader_acknowledged() {
+fn session_kept_catches_an_expiry_at_a_takeover_grace_that_missed_a_keepalive() {
     let mut h = good();
+    // A new leader took over at 950 ms, before the keepalive was sent (a deposed leader
+    // acknowledged it), and expired the session at its grace without it: a violation.
     h.sessions_gone[0].at_ms = 2_900;
-    // A new leader took over (seen within 50 ms) at 900..950 ms: before the keepalive was
-    // sent, and the expiry at 2_900 honours its grace (900 + 1_980): the known issue.
     h.leaders.push(LeaderSeen {
         node: 2,
         at_ms: 950,
         observed_within_ms: 50,
     });
-    assert_eq!(session_kept(&h), Vec::new());
-    let known = session_kept_deposed_leader(&h);
-    assert_eq!(known.len(), 1);
-    assert!(
-        known[0].detail.contains("deposed leader"),
-        "{}",
-        known[0].detail
-    );
-    // An expiry before the new leader's own grace is a real violation.
-    h.sessions_gone[0].at_ms = 2_000;
-    assert_eq!(session_kept(&h).len(), 1);
-    assert_eq!(session_kept_deposed_leader(&h), Vec::new());
-    // So is one long after the takeover's grace (the new leader did extend the session).
-    h.sessions_gone[0].at_ms = 2_900;
-    h.leaders[0].at_ms = 300;
-    assert_eq!(session_kept(&h).len(), 1);
-    // And one where the keepalive was sent before the takeover.
-    h.leaders[0].at_ms = 1_100;
-    h.leaders[0].observed_within_ms = 0;
     assert_eq!(session_kept(&h).len(), 1);
 }
 
