@@ -227,9 +227,10 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     });
     let handle = driver.handle();
     let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
+    let auth = authenticator(config).await?;
     let api = Api::new(
         handle.clone(),
-        authenticator(config).await?,
+        auth.clone(),
         ServiceLimits {
             watch_streams_max: config.limits.watch_streams_max,
             keepalive_streams_max: config.limits.keepalive_streams_max,
@@ -268,7 +269,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     #[cfg(not(madsim))]
     let http_addr = match config.http_listen {
         Some(addr) => {
-            let (task, bound) = serve_http(addr, &handle, &metrics, shutdown_rx.clone()).await?;
+            let (task, bound) =
+                serve_http(addr, &handle, &metrics, auth, shutdown_rx.clone()).await?;
             tasks.push(task);
             Some(bound)
         }
@@ -360,6 +362,7 @@ async fn serve_http(
     addr: SocketAddr,
     handle: &DriverHandle,
     metrics: &Arc<Metrics>,
+    auth: Authenticator,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
     let what = "http";
@@ -373,7 +376,7 @@ async fn serve_http(
     let source = Arc::new(crate::inspect::DriverInspect {
         driver: handle.clone(),
     });
-    let router = crate::http::router(source, metrics.clone());
+    let router = crate::http::router_with_auth(source, metrics.clone(), auth);
     let task = tokio::spawn(async move {
         let stop = async move { stopped(&mut { shutdown }).await };
         if let Err(error) = crate::http::serve(listener, router, stop).await {

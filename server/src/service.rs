@@ -345,6 +345,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::InspectRequest>,
     ) -> Result<Response<proto::KeyInfo>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let q = InspectQuery::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::KeyInfo::from_answer(answer)?))
@@ -354,6 +355,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListHoldsRequest>,
     ) -> Result<Response<proto::ListHoldsResponse>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let q = ListHoldsQuery::try_from(request.into_inner())?;
         let (revision, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::ListHoldsResponse::from_answer(
@@ -365,6 +367,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::LongestHoldsRequest>,
     ) -> Result<Response<proto::LongestHoldsResponse>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let stale = request.into_inner().allow_stale;
         let (revision, answer) = self.0.read(Query::LongestHolds, stale).await?;
         Ok(Response::new(proto::LongestHoldsResponse::from_answer(
@@ -409,6 +412,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListClassesRequest>,
     ) -> Result<Response<proto::ListClassesResponse>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let q = ListClassesQuery::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::ListClassesResponse::from_answer(
@@ -468,6 +472,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListForceReleasesRequest>,
     ) -> Result<Response<proto::ListForceReleasesResponse>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let stale = request.into_inner().allow_stale;
         let (_, answer) = self.0.read(Query::ForceReleases, stale).await?;
         Ok(Response::new(
@@ -479,6 +484,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::QueryAuditRequest>,
     ) -> Result<Response<proto::QueryAuditResponse>, Status> {
+        self.0.auth.admit_reader(request.metadata()).await?;
         let q = AuditRead::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::QueryAuditResponse::from_answer(

@@ -202,11 +202,13 @@ async fn longest_hold_above_threshold(cluster: &OidcCluster, key: &str) -> (Stri
     .await
 }
 
-/// The HTTP inspection of `key` at the replica that answers it linearizably (the leader).
-async fn http_inspect(cluster: &OidcCluster, key: &str) -> Value {
+/// The HTTP inspection of `key` at the replica that answers it linearizably (the leader), as
+/// the holder of `token` (with OIDC on, inspection needs a valid bearer token).
+async fn http_inspect(cluster: &OidcCluster, key: &str, token: &str) -> Value {
     eventually(STEP, "a linearizable HTTP inspection", || async move {
         for http in &cluster.http {
-            if let Ok((200, body)) = get(&format!("{http}/v1/namespaces/{NS}/locks/{key}")).await {
+            let url = format!("{http}/v1/namespaces/{NS}/locks/{key}");
+            if let Ok((200, body)) = get_as(&url, Some(token)).await {
                 return Some(serde_json::from_str::<Value>(&body).unwrap());
             }
         }
@@ -346,7 +348,12 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         .picketctl(Some(&alice), &["inspect", NS, KEY])
         .await
         .ok();
-    let http = http_inspect(&cluster, KEY).await;
+    // Without a token the HTTP inspection is refused, as the gRPC admin reads are.
+    let url = format!("{}/v1/namespaces/{NS}/locks/{KEY}", cluster.http[0]);
+    let (status, body) = get(&url).await.unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("missing_token"), "{body}");
+    let http = http_inspect(&cluster, KEY, &viewer).await;
     for json in [&shown, &http] {
         assert_holder(json, &holder_session, old_token);
         assert_eq!(json["queue_depth"], 3, "{json}");
@@ -424,7 +431,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     let id = requested["force_release_id"].as_u64().unwrap().to_string();
     let approve = |ack: &'static str| ["force-release", "approve", id.as_str(), "--ack", ack];
     // The pending request shows in the inspection, for the second person to look at.
-    let pending = &http_inspect(&cluster, KEY).await["pending_force_releases"][0];
+    let pending = &http_inspect(&cluster, KEY, &viewer).await["pending_force_releases"][0];
     assert_eq!(pending["id"].to_string(), id, "{pending}");
     assert_eq!(pending["requester"], "alice", "{pending}");
     assert_eq!(pending["reason"], reason, "{pending}");

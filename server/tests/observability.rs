@@ -222,11 +222,16 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         .into_inner();
     assert_eq!(approved.released_token, t);
     assert!(keepalive(&at, s).await.unwrap().lost);
+    // Admin reads need a valid token too (any role).
+    let audit_request = proto::QueryAuditRequest {
+        namespace: Some(NS.into()),
+        ..Default::default()
+    };
+    let refused = client.query_audit(audit_request.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    assert_eq!(rule(&refused), "missing_token");
     let audit = client
-        .query_audit(proto::QueryAuditRequest {
-            namespace: Some(NS.into()),
-            ..Default::default()
-        })
+        .query_audit(bearer(audit_request, &bob))
         .await
         .unwrap()
         .into_inner();

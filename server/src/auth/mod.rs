@@ -132,6 +132,20 @@ impl Authenticator {
         }
     }
 
+    /// Admits an admin **read** (inspection, holds, classes, audit, pending force-releases):
+    /// with OIDC on, any caller with a valid bearer token (no role needed: who holds what is
+    /// not public, but every operator may see it); without OIDC, anyone (dev and unconfigured
+    /// clusters answer reads as before).
+    pub async fn admit_reader(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        match &self.mode {
+            Mode::Disabled | Mode::InsecureDev => Ok(()),
+            Mode::Oidc(verifier) => {
+                verifier.verify(bearer_token(metadata)?).await?;
+                Ok(())
+            }
+        }
+    }
+
     /// The actor of an admin call on `namespace` (`None` when the call names no namespace: only
     /// the caller's global roles count).
     pub async fn admin_actor(

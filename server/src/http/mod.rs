@@ -7,6 +7,9 @@
 //! | `GET /v1/namespaces/{ns}/holds` | [`json::HoldsJson`], oldest first; `?limit=` (default 1 000, at most 10 000), `?stale=true` |
 //! | `GET /healthz` | [`Health`]: 200 when ready, 503 otherwise |
 //!
+//! With OIDC on, the inspection routes need `Authorization: Bearer <token>` like the gRPC admin
+//! reads ([`router_with_auth`]); `/metrics` and `/healthz` are open.
+//!
 //! The data comes from an [`InspectSource`] (the server's node handle; tests use a fake). Errors
 //! are JSON ([`json::ErrorJson`]) with an HTTP status from the gRPC code; a non-leader's answer
 //! to a linearizable read is 503 with the `picket-leader` header. Shapes: docs/http.md.
@@ -17,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -25,6 +28,7 @@ use picket_core::locks::{HoldInfo, KeyInfo};
 use serde::{Deserialize, Serialize};
 use tonic::{Code, Status};
 
+use crate::auth::Authenticator;
 use crate::metrics::{self, Metrics};
 
 pub mod json;
@@ -78,16 +82,43 @@ pub struct Health {
 struct AppState {
     source: Arc<dyn InspectSource>,
     metrics: Arc<Metrics>,
+    auth: Authenticator,
 }
 
-/// The routes, ready for [`serve`] (or `axum::serve`).
+/// The routes, ready for [`serve`] (or `axum::serve`), with inspection open to anyone (as
+/// reads are without OIDC).
 pub fn router(source: Arc<dyn InspectSource>, metrics: Arc<Metrics>) -> Router {
+    router_with_auth(source, metrics, Authenticator::disabled())
+}
+
+/// The routes, with the inspection routes admitted as gRPC admin reads are
+/// ([`Authenticator::admit_reader`]: with OIDC on, `Authorization: Bearer <token>` is
+/// required). `/metrics` and `/healthz` stay open for scrapers and load balancers.
+pub fn router_with_auth(
+    source: Arc<dyn InspectSource>,
+    metrics: Arc<Metrics>,
+    auth: Authenticator,
+) -> Router {
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(get_health))
         .route("/v1/namespaces/{namespace}/locks/{*key}", get(get_lock))
         .route("/v1/namespaces/{namespace}/holds", get(get_holds))
-        .with_state(AppState { source, metrics })
+        .with_state(AppState {
+            source,
+            metrics,
+            auth,
+        })
+}
+
+/// Admits an inspection request by its headers, or answers the refusal.
+async fn admit(state: &AppState, headers: HeaderMap) -> Result<(), Response> {
+    let metadata = tonic::metadata::MetadataMap::from_headers(headers);
+    state
+        .auth
+        .admit_reader(&metadata)
+        .await
+        .map_err(|status| error_response(&status))
 }
 
 /// Serves `router` on `listener` until `shutdown` completes.
@@ -130,7 +161,11 @@ async fn get_lock(
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     Query(params): Query<ReadParams>,
+    headers: HeaderMap,
 ) -> Response {
+    if let Err(refused) = admit(&state, headers).await {
+        return refused;
+    }
     match state.source.inspect(namespace, key, params.stale).await {
         Ok(info) => Json(KeyInfoJson::new(&info, params.stale)).into_response(),
         Err(status) => error_response(&status),
@@ -141,7 +176,11 @@ async fn get_holds(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
     Query(params): Query<ReadParams>,
+    headers: HeaderMap,
 ) -> Response {
+    if let Err(refused) = admit(&state, headers).await {
+        return refused;
+    }
     let limit = match params.limit {
         None | Some(0) => HOLDS_LIMIT_DEFAULT,
         Some(n) if n <= HOLDS_LIMIT_MAX => n,

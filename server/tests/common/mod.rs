@@ -277,12 +277,19 @@ impl Ctl {
 
 /// `GET url`: status and body.
 pub async fn get(url: &str) -> Result<(u16, String), reqwest::Error> {
-    let response = reqwest::Client::builder()
+    get_as(url, None).await
+}
+
+/// `GET url` with `Authorization: Bearer <token>` when given: status and body.
+pub async fn get_as(url: &str, token: Option<&str>) -> Result<(u16, String), reqwest::Error> {
+    let mut request = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?
-        .get(url)
-        .send()
-        .await?;
+        .get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
     let status = response.status().as_u16();
     Ok((status, response.text().await?))
 }
