@@ -272,8 +272,13 @@ mod real {
         }
         println!();
         println!("  curl {}/metrics", cluster.http_endpoint(0));
+        let bearer = if oidc {
+            " -H \"Authorization: Bearer $TOKEN\""
+        } else {
+            ""
+        };
         println!(
-            "  curl {}/v1/namespaces/orders/locks/invoice/42",
+            "  curl{bearer} {}/v1/namespaces/orders/locks/invoice/42",
             cluster.http_endpoint(0)
         );
         println!();
