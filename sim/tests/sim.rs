@@ -1,10 +1,11 @@
 //! The simulation's entry points (only under `--cfg madsim`; `scripts/sim` drives them):
 //!
 //! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
-//!   `mixed`) on `PICKET_SIM_DRIVER` (`sim`, default, or `server`), optionally broken
+//!   `mixed`) on `PICKET_SIM_DRIVER` (`sim`, default, or `server`) with `PICKET_SIM_REPLICAS`
+//!   replicas (3, default, or 5), optionally broken
 //!   (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and
 //!   fails with the replay command if a checker found a violation;
-//! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
+//! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`, on both drivers;
 //! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
 #![cfg(madsim)]
 
@@ -13,10 +14,6 @@ use madsim::Config;
 use picket_sim::cluster::{run, Break, DriverKind, RunConfig, RunReport};
 use picket_sim::history::{AckedOp, Checker};
 use picket_sim::plan::{PlanConfig, Scenario};
-
-fn run_seed(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
-    run_seed_on(seed, scenario, broken, DriverKind::SimLocal)
-}
 
 fn run_seed_on(
     seed: u64,
@@ -29,7 +26,10 @@ fn run_seed_on(
         seed,
         scenario,
         broken,
-        plan: PlanConfig::default(),
+        plan: PlanConfig {
+            replicas: env_replicas(),
+            ..PlanConfig::default()
+        },
         driver,
     }))
 }
@@ -42,8 +42,9 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={}",
         report.plan.scenario.name(),
+        report.plan.replicas,
         report.sim_ms,
         report.trace_hash,
         report.trace_lines,
@@ -63,6 +64,20 @@ fn summary(seed: u64, report: &RunReport) -> String {
         mix.join(","),
         report.violations.len()
     )
+}
+
+/// `PICKET_SIM_REPLICAS`: 3 (default) or 5.
+fn env_replicas() -> usize {
+    match std::env::var("PICKET_SIM_REPLICAS")
+        .ok()
+        .filter(|r| !r.is_empty())
+    {
+        None => 3,
+        Some(r) => match r.parse() {
+            Ok(n @ (3 | 5)) => n,
+            _ => panic!("PICKET_SIM_REPLICAS must be 3 or 5, got `{r}`"),
+        },
+    }
 }
 
 fn env_scenario() -> Scenario {
@@ -93,10 +108,11 @@ fn seed_run() {
     }
     assert!(
         report.violations.is_empty(),
-        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --trace",
+        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --replicas {} --trace",
         report.violations.len(),
         scenario.name(),
-        driver.name()
+        driver.name(),
+        report.plan.replicas
     );
     // The run did something: grants acknowledged, writes accepted, the probe granted.
     assert!(
@@ -126,14 +142,18 @@ fn regression_seeds() {
             .next()
             .and_then(Scenario::parse)
             .unwrap_or(Scenario::Mixed);
-        let report = run_seed(seed, scenario, None);
-        println!("{}", summary(seed, &report));
-        assert!(
-            report.violations.is_empty(),
-            "regression seed {seed} ({}): {:?}",
-            scenario.name(),
-            report.violations
-        );
+        // Every regression seed on both drivers: a bug found on one may live in code both run.
+        for driver in [DriverKind::SimLocal, DriverKind::Server] {
+            let report = run_seed_on(seed, scenario, None, driver);
+            println!("{} driver={}", summary(seed, &report), driver.name());
+            assert!(
+                report.violations.is_empty(),
+                "regression seed {seed} ({}, driver {}): {:?}",
+                scenario.name(),
+                driver.name(),
+                report.violations
+            );
+        }
     }
 }
 
