@@ -173,8 +173,9 @@ impl Authenticator {
     }
 
     /// The principal recorded in a new session's identity: the verified token's principal if a
-    /// token was sent (a bad token is refused), else `unauthenticated` (lock clients may
-    /// authenticate with mTLS instead; the server then records the certificate's name).
+    /// token was sent (a bad token is refused), else `unauthenticated`. A client that
+    /// authenticated with a certificate (`require_client_cert`) is admitted by the TLS layer,
+    /// but its certificate's name is not recorded yet: its sessions say `unauthenticated`.
     pub async fn client_principal(&self, metadata: &MetadataMap) -> Result<String, Status> {
         match &self.mode {
             Mode::Disabled => Ok(UNAUTHENTICATED_PRINCIPAL.to_owned()),
