@@ -320,14 +320,28 @@ impl AdminService {
         Ok(Response::new(reply_as(reply)?))
     }
 
-    /// The actor approving or denying a force-release on `namespace`. An unknown request (no
-    /// namespace) is left to the state machine, which answers that it is unknown.
+    /// The actor of a mutation on namespace `ns` that needs one of `roles`.
+    async fn actor_on<T>(
+        &self,
+        request: &Request<T>,
+        ns: &str,
+        roles: &[Role],
+    ) -> Result<Actor, Status> {
+        self.0
+            .auth
+            .admin_actor_with_role(request.metadata(), Some(ns), roles)
+            .await
+    }
+
+    /// The actor approving or denying force-release request `id`, checked against the
+    /// request's namespace. An unknown request (no namespace) is left to the state machine,
+    /// which answers that it is unknown.
     async fn force_release_actor(
         &self,
         metadata: &tonic::metadata::MetadataMap,
-        namespace: Option<String>,
+        id: u64,
     ) -> Result<Actor, Status> {
-        match namespace {
+        match self.0.force_release_namespace(id).await? {
             Some(ns) => {
                 self.0
                     .auth
@@ -379,12 +393,8 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::PutClassRequest>,
     ) -> Result<Response<proto::PutClassResponse>, Status> {
-        let namespace = request.get_ref().namespace.clone();
-        let actor = self
-            .0
-            .auth
-            .admin_actor_with_role(request.metadata(), Some(&namespace), &[Role::ClassAdmin])
-            .await?;
+        let ns = &request.get_ref().namespace;
+        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -392,20 +402,9 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RemoveClassRequest>,
     ) -> Result<Response<proto::RemoveClassResponse>, Status> {
-        let namespace = request.get_ref().namespace.clone();
-        let actor = self
-            .0
-            .auth
-            .admin_actor_with_role(request.metadata(), Some(&namespace), &[Role::ClassAdmin])
-            .await?;
-        let command = request.into_inner().into_command(actor)?;
-        match self.0.propose(command, 0).await? {
-            (Reply::ClassRemoved, _) => Ok(Response::new(proto::RemoveClassResponse {})),
-            (other, _) => Err(Status::from(WrongReply {
-                expected: "ClassRemoved",
-                got: Box::new(other),
-            })),
-        }
+        let ns = &request.get_ref().namespace;
+        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
+        self.mutate(request.into_inner().into_command(actor)?).await
     }
 
     async fn list_classes(
@@ -424,12 +423,8 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RequestForceReleaseRequest>,
     ) -> Result<Response<proto::RequestForceReleaseResponse>, Status> {
-        let namespace = request.get_ref().namespace.clone();
-        let actor = self
-            .0
-            .auth
-            .admin_actor_with_role(request.metadata(), Some(&namespace), FORCE_RELEASE_ROLES)
-            .await?;
+        let ns = &request.get_ref().namespace;
+        let actor = self.actor_on(&request, ns, FORCE_RELEASE_ROLES).await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -437,13 +432,8 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ApproveForceReleaseRequest>,
     ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
-        let namespace = self
-            .0
-            .force_release_namespace(request.get_ref().force_release_id)
-            .await?;
-        let actor = self
-            .force_release_actor(request.metadata(), namespace)
-            .await?;
+        let id = request.get_ref().force_release_id;
+        let actor = self.force_release_actor(request.metadata(), id).await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -451,21 +441,9 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::DenyForceReleaseRequest>,
     ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
-        let namespace = self
-            .0
-            .force_release_namespace(request.get_ref().force_release_id)
-            .await?;
-        let actor = self
-            .force_release_actor(request.metadata(), namespace)
-            .await?;
-        let command = request.into_inner().into_command(actor)?;
-        match self.0.propose(command, 0).await? {
-            (Reply::ForceReleaseDenied, _) => Ok(Response::new(proto::DenyForceReleaseResponse {})),
-            (other, _) => Err(Status::from(WrongReply {
-                expected: "ForceReleaseDenied",
-                got: Box::new(other),
-            })),
-        }
+        let id = request.get_ref().force_release_id;
+        let actor = self.force_release_actor(request.metadata(), id).await?;
+        self.mutate(request.into_inner().into_command(actor)?).await
     }
 
     async fn list_force_releases(

@@ -466,6 +466,26 @@ impl TryFrom<Reply> for proto::PutClassResponse {
     }
 }
 
+impl TryFrom<Reply> for proto::RemoveClassResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::ClassRemoved => Ok(proto::RemoveClassResponse {}),
+            other => Err(wrong("ClassRemoved", other)),
+        }
+    }
+}
+
+impl TryFrom<Reply> for proto::DenyForceReleaseResponse {
+    type Error = WrongReply;
+    fn try_from(v: Reply) -> Result<Self, WrongReply> {
+        match v {
+            Reply::ForceReleaseDenied => Ok(proto::DenyForceReleaseResponse {}),
+            other => Err(wrong("ForceReleaseDenied", other)),
+        }
+    }
+}
+
 impl TryFrom<Reply> for proto::RequestForceReleaseResponse {
     type Error = WrongReply;
     fn try_from(v: Reply) -> Result<Self, WrongReply> {
