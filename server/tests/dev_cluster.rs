@@ -8,7 +8,6 @@ mod support;
 use std::time::Duration;
 
 use picket_net::proto;
-use picket_server::dev::DevCluster;
 use support::*;
 use tonic::Code;
 
@@ -27,12 +26,7 @@ fn with_actor<T>(message: T, principal: &str, roles: &str) -> tonic::Request<T> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_streams_the_lock_log_and_resumes() {
-    let cluster = DevCluster::start().await.unwrap();
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let at = cluster.client_endpoint(leader);
+    let (cluster, leader, at) = dev_cluster_with_leader().await;
     let s = create_session(&at, "svc", 10_000).await;
     let t = granted(&acquire(&at, s, 1, NS, "a/1", 0).await.unwrap()).unwrap();
     // Watch from a follower (served from its applied state), prefix "a/".
@@ -77,12 +71,7 @@ async fn watch_streams_the_lock_log_and_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_needs_two_people_and_raises_the_floor() {
-    let cluster = DevCluster::start().await.unwrap();
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let at = cluster.client_endpoint(leader);
+    let (cluster, _, at) = dev_cluster_with_leader().await;
     let s = create_session(&at, "stuck", 10_000).await;
     let t = granted(&acquire(&at, s, 1, NS, "ledger", 0).await.unwrap()).unwrap();
     let mut admin_client = admin(&at).await.unwrap();
@@ -145,13 +134,8 @@ async fn force_release_needs_two_people_and_raises_the_floor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_stops_and_restarts_from_its_data() {
-    let mut cluster = DevCluster::start().await.unwrap();
+    let (mut cluster, leader, at) = dev_cluster_with_leader().await;
     assert_eq!(cluster.client_endpoints().len(), 3);
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let at = cluster.client_endpoint(leader);
     let s = create_session(&at, "svc", 10_000).await;
     let t = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
     let boot_before = cluster.node(leader).unwrap().boot;
@@ -173,11 +157,7 @@ async fn a_member_stops_and_restarts_from_its_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages() {
-    let cluster = DevCluster::start().await.unwrap();
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
+    let (cluster, leader, _) = dev_cluster_with_leader().await;
     let peer = format!("http://{}", cluster.config(0).me().peer_address);
     let send = |batch: proto::PeerBatch| {
         let peer = peer.clone();
@@ -218,12 +198,7 @@ async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
-    let cluster = DevCluster::start().await.unwrap();
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let at = cluster.client_endpoint(leader);
+    let (cluster, _, at) = dev_cluster_with_leader().await;
     let quiet = create_session(&at, "quiet", 1_000).await;
     let live = create_session(&at, "live", 10_000).await;
     let t1 = granted(&acquire(&at, quiet, 1, NS, "k", 0).await.unwrap()).unwrap();

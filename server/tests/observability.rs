@@ -36,12 +36,7 @@ fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
-    let cluster = DevCluster::start().await.unwrap();
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let at = cluster.client_endpoint(leader);
+    let (cluster, leader, at) = dev_cluster_with_leader().await;
     let holder = create_session(&at, "billing-worker", 10_000).await;
     let token = granted(&acquire(&at, holder, 1, NS, KEY, 0).await.unwrap()).unwrap();
     let waiter = create_session(&at, "waiter", 10_000).await;

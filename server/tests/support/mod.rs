@@ -9,7 +9,7 @@ use std::time::Duration;
 use picket_net::proto;
 use picket_net::proto::admin_client::AdminClient;
 use picket_net::proto::lock_client::LockClient;
-use picket_server::dev::free_port;
+use picket_server::dev::{free_port, DevCluster};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -181,6 +181,18 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// An in-process dev cluster (`DevCluster::start`) with a leader elected: the cluster, the
+/// leader's index and its client endpoint.
+pub async fn dev_cluster_with_leader() -> (DevCluster, usize, String) {
+    let cluster = DevCluster::start().await.unwrap();
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader within 10 s");
+    let at = cluster.client_endpoint(leader);
+    (cluster, leader, at)
 }
 
 /// A channel to `endpoint`; `https://` endpoints trust the test CA of `tests/tls`.
