@@ -306,15 +306,28 @@ impl<D: Disk> Log<D> {
         Ok(())
     }
 
-    /// How far the last segment should be zero-filled once its data reaches `data_end`: nothing
-    /// new while the data stays inside the file, else `preallocate_bytes` ahead (capped at the
-    /// segment size).
+    /// How far the last segment should be zero-filled once its data reaches `data_end` (0:
+    /// nothing to do). The zeros are kept between `preallocate_bytes - step` and
+    /// `preallocate_bytes` ahead of the data (capped at the segment size), where `step` is
+    /// `preallocate_bytes / PREALLOCATE_STEPS`: each extension writes about one step of zeros.
+    /// Small steps keep the zero-fill out of the latency tail: the `fdatasync` after an
+    /// extension flushes one step (256 KiB by default), not the whole 4 MiB at once.
     fn preallocate_to(&self, data_end: u64) -> u64 {
         let seg = self.last_segment();
-        if self.config.preallocate_bytes == 0 || data_end < seg.len {
+        let ahead = self.config.preallocate_bytes;
+        if ahead == 0 {
             return 0;
         }
-        (data_end + self.config.preallocate_bytes).min(self.config.segment_size_bytes)
+        let step = (ahead / PREALLOCATE_STEPS).max(1);
+        if seg.len.saturating_sub(data_end) >= ahead.saturating_sub(step).max(1) {
+            return 0;
+        }
+        let to = (data_end + ahead).min(self.config.segment_size_bytes);
+        if to <= seg.len {
+            0
+        } else {
+            to
+        }
     }
 
     /// Finishes the last segment (write, fdatasync) and starts a new one after it.
@@ -640,6 +653,9 @@ pub(crate) fn create_segment<D: Disk>(
         len,
     })
 }
+
+/// Zero-filled space ahead of the data is topped up in steps of `preallocate_bytes / this`.
+const PREALLOCATE_STEPS: u64 = 16;
 
 /// Writes zeros over `[from, to)` of a file, in chunks of at most 1 MiB.
 fn write_zeros<F: DiskFile>(file: &mut F, path: &Path, from: u64, to: u64) -> Result<()> {

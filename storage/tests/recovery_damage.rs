@@ -376,3 +376,53 @@ fn zeroed_last_segment_is_a_torn_creation_but_a_zeroed_earlier_one_is_corruption
         other => panic!("{other:?}"),
     }
 }
+
+/// The zeros ahead of the data are topped up in small steps (a sixteenth of
+/// `preallocate_bytes`), so no single append has to write and flush the whole preallocation.
+#[test]
+fn preallocation_is_topped_up_in_steps() {
+    const AHEAD: u64 = 1600;
+    const STEP: u64 = AHEAD / 16;
+    let disk = SimDisk::new(3);
+    let mut cfg = config(1 << 20);
+    cfg.preallocate_bytes = AHEAD;
+    let (mut log, _) = Log::open(disk.clone(), Path::new(DIR), cfg).expect("open");
+    let seg = disk
+        .paths()
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment");
+    let mut len = disk.read_file(&seg).expect("segment").len() as u64;
+    let mut extensions = 0;
+    for i in 0..400 {
+        log.append(log.next_index(), &[payload(i, 20 + i % 30)])
+            .expect("append");
+        log.sync().expect("sync");
+        let bytes = disk.read_file(&seg).expect("segment");
+        let data_end = record_spans(&bytes).last().expect("records").1 as u64;
+        let now = bytes.len() as u64;
+        let ahead = now - data_end;
+        assert!(
+            (AHEAD - STEP..=AHEAD).contains(&ahead),
+            "append {i}: {ahead} bytes of zeros ahead, want {}..={AHEAD}",
+            AHEAD - STEP
+        );
+        if now > len {
+            extensions += 1;
+            assert!(
+                now - len <= STEP + 60,
+                "append {i}: one extension wrote {} bytes of zeros (step {STEP})",
+                now - len
+            );
+        }
+        len = now;
+    }
+    // About one extension per step of data, not one per append.
+    assert!(
+        extensions < 400 / 2,
+        "{extensions} extensions for 400 appends"
+    );
+    let (got, report) = recover(&disk, 1 << 20).expect("recover");
+    assert_eq!(got.len(), 400);
+    assert_eq!(report.torn_tail, None);
+}
