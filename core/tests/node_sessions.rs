@@ -707,3 +707,111 @@ proptest! {
         prop_assert_eq!(holder.map(|h| (h.session, h.token)), Some((session, token)));
     }
 }
+
+fn identity(name: &str) -> Identity {
+    Identity {
+        name: name.into(),
+        host: "h".into(),
+        pid: 1,
+        principal: name.into(),
+    }
+}
+
+/// `propose_batch`: one result per command in order, the accepted ones share one slot and are
+/// answered in order; a leader-only command in the middle is refused alone; off the leader
+/// every command is refused with the leader's hint.
+#[test]
+fn a_batch_shares_a_slot_and_refuses_commands_one_by_one() {
+    let mut sim = Sim::new(41);
+    let leader = sim.wait_for_leader();
+    sim.run_for(100);
+    let chosen_before = sim.nodes[leader].as_ref().unwrap().replica().slot_chosen();
+    let mut commands: Vec<Command> = (0..5)
+        .map(|i| Command::CreateSession {
+            ttl_ms: Some(TTL_MS),
+            identity: identity(&format!("svc-{i}")),
+        })
+        .collect();
+    commands.insert(
+        2,
+        Command::ExpireSessions {
+            sessions: vec![SessionId(1)],
+        },
+    );
+    let now = sim.now;
+    let results = sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_batch(now, commands.clone());
+    assert_eq!(results.len(), 6);
+    assert_eq!(results[2], Err(NodeProposeError::LeaderOnlyCommand));
+    let proposals: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|p| p.0))
+        .collect();
+    assert_eq!(proposals.len(), 5);
+    assert!(proposals.windows(2).all(|w| w[0] < w[1]), "{proposals:?}");
+    sim.drain(leader);
+    sim.run_for(100);
+    let mut sessions = Vec::new();
+    for p in &proposals {
+        let (_, _, outcome) = sim
+            .replies
+            .iter()
+            .find(|(i, q, _)| *i == leader && q == p)
+            .unwrap_or_else(|| panic!("proposal {p} not answered"));
+        match outcome {
+            Ok(Reply::SessionCreated { session, .. }) => sessions.push(*session),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(sessions.windows(2).all(|w| w[0] < w[1]), "{sessions:?}");
+    let chosen = sim.nodes[leader].as_ref().unwrap().replica().slot_chosen();
+    assert_eq!(chosen.0 - chosen_before.0, 1, "five commands, one slot");
+
+    let follower = (leader + 1) % 3;
+    let results = sim.nodes[follower]
+        .as_mut()
+        .unwrap()
+        .propose_batch(now, commands[..2].to_vec());
+    let hint = Some(NodeId(leader as u64 + 1));
+    for result in results {
+        assert!(
+            matches!(result, Err(NodeProposeError::Replica(paxos::ProposeError::NotLeader { leader_hint })) if leader_hint == hint),
+            "{result:?}"
+        );
+    }
+}
+
+/// When the pending queue has room for only some commands of a batch, the first ones are
+/// taken and the rest refused as `Busy`, with the queue's figures.
+#[test]
+fn a_batch_larger_than_the_room_takes_the_first_commands() {
+    let mut sim = Sim::new(42);
+    for i in 0..3 {
+        let mut cfg = config(i, 42, 1);
+        cfg.replica.pending_max = 3;
+        sim.nodes[i] = Some(Node::new(cfg, NodeDurable::default()).unwrap());
+        sim.drain(i);
+    }
+    let leader = sim.wait_for_leader();
+    let now = sim.now;
+    let node = sim.nodes[leader].as_mut().unwrap();
+    let commands: Vec<Command> = (0..5)
+        .map(|i| Command::CreateSession {
+            ttl_ms: Some(TTL_MS),
+            identity: identity(&format!("svc-{i}")),
+        })
+        .collect();
+    let results = node.propose_batch(now, commands);
+    assert!(results[..3].iter().all(Result::is_ok), "{results:?}");
+    for result in &results[3..] {
+        assert_eq!(
+            result,
+            &Err(NodeProposeError::Replica(paxos::ProposeError::Busy {
+                pending: 3,
+                max: 3
+            }))
+        );
+    }
+}

@@ -233,6 +233,8 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     applied_tx: watch::Sender<Revision>,
     peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
     proposals: BTreeMap<ProposalId, PendingProposal>,
+    /// Commands taken this turn, proposed together at its end (they share slots).
+    to_propose: Vec<(Command, PendingProposal)>,
     reads: BTreeMap<ReadId, Reply1<(Revision, Answer)>>,
     waiters: BTreeMap<u64, Waiter>,
     waiters_by_key: BTreeMap<(SessionId, String, String), Vec<u64>>,
@@ -298,6 +300,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             applied_tx,
             peers_out: parts.peers_out,
             proposals: BTreeMap::new(),
+            to_propose: Vec::new(),
             reads: BTreeMap::new(),
             waiters: BTreeMap::new(),
             waiters_by_key: BTreeMap::new(),
@@ -365,6 +368,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 };
                 self.on_request(request);
             }
+            self.propose_taken();
             self.on_time();
         }
     }
@@ -377,6 +381,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         while let Ok(input) = self.peer_in.try_recv() {
             self.on_peer(input);
         }
+        self.propose_taken();
         self.on_time();
         self.process_actions()
     }
@@ -457,7 +462,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 command,
                 wait_ms,
                 reply,
-            } => self.on_propose(now, command, wait_ms, reply),
+            } => self.on_propose(command, wait_ms, reply),
             Request::KeepAlive { session, reply } => {
                 let _ = reply.send(self.node.keepalive(now, session));
             }
@@ -495,13 +500,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         }
     }
 
-    fn on_propose(
-        &mut self,
-        now: Instant,
-        command: Command,
-        wait_ms: u64,
-        reply: Reply1<Answered>,
-    ) {
+    fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Reply1<Answered>) {
         let acquire = match &command {
             Command::Acquire {
                 session,
@@ -522,23 +521,38 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             }
             _ => None,
         };
-        match self.node.propose(now, command) {
-            Ok(proposal) => {
-                self.counters.proposals += 1;
-                self.proposals.insert(
-                    proposal,
-                    PendingProposal {
-                        reply,
-                        wait_ms,
-                        acquire,
-                    },
-                );
-            }
-            Err(picket_core::node::NodeProposeError::Replica(error)) => {
-                let _ = reply.send(Err(self.propose_error(&error)));
-            }
-            Err(error @ picket_core::node::NodeProposeError::LeaderOnlyCommand) => {
-                let _ = reply.send(Err(Status::invalid_argument(error.to_string())));
+        self.to_propose.push((
+            command,
+            PendingProposal {
+                reply,
+                wait_ms,
+                acquire,
+            },
+        ));
+    }
+
+    /// Proposes the commands taken this turn in one batch (see [`Node::propose_batch`]).
+    fn propose_taken(&mut self) {
+        if self.to_propose.is_empty() {
+            return;
+        }
+        let (commands, pending): (Vec<Command>, Vec<PendingProposal>) =
+            std::mem::take(&mut self.to_propose).into_iter().unzip();
+        let results = self.node.propose_batch(self.clock.now(), commands);
+        for (result, pending) in results.into_iter().zip(pending) {
+            match result {
+                Ok(proposal) => {
+                    self.counters.proposals += 1;
+                    self.proposals.insert(proposal, pending);
+                }
+                Err(picket_core::node::NodeProposeError::Replica(error)) => {
+                    let _ = pending.reply.send(Err(self.propose_error(&error)));
+                }
+                Err(error @ picket_core::node::NodeProposeError::LeaderOnlyCommand) => {
+                    let _ = pending
+                        .reply
+                        .send(Err(Status::invalid_argument(error.to_string())));
+                }
             }
         }
     }

@@ -214,6 +214,31 @@ fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync() {
     }
 }
 
+/// The requests taken in one turn are proposed together: with room in the window they still
+/// share one slot (one Accept, one log record per replica) instead of taking one slot each.
+#[test]
+fn proposals_taken_in_one_turn_share_one_slot() {
+    let mut h = harness(256);
+    let leader = h.leader();
+    h.settle(100);
+    let chosen_before = h.drivers[leader].node().replica().slot_chosen();
+    let mut replies: Vec<_> = (0..20)
+        .map(|_| h.propose(leader, create_session(), 0))
+        .collect();
+    h.settle(50);
+    let mut sessions = Vec::new();
+    for rx in &mut replies {
+        match h.answer(rx).unwrap().outcome {
+            Ok(Reply::SessionCreated { session, .. }) => sessions.push(session),
+            other => panic!("expected a session, got {other:?}"),
+        }
+    }
+    sessions.dedup();
+    assert_eq!(sessions.len(), 20, "20 distinct sessions");
+    let chosen = h.drivers[leader].node().replica().slot_chosen();
+    assert_eq!(chosen.0 - chosen_before.0, 1, "20 commands in one slot");
+}
+
 #[test]
 fn a_follower_answers_not_leader_with_the_leaders_endpoint() {
     let mut h = harness(64);

@@ -253,24 +253,63 @@ impl Node {
         now: Instant,
         command: Command,
     ) -> Result<ProposalId, NodeProposeError> {
-        if matches!(command, Command::ExpireSessions { .. }) {
-            return Err(NodeProposeError::LeaderOnlyCommand);
-        }
+        self.propose_batch(now, vec![command])
+            .pop()
+            .expect("one result per command")
+    }
+
+    /// Proposes `commands` in order, letting them share slots: all are queued before the
+    /// replica fills its window, so the requests a driver took in one turn become one batch
+    /// (one slot, one log record per replica) instead of one slot each. One result per command,
+    /// in order. A refused command changes nothing; when the pending queue has room for only
+    /// some, the first ones are taken and the rest refused as `Busy`.
+    pub fn propose_batch(
+        &mut self,
+        now: Instant,
+        commands: Vec<Command>,
+    ) -> Vec<Result<ProposalId, NodeProposeError>> {
         self.now = self.now.max(now);
-        let proposal = ProposalId(self.proposal_next);
-        let entry = NodeCommand {
-            origin: self.replica.id(),
-            boot: self.cfg.boot,
-            proposal,
-            command,
-        };
-        let result = self.replica.propose(self.now, entry);
-        if result.is_ok() {
+        let room = self.replica.proposal_room();
+        let max = self.cfg.replica.pending_max;
+        let mut results = Vec::with_capacity(commands.len());
+        let mut entries = Vec::new();
+        for command in commands {
+            if matches!(command, Command::ExpireSessions { .. }) {
+                results.push(Err(NodeProposeError::LeaderOnlyCommand));
+                continue;
+            }
+            let refused = match &room {
+                Err(error) => Some(error.clone()),
+                Ok(room) if entries.len() >= *room => Some(ProposeError::Busy {
+                    pending: max - room + entries.len(),
+                    max,
+                }),
+                Ok(_) => None,
+            };
+            if let Some(error) = refused {
+                results.push(Err(error.into()));
+                continue;
+            }
+            let proposal = ProposalId(self.proposal_next);
             self.proposal_next += 1;
             self.pending.insert(proposal, ());
+            entries.push(NodeCommand {
+                origin: self.replica.id(),
+                boot: self.cfg.boot,
+                proposal,
+                command,
+            });
+            results.push(Ok(proposal));
+        }
+        if !entries.is_empty() {
+            let queued = self.replica.propose_many(self.now, entries);
+            assert!(
+                queued.is_ok(),
+                "a batch within the room was refused: {queued:?}"
+            );
         }
         self.after_input();
-        result.map(|()| proposal).map_err(NodeProposeError::from)
+        results
     }
 
     /// A keepalive (leader only, not logged): extends the session's deadline to `now + ttl` and

@@ -230,6 +230,17 @@ where
         self.propose_many(now, vec![command])
     }
 
+    /// How many more commands the pending queue takes now (`propose_many` of at most this many
+    /// succeeds); `NotLeader` off the leader.
+    pub fn proposal_room(&self) -> Result<usize, ProposeError> {
+        match &self.role {
+            Role::Leader(l) => Ok(self.cfg.pending_max.saturating_sub(l.queue.len())),
+            _ => Err(ProposeError::NotLeader {
+                leader_hint: self.leader,
+            }),
+        }
+    }
+
     /// Queues several commands at once so they can share slots (batching). All or nothing:
     /// `Busy` if they do not all fit in the pending queue.
     pub fn propose_many(&mut self, now: Instant, commands: Vec<C>) -> Result<(), ProposeError> {
