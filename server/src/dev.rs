@@ -22,6 +22,7 @@ use picket_storage::RealDisk;
 
 use crate::clock::SystemClock;
 use crate::config::{Config, Limits, Member, Sessions, StorageSection, Timing};
+use crate::durable::EmptyDataDir;
 use crate::server::{self, RunningNode, StartError};
 
 /// How to build a dev cluster.
@@ -234,7 +235,13 @@ impl DevCluster {
         if self.nodes[index].is_some() {
             return Ok(());
         }
-        let node = server::start(&self.configs[index], RealDisk, SystemClock::new()).await?;
+        let node = server::start(
+            &self.configs[index],
+            RealDisk,
+            SystemClock::new(),
+            EmptyDataDir::Init,
+        )
+        .await?;
         self.nodes[index] = Some(node);
         Ok(())
     }

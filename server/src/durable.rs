@@ -45,6 +45,29 @@ pub enum StoreError {
     Storage(#[from] StorageError),
     #[error("boot record at {path} is malformed ({len} bytes, expected 16)")]
     BadBootRecord { path: PathBuf, len: usize },
+    #[error(
+        "data directory {dir} holds no replica state, and an empty directory is either a new \
+         replica or one whose disk was replaced: only the operator knows which. For a replica of \
+         a new cluster, start it once with --init. For a replica that ran before and lost its \
+         disk, start it with --rejoin: it re-learns its state from the other replicas before it \
+         votes (all of them must be up). Never --init a replica that ran before: with its \
+         promises forgotten it could help choose a second value for a slot"
+    )]
+    Uninitialized { dir: PathBuf },
+}
+
+/// What [`DurableStore::open`] does with a data directory that holds no state of the replica
+/// (no boot record and no log): `picketd run` refuses it unless told which case it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmptyDataDir {
+    /// Refuse to start (`StoreError::Uninitialized`); nothing is created.
+    Refuse,
+    /// A replica of a new cluster: start with empty durable state (`picketd run --init`, the
+    /// dev cluster, tests).
+    Init,
+    /// A replica that ran before and lost its disk: start in *durable state lost* mode, not
+    /// voting or accepting until it has re-learned its state (`picketd run --rejoin`).
+    Rejoin,
 }
 
 /// One `Persist` action of the core, as the store takes it.
@@ -66,6 +89,8 @@ pub struct Recovered {
     pub boot: u64,
     /// Set when the replica starts with its durable state lost, saying why.
     pub lost_reason: Option<String>,
+    /// The data directory held no state of the replica (a first start, or `--rejoin`).
+    pub was_empty: bool,
 }
 
 /// Counters for metrics and tests.
@@ -100,11 +125,41 @@ pub struct DurableStore<D: Disk + Clone> {
 impl<D: Disk + Clone> DurableStore<D> {
     /// Opens (creating if needed) the data directory and recovers the replica's durable state.
     /// The boot counter is advanced and saved before this returns.
+    /// A data directory without any state is started fresh (tests; see [`Self::open_with`]).
     pub fn open(
         disk: D,
         data_dir: &Path,
         config: StorageConfig,
     ) -> Result<(DurableStore<D>, Recovered), StoreError> {
+        Self::open_with(disk, data_dir, config, EmptyDataDir::Init)
+    }
+
+    /// Like [`Self::open`], with `empty` deciding what a data directory without any state of
+    /// the replica means. With state present, `empty` plays no part.
+    pub fn open_with(
+        disk: D,
+        data_dir: &Path,
+        config: StorageConfig,
+        empty: EmptyDataDir,
+    ) -> Result<(DurableStore<D>, Recovered), StoreError> {
+        let boot_record = data_dir
+            .join("boot")
+            .join(picket_storage::blob::HARD_STATE_FILE);
+        let is_empty = !disk
+            .file_exists(&boot_record)
+            .map_err(|source| StorageError::Io {
+                op: "stat",
+                path: boot_record.clone(),
+                source,
+            })?
+            && !disk
+                .list_files(&generation_dir(data_dir, 1).join("log"))
+                .is_ok_and(|files| !files.is_empty());
+        if is_empty && empty == EmptyDataDir::Refuse {
+            return Err(StoreError::Uninitialized {
+                dir: data_dir.to_path_buf(),
+            });
+        }
         let mut boot_file = HardStateFile::open(disk.clone(), &data_dir.join("boot"), 64)?;
         let (previous_boot, mut generation) = match boot_file.load()? {
             None => (0, 1),
@@ -120,6 +175,13 @@ impl<D: Disk + Clone> DurableStore<D> {
             lost_reason = Some(format!(
                 "the replica started before (boot {previous_boot}) but {} has no log",
                 root.display()
+            ));
+        }
+        if is_empty && empty == EmptyDataDir::Rejoin {
+            lost_reason = Some(format!(
+                "started with --rejoin on the empty data directory {}: this replica ran before \
+                 and its disk was replaced or wiped",
+                data_dir.display()
             ));
         }
         let opened = if lost_reason.is_none() {
@@ -159,6 +221,7 @@ impl<D: Disk + Clone> DurableStore<D> {
                 durable,
                 boot,
                 lost_reason,
+                was_empty: is_empty,
             },
         ))
     }

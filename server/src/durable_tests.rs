@@ -201,3 +201,50 @@ fn corruption_starts_the_replica_with_its_durable_state_lost() {
     let (_, healed) = DurableStore::open(disk, Path::new(DATA), config()).unwrap();
     assert!(!healed.durable.lost);
 }
+
+/// An empty data directory: refused (nothing created) unless the caller says it is a new
+/// replica (`Init`: empty state) or one that lost its disk (`Rejoin`: durable state lost). With
+/// state present, the choice plays no part.
+#[test]
+fn an_empty_data_directory_is_refused_unless_init_or_rejoin() {
+    let open = |disk: &SimDisk, empty| {
+        DurableStore::open_with(disk.clone(), Path::new(DATA), config(), empty)
+    };
+    let disk = SimDisk::new(11);
+    match open(&disk, EmptyDataDir::Refuse) {
+        Err(StoreError::Uninitialized { dir }) => assert_eq!(dir, Path::new(DATA)),
+        other => panic!("expected Uninitialized, got {:?}", other.map(|(_, r)| r)),
+    }
+    assert!(
+        disk.paths().is_empty(),
+        "a refused open created {:?}",
+        disk.paths()
+    );
+
+    let (_, rejoined) = open(&disk.fork(), EmptyDataDir::Rejoin).unwrap();
+    assert!(rejoined.durable.lost && rejoined.was_empty);
+    assert!(
+        rejoined
+            .lost_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("--rejoin")),
+        "{:?}",
+        rejoined.lost_reason
+    );
+
+    {
+        let (mut store, fresh) = open(&disk, EmptyDataDir::Init).unwrap();
+        assert!(!fresh.durable.lost && fresh.was_empty && fresh.lost_reason.is_none());
+        store.persist(&[op(1, Some(2), &[(1, 2)])]).unwrap();
+    }
+    for empty in [
+        EmptyDataDir::Refuse,
+        EmptyDataDir::Init,
+        EmptyDataDir::Rejoin,
+    ] {
+        let (_, again) = open(&disk, empty).unwrap();
+        assert!(!again.was_empty && !again.durable.lost, "{empty:?}");
+        assert_eq!(again.durable.promised, ballot(2), "{empty:?}");
+        assert_eq!(again.durable.accepted.len(), 1, "{empty:?}");
+    }
+}

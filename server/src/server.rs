@@ -20,7 +20,7 @@ use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
-use crate::durable::{DurableStore, StoreError};
+use crate::durable::{DurableStore, EmptyDataDir, StoreError};
 use crate::metrics::Metrics;
 use crate::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
 use crate::service::{AdminService, Api, LockService, ServiceLimits};
@@ -126,11 +126,13 @@ fn listen_addr(
     })
 }
 
-/// Recovers the replica from `config.data_dir` on `disk` and starts it.
+/// Recovers the replica from `config.data_dir` on `disk` and starts it. `empty` says what a data
+/// directory without any state of the replica means (`picketd run` refuses it unless told).
 pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     config: &Config,
     disk: D,
     clock: Arc<C>,
+    empty: EmptyDataDir,
 ) -> Result<RunningNode, StartError> {
     let me = config.me().clone();
     let id = NodeId(config.node_id);
@@ -143,13 +145,19 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         },
         ..StorageConfig::default()
     };
-    let (store, recovered) =
-        DurableStore::open(disk, &config.data_dir, storage_config).map_err(|source| {
-            StartError::Store {
-                dir: config.data_dir.display().to_string(),
-                source,
-            }
+    let (store, recovered) = DurableStore::open_with(disk, &config.data_dir, storage_config, empty)
+        .map_err(|source| StartError::Store {
+            dir: config.data_dir.display().to_string(),
+            source,
         })?;
+    match (recovered.was_empty, empty) {
+        (true, EmptyDataDir::Init) => tracing::info!(node = %id, dir = %config.data_dir.display(),
+            "empty data directory: a new replica starts with empty state"),
+        (false, EmptyDataDir::Init | EmptyDataDir::Rejoin) => tracing::info!(node = %id,
+            boot = recovered.boot, "the data directory holds this replica's state: --init and \
+             --rejoin apply only to an empty one and are ignored"),
+        _ => {}
+    }
     if let Some(reason) = &recovered.lost_reason {
         tracing::error!(node = %id, %reason, new_storage = %store.root().display(),
             "DURABLE STATE LOST: this replica starts amnesiac; it will not vote or accept until \

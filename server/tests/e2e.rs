@@ -468,6 +468,84 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
     assert!(granted(&reply).unwrap() > last);
 }
 
+/// A replica whose disk was replaced: `picketd run` refuses the empty data directory and names
+/// both flags, creating nothing; `--rejoin` starts it amnesiac, it catches up, and once recovered
+/// it is part of a quorum again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_replica_is_refused_without_a_flag_and_rejoins_with_rejoin() {
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    let s = create_session(&eps[leader], "svc", 30_000).await;
+    let mut last = 0;
+    for i in 0..10u64 {
+        let reply = acquire(&eps[leader], s, i + 1, NS, &format!("k{i}"), 0)
+            .await
+            .unwrap();
+        last = granted(&reply).unwrap();
+    }
+    let victim = (leader + 1) % 3;
+    cluster.terminate(victim);
+    let data = cluster.dir.path().join(format!("node-{}", victim + 1));
+    std::fs::remove_dir_all(&data).unwrap();
+
+    let refused = cluster.command(victim, &[]).output().unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("holds no replica state")
+            && stderr.contains("--init")
+            && stderr.contains("--rejoin"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "a refused start created {}", data.display());
+
+    cluster.spawn_with(victim, &["--rejoin"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let caught_up = inspect(&eps[victim], NS, "k9", true)
+            .await
+            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == last));
+        if caught_up {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rejoined replica did not catch up; log:\n{}",
+            cluster.log(victim)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = cluster.log(victim);
+    assert!(
+        log.contains("DURABLE STATE LOST") && log.contains("started with --rejoin"),
+        "{log}"
+    );
+    // Recovered, it votes and accepts again: with the third replica down, the leader still
+    // commits through it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let log = cluster.log(victim);
+        let since = &log[log.find("DURABLE STATE LOST").unwrap()..];
+        if since.contains("role=Follower") || since.contains("role=Leader") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rejoined replica did not recover; log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let third = 3 - leader - victim;
+    cluster.kill(third);
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s, 100, NS, "after", 0).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n--- victim log:\n{}", cluster.log(victim)));
+    assert!(granted(&reply).unwrap() > last);
+}
+
 #[test]
 fn picketd_names_the_field_of_a_bad_configuration_and_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,7 @@ mod real {
     use picket_server::clock::SystemClock;
     use picket_server::config::Config;
     use picket_server::dev::{DevCluster, DevOptions, DevPorts};
+    use picket_server::durable::EmptyDataDir;
     use picket_storage::RealDisk;
 
     /// Picket: a distributed lock service with fencing tokens (one replica per process).
@@ -31,6 +32,10 @@ mod real {
         /// file, and serves the Lock and Admin gRPC services on its client address and the Peer
         /// service on its peer address. SIGTERM or ctrl-c stops it gracefully; everything it
         /// acknowledged is already on disk.
+        ///
+        /// A data directory without any state is refused unless --init (first start of a replica
+        /// of a new cluster) or --rejoin (a replica that ran before and lost its disk) says
+        /// which it is.
         Run {
             /// The TOML configuration file (node_id, data_dir, members, timing, tls, ...).
             #[arg(long, short)]
@@ -39,6 +44,18 @@ mod real {
             /// identity and roles. DEVELOPMENT ONLY: anyone can claim any role.
             #[arg(long)]
             insecure_dev_auth: bool,
+            /// First start of a replica of a NEW cluster: an empty data directory starts with
+            /// empty state. Ignored once the directory holds state. Never use it for a replica
+            /// that ran before: with its promises forgotten it could help choose a second
+            /// value for a slot.
+            #[arg(long, conflicts_with = "rejoin")]
+            init: bool,
+            /// This replica ran before and lost its disk (replaced or wiped): an empty data
+            /// directory starts in "durable state lost" mode, re-learning its state from the
+            /// other replicas (all of them must be up) before it votes or accepts. Ignored once
+            /// the directory holds state.
+            #[arg(long)]
+            rejoin: bool,
         },
         /// Start a local 3-replica cluster in this process, for a first try.
         ///
@@ -99,7 +116,16 @@ mod real {
                 Command::Run {
                     config,
                     insecure_dev_auth,
-                } => run(config, insecure_dev_auth).await,
+                    init,
+                    rejoin,
+                } => {
+                    let empty = match (init, rejoin) {
+                        (true, _) => EmptyDataDir::Init,
+                        (_, true) => EmptyDataDir::Rejoin,
+                        _ => EmptyDataDir::Refuse,
+                    };
+                    run(config, insecure_dev_auth, empty).await
+                }
                 Command::Dev {
                     data_dir,
                     fresh,
@@ -135,13 +161,17 @@ mod real {
             .init();
     }
 
-    async fn run(path: PathBuf, insecure_dev_auth: bool) -> Result<(), String> {
+    async fn run(
+        path: PathBuf,
+        insecure_dev_auth: bool,
+        empty: EmptyDataDir,
+    ) -> Result<(), String> {
         let mut config = Config::load(&path).map_err(|e| e.to_string())?;
         config.insecure_dev_auth |= insecure_dev_auth;
         if config.insecure_dev_auth {
             tracing::warn!("insecure dev auth: callers' x-picket-principal / x-picket-roles metadata is believed");
         }
-        let node = picket_server::server::start(&config, RealDisk, SystemClock::new())
+        let node = picket_server::server::start(&config, RealDisk, SystemClock::new(), empty)
             .await
             .map_err(|e| e.to_string())?;
         let reason = wait_for_stop(|| node.driver_finished()).await;

@@ -92,6 +92,8 @@ impl OidcCluster {
             std::fs::File::create(self.dir.path().join(format!("node-{}.log", i + 1))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_picketd"))
             .arg("run")
+            // A new cluster on the first start; ignored on restarts (the data is there).
+            .arg("--init")
             .arg("--config")
             .arg(config)
             .env(

@@ -82,26 +82,41 @@ impl Cluster {
         cluster
     }
 
+    /// Starts replica `i` (`--init`: a new cluster on the first start, ignored on restarts).
     pub fn spawn(&mut self, i: usize) {
+        self.spawn_with(i, &["--init"]);
+    }
+
+    /// Starts replica `i` with `flags` after `picketd run`.
+    pub fn spawn_with(&mut self, i: usize, flags: &[&str]) {
         assert!(self.procs[i].is_none(), "node {i} already runs");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("node-{}.log", i + 1)))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_picketd"))
-            .arg("run")
-            .arg("--config")
-            .arg(&self.configs[i])
-            .env(
-                "RUST_LOG",
-                std::env::var("PICKET_E2E_LOG").unwrap_or_else(|_| "info".into()),
-            )
+        let child = self
+            .command(i, flags)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap();
         self.procs[i] = Some(child);
+    }
+
+    /// `picketd run --config <replica i's file>` with `flags`, not started.
+    pub fn command(&self, i: usize, flags: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_picketd"));
+        command
+            .arg("run")
+            .args(flags)
+            .arg("--config")
+            .arg(&self.configs[i])
+            .env(
+                "RUST_LOG",
+                std::env::var("PICKET_E2E_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        command
     }
 
     /// `kill -9`.

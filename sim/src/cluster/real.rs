@@ -119,7 +119,9 @@ async fn serve_replica<D: Disk + Clone + 'static>(
     disk: D,
     clock: Arc<SimClock>,
 ) {
-    let running = match picket_server::server::start(config, disk, clock).await {
+    // The simulation never wipes a whole data directory: a first start is a new replica.
+    let empty = picket_server::durable::EmptyDataDir::Init;
+    let running = match picket_server::server::start(config, disk, clock, empty).await {
         Ok(running) => running,
         Err(error) => {
             super::replica::wedge(ctx, &format!("start failed (boot {boot}): {error}")).await;
