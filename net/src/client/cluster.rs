@@ -38,6 +38,11 @@ pub struct Credentials {
     pub bearer: Option<String>,
 }
 
+/// Default of [`ClientConfig::clock_drift_ppm`]: 1 %.
+pub const CLOCK_DRIFT_PPM_DEFAULT: u32 = 10_000;
+/// Largest [`ClientConfig::clock_drift_ppm`]: 10 %.
+pub const CLOCK_DRIFT_PPM_MAX: u32 = 100_000;
+
 /// How a [`super::Client`] talks to the cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -61,6 +66,11 @@ pub struct ClientConfig {
     pub identity_pid: u32,
     /// Session TTL asked for (`None`: the cluster's default).
     pub session_ttl: Option<Duration>,
+    /// How much faster the leader's clock may run than this client's, in parts per million.
+    /// The session's deadline is `send time of the last acknowledged keepalive + ttl`, less
+    /// this share of the TTL, so the client gives up its locks first even if the two clocks'
+    /// rates differ by that much. Default 10,000 (1 %: 100 ms of a 10 s TTL); at most 100,000.
+    pub clock_drift_ppm: u32,
     pub credentials: Credentials,
 }
 
@@ -83,6 +93,7 @@ impl ClientConfig {
             identity_host: String::new(),
             identity_pid: std::process::id(),
             session_ttl: None,
+            clock_drift_ppm: CLOCK_DRIFT_PPM_DEFAULT,
             credentials: Credentials::default(),
         }
     }
@@ -105,6 +116,12 @@ impl ClientConfig {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
             return Err(ClientError::BadConfig(format!("{name} must be above zero")));
+        }
+        if self.clock_drift_ppm > CLOCK_DRIFT_PPM_MAX {
+            return Err(ClientError::BadConfig(format!(
+                "clock_drift_ppm {} is above {CLOCK_DRIFT_PPM_MAX} (10 %)",
+                self.clock_drift_ppm
+            )));
         }
         if self.wait_slice > Duration::from_secs(600) {
             return Err(ClientError::BadConfig(
@@ -356,6 +373,12 @@ mod tests {
                 name: "principal",
                 ..
             })
+        ));
+        let mut config = ClientConfig::new(["127.0.0.1:1"], "t");
+        config.clock_drift_ppm = CLOCK_DRIFT_PPM_MAX + 1;
+        assert!(matches!(
+            Cluster::new(config, None).err(),
+            Some(ClientError::BadConfig(why)) if why.contains("clock_drift_ppm")
         ));
     }
 

@@ -1,9 +1,10 @@
 //! The background task that keeps one session alive over a `KeepAlive` stream, and decides
 //! when the session must be considered lost.
 //!
-//! The deadline is `send time of the last acknowledged keepalive + ttl` (the server counts the
-//! same TTL from its *receipt*, which is later), so the client stops claiming its locks before
-//! the leader can expire the session. A keepalive is sent every `ttl / 3`; a stream that leaves
+//! The deadline is `send time of the last acknowledged keepalive + ttl - margin` (the server
+//! counts the same TTL from its *receipt*, which is later, and the margin, `clock_drift_ppm`
+//! of the TTL, covers a leader clock running that much faster), so the client stops claiming
+//! its locks before the leader can expire the session. A keepalive is sent every `ttl / 3`; a stream that leaves
 //! one unanswered for `rpc_timeout`, ends, or fails is reopened at the next replica (or at the
 //! leader a hint names). Whatever happens to the stream, the deadline watch fires on time.
 
@@ -28,21 +29,40 @@ pub(crate) const KEEPALIVES_IN_FLIGHT_MAX: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeepAliveAck {
     pub session_id: u64,
-    /// When the request was sent (the client's deadline is `sent_at + ttl`).
+    /// When the request was sent (the client's deadline is `sent_at + ttl - margin`, see
+    /// [`KeepAliveAck::deadline`]).
     pub sent_at: Instant,
     /// When its answer arrived.
     pub acked_at: Instant,
     /// The TTL the server counts from its receipt of the request.
     pub ttl: Duration,
+    /// The part of the TTL the client gives up early for clock-rate drift
+    /// (`ClientConfig::clock_drift_ppm`).
+    pub margin: Duration,
+}
+
+impl KeepAliveAck {
+    /// The session's deadline after this renewal: `sent_at + ttl - margin`.
+    pub fn deadline(&self) -> Instant {
+        self.sent_at + self.ttl.saturating_sub(self.margin)
+    }
+}
+
+/// `ppm` parts per million of `ttl`.
+pub(crate) fn drift_margin(ttl: Duration, ppm: u32) -> Duration {
+    let nanos = ttl.as_nanos() * u128::from(ppm) / 1_000_000;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
 /// What the session shares with its keepalive task.
 pub(crate) struct Liveness {
     /// `None` while alive; the first reason to be set wins and is final.
     pub(crate) lost: watch::Sender<Option<LostReason>>,
-    /// `last acknowledged send + ttl`: never decreases.
+    /// `last acknowledged send + ttl - margin`: never decreases.
     pub(crate) deadline: Mutex<Instant>,
     pub(crate) ttl: Duration,
+    /// Given up early for clock-rate drift.
+    pub(crate) margin: Duration,
     /// The newest acknowledged renewal (a store without subscribers: no cost when unused).
     pub(crate) acks: watch::Sender<KeepAliveAck>,
 }
@@ -52,8 +72,9 @@ impl Liveness {
     pub(crate) fn new(created: KeepAliveAck) -> Liveness {
         Liveness {
             lost: watch::channel(None).0,
-            deadline: Mutex::new(created.sent_at + created.ttl),
+            deadline: Mutex::new(created.deadline()),
             ttl: created.ttl,
+            margin: created.margin,
             acks: watch::channel(created).0,
         }
     }
@@ -84,19 +105,21 @@ impl Liveness {
     }
 
     fn extend(&self, session_id: u64, sent_at: Instant, ttl: Duration) {
-        {
-            let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-            let candidate = sent_at + ttl;
-            if candidate > *deadline {
-                *deadline = candidate;
-            }
-        }
-        self.acks.send_replace(KeepAliveAck {
+        let ack = KeepAliveAck {
             session_id,
             sent_at,
             acked_at: Instant::now(),
             ttl,
-        });
+            margin: self.margin,
+        };
+        {
+            let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            let candidate = ack.deadline();
+            if candidate > *deadline {
+                *deadline = candidate;
+            }
+        }
+        self.acks.send_replace(ack);
     }
 
     fn expired_ttl_ms(&self) -> LostReason {

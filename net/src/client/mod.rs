@@ -46,7 +46,8 @@ use std::sync::Arc;
 
 pub use admin::Watcher;
 pub use cluster::{
-    endpoint_uri, ClientConfig, Credentials, ENDPOINTS_MAX, PRINCIPAL_METADATA, ROLES_METADATA,
+    endpoint_uri, ClientConfig, Credentials, CLOCK_DRIFT_PPM_DEFAULT, CLOCK_DRIFT_PPM_MAX,
+    ENDPOINTS_MAX, PRINCIPAL_METADATA, ROLES_METADATA,
 };
 pub use error::{ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION};
 pub use guard::LockGuard;

@@ -191,6 +191,7 @@ impl Session {
             sent_at,
             acked_at: tokio::time::Instant::now(),
             ttl,
+            margin: keepalive::drift_margin(ttl, cluster.config.clock_drift_ppm),
         }));
         tokio::spawn(keepalive::run(
             cluster.clone(),

@@ -167,8 +167,9 @@ async fn an_unknown_session_answer_loses_the_session() {
 }
 
 /// Paused time: the fake answers keepalives (200 ms after receipt), then goes silent. The lock
-/// must be lost at `send time of the last acknowledged keepalive + ttl`, which is no later than
-/// the server's own expiry (`receipt + ttl`); counting from the answer would be 200 ms late.
+/// must be lost at `send time of the last acknowledged keepalive + ttl - 1 %`, which is before
+/// the server's own expiry (`receipt + ttl`) by the drift margin (30 ms of the 3 s TTL);
+/// counting from the answer would be 200 ms late.
 #[tokio::test(start_paused = true)]
 async fn a_keepalive_outage_loses_the_lock_at_send_time_plus_ttl_before_the_server_would() {
     let (state, endpoints, factory) = fake::start_in_memory(0);
@@ -187,12 +188,20 @@ async fn a_keepalive_outage_loses_the_lock_at_send_time_plus_ttl_before_the_serv
 
     let (_, last_receipt) = *state.lock().unwrap().keepalives_answered.last().unwrap();
     let server_expiry = last_receipt + ttl;
+    // A leader whose clock runs 0.9 % fast expires the session 0.9 % of the TTL early, in the
+    // client's time: still after the client gave up.
+    let fast_leader_expiry = last_receipt + ttl.mul_f64(0.991);
     assert!(
-        lost_at <= server_expiry,
-        "lost at {lost_at:?}, server expiry {server_expiry:?}"
+        lost_at <= fast_leader_expiry,
+        "lost at {lost_at:?}, after a 0.9 %-fast leader's expiry {fast_leader_expiry:?}"
+    );
+    let margin = Duration::from_millis(30);
+    assert!(
+        lost_at + margin <= server_expiry,
+        "lost at {lost_at:?}, less than the margin before the server expiry {server_expiry:?}"
     );
     assert!(
-        server_expiry - lost_at < Duration::from_millis(50),
+        server_expiry - lost_at < margin + Duration::from_millis(20),
         "not given up early: {:?} before the server",
         server_expiry - lost_at
     );
@@ -230,6 +239,8 @@ async fn keepalive_acks_report_each_acknowledged_renewal_with_its_send_time() {
             "{ack:?}"
         );
         assert_eq!(ack.ttl, Duration::from_millis(3_000));
+        assert_eq!(ack.margin, Duration::from_millis(30), "1 % of the TTL");
+        assert_eq!(ack.deadline(), ack.sent_at + Duration::from_millis(2_970));
     }
     let answered = state.lock().unwrap().keepalives_answered.len();
     assert!(answered >= 3, "{answered} keepalives answered");
@@ -237,7 +248,7 @@ async fn keepalive_acks_report_each_acknowledged_renewal_with_its_send_time() {
     state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Silent);
     session.lost().await;
     let (lost_at, last) = (Instant::now(), *acks.borrow());
-    let deadline = last.sent_at + last.ttl;
+    let deadline = last.deadline();
     assert!(
         lost_at >= deadline,
         "lost at {lost_at:?}, before {deadline:?}"
