@@ -378,19 +378,71 @@ async fn a_tls_cluster_serves_https_and_its_peers_use_mutual_tls() {
 
 /// A replica whose log is damaged starts amnesiac (loudly), re-learns its state from the others,
 /// and then counts again: with another replica down, it and the leader still make progress.
+/// Holds on `k0..k{n-1}` taken by `session` at the leader; the last token.
+async fn hold_keys(eps: &[String], leader: usize, session: u64, n: u64) -> u64 {
+    let mut last = 0;
+    for i in 0..n {
+        let reply = acquire(&eps[leader], session, i + 1, NS, &format!("k{i}"), 0)
+            .await
+            .unwrap();
+        last = granted(&reply).unwrap();
+    }
+    last
+}
+
+/// Waits until replica `i` started amnesiac (`DURABLE STATE LOST` in its log, `why` among the
+/// reason) has caught up (its own applied state shows `key` held with `token`) and recovered
+/// (it reports `Follower` or `Leader` after that line: it votes and accepts again).
+async fn wait_amnesiac_recovers(cluster: &Cluster, i: usize, why: &str, key: &str, token: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let caught_up = inspect(&cluster.endpoints[i], NS, key, true)
+            .await
+            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == token));
+        let log = cluster.log(i);
+        let recovered = log.find("DURABLE STATE LOST").is_some_and(|at| {
+            let since = &log[at..];
+            since.contains(why)
+                && (since.contains("role=Follower") || since.contains("role=Leader"))
+        });
+        if caught_up && recovered {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica {i} did not catch up ({caught_up}) and recover ({recovered}); log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With the third replica killed, the leader still commits: the quorum of two needs the
+/// recovered `victim`. The grant's token is above `last`.
+async fn commits_through(cluster: &mut Cluster, leader: usize, victim: usize, s: u64, last: u64) {
+    let third = 3 - leader - victim;
+    cluster.kill(third);
+    let eps = cluster.endpoints.clone();
+    let reply = at_leader(&eps, leader, |ep| async move {
+        acquire(&ep, s, 100, NS, "after", 0).await
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:?}\nleader {leader} victim {victim} third {third}\n--- victim log:\n{}\n--- leader log:\n{}",
+            cluster.log(victim),
+            cluster.log(leader),
+        )
+    });
+    assert!(granted(&reply).unwrap() > last);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
     let mut cluster = Cluster::start();
     let leader = cluster.leader(ELECTION).await;
     let eps = cluster.endpoints.clone();
     let s = create_session(&eps[leader], "svc", 20_000).await;
-    let mut last = 0;
-    for i in 0..20u64 {
-        let reply = acquire(&eps[leader], s, i + 1, NS, &format!("k{i}"), 0)
-            .await
-            .unwrap();
-        last = granted(&reply).unwrap();
-    }
+    let last = hold_keys(&eps, leader, s, 20).await;
     let victim = (leader + 1) % 3;
     cluster.terminate(victim);
     let log_dir = cluster
@@ -407,27 +459,8 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
     bytes[32 + 8 + 2] ^= 0x5a; // inside the first record's payload; later records are whole
     std::fs::write(&segment, bytes).unwrap();
     cluster.spawn(victim);
-    // It says so, and catches up with the others.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let caught_up = inspect(&eps[victim], NS, "k19", true)
-            .await
-            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == last));
-        if caught_up {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the amnesiac replica did not catch up; log:\n{}",
-            cluster.log(victim)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        cluster.log(victim).contains("DURABLE STATE LOST"),
-        "{}",
-        cluster.log(victim)
-    );
+    // It says so, catches up with the others, and votes and accepts again.
+    wait_amnesiac_recovers(&cluster, victim, "corruption", "k19", last).await;
     assert!(log_dir
         .parent()
         .unwrap()
@@ -435,37 +468,7 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
         .unwrap()
         .join("replica-2")
         .exists());
-    // Once recovered it votes and accepts again: the third replica goes down and the cluster
-    // still commits (a quorum of two needs the recovered replica).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let third = 3 - leader - victim;
-    loop {
-        // Roles reported after the restart (an amnesiac replica reports `Recovering`).
-        let log = cluster.log(victim);
-        let since = &log[log.find("DURABLE STATE LOST").unwrap()..];
-        if since.contains("role=Follower") || since.contains("role=Leader") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the amnesiac replica did not recover; log:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    cluster.kill(third);
-    let reply = at_leader(&eps, leader, |ep| async move {
-        acquire(&ep, s, 100, NS, "after", 0).await
-    })
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:?}\nleader {leader} victim {victim} third {third}\n--- victim log:\n{}\n--- leader log:\n{}\n--- third log:\n{}",
-            cluster.log(victim),
-            cluster.log(leader),
-            cluster.log(third)
-        )
-    });
-    assert!(granted(&reply).unwrap() > last);
+    commits_through(&mut cluster, leader, victim, s, last).await;
 }
 
 /// A replica whose disk was replaced: `picketd run` refuses the empty data directory and names
@@ -477,13 +480,7 @@ async fn a_wiped_replica_is_refused_without_a_flag_and_rejoins_with_rejoin() {
     let leader = cluster.leader(ELECTION).await;
     let eps = cluster.endpoints.clone();
     let s = create_session(&eps[leader], "svc", 30_000).await;
-    let mut last = 0;
-    for i in 0..10u64 {
-        let reply = acquire(&eps[leader], s, i + 1, NS, &format!("k{i}"), 0)
-            .await
-            .unwrap();
-        last = granted(&reply).unwrap();
-    }
+    let last = hold_keys(&eps, leader, s, 10).await;
     let victim = (leader + 1) % 3;
     cluster.terminate(victim);
     let data = cluster.dir.path().join(format!("node-{}", victim + 1));
@@ -501,49 +498,8 @@ async fn a_wiped_replica_is_refused_without_a_flag_and_rejoins_with_rejoin() {
     assert!(!data.exists(), "a refused start created {}", data.display());
 
     cluster.spawn_with(victim, &["--rejoin"]);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let caught_up = inspect(&eps[victim], NS, "k9", true)
-            .await
-            .is_ok_and(|info| info.holder.is_some_and(|h| h.token == last));
-        if caught_up {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the rejoined replica did not catch up; log:\n{}",
-            cluster.log(victim)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let log = cluster.log(victim);
-    assert!(
-        log.contains("DURABLE STATE LOST") && log.contains("started with --rejoin"),
-        "{log}"
-    );
-    // Recovered, it votes and accepts again: with the third replica down, the leader still
-    // commits through it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let log = cluster.log(victim);
-        let since = &log[log.find("DURABLE STATE LOST").unwrap()..];
-        if since.contains("role=Follower") || since.contains("role=Leader") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the rejoined replica did not recover; log:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let third = 3 - leader - victim;
-    cluster.kill(third);
-    let reply = at_leader(&eps, leader, |ep| async move {
-        acquire(&ep, s, 100, NS, "after", 0).await
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e:?}\n--- victim log:\n{}", cluster.log(victim)));
-    assert!(granted(&reply).unwrap() > last);
+    wait_amnesiac_recovers(&cluster, victim, "started with --rejoin", "k9", last).await;
+    commits_through(&mut cluster, leader, victim, s, last).await;
 }
 
 #[test]
