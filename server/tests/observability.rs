@@ -24,16 +24,6 @@ async fn get(url: &str) -> (u16, String) {
     (status, response.text().await.unwrap())
 }
 
-/// The value of the sample of `metric` whose labels contain every one of `labels`.
-fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
     let (cluster, leader, at) = dev_cluster_with_leader().await;

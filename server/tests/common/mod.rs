@@ -8,6 +8,10 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/prom.rs"]
+mod prom;
+pub use prom::sample;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -294,16 +298,6 @@ pub async fn get_as(url: &str, token: Option<&str>) -> Result<(u16, String), req
     let response = request.send().await?;
     let status = response.status().as_u16();
     Ok((status, response.text().await?))
-}
-
-/// The value of the sample of `metric` whose labels contain every one of `labels`.
-pub fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Polls `probe` every 50 ms until it answers `Some`, failing after `timeout` with `what`.

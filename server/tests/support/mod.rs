@@ -2,6 +2,10 @@
 
 #![allow(dead_code)]
 
+mod prom;
+#[allow(unused_imports)] // not every test binary reads metrics
+pub use prom::sample;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
