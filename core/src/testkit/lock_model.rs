@@ -235,13 +235,8 @@ impl Model {
         if let Some(answer) = self.dedup(s, request) {
             return answer.map(|cached| current(self).map(Reply::Acquire).unwrap_or(cached));
         }
-        if ns == "Bad" {
-            return Err(LockError::BadName(NameError::NameBadChar {
-                what: "namespace",
-                name: ns.to_owned(),
-                ch: 'B',
-                index: 0,
-            }));
+        if let Some(error) = bad_namespace(ns) {
+            return Err(error);
         }
         let cfg = config();
         let reply = if let Some(reply) = current(self) {
@@ -288,13 +283,8 @@ impl Model {
         if let Some(answer) = self.dedup(s, request) {
             return answer;
         }
-        if ns == "Bad" {
-            return Err(LockError::BadName(NameError::NameBadChar {
-                what: "namespace",
-                name: ns.to_owned(),
-                ch: 'B',
-                index: 0,
-            }));
+        if let Some(error) = bad_namespace(ns) {
+            return Err(error);
         }
         let k = (ns.to_owned(), key.to_owned());
         let Some((holder, current)) = self.holders.get(&k).copied().filter(|(h, _)| *h == s) else {
@@ -472,4 +462,16 @@ pub fn assert_same_state(
             }
         }
     }
+}
+
+/// The model's one name rule: the namespace `Bad` is refused (as its first character).
+fn bad_namespace(ns: &str) -> Option<LockError> {
+    (ns == "Bad").then(|| {
+        LockError::BadName(NameError::NameBadChar {
+            what: "namespace",
+            name: ns.to_owned(),
+            ch: 'B',
+            index: 0,
+        })
+    })
 }
