@@ -8,7 +8,8 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, Token,
+    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, SessionProof,
+    Token,
 };
 use picket_core::time::Instant;
 
@@ -28,6 +29,7 @@ fn identity(i: u64) -> Identity {
 fn acquire(session: SessionId, request: u64, key: String, wait: bool) -> Command {
     Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "orders".into(),
         key,
@@ -45,6 +47,7 @@ fn background() -> (LockStateMachine, Vec<SessionId>) {
     let mut sessions = Vec::new();
     for i in 0..SESSIONS {
         let command = Command::CreateSession {
+            secret_hash: None,
             ttl_ms: None,
             identity: identity(i),
         };
@@ -81,6 +84,7 @@ fn uncontended(sm: &LockStateMachine, sessions: &[SessionId]) -> Vec<Command> {
         revision += 1;
         commands.push(Command::Release {
             session,
+            proof: SessionProof::legacy(),
             request: RequestId(request + 1),
             namespace: "orders".into(),
             key,
@@ -108,6 +112,7 @@ fn handoff(sm: &LockStateMachine, sessions: &[SessionId]) -> Vec<Command> {
         };
         commands.push(Command::Release {
             session: *session,
+            proof: SessionProof::legacy(),
             request: RequestId(1_001),
             namespace: "orders".into(),
             key: "chain".into(),

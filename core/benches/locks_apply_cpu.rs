@@ -11,7 +11,8 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, Token,
+    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, SessionProof,
+    Token,
 };
 use picket_core::time::Instant;
 
@@ -33,6 +34,7 @@ fn cpu_seconds() -> f64 {
 fn acquire(session: SessionId, request: u64, key: String) -> Command {
     Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "orders".into(),
         key,
@@ -60,6 +62,7 @@ fn main() {
         match sm.apply(
             Instant::from_millis(1),
             Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: None,
                 identity,
             },
@@ -92,6 +95,7 @@ fn main() {
             revision += 1;
             commands.push(Command::Release {
                 session,
+                proof: SessionProof::legacy(),
                 request: RequestId(request + 1),
                 namespace: "orders".into(),
                 key,

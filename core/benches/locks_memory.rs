@@ -7,7 +7,9 @@
 // A bench binary may read /proc: the determinism rules are for the core library's code.
 #![allow(clippy::disallowed_methods)]
 
-use picket_core::locks::{Command, Identity, LockConfig, LockStateMachine, Reply, RequestId};
+use picket_core::locks::{
+    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionProof,
+};
 use picket_core::time::Instant;
 
 const SESSIONS: u64 = 100_000;
@@ -48,6 +50,7 @@ fn main() {
         match sm.apply(
             Instant::from_millis(1),
             Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: None,
                 identity,
             },
@@ -61,6 +64,7 @@ fn main() {
         for (i, session) in sessions.iter().enumerate() {
             let command = Command::Acquire {
                 session: *session,
+                proof: SessionProof::legacy(),
                 request: RequestId(h + 1),
                 namespace: "orders".into(),
                 key: format!("invoice/{i:06}-{h}"),

@@ -3,7 +3,7 @@
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, ForceReleaseId,
     Identity, LockConfig, LockError, LockStateMachine, ReleaseCause, Reply, RequestId, Revision,
-    Role, SessionId, Token, WatchFilter,
+    Role, SessionId, SessionProof, Token, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -36,6 +36,7 @@ impl World {
             principal: name.into(),
         };
         match self.apply(Command::CreateSession {
+            secret_hash: None,
             ttl_ms: None,
             identity,
         }) {
@@ -48,6 +49,7 @@ impl World {
         self.request += 1;
         let command = Command::Acquire {
             session,
+            proof: SessionProof::legacy(),
             request: RequestId(self.request),
             namespace: "orders".into(),
             key: key.into(),
@@ -402,6 +404,7 @@ fn a_request_fails_if_the_holder_or_token_changed() {
     w.request += 1;
     let release = Command::Release {
         session: holder,
+        proof: SessionProof::legacy(),
         request: RequestId(w.request),
         namespace: "orders".into(),
         key: "k".into(),
@@ -641,12 +644,12 @@ mod random {
                 let command = match &op {
                     Op::Acquire { session, key, wait } => {
                         w.request += 1;
-                        Command::Acquire { session: sessions[*session], request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait }
+                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait }
                     }
                     Op::Release { session, key } => {
                         w.request += 1;
                         let token = w.sm.inspect("orders", KEYS[*key], Instant::ZERO).unwrap().holder.map_or(Token(1), |h| h.token);
-                        Command::Release { session: sessions[*session], request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), token }
+                        Command::Release { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), token }
                     }
                     Op::Expire { session } => Command::ExpireSessions { sessions: vec![sessions[*session]] },
                     Op::Fence { key, fenced } => Command::PutClass {

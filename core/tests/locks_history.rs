@@ -3,8 +3,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, Identity,
-    LockConfig, LockStateMachine, Reply, RequestId, Revision, Role, SessionId, Token, WatchError,
-    WatchFilter,
+    LockConfig, LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token,
+    WatchError, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -18,6 +18,7 @@ fn create(sm: &mut LockStateMachine) -> SessionId {
     match sm.apply(
         Instant::from_millis(5),
         Command::CreateSession {
+            secret_hash: None,
             ttl_ms: None,
             identity,
         },
@@ -30,6 +31,7 @@ fn create(sm: &mut LockStateMachine) -> SessionId {
 fn acquire(ns: &str, session: SessionId, request: u64, key: &str) -> Command {
     Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: ns.into(),
         key: key.into(),
@@ -102,7 +104,7 @@ fn snapshot_round_trip_is_exact_and_the_restored_state_behaves_the_same() {
     };
     let commands = vec![
         approve,
-        acquire("ns", SessionId(2), 2, "f/1"),
+        acquire("ns", SessionId(2), 3, "f/1"),
         Command::ExpireSessions {
             sessions: vec![SessionId(2)],
         },
@@ -199,7 +201,10 @@ fn watch_pages_resume_and_filter() {
     // Closing a: three releases and a hand-off in one revision.
     sm.apply(
         Instant::from_millis(20),
-        Command::CloseSession { session: a },
+        Command::CloseSession {
+            session: a,
+            proof: SessionProof::legacy(),
+        },
     )
     .unwrap();
     let close = sm.revision();

@@ -1,5 +1,7 @@
 //! Model-based property test of the lock state machine: random command sequences are applied to
-//! the state machine and to a plain, obviously-correct model of sessions, holds and FIFO queues
+//! the state machine and to a plain, obviously-correct model of sessions (owned by a secret and a
+//! principal; wrong secrets, other principals, retried creations and reused request ids are
+//! generated), holds and FIFO queues
 //! (`picket_core::testkit::lock_model`, shared with the `lock_commands` fuzzer); both must give the same answers, and the invariants must hold after every
 //! command. Also, after every command: an error changed nothing but the revision, and the state
 //! survives a snapshot round trip.
@@ -8,21 +10,25 @@ use std::collections::BTreeMap;
 
 use picket_core::locks::{LockSnapshot, LockStateMachine, Revision};
 use picket_core::testkit::lock_model::{
-    assert_same_state, config, Driver, LockKey, Model, Op, KEYS, NAMESPACES, TTLS,
+    assert_same_state, config, Driver, LockKey, Model, Op, KEYS, NAMESPACES, PRINCIPALS, SECRETS,
+    TTLS,
 };
 use picket_core::time::Instant;
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => (0..TTLS.len()).prop_map(|ttl| Op::Create { ttl }),
-        1 => (0..8usize).prop_map(|session| Op::Close { session }),
+        2 => (0..TTLS.len(), 0..SECRETS.len(), 0..PRINCIPALS.len())
+            .prop_map(|(ttl, secret, principal)| Op::Create { ttl, secret, principal }),
+        1 => (0..8usize, 0..6usize).prop_map(|(session, proof)| Op::Close { session, proof }),
         1 => prop::collection::vec(0..8usize, 0..3).prop_map(|sessions| Op::Expire { sessions }),
-        6 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>())
-            .prop_map(|(session, ns, key, wait)| Op::Acquire { session, ns, key, wait }),
-        4 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), prop::bool::weighted(0.85))
-            .prop_map(|(session, ns, key, right_token)| Op::Release { session, ns, key, right_token }),
+        6 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>(), 0..6usize)
+            .prop_map(|(session, ns, key, wait, proof)| Op::Acquire { session, ns, key, wait, proof }),
+        4 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), prop::bool::weighted(0.85), 0..6usize)
+            .prop_map(|(session, ns, key, right_token, proof)| Op::Release { session, ns, key, right_token, proof }),
         2 => (0..8usize, 0..4usize).prop_map(|(session, back)| Op::Retry { session, back }),
+        1 => (0..8usize, 0..4usize, 0..2usize)
+            .prop_map(|(session, back, key)| Op::Reuse { session, back, key }),
     ]
 }
 
@@ -49,7 +55,7 @@ proptest! {
             let expected = model.apply(&command);
             prop_assert_eq!(&outcome, &expected, "step {} command {:?}", step, command);
             prop_assert_eq!(sm.revision(), Revision(model.revision));
-            driver.observe(&outcome);
+            driver.observe(&command, &outcome);
             sm.check_invariants();
             assert_same_state(&sm, &model, &mut last_tokens);
             if outcome.is_err() {

@@ -2,7 +2,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, Identity, LockConfig,
-    LockError, LockStateMachine, NameError, Reply, RequestId, Revision, Role, SessionId, Token,
+    LockError, LockStateMachine, NameError, Reply, RequestId, Revision, Role, SessionId,
+    SessionProof, Token,
 };
 use picket_core::time::Instant;
 
@@ -19,6 +20,7 @@ fn create(sm: &mut LockStateMachine, ttl_ms: Option<u64>) -> SessionId {
     match sm.apply(
         Instant::from_millis(10),
         Command::CreateSession {
+            secret_hash: None,
             ttl_ms,
             identity: identity("svc"),
         },
@@ -31,6 +33,7 @@ fn create(sm: &mut LockStateMachine, ttl_ms: Option<u64>) -> SessionId {
 fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
     Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
@@ -41,6 +44,7 @@ fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
 fn release(session: SessionId, request: u64, key: &str, token: Token) -> Command {
     Command::Release {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
@@ -170,6 +174,7 @@ fn retries_are_idempotent() {
     // An errored request is not remembered: its retry is evaluated again.
     let bad = Command::Acquire {
         session: a,
+        proof: SessionProof::legacy(),
         request: RequestId(9),
         namespace: "BAD".into(),
         key: "k".into(),
@@ -192,6 +197,7 @@ fn session_ttl_bounds_are_cluster_wide_and_per_class() {
         max: config.session_ttl_ms_max,
     };
     let command = |ttl_ms| Command::CreateSession {
+        secret_hash: None,
         ttl_ms: Some(ttl_ms),
         identity: identity("x"),
     };
@@ -279,14 +285,28 @@ fn closing_and_expiring_release_holds_and_waits_in_one_revision() {
     let summary = sm.session(c).unwrap();
     assert_eq!((summary.holds, summary.waits), (2, 0));
     assert_eq!(
-        apply(&mut sm, 3, Command::CloseSession { session: c }),
+        apply(
+            &mut sm,
+            3,
+            Command::CloseSession {
+                session: c,
+                proof: SessionProof::legacy()
+            }
+        ),
         Ok(Reply::SessionClosed {
             holds_released: 2,
             waits_removed: 0
         })
     );
     assert_eq!(
-        apply(&mut sm, 3, Command::CloseSession { session: c }),
+        apply(
+            &mut sm,
+            3,
+            Command::CloseSession {
+                session: c,
+                proof: SessionProof::legacy()
+            }
+        ),
         Err(LockError::UnknownSession { session: c })
     );
     assert!(sm.list_holds("ns", Instant::ZERO, 10).unwrap().is_empty());
@@ -318,6 +338,7 @@ fn every_lock_error_names_its_rule() {
             &mut sm,
             1,
             Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: None,
                 identity: identity("d")
             }
@@ -333,6 +354,7 @@ fn every_lock_error_names_its_rule() {
             &mut sm,
             1,
             Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: None,
                 identity: long_name
             }
@@ -345,6 +367,7 @@ fn every_lock_error_names_its_rule() {
     ));
     let empty_key = Command::Acquire {
         session: a,
+        proof: SessionProof::legacy(),
         request: RequestId(1),
         namespace: "ns".into(),
         key: "".into(),
@@ -501,6 +524,7 @@ fn holds_are_listed_by_age_and_the_longest_per_namespace() {
     apply(&mut sm, 200, acquire(b, 1, "aa", false)).unwrap();
     let other = Command::Acquire {
         session: b,
+        proof: SessionProof::legacy(),
         request: RequestId(2),
         namespace: "other".into(),
         key: "x".into(),

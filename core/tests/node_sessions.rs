@@ -4,8 +4,8 @@
 //! expired; an abandoned one is expired within TTL + one election timeout.
 
 use picket_core::locks::{
-    AcquireReply, Command, EventKind, Identity, LockConfig, Outcome, ReleaseCause, Reply,
-    RequestId, SessionId, Token, WatchFilter,
+    AcquireReply, Command, EventKind, Identity, LockConfig, NotYours, Outcome, ReleaseCause, Reply,
+    RequestId, SecretHash, SessionId, SessionProof, Token, WatchFilter,
 };
 use picket_core::node::{
     Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
@@ -240,7 +240,11 @@ impl Sim {
             return Ok(false);
         };
         let now = self.now;
-        let result = self.nodes[leader].as_mut().unwrap().keepalive(now, session);
+        let result =
+            self.nodes[leader]
+                .as_mut()
+                .unwrap()
+                .keepalive(now, session, &SessionProof::legacy());
         self.drain(leader);
         match result {
             Ok(ttl) => {
@@ -285,6 +289,7 @@ fn create_session(sim: &mut Sim, name: &str) -> SessionId {
         principal: name.into(),
     };
     match sim.commit(Command::CreateSession {
+        secret_hash: None,
         ttl_ms: Some(TTL_MS),
         identity,
     }) {
@@ -296,6 +301,7 @@ fn create_session(sim: &mut Sim, name: &str) -> SessionId {
 fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
     let command = Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(1),
         namespace: "ns".into(),
         key: key.into(),
@@ -411,6 +417,7 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
             acquire(&mut sim, session, "k");
             let queued = sim.commit(Command::Acquire {
                 session: other,
+                proof: SessionProof::legacy(),
                 request: RequestId(1),
                 namespace: "ns".into(),
                 key: "k".into(),
@@ -503,7 +510,11 @@ fn a_keepalive_acknowledged_by_a_deposed_leader_is_honoured_by_the_new_one() {
         let mut sent = None;
         loop {
             let now = sim.now;
-            match sim.nodes[old].as_mut().unwrap().keepalive(now, session) {
+            match sim.nodes[old]
+                .as_mut()
+                .unwrap()
+                .keepalive(now, session, &SessionProof::legacy())
+            {
                 Ok(_) => sent = Some(now),
                 Err(_) => break,
             }
@@ -543,10 +554,11 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
     let leader = sim.wait_for_leader();
     let follower = (leader + 1) % 3;
     let now = sim.now;
-    let refused = sim.nodes[follower]
-        .as_mut()
-        .unwrap()
-        .keepalive(now, session);
+    let refused =
+        sim.nodes[follower]
+            .as_mut()
+            .unwrap()
+            .keepalive(now, session, &SessionProof::legacy());
     assert_eq!(
         refused,
         Err(KeepAliveError::NotLeader {
@@ -554,7 +566,11 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         })
     );
     let unknown = SessionId(9_999);
-    let refused = sim.nodes[leader].as_mut().unwrap().keepalive(now, unknown);
+    let refused =
+        sim.nodes[leader]
+            .as_mut()
+            .unwrap()
+            .keepalive(now, unknown, &SessionProof::legacy());
     assert_eq!(
         refused,
         Err(KeepAliveError::UnknownSession { session: unknown })
@@ -571,6 +587,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
     sim.isolated = Some(leader);
     let command = Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(7),
         namespace: "ns".into(),
         key: "k".into(),
@@ -628,6 +645,7 @@ fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
         let token = acquire_with(&mut sim, session, 2 * i + 1, &key);
         let release = Command::Release {
             session,
+            proof: SessionProof::legacy(),
             request: RequestId(2 * i + 2),
             namespace: "ns".into(),
             key,
@@ -668,6 +686,7 @@ fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
 fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> Token {
     let command = Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
@@ -728,6 +747,7 @@ fn a_batch_shares_a_slot_and_refuses_commands_one_by_one() {
     let chosen_before = sim.nodes[leader].as_ref().unwrap().replica().slot_chosen();
     let mut commands: Vec<Command> = (0..5)
         .map(|i| Command::CreateSession {
+            secret_hash: None,
             ttl_ms: Some(TTL_MS),
             identity: identity(&format!("svc-{i}")),
         })
@@ -799,6 +819,7 @@ fn a_batch_larger_than_the_room_takes_the_first_commands() {
     let node = sim.nodes[leader].as_mut().unwrap();
     let commands: Vec<Command> = (0..5)
         .map(|i| Command::CreateSession {
+            secret_hash: None,
             ttl_ms: Some(TTL_MS),
             identity: identity(&format!("svc-{i}")),
         })
@@ -814,4 +835,54 @@ fn a_batch_larger_than_the_room_takes_the_first_commands() {
             }))
         );
     }
+}
+
+#[test]
+fn a_keepalive_without_the_session_secret_changes_nothing() {
+    let mut sim = Sim::new(41);
+    let secret = SecretHash([5; 32]);
+    let identity = Identity {
+        name: "svc".into(),
+        host: "h".into(),
+        pid: 1,
+        principal: "alice".into(),
+    };
+    let session = match sim.commit(Command::CreateSession {
+        ttl_ms: Some(TTL_MS),
+        identity,
+        secret_hash: Some(secret),
+    }) {
+        Ok(Reply::SessionCreated { session, .. }) => session,
+        other => panic!("{other:?}"),
+    };
+    let leader = sim.wait_for_leader();
+    sim.run_for(TTL_MS / 2);
+    let now = sim.now;
+    let node = sim.nodes[leader].as_mut().unwrap();
+    let before = node.session_remaining_ms(now, session);
+    let refusals = [
+        (
+            SessionProof::new(SecretHash([6; 32]), "alice"),
+            NotYours::WrongSecret,
+        ),
+        (SessionProof::legacy(), NotYours::SecretMissing),
+        (
+            SessionProof::new(secret, "mallory"),
+            NotYours::OtherPrincipal {
+                owner: "alice".into(),
+                caller: "mallory".into(),
+            },
+        ),
+    ];
+    for (proof, why) in refusals {
+        assert_eq!(
+            node.keepalive(now, session, &proof),
+            Err(KeepAliveError::NotYours { session, why })
+        );
+        assert_eq!(node.session_remaining_ms(now, session), before);
+    }
+    let accepted = node.keepalive(now, session, &SessionProof::new(secret, "alice"));
+    assert_eq!(accepted, Ok(TTL_MS));
+    assert_eq!(node.session_remaining_ms(now, session), Some(TTL_MS));
+    assert!(before < Some(TTL_MS), "{before:?}");
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use super::class::ClassSpec;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
+use super::owner::{SecretHash, SessionProof};
 use crate::time::Instant;
 
 /// Who a client session says it is. `principal` is the authenticated identity (filled in by the
@@ -53,18 +54,25 @@ impl Actor {
 /// time -> same new state and same reply, on every replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// Opens a session. `ttl_ms: None` takes the cluster default.
+    /// Opens a session. `ttl_ms: None` takes the cluster default. `secret_hash`: the hash of
+    /// the session's secret (`None` only in legacy commands); a live session with the same hash
+    /// and identity is the answer to a retry.
     CreateSession {
         ttl_ms: Option<u64>,
         identity: Identity,
+        secret_hash: Option<SecretHash>,
     },
     /// Closes a session: releases its holds and removes its waits in this revision.
-    CloseSession { session: SessionId },
+    CloseSession {
+        session: SessionId,
+        proof: SessionProof,
+    },
     /// Proposed by the leader when sessions' deadlines passed. Unknown ids are skipped.
     ExpireSessions { sessions: Vec<SessionId> },
     /// Takes `key` in `namespace`, or queues for it (`wait`), or answers `Busy`.
     Acquire {
         session: SessionId,
+        proof: SessionProof,
         request: RequestId,
         namespace: String,
         key: String,
@@ -73,6 +81,7 @@ pub enum Command {
     /// Releases a hold; the next waiter (if any) is granted in this revision.
     Release {
         session: SessionId,
+        proof: SessionProof,
         request: RequestId,
         namespace: String,
         key: String,
@@ -182,6 +191,72 @@ impl RememberedReply {
             RememberedReply::Acquire(reply) => Reply::Acquire(reply),
             RememberedReply::Released { token, next } => Reply::Released { token, next },
         }
+    }
+
+    /// The kind of request this replies to.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RememberedReply::Acquire(_) => "Acquire",
+            RememberedReply::Released { .. } => "Release",
+        }
+    }
+}
+
+/// The key a remembered request was for. With the reply's kind (and, for a release, the
+/// reply's token, which is the request's token) it names the request, so that a reused id with
+/// another command is told apart from a retry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestTarget {
+    pub namespace: String,
+    pub key: String,
+}
+
+/// A request a session remembers: its id, its reply and (since request ids are bound to their
+/// request) its target. `target: None`: remembered before the binding existed (an old
+/// snapshot); such a reply answers any request with its id, as it did then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    pub request: RequestId,
+    pub reply: RememberedReply,
+    pub target: Option<RequestTarget>,
+}
+
+impl Remembered {
+    /// How the request is named in a `RequestIdReused` error, e.g. `Acquire orders/first` or
+    /// `Release orders/first with token 7`.
+    pub fn describe(&self) -> String {
+        let target = match &self.target {
+            Some(t) => format!("{}/{}", t.namespace, t.key),
+            None => "(key not recorded)".to_owned(),
+        };
+        describe_request(self.reply.kind(), &target, self.released_token())
+    }
+
+    fn released_token(&self) -> Option<Token> {
+        match self.reply {
+            RememberedReply::Released { token, .. } => Some(token),
+            RememberedReply::Acquire(_) => None,
+        }
+    }
+
+    /// Whether a request of `kind` on `namespace/key` (releasing `token`) is a retry of this
+    /// one. An unbound (legacy) remembered reply matches any request, as before the binding.
+    pub fn matches(&self, kind: &str, namespace: &str, key: &str, token: Option<Token>) -> bool {
+        let Some(target) = &self.target else {
+            return true;
+        };
+        self.reply.kind() == kind
+            && target.namespace == namespace
+            && target.key == key
+            && self.released_token() == token
+    }
+}
+
+/// `Acquire orders/first`, `Release orders/first with token 7`.
+pub(crate) fn describe_request(kind: &str, target: &str, token: Option<Token>) -> String {
+    match token {
+        Some(token) => format!("{kind} {target} with token {}", token.0),
+        None => format!("{kind} {target}"),
     }
 }
 

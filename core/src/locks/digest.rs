@@ -52,7 +52,9 @@ impl LockStateMachine {
 
 #[cfg(test)]
 mod tests {
-    use crate::locks::{Command, Identity, LockConfig, LockStateMachine, RequestId, SessionId};
+    use crate::locks::{
+        Command, Identity, LockConfig, LockStateMachine, RequestId, SessionId, SessionProof,
+    };
     use crate::time::Instant;
 
     fn identity() -> Identity {
@@ -67,6 +69,7 @@ mod tests {
     fn acquire(key: &str, request: u64) -> Command {
         Command::Acquire {
             session: SessionId(1),
+            proof: SessionProof::legacy(),
             request: RequestId(request),
             namespace: "ns".into(),
             key: key.into(),
@@ -87,6 +90,7 @@ mod tests {
             (
                 10,
                 Command::CreateSession {
+                    secret_hash: None,
                     ttl_ms: None,
                     identity: identity(),
                 },

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 use super::ids::{ForceReleaseId, RequestId, SessionId, Token};
 use super::names::NameError;
+use super::owner::NotYours;
 
 /// A caller's mistake or a bound that was hit; each variant names the rule.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -34,6 +35,17 @@ pub enum LockError {
     },
     #[error("too many sessions: at most {max} live sessions")]
     TooManySessions { max: usize },
+    #[error("session {session} is not yours: {why}")]
+    SessionNotYours { session: SessionId, why: NotYours },
+    #[error("the session secret is already the secret of session {session}, opened with another identity: a retry must send the same identity, a new session a new secret")]
+    SessionSecretInUse { session: SessionId },
+    #[error("request {request} of session {session} was {was}; this is {this}: a request id names one request, a new request needs a new id")]
+    RequestIdReused {
+        session: SessionId,
+        request: RequestId,
+        was: String,
+        this: String,
+    },
     #[error("request {request} of session {session} is older than its retry window (newest {newest}): a retry this late cannot be answered safely")]
     RequestTooOld {
         session: SessionId,

@@ -151,6 +151,16 @@ impl LockStateMachine {
     }
 
     fn check_sessions(&self) -> Result<(), String> {
+        ensure!(
+            self.sessions_by_secret.len()
+                == self
+                    .sessions
+                    .values()
+                    .filter(|s| s.secret_hash.is_some())
+                    .count(),
+            "{} secret hashes indexed for the sessions",
+            self.sessions_by_secret.len()
+        );
         for (id, session) in &self.sessions {
             ensure!(
                 id.0 <= self.revision.0,
@@ -196,7 +206,13 @@ impl LockStateMachine {
                 session.replies.len(),
                 self.config.dedup_window
             );
-            let ids: Vec<_> = session.replies.iter().map(|(r, _)| *r).collect();
+            if let Some(hash) = &session.secret_hash {
+                ensure!(
+                    self.sessions_by_secret.get(hash) == Some(id),
+                    "session {id}: its secret hash is not indexed to it"
+                );
+            }
+            let ids: Vec<_> = session.replies.iter().map(|r| r.request).collect();
             ensure!(
                 ids.windows(2).all(|w| w[0] < w[1]),
                 "session {id}: remembered request ids not rising: {ids:?}"

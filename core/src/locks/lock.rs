@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
-use super::command::{AcquireReply, RememberedReply, Reply};
+use super::command::{AcquireReply, Remembered, RememberedReply, Reply, RequestTarget};
 use super::config::LockConfig;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::names::{validate_key, validate_namespace};
-use super::session::{set_insert, set_remove, Dedup, Session};
+use super::owner::SessionProof;
+use super::session::{check_request, set_insert, set_remove, Session};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
 use crate::time::Instant;
@@ -96,9 +97,11 @@ pub(crate) fn emit(
 }
 
 impl LockStateMachine {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_acquire(
         &mut self,
         session: SessionId,
+        proof: &SessionProof,
         request: RequestId,
         namespace: String,
         key: String,
@@ -108,25 +111,26 @@ impl LockStateMachine {
             .sessions
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
-        match state.dedup(request) {
-            Dedup::Retry(reply) => {
-                return Ok(self.refresh_acquire(session, &namespace, &key, reply))
-            }
-            Dedup::TooOld { newest } => {
-                return Err(LockError::RequestTooOld {
-                    session,
-                    request,
-                    newest,
-                })
-            }
-            Dedup::New => {}
+        state.check_proof(session, proof)?;
+        let this = ("Acquire", namespace.as_str(), key.as_str(), None);
+        if let Some(reply) = check_request(state, session, request, this)? {
+            return Ok(self.refresh_acquire(session, &namespace, &key, reply));
         }
         validate_namespace(&namespace)?;
         validate_key(&key)?;
+        let target = RequestTarget {
+            namespace: namespace.clone(),
+            key: key.clone(),
+        };
         let reply = self.acquire_new(session, namespace, key, wait)?;
+        let remembered = Remembered {
+            request,
+            reply: RememberedReply::Acquire(reply),
+            target: Some(target),
+        };
         let window = self.config.dedup_window;
         let state = self.sessions.get_mut(&session).expect("checked above");
-        state.remember(request, RememberedReply::Acquire(reply), window);
+        state.remember(remembered, window);
         Ok(Reply::Acquire(reply))
     }
 
@@ -249,9 +253,11 @@ impl LockStateMachine {
         Ok(AcquireReply::Queued { position })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_release(
         &mut self,
         session: SessionId,
+        proof: &SessionProof,
         request: RequestId,
         namespace: String,
         key: String,
@@ -261,16 +267,10 @@ impl LockStateMachine {
             .sessions
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
-        match state.dedup(request) {
-            Dedup::Retry(reply) => return Ok(reply.to_reply()),
-            Dedup::TooOld { newest } => {
-                return Err(LockError::RequestTooOld {
-                    session,
-                    request,
-                    newest,
-                })
-            }
-            Dedup::New => {}
+        state.check_proof(session, proof)?;
+        let this = ("Release", namespace.as_str(), key.as_str(), Some(token));
+        if let Some(reply) = check_request(state, session, request, this)? {
+            return Ok(reply.to_reply());
         }
         validate_namespace(&namespace)?;
         validate_key(&key)?;
@@ -296,9 +296,14 @@ impl LockStateMachine {
             }
         };
         let reply = RememberedReply::Released { token, next };
+        let remembered = Remembered {
+            request,
+            reply,
+            target: Some(RequestTarget { namespace, key }),
+        };
         let window = self.config.dedup_window;
         let state = self.sessions.get_mut(&session).expect("checked above");
-        state.remember(request, reply, window);
+        state.remember(remembered, window);
         Ok(reply.to_reply())
     }
 
@@ -414,6 +419,10 @@ impl LockStateMachine {
         let mut ended: Vec<(SessionId, Session)> = Vec::with_capacity(sessions.len());
         for id in sessions {
             if let Some(state) = self.sessions.remove(id) {
+                if let Some(hash) = state.secret_hash {
+                    let indexed = self.sessions_by_secret.remove(&hash);
+                    assert_eq!(indexed, Some(*id), "secret index of session {id}");
+                }
                 ended.push((*id, state));
             }
         }

@@ -6,15 +6,21 @@
 //! The full semantics (every command, its errors, its events) are in `docs/locks.md`.
 //!
 //! ```
-//! use picket_core::locks::{AcquireReply, Command, Identity, LockConfig, LockStateMachine, Reply, RequestId};
+//! use picket_core::locks::{
+//!     AcquireReply, Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SecretHash, SessionProof,
+//! };
 //! use picket_core::time::Instant;
 //!
 //! let mut sm = LockStateMachine::new(LockConfig::default());
 //! let identity = Identity { name: "billing".into(), host: "h1".into(), pid: 7, principal: "svc-billing".into() };
-//! let created = sm.apply(Instant::from_millis(1_000), Command::CreateSession { ttl_ms: None, identity });
+//! // The edge hashes the session's secret (SHA-256); only the hash reaches the log.
+//! let secret_hash = SecretHash([7; 32]);
+//! let create = Command::CreateSession { ttl_ms: None, identity, secret_hash: Some(secret_hash) };
+//! let created = sm.apply(Instant::from_millis(1_000), create);
 //! let Ok(Reply::SessionCreated { session, .. }) = created else { panic!("{created:?}") };
 //! let acquire = Command::Acquire {
-//!     session, request: RequestId(1), namespace: "orders".into(), key: "invoice/42".into(), wait: false,
+//!     session, proof: SessionProof::new(secret_hash, "svc-billing"), request: RequestId(1),
+//!     namespace: "orders".into(), key: "invoice/42".into(), wait: false,
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
@@ -33,6 +39,7 @@ mod ids;
 mod invariants;
 mod lock;
 mod names;
+mod owner;
 mod query;
 mod session;
 mod snapshot;
@@ -43,7 +50,10 @@ use std::sync::Arc;
 
 pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
 pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
-pub use command::{AcquireReply, Actor, Command, Identity, Outcome, RememberedReply, Reply, Role};
+pub use command::{
+    AcquireReply, Actor, Command, Identity, Outcome, Remembered, RememberedReply, Reply,
+    RequestTarget, Role,
+};
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
 pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};
@@ -51,6 +61,10 @@ pub use ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 pub use names::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, NameError, KEY_LEN_MAX,
     NAME_LEN_MAX,
+};
+pub use owner::{
+    is_authenticated, NotYours, SecretHash, SessionProof, SECRET_HASH_LEN,
+    UNAUTHENTICATED_PRINCIPAL,
 };
 pub use query::{HoldInfo, KeyInfo, NamespaceHold, SessionInfo, WaiterInfo};
 pub use session::IDENTITY_FIELD_LEN_MAX;
@@ -78,6 +92,9 @@ pub struct LockStateMachine {
     /// Log time: the max of every stamp seen. Never decreases.
     time: Instant,
     sessions: BTreeMap<SessionId, Session>,
+    /// secret hash -> the live session opened with it (legacy sessions have none). Mirrors
+    /// `sessions` exactly; answers a retried `CreateSession` without a scan.
+    sessions_by_secret: BTreeMap<SecretHash, SessionId>,
     /// Only non-empty namespaces (some class or some hold) have an entry.
     namespaces: BTreeMap<Arc<str>, NamespaceState>,
     force_releases: ForceReleases,
@@ -94,6 +111,7 @@ impl LockStateMachine {
             revision: Revision(0),
             time: Instant::ZERO,
             sessions: BTreeMap::new(),
+            sessions_by_secret: BTreeMap::new(),
             namespaces: BTreeMap::new(),
             force_releases: ForceReleases::default(),
             audit: AuditLog::new(config.audit_retention),
@@ -146,25 +164,29 @@ impl LockStateMachine {
 
     fn dispatch(&mut self, command: Command) -> Outcome {
         match command {
-            Command::CreateSession { ttl_ms, identity } => {
-                self.apply_create_session(ttl_ms, identity)
-            }
-            Command::CloseSession { session } => self.apply_close_session(session),
+            Command::CreateSession {
+                ttl_ms,
+                identity,
+                secret_hash,
+            } => self.apply_create_session(ttl_ms, identity, secret_hash),
+            Command::CloseSession { session, proof } => self.apply_close_session(session, &proof),
             Command::ExpireSessions { sessions } => self.apply_expire_sessions(&sessions),
             Command::Acquire {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
                 wait,
-            } => self.apply_acquire(session, request, namespace, key, wait),
+            } => self.apply_acquire(session, &proof, request, namespace, key, wait),
             Command::Release {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
                 token,
-            } => self.apply_release(session, request, namespace, key, token),
+            } => self.apply_release(session, &proof, request, namespace, key, token),
             Command::PutClass {
                 actor,
                 namespace,

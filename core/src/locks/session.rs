@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::check_len;
-use super::command::{Identity, RememberedReply, Reply};
+use super::command::{describe_request, Identity, Remembered, RememberedReply, Reply};
 use super::error::LockError;
-use super::ids::{RequestId, SessionId};
+use super::ids::{RequestId, SessionId, Token};
+use super::owner::{check_proof, SecretHash, SessionProof};
 use super::watch::ReleaseCause;
 use super::LockStateMachine;
 use crate::time::Instant;
@@ -22,6 +23,9 @@ pub const IDENTITY_FIELD_LEN_MAX: usize = 256;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Session {
     pub identity: Identity,
+    /// The hash of the session's secret; `None` for a legacy session (opened by a command
+    /// written before secrets). Never changes.
+    pub secret_hash: Option<SecretHash>,
     pub ttl_ms: u64,
     /// Log time of creation.
     pub created_at: Instant,
@@ -35,7 +39,7 @@ pub(crate) struct Session {
     pub request_newest: Option<RequestId>,
     /// Replies to the last `dedup_window` requests applied without error, oldest first, ids
     /// strictly increasing.
-    pub replies: VecDeque<(RequestId, RememberedReply)>,
+    pub replies: VecDeque<Remembered>,
 }
 
 /// What a request id means for a session.
@@ -44,14 +48,22 @@ pub(crate) enum Dedup {
     New,
     /// A retry of a request answered before: answer the same.
     Retry(RememberedReply),
+    /// The id of a request answered before, with another command: refuse it.
+    Reused { was: String },
     /// Older than the window: cannot be answered safely.
     TooOld { newest: RequestId },
 }
 
 impl Session {
-    pub fn new(identity: Identity, ttl_ms: u64, created_at: Instant) -> Session {
+    pub fn new(
+        identity: Identity,
+        secret_hash: Option<SecretHash>,
+        ttl_ms: u64,
+        created_at: Instant,
+    ) -> Session {
         Session {
             identity,
+            secret_hash,
             ttl_ms,
             created_at,
             holds: BTreeMap::new(),
@@ -62,11 +74,20 @@ impl Session {
         }
     }
 
-    pub fn dedup(&self, request: RequestId) -> Dedup {
+    /// What `request`, a command of `kind` on `namespace/key` (releasing `token`), is.
+    pub fn dedup(
+        &self,
+        request: RequestId,
+        kind: &str,
+        namespace: &str,
+        key: &str,
+        token: Option<Token>,
+    ) -> Dedup {
         match self.request_newest {
             Some(newest) if request <= newest => {
-                match self.replies.iter().find(|(id, _)| *id == request) {
-                    Some((_, reply)) => Dedup::Retry(*reply),
+                match self.replies.iter().find(|r| r.request == request) {
+                    Some(r) if r.matches(kind, namespace, key, token) => Dedup::Retry(r.reply),
+                    Some(r) => Dedup::Reused { was: r.describe() },
                     None => Dedup::TooOld { newest },
                 }
             }
@@ -74,8 +95,14 @@ impl Session {
         }
     }
 
+    /// Checks that `proof` may act on this session (`id`).
+    pub fn check_proof(&self, id: SessionId, proof: &SessionProof) -> Result<(), LockError> {
+        check_proof(id, self.secret_hash, &self.identity.principal, proof)
+    }
+
     /// Remembers the reply to a request that was applied without error.
-    pub fn remember(&mut self, request: RequestId, reply: RememberedReply, window: usize) {
+    pub fn remember(&mut self, remembered: Remembered, window: usize) {
+        let request = remembered.request;
         if let Some(newest) = self.request_newest {
             assert!(
                 request > newest,
@@ -86,7 +113,7 @@ impl Session {
         if self.replies.len() == window {
             self.replies.pop_front();
         }
-        self.replies.push_back((request, reply));
+        self.replies.push_back(remembered);
     }
 
     /// The shared name of `key` if this session holds it.
@@ -108,6 +135,31 @@ impl Session {
 
     pub fn hold_count(&self) -> usize {
         self.holds.values().map(BTreeSet::len).sum()
+    }
+}
+
+/// The error or early answer of a request id that is not new, for a command of `kind` on
+/// `namespace/key` (releasing `token`). `Ok(None)`: a new request, to apply.
+pub(crate) fn check_request(
+    state: &Session,
+    session: SessionId,
+    request: RequestId,
+    (kind, namespace, key, token): (&str, &str, &str, Option<Token>),
+) -> Result<Option<RememberedReply>, LockError> {
+    match state.dedup(request, kind, namespace, key, token) {
+        Dedup::New => Ok(None),
+        Dedup::Retry(reply) => Ok(Some(reply)),
+        Dedup::Reused { was } => Err(LockError::RequestIdReused {
+            session,
+            request,
+            was,
+            this: describe_request(kind, &format!("{namespace}/{key}"), token),
+        }),
+        Dedup::TooOld { newest } => Err(LockError::RequestTooOld {
+            session,
+            request,
+            newest,
+        }),
     }
 }
 
@@ -152,10 +204,24 @@ pub(crate) fn validate_identity(identity: &Identity) -> Result<(), LockError> {
 }
 
 impl LockStateMachine {
+    /// Checks that `proof` may act on live session `session` (the keepalive path: the Node asks
+    /// before extending a deadline).
+    pub fn check_session_proof(
+        &self,
+        session: SessionId,
+        proof: &SessionProof,
+    ) -> Result<(), LockError> {
+        self.sessions
+            .get(&session)
+            .ok_or(LockError::UnknownSession { session })?
+            .check_proof(session, proof)
+    }
+
     pub(crate) fn apply_create_session(
         &mut self,
         ttl_ms: Option<u64>,
         identity: Identity,
+        secret_hash: Option<SecretHash>,
     ) -> Result<Reply, LockError> {
         let ttl_ms = ttl_ms.unwrap_or(self.config.session_ttl_ms_default);
         let (min, max) = (
@@ -166,23 +232,45 @@ impl LockStateMachine {
             return Err(LockError::SessionTtlOutOfBounds { ttl_ms, min, max });
         }
         validate_identity(&identity)?;
+        if let Some(existing) = secret_hash.and_then(|h| self.sessions_by_secret.get(&h)) {
+            // A retry (same secret, same identity) gets the session its first try opened.
+            let state = &self.sessions[existing];
+            if state.identity != identity {
+                return Err(LockError::SessionSecretInUse { session: *existing });
+            }
+            return Ok(Reply::SessionCreated {
+                session: *existing,
+                ttl_ms: state.ttl_ms,
+            });
+        }
         if self.sessions.len() >= self.config.sessions_max {
             return Err(LockError::TooManySessions {
                 max: self.config.sessions_max,
             });
         }
         let session = SessionId(self.revision.0);
-        let previous = self
-            .sessions
-            .insert(session, Session::new(identity, ttl_ms, self.time));
+        let state = Session::new(identity, secret_hash, ttl_ms, self.time);
+        let previous = self.sessions.insert(session, state);
         assert!(previous.is_none(), "session id {session} reused");
+        if let Some(hash) = secret_hash {
+            let previous = self.sessions_by_secret.insert(hash, session);
+            assert!(
+                previous.is_none(),
+                "secret of session {session} indexed twice"
+            );
+        }
         Ok(Reply::SessionCreated { session, ttl_ms })
     }
 
-    pub(crate) fn apply_close_session(&mut self, session: SessionId) -> Result<Reply, LockError> {
+    pub(crate) fn apply_close_session(
+        &mut self,
+        session: SessionId,
+        proof: &SessionProof,
+    ) -> Result<Reply, LockError> {
         let Some(state) = self.sessions.get(&session) else {
             return Err(LockError::UnknownSession { session });
         };
+        state.check_proof(session, proof)?;
         let holds_released = state.hold_count();
         let waits_removed = state.holds_and_waits - holds_released;
         self.end_sessions(&[session], ReleaseCause::SessionClosed, None);

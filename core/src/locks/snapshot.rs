@@ -10,12 +10,13 @@ use thiserror::Error;
 
 use super::audit::{AuditLog, AuditRecord};
 use super::class::ClassSpec;
-use super::command::{Identity, RememberedReply};
+use super::command::{Identity, Remembered};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::ids::{RequestId, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
+use super::owner::SecretHash;
 use super::session::{set_insert, validate_identity, Session};
 use super::watch::{Event, WatchLog};
 use super::LockStateMachine;
@@ -45,10 +46,12 @@ pub struct LockSnapshot {
 pub struct SessionSnapshot {
     pub id: SessionId,
     pub identity: Identity,
+    /// `None`: a legacy session (opened before session secrets).
+    pub secret_hash: Option<SecretHash>,
     pub ttl_ms: u64,
     pub created_at: Instant,
     pub request_newest: Option<RequestId>,
-    pub replies: Vec<(RequestId, RememberedReply)>,
+    pub replies: Vec<Remembered>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,6 +96,7 @@ impl LockStateMachine {
             .map(|(id, s)| SessionSnapshot {
                 id: *id,
                 identity: s.identity.clone(),
+                secret_hash: s.secret_hash,
                 ttl_ms: s.ttl_ms,
                 created_at: s.created_at,
                 request_newest: s.request_newest,
@@ -151,11 +155,19 @@ impl LockStateMachine {
         sm.time = snapshot.time;
         for s in snapshot.sessions {
             validate_identity(&s.identity).map_err(|e| bad(e.to_string()))?;
-            let mut session = Session::new(s.identity, s.ttl_ms, s.created_at);
+            let mut session = Session::new(s.identity, s.secret_hash, s.ttl_ms, s.created_at);
             session.request_newest = s.request_newest;
             session.replies = VecDeque::from(s.replies);
             if sm.sessions.insert(s.id, session).is_some() {
                 return Err(bad(format!("session {} listed twice", s.id)));
+            }
+            if let Some(hash) = s.secret_hash {
+                if let Some(other) = sm.sessions_by_secret.insert(hash, s.id) {
+                    return Err(bad(format!(
+                        "sessions {other} and {} have the same secret hash",
+                        s.id
+                    )));
+                }
             }
         }
         for (namespace, class) in snapshot.classes {

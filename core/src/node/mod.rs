@@ -51,7 +51,8 @@
 //!     }
 //! }
 //! // Alone, it cannot lead: keepalives are refused with a hint (none yet).
-//! assert!(node.keepalive(now, picket_core::locks::SessionId(1)).is_err());
+//! let proof = picket_core::locks::SessionProof::new(picket_core::locks::SecretHash([7; 32]), "svc");
+//! assert!(node.keepalive(now, picket_core::locks::SessionId(1), &proof).is_err());
 //! ```
 
 #[cfg(madsim)]
@@ -64,7 +65,8 @@ use std::collections::{BTreeMap, VecDeque};
 use thiserror::Error;
 
 use crate::locks::{
-    Command, LockConfig, LockSnapshot, LockStateMachine, Outcome, Reply, Revision, SessionId,
+    Command, LockConfig, LockError, LockSnapshot, LockStateMachine, NotYours, Outcome, Reply,
+    Revision, SessionId, SessionProof,
 };
 use crate::paxos::{
     self, ConfigError, Durable, NodeId, ProposeError, ReadId, Replica, RoleKind, Slot, StepError,
@@ -175,6 +177,10 @@ pub enum KeepAliveError {
         "session {session} missed its deadline and is being expired: the client's locks are lost"
     )]
     Expiring { session: SessionId },
+    /// The caller did not prove it owns the session (`LockError::SessionNotYours`); nothing
+    /// changed, the session's deadline included.
+    #[error("session {session} is not yours: {why}")]
+    NotYours { session: SessionId, why: NotYours },
 }
 
 /// Counters for metrics and tests.
@@ -312,9 +318,15 @@ impl Node {
         results
     }
 
-    /// A keepalive (leader only, not logged): extends the session's deadline to `now + ttl` and
-    /// answers the TTL.
-    pub fn keepalive(&mut self, now: Instant, session: SessionId) -> Result<u64, KeepAliveError> {
+    /// A keepalive (leader only, not logged): if `proof` may act on the session (its secret,
+    /// and its principal if it has one: the same check as the state machine's), extends the
+    /// session's deadline to `now + ttl` and answers the TTL.
+    pub fn keepalive(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        proof: &SessionProof,
+    ) -> Result<u64, KeepAliveError> {
         self.now = self.now.max(now);
         if self.role != RoleKind::Leader {
             return Err(KeepAliveError::NotLeader {
@@ -331,6 +343,13 @@ impl Node {
                 KeepAliveError::NotReady
             });
         };
+        match self.sm.check_session_proof(session, proof) {
+            Ok(()) => {}
+            Err(LockError::SessionNotYours { session, why }) => {
+                return Err(KeepAliveError::NotYours { session, why })
+            }
+            Err(other) => panic!("a live session's proof check answered {other:?}"),
+        }
         self.leases.extend(session, self.now.add_ms(info.ttl_ms));
         self.counters.keepalives_accepted += 1;
         Ok(info.ttl_ms)
@@ -653,7 +672,7 @@ impl Node {
 /// The session a command ends, if it is a close.
 fn ended_session(command: &Command) -> Option<SessionId> {
     match command {
-        Command::CloseSession { session } => Some(*session),
+        Command::CloseSession { session, .. } => Some(*session),
         _ => None,
     }
 }

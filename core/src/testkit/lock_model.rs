@@ -1,18 +1,37 @@
-//! A plain, obviously-correct model of the lock state machine's sessions, holds, FIFO queues
-//! and request dedup, for model-based tests (`core/tests/locks_model.rs`, proptest) and the
+//! A plain, obviously-correct model of the lock state machine's sessions (and who owns them:
+//! secret and principal), holds, FIFO queues and request dedup (ids bound to their request),
+//! for model-based tests (`core/tests/locks_model.rs`, proptest) and the
 //! `lock_commands` fuzzer: the state machine must give the same answer as the model to every
 //! command, and hold the same holders and queues.
 
 use std::collections::BTreeMap;
 
 use crate::locks::{
-    AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NameError, Outcome,
-    Reply, RequestId, SessionId, Token,
+    AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NameError, NotYours,
+    Outcome, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
+    UNAUTHENTICATED_PRINCIPAL,
 };
 
 pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
 pub const KEYS: [&str; 3] = ["k1", "k2", "k/3"];
 pub const TTLS: [Option<u64>; 5] = [None, Some(999), Some(1_000), Some(60_000), Some(300_001)];
+/// Secret hashes sessions are created with: few, so that retried creations and secrets reused
+/// by another identity happen; `None` makes a legacy session.
+pub const SECRETS: [Option<SecretHash>; 5] = [
+    Some(SecretHash([1; 32])),
+    Some(SecretHash([2; 32])),
+    Some(SecretHash([3; 32])),
+    Some(SecretHash([4; 32])),
+    None,
+];
+/// Principals sessions are created by (the last one binds the session to its secret only).
+pub const PRINCIPALS: [&str; 3] = ["p", "q", UNAUTHENTICATED_PRINCIPAL];
+/// A secret no session has.
+const WRONG_SECRET: SecretHash = SecretHash([0xee; 32]);
+/// What a command presents for its session, chosen by `Op::*::proof` modulo 6.
+const PROOF_RIGHT: [usize; 3] = [0, 1, 2];
+const PROOF_WRONG_SECRET: usize = 3;
+const PROOF_OTHER_PRINCIPAL: usize = 4;
 
 /// The small bounds the model is written for.
 pub fn config() -> LockConfig {
@@ -31,9 +50,12 @@ pub fn config() -> LockConfig {
 pub enum Op {
     Create {
         ttl: usize,
+        secret: usize,
+        principal: usize,
     },
     Close {
         session: usize,
+        proof: usize,
     },
     Expire {
         sessions: Vec<usize>,
@@ -43,27 +65,59 @@ pub enum Op {
         ns: usize,
         key: usize,
         wait: bool,
+        proof: usize,
     },
     Release {
         session: usize,
         ns: usize,
         key: usize,
         right_token: bool,
+        proof: usize,
     },
     /// Re-sends a session's earlier request with its request id (`back` requests ago).
     Retry {
         session: usize,
         back: usize,
     },
+    /// Sends a session's earlier request (`back` requests ago) with its request id but for
+    /// another key: a reused id, never a retry.
+    Reuse {
+        session: usize,
+        back: usize,
+        key: usize,
+    },
 }
 
 pub type LockKey = (String, String);
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct ModelSession {
+    secret: Option<SecretHash>,
+    principal: String,
+    ttl_ms: u64,
     newest: Option<u64>,
-    /// The last `dedup_window` (request, reply) answered without error.
-    window: Vec<(u64, Reply)>,
+    /// The last `dedup_window` requests answered without error, with their reply.
+    window: Vec<(Sent, Reply)>,
+}
+
+/// A request as the model binds its id: id, kind, namespace, key, token (releases).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sent {
+    request: u64,
+    kind: &'static str,
+    namespace: String,
+    key: String,
+    token: Option<Token>,
+}
+
+impl Sent {
+    fn describe(&self) -> String {
+        let (kind, ns, key) = (self.kind, &self.namespace, &self.key);
+        match self.token {
+            Some(token) => format!("{kind} {ns}/{key} with token {}", token.0),
+            None => format!("{kind} {ns}/{key}"),
+        }
+    }
 }
 
 /// The model: sessions, one holder per key, a FIFO queue per key. Written for clarity only.
@@ -114,29 +168,65 @@ impl Model {
         }
     }
 
-    fn remember(&mut self, session: u64, request: u64, reply: &Reply) {
+    fn remember(&mut self, session: u64, sent: Sent, reply: &Reply) {
         let state = self.sessions.get_mut(&session).unwrap();
-        state.newest = Some(request);
-        state.window.push((request, reply.clone()));
+        state.newest = Some(sent.request);
+        state.window.push((sent, reply.clone()));
         if state.window.len() > config().dedup_window {
             state.window.remove(0);
         }
     }
 
-    /// `Some(answer)` if the request id is a retry or too old.
-    fn dedup(&self, session: u64, request: u64) -> Option<Result<Reply, LockError>> {
+    /// `Some(answer)` if the request id is a retry, reused by another request, or too old.
+    fn dedup(&self, session: u64, sent: &Sent) -> Option<Result<Reply, LockError>> {
         let state = &self.sessions[&session];
         let newest = state.newest?;
-        if request > newest {
+        if sent.request > newest {
             return None;
         }
-        Some(match state.window.iter().find(|(r, _)| *r == request) {
-            Some((_, reply)) => Ok(reply.clone()),
-            None => Err(LockError::RequestTooOld {
+        Some(
+            match state.window.iter().find(|(r, _)| r.request == sent.request) {
+                Some((first, reply)) if first == sent => Ok(reply.clone()),
+                Some((first, _)) => Err(LockError::RequestIdReused {
+                    session: SessionId(session),
+                    request: RequestId(sent.request),
+                    was: first.describe(),
+                    this: sent.describe(),
+                }),
+                None => Err(LockError::RequestTooOld {
+                    session: SessionId(session),
+                    request: RequestId(sent.request),
+                    newest: RequestId(newest),
+                }),
+            },
+        )
+    }
+
+    /// The session must exist and the proof must be its owner's.
+    fn check(&self, session: u64, proof: &SessionProof) -> Result<(), LockError> {
+        let Some(state) = self.sessions.get(&session) else {
+            return Err(LockError::UnknownSession {
                 session: SessionId(session),
-                request: RequestId(request),
-                newest: RequestId(newest),
-            }),
+            });
+        };
+        let why = match (state.secret, proof.secret_hash) {
+            (None, None) => return Ok(()),
+            (None, Some(_)) => NotYours::LegacySession,
+            (Some(_), None) => NotYours::SecretMissing,
+            (Some(ours), Some(theirs)) if ours != theirs => NotYours::WrongSecret,
+            _ if state.principal != UNAUTHENTICATED_PRINCIPAL
+                && proof.principal != state.principal =>
+            {
+                NotYours::OtherPrincipal {
+                    owner: state.principal.clone(),
+                    caller: proof.principal.clone(),
+                }
+            }
+            _ => return Ok(()),
+        };
+        Err(LockError::SessionNotYours {
+            session: SessionId(session),
+            why,
         })
     }
 
@@ -144,7 +234,11 @@ impl Model {
         self.revision += 1;
         let cfg = config();
         match command {
-            Command::CreateSession { ttl_ms, .. } => {
+            Command::CreateSession {
+                ttl_ms,
+                identity,
+                secret_hash,
+            } => {
                 let ttl = ttl_ms.unwrap_or(cfg.session_ttl_ms_default);
                 if ttl < cfg.session_ttl_ms_min || ttl > cfg.session_ttl_ms_max {
                     return Err(LockError::SessionTtlOutOfBounds {
@@ -153,21 +247,41 @@ impl Model {
                         max: cfg.session_ttl_ms_max,
                     });
                 }
+                let same_secret = self
+                    .sessions
+                    .iter()
+                    .find(|(_, s)| s.secret.is_some() && s.secret == *secret_hash);
+                if let Some((id, existing)) = same_secret {
+                    if existing.principal != identity.principal {
+                        return Err(LockError::SessionSecretInUse {
+                            session: SessionId(*id),
+                        });
+                    }
+                    return Ok(Reply::SessionCreated {
+                        session: SessionId(*id),
+                        ttl_ms: existing.ttl_ms,
+                    });
+                }
                 if self.sessions.len() >= cfg.sessions_max {
                     return Err(LockError::TooManySessions {
                         max: cfg.sessions_max,
                     });
                 }
-                self.sessions.insert(self.revision, ModelSession::default());
+                let session = ModelSession {
+                    secret: *secret_hash,
+                    principal: identity.principal.clone(),
+                    ttl_ms: ttl,
+                    newest: None,
+                    window: Vec::new(),
+                };
+                self.sessions.insert(self.revision, session);
                 Ok(Reply::SessionCreated {
                     session: SessionId(self.revision),
                     ttl_ms: ttl,
                 })
             }
-            Command::CloseSession { session } => {
-                if !self.sessions.contains_key(&session.0) {
-                    return Err(LockError::UnknownSession { session: *session });
-                }
+            Command::CloseSession { session, proof } => {
+                self.check(session.0, proof)?;
                 let holds = self
                     .holders
                     .values()
@@ -195,28 +309,46 @@ impl Model {
             }
             Command::Acquire {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
                 wait,
-            } => self.acquire(session.0, request.0, namespace, key, *wait),
+            } => {
+                self.check(session.0, proof)?;
+                let sent = Sent {
+                    request: request.0,
+                    kind: "Acquire",
+                    namespace: namespace.clone(),
+                    key: key.clone(),
+                    token: None,
+                };
+                self.acquire(session.0, sent, *wait)
+            }
             Command::Release {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
                 token,
-            } => self.release_cmd(session.0, request.0, namespace, key, *token),
+            } => {
+                self.check(session.0, proof)?;
+                let sent = Sent {
+                    request: request.0,
+                    kind: "Release",
+                    namespace: namespace.clone(),
+                    key: key.clone(),
+                    token: Some(*token),
+                };
+                self.release_cmd(session.0, sent)
+            }
             other => panic!("the model does not cover {other:?}"),
         }
     }
 
-    fn acquire(&mut self, s: u64, request: u64, ns: &str, key: &str, wait: bool) -> Outcome {
-        if !self.sessions.contains_key(&s) {
-            return Err(LockError::UnknownSession {
-                session: SessionId(s),
-            });
-        }
+    fn acquire(&mut self, s: u64, sent: Sent, wait: bool) -> Outcome {
+        let (ns, key) = (sent.namespace.as_str(), sent.key.as_str());
         let k = (ns.to_owned(), key.to_owned());
         let current = |model: &Model| -> Option<AcquireReply> {
             if let Some((holder, token)) = model.holders.get(&k) {
@@ -232,7 +364,7 @@ impl Model {
                 position: index as u32 + 1,
             })
         };
-        if let Some(answer) = self.dedup(s, request) {
+        if let Some(answer) = self.dedup(s, &sent) {
             return answer.map(|cached| current(self).map(Reply::Acquire).unwrap_or(cached));
         }
         if let Some(error) = bad_namespace(ns) {
@@ -270,19 +402,16 @@ impl Model {
                 position: queue.len() as u32,
             }
         };
-        self.remember(s, request, &Reply::Acquire(reply));
+        self.remember(s, sent, &Reply::Acquire(reply));
         Ok(Reply::Acquire(reply))
     }
 
-    fn release_cmd(&mut self, s: u64, request: u64, ns: &str, key: &str, token: Token) -> Outcome {
-        if !self.sessions.contains_key(&s) {
-            return Err(LockError::UnknownSession {
-                session: SessionId(s),
-            });
-        }
-        if let Some(answer) = self.dedup(s, request) {
+    fn release_cmd(&mut self, s: u64, sent: Sent) -> Outcome {
+        if let Some(answer) = self.dedup(s, &sent) {
             return answer;
         }
+        let (ns, key) = (sent.namespace.as_str(), sent.key.as_str());
+        let token = sent.token.expect("a release has a token");
         if let Some(error) = bad_namespace(ns) {
             return Err(error);
         }
@@ -305,15 +434,18 @@ impl Model {
         }
         let next = self.release(&k);
         let reply = Reply::Released { token, next };
-        self.remember(s, request, &reply);
+        self.remember(s, sent, &reply);
         Ok(reply)
     }
 }
 
-/// Turns generated ops into commands, tracking session ids and request ids like a client would.
+/// Turns generated ops into commands, tracking session ids, their secrets and request ids like
+/// a client would.
 #[derive(Default)]
 pub struct Driver {
     sessions: Vec<u64>,
+    /// session -> (secret hash, principal) it was created with.
+    owners: BTreeMap<u64, (Option<SecretHash>, String)>,
     next_request: BTreeMap<u64, u64>,
     sent: BTreeMap<u64, Vec<Command>>,
 }
@@ -330,20 +462,61 @@ impl Driver {
         RequestId(*next)
     }
 
+    /// The proof a command for `session` presents: its owner's (most often), a wrong secret,
+    /// another principal, or none.
+    fn proof(&self, session: SessionId, choice: usize) -> SessionProof {
+        let (secret, principal) = self
+            .owners
+            .get(&session.0)
+            .cloned()
+            .unwrap_or((Some(WRONG_SECRET), "p".to_owned()));
+        let choice = choice % 6;
+        let secret_hash = match choice {
+            PROOF_WRONG_SECRET => Some(WRONG_SECRET),
+            c if PROOF_RIGHT.contains(&c) || c == PROOF_OTHER_PRINCIPAL => secret,
+            _ => None,
+        };
+        let principal = match (secret_hash, choice) {
+            (None, _) => String::new(),
+            (Some(_), PROOF_OTHER_PRINCIPAL) => "mallory".to_owned(),
+            (Some(_), _) => principal,
+        };
+        SessionProof {
+            secret_hash,
+            principal,
+        }
+    }
+
+    fn record(&mut self, session: SessionId, command: &Command) {
+        self.sent
+            .entry(session.0)
+            .or_default()
+            .push(command.clone());
+    }
+
     pub fn command(&mut self, op: &Op, model: &Model) -> Command {
         match op {
-            Op::Create { ttl } => Command::CreateSession {
+            Op::Create {
+                ttl,
+                secret,
+                principal,
+            } => Command::CreateSession {
                 ttl_ms: TTLS[*ttl % TTLS.len()],
                 identity: Identity {
                     name: "svc".into(),
                     host: "h".into(),
                     pid: 1,
-                    principal: "p".into(),
+                    principal: PRINCIPALS[*principal % PRINCIPALS.len()].into(),
                 },
+                secret_hash: SECRETS[*secret % SECRETS.len()],
             },
-            Op::Close { session } => Command::CloseSession {
-                session: self.session(*session),
-            },
+            Op::Close { session, proof } => {
+                let session = self.session(*session);
+                Command::CloseSession {
+                    session,
+                    proof: self.proof(session, *proof),
+                }
+            }
             Op::Expire { sessions } => Command::ExpireSessions {
                 sessions: sessions.iter().take(3).map(|s| self.session(*s)).collect(),
             },
@@ -352,19 +525,18 @@ impl Driver {
                 ns,
                 key,
                 wait,
+                proof,
             } => {
                 let session = self.session(*session);
                 let command = Command::Acquire {
                     session,
+                    proof: self.proof(session, *proof),
                     request: self.request(session),
                     namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
                     key: KEYS[*key % KEYS.len()].into(),
                     wait: *wait,
                 };
-                self.sent
-                    .entry(session.0)
-                    .or_default()
-                    .push(command.clone());
+                self.record(session, &command);
                 command
             }
             Op::Release {
@@ -372,6 +544,7 @@ impl Driver {
                 ns,
                 key,
                 right_token,
+                proof,
             } => {
                 let session = self.session(*session);
                 let k = (
@@ -382,33 +555,58 @@ impl Driver {
                 let token = if *right_token { held } else { held + 1 };
                 let command = Command::Release {
                     session,
+                    proof: self.proof(session, *proof),
                     request: self.request(session),
                     namespace: k.0,
                     key: k.1,
                     token: Token(token),
                 };
-                self.sent
-                    .entry(session.0)
-                    .or_default()
-                    .push(command.clone());
+                self.record(session, &command);
                 command
             }
-            Op::Retry { session, back } => {
-                let session = self.session(*session);
-                let sent = self.sent.get(&session.0).map(Vec::as_slice).unwrap_or(&[]);
-                match sent.len().checked_sub(*back % 4 + 1) {
-                    Some(index) => sent[index].clone(),
-                    None => Command::CloseSession {
-                        session: SessionId(8_888),
-                    },
+            Op::Retry { session, back } => self.earlier(*session, *back),
+            Op::Reuse { session, back, key } => {
+                let mut command = self.earlier(*session, *back);
+                if let Command::Acquire { key: k, .. } | Command::Release { key: k, .. } =
+                    &mut command
+                {
+                    let index = KEYS.iter().position(|name| name == k).unwrap_or(0);
+                    *k = KEYS[(index + 1 + key % 2) % KEYS.len()].into();
                 }
+                command
             }
         }
     }
 
-    pub fn observe(&mut self, outcome: &Outcome) {
-        if let Ok(Reply::SessionCreated { session, .. }) = outcome {
-            self.sessions.push(session.0);
+    /// A session's request `back` requests ago, unchanged (or a close of a session that never
+    /// existed, when there is none).
+    fn earlier(&self, session: usize, back: usize) -> Command {
+        let session = self.session(session);
+        let sent = self.sent.get(&session.0).map(Vec::as_slice).unwrap_or(&[]);
+        match sent.len().checked_sub(back % 4 + 1) {
+            Some(index) => sent[index].clone(),
+            None => Command::CloseSession {
+                session: SessionId(8_888),
+                proof: SessionProof::legacy(),
+            },
+        }
+    }
+
+    pub fn observe(&mut self, command: &Command, outcome: &Outcome) {
+        if let (
+            Ok(Reply::SessionCreated { session, .. }),
+            Command::CreateSession {
+                identity,
+                secret_hash,
+                ..
+            },
+        ) = (outcome, command)
+        {
+            if !self.sessions.contains(&session.0) {
+                self.sessions.push(session.0);
+            }
+            let owner = (*secret_hash, identity.principal.clone());
+            self.owners.insert(session.0, owner);
         }
     }
 }
