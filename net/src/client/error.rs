@@ -25,6 +25,10 @@ pub enum LostReason {
     /// The client closed the session ([`crate::client::Session::close`] or its last handle was
     /// dropped).
     Closed,
+    /// The server refused the session's keepalive on its own (e.g. `session_not_yours`: the
+    /// caller's principal is not the one that opened the session). The client stops claiming
+    /// the session's locks at once; the server will expire the session.
+    KeepAliveRefused { rule: String, message: String },
 }
 
 impl fmt::Display for LostReason {
@@ -37,6 +41,9 @@ impl fmt::Display for LostReason {
                 "no keepalive was acknowledged within the session TTL of {ttl_ms} ms (counted from the last acknowledged send)"
             ),
             LostReason::Closed => write!(f, "the session was closed by this client"),
+            LostReason::KeepAliveRefused { rule, message } => {
+                write!(f, "the server refused the session's keepalive ({rule}): {message}")
+            }
         }
     }
 }

@@ -12,11 +12,14 @@ use super::error::{ClientError, LostReason, REQUEST_TOO_OLD};
 use super::guard::LockGuard;
 use super::keepalive::{self, KeepAliveAck, Liveness};
 use crate::proto::{self, acquire_reply, lock_client::LockClient};
+use crate::secret::SessionSecret;
 
 /// What a session's handles share.
 pub(crate) struct SessionInner {
     pub(crate) cluster: Arc<Cluster>,
     pub(crate) id: u64,
+    /// Drawn by this client for the session; sent on every call, never shown.
+    pub(crate) secret: SessionSecret,
     pub(crate) liveness: Arc<Liveness>,
     /// The last request id used. Request ids are non-zero and strictly increasing per session.
     request_id_last: AtomicU64,
@@ -84,6 +87,7 @@ impl SessionInner {
             namespace: namespace.to_owned(),
             key: key.to_owned(),
             token: token.0,
+            session_secret: self.secret.as_bytes().to_vec(),
         };
         let timeout = self.cluster.config.rpc_timeout;
         let answer = self
@@ -110,8 +114,9 @@ impl Drop for SessionInner {
         };
         let cluster = self.cluster.clone();
         let session_id = self.id;
+        let secret = self.secret.clone();
         runtime.spawn(async move {
-            let _ = close_session(&cluster, session_id).await;
+            let _ = close_session(&cluster, session_id, &secret).await;
         });
     }
 }
@@ -119,8 +124,12 @@ impl Drop for SessionInner {
 async fn close_session(
     cluster: &Cluster,
     session_id: u64,
+    secret: &SessionSecret,
 ) -> Result<proto::CloseSessionResponse, ClientError> {
-    let request = proto::CloseSessionRequest { session_id };
+    let request = proto::CloseSessionRequest {
+        session_id,
+        session_secret: secret.as_bytes().to_vec(),
+    };
     cluster
         .call(
             "close_session",
@@ -157,9 +166,11 @@ pub struct Closed {
 }
 
 impl Session {
-    /// Creates a session and starts keeping it alive (a tokio task).
+    /// Creates a session and starts keeping it alive (a tokio task). The session's secret is
+    /// drawn here, so a retried creation (same secret, same identity) gets the same session.
     pub(crate) async fn create(cluster: Arc<Cluster>) -> Result<Session, ClientError> {
         let config = &cluster.config;
+        let secret = SessionSecret::generate();
         let request = proto::CreateSessionRequest {
             ttl_ms: config.session_ttl.map(millis),
             identity: Some(proto::ClientIdentity {
@@ -167,6 +178,7 @@ impl Session {
                 host: config.identity_host.clone(),
                 pid: config.identity_pid,
             }),
+            session_secret: secret.as_bytes().to_vec(),
         };
         let (response, sent_at) =
             cluster
@@ -196,12 +208,14 @@ impl Session {
         tokio::spawn(keepalive::run(
             cluster.clone(),
             response.session_id,
+            secret.clone(),
             liveness.clone(),
         ));
         Ok(Session {
             inner: Arc::new(SessionInner {
                 cluster,
                 id: response.session_id,
+                secret,
                 liveness,
                 request_id_last: AtomicU64::new(0),
             }),
@@ -246,6 +260,13 @@ impl Session {
         self.inner.next_request_id()
     }
 
+    /// The session's secret, for tools that send raw requests on its behalf (or hand the
+    /// session to `picketctl unlock --secret`). Whoever has it can act on the session: never
+    /// log it.
+    pub fn secret(&self) -> &SessionSecret {
+        &self.inner.secret
+    }
+
     /// Takes `namespace`/`key`, waiting in the queue until it is granted or the session is lost.
     ///
     /// The wait is one `Acquire` with `wait_ms` = the wait slice, re-issued with the **same**
@@ -279,6 +300,7 @@ impl Session {
             namespace: namespace.to_owned(),
             key: key.to_owned(),
             wait_ms,
+            session_secret: inner.secret.as_bytes().to_vec(),
         };
         loop {
             if let Some(error) = inner.lost_error() {
@@ -352,7 +374,7 @@ impl Session {
     /// Closes the session: the server releases its holds and removes its waits at once. Every
     /// guard of the session reports [`LostReason::Closed`].
     pub async fn close(self) -> Result<Closed, ClientError> {
-        let answer = close_session(&self.inner.cluster, self.inner.id).await;
+        let answer = close_session(&self.inner.cluster, self.inner.id, &self.inner.secret).await;
         self.inner.liveness.lose(LostReason::Closed);
         let response = answer.map_err(|e| self.inner.note(e))?;
         Ok(Closed {
