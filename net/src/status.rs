@@ -155,6 +155,12 @@ pub fn node_propose_error_status(
             };
             detail_status(Code::InvalidArgument, detail, None)
         }
+        NodeProposeError::NotYours { session, why } => {
+            lock_error_status(&LockError::SessionNotYours {
+                session: *session,
+                why: why.clone(),
+            })
+        }
     }
 }
 

@@ -21,12 +21,14 @@ use std::time::Duration;
 
 use picket_core::locks::{
     AcquireReply, Command, EventKind, LockError, LockSnapshot, Outcome, Reply, Revision, SessionId,
-    WatchError, WatchFilter, WatchPage,
+    SessionProof, WatchError, WatchFilter, WatchPage,
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeCommand, ProposalId, Query};
 use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::status::{busy_status, not_leader_status, propose_error_status, LeaderHint};
+use picket_net::status::{
+    busy_status, node_propose_error_status, not_leader_status, propose_error_status, LeaderHint,
+};
 use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
@@ -88,8 +90,10 @@ pub enum Request {
         wait_ms: u64,
         reply: Reply1<Answered>,
     },
+    /// A keepalive of a caller that presented `proof` (checked against the applied state).
     KeepAlive {
         session: SessionId,
+        proof: SessionProof,
         reply: oneshot::Sender<Result<u64, KeepAliveError>>,
     },
     /// A read: linearizable (read-index on the leader) unless `stale`.
@@ -463,8 +467,12 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 wait_ms,
                 reply,
             } => self.on_propose(command, wait_ms, reply),
-            Request::KeepAlive { session, reply } => {
-                let _ = reply.send(self.node.keepalive(now, session));
+            Request::KeepAlive {
+                session,
+                proof,
+                reply,
+            } => {
+                let _ = reply.send(self.node.keepalive(now, session, &proof));
             }
             Request::Read {
                 query,
@@ -552,6 +560,10 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                     let _ = pending
                         .reply
                         .send(Err(Status::invalid_argument(error.to_string())));
+                }
+                Err(error @ picket_core::node::NodeProposeError::NotYours { .. }) => {
+                    let status = node_propose_error_status(&error, |n| self.handle.endpoint_of(n));
+                    let _ = pending.reply.send(Err(status));
                 }
             }
         }

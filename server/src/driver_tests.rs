@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use picket_core::locks::{
-    AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId,
+    AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId, SessionProof,
 };
 use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, NodeId};
@@ -166,6 +166,7 @@ impl Harness {
 
 fn create_session() -> Command {
     Command::CreateSession {
+        secret_hash: None,
         ttl_ms: Some(60_000),
         identity: Identity {
             name: "test".into(),
@@ -177,6 +178,7 @@ fn create_session() -> Command {
 fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
     Command::Acquire {
         session,
+        proof: SessionProof::legacy(),
         request: RequestId(request),
         namespace: "orders".into(),
         key: "k".into(),
@@ -291,6 +293,7 @@ fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
         leader,
         Command::Release {
             session: a,
+            proof: SessionProof::legacy(),
             request: RequestId(2),
             namespace: "orders".into(),
             key: "k".into(),
@@ -321,7 +324,14 @@ fn a_held_acquire_ends_when_its_session_is_closed() {
     let mut b_rx = h.propose(leader, acquire(b, 1, true), 60_000);
     h.settle(100);
     assert!(b_rx.try_recv().is_err(), "b waits");
-    let mut close = h.propose(leader, Command::CloseSession { session: b }, 0);
+    let mut close = h.propose(
+        leader,
+        Command::CloseSession {
+            session: b,
+            proof: SessionProof::legacy(),
+        },
+        0,
+    );
     assert!(h.answer(&mut close).unwrap().outcome.is_ok());
     let answer = h.answer(&mut b_rx).unwrap();
     assert_eq!(

@@ -160,6 +160,11 @@ pub enum NodeProposeError {
     Replica(#[from] ProposeError),
     #[error("ExpireSessions is proposed by the leader when deadlines pass, never by a client")]
     LeaderOnlyCommand,
+    /// The command's proof does not own its session, by the applied state: refused before it
+    /// reaches the log (a session's secret and principal never change, so the log would refuse
+    /// it too). The revision does not move.
+    #[error("session {session} is not yours: {why}")]
+    NotYours { session: SessionId, why: NotYours },
 }
 
 /// Why a keepalive was not accepted.
@@ -284,6 +289,10 @@ impl Node {
                 results.push(Err(NodeProposeError::LeaderOnlyCommand));
                 continue;
             }
+            if let Err(refused) = self.check_proof(&command) {
+                results.push(Err(refused));
+                continue;
+            }
             let refused = match &room {
                 Err(error) => Some(error.clone()),
                 Ok(room) if entries.len() >= *room => Some(ProposeError::Busy {
@@ -353,6 +362,23 @@ impl Node {
         self.leases.extend(session, self.now.add_ms(info.ttl_ms));
         self.counters.keepalives_accepted += 1;
         Ok(info.ttl_ms)
+    }
+
+    /// Refuses a command whose proof does not own its (applied, live) session. A session not
+    /// applied yet, or gone, is left to the log to answer.
+    fn check_proof(&self, command: &Command) -> Result<(), NodeProposeError> {
+        let (session, proof) = match command {
+            Command::CloseSession { session, proof }
+            | Command::Acquire { session, proof, .. }
+            | Command::Release { session, proof, .. } => (*session, proof),
+            _ => return Ok(()),
+        };
+        match self.sm.check_session_proof(session, proof) {
+            Err(LockError::SessionNotYours { session, why }) => {
+                Err(NodeProposeError::NotYours { session, why })
+            }
+            Ok(()) | Err(_) => Ok(()),
+        }
     }
 
     /// Starts a linearizable read; the answer comes back as `Action::ReadReply`.
