@@ -16,7 +16,9 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use super::error::{classify, ClientError, Retry};
-use super::tls::{endpoint_uri_for, error_text, status_text, TlsConfig, TlsMismatch};
+#[cfg(not(madsim))]
+use super::tls::error_text;
+use super::tls::{endpoint_uri_for, status_text, TlsConfig, TlsMismatch};
 
 /// Most replicas a client remembers (the configured ones plus leaders learned from hints).
 pub const ENDPOINTS_MAX: usize = 16;

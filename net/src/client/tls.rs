@@ -242,6 +242,7 @@ pub(crate) fn status_text(status: &tonic::Status) -> String {
 }
 
 /// An error and its source chain, `: `-separated.
+#[cfg(not(madsim))]
 pub(crate) fn error_text(error: &dyn std::error::Error) -> String {
     chain_text(error.to_string(), error.source())
 }

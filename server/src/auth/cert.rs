@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+#[cfg(not(madsim))]
 use super::error::AuthError;
 use super::roles::{AuthMethod, Caller, PRINCIPAL_LEN_MAX, ROLE_VALUES_MAX};
 
@@ -199,4 +200,101 @@ pub fn principal_of(leaf_der: &[u8], sources: &[PrincipalSource]) -> Result<Stri
          ({})",
         tried.join(", ")
     )))
+}
+
+#[cfg(all(test, not(madsim)))]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, DnType, KeyPair, SanType};
+
+    /// A self-signed certificate with `sans` and common name `cn` (the chain is the TLS
+    /// layer's business; only names are read here).
+    fn der(sans: Vec<SanType>, cn: Option<&str>) -> Vec<u8> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = sans;
+        if let Some(cn) = cn {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        let key = KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    fn uri(text: &str) -> SanType {
+        SanType::URI(text.try_into().unwrap())
+    }
+
+    fn dns(text: &str) -> SanType {
+        SanType::DnsName(text.try_into().unwrap())
+    }
+
+    const ALL: &[PrincipalSource] = &[
+        PrincipalSource::SanUri,
+        PrincipalSource::SanDns,
+        PrincipalSource::Cn,
+    ];
+
+    #[test]
+    fn the_principal_is_the_first_configured_name_the_certificate_has() {
+        let full = der(
+            vec![dns("svc.orders.internal"), uri("spiffe://prod/sa/billing")],
+            Some("billing-cn"),
+        );
+        assert_eq!(principal_of(&full, ALL).unwrap(), "spiffe://prod/sa/billing");
+        let dns_first = [PrincipalSource::SanDns, PrincipalSource::SanUri];
+        assert_eq!(
+            principal_of(&full, &dns_first).unwrap(),
+            "svc.orders.internal"
+        );
+        assert_eq!(
+            principal_of(&full, &[PrincipalSource::Cn]).unwrap(),
+            "billing-cn"
+        );
+        let cn_only = der(vec![], Some("alice"));
+        assert_eq!(principal_of(&cn_only, ALL).unwrap(), "alice");
+        let dns_only = der(vec![dns("bob.ops")], Some("ignored"));
+        assert_eq!(principal_of(&dns_only, ALL).unwrap(), "bob.ops");
+    }
+
+    #[test]
+    fn a_certificate_without_the_configured_names_or_garbage_is_refused() {
+        let cn_only = der(vec![], Some("alice"));
+        let refused = principal_of(&cn_only, &[PrincipalSource::SanUri]).unwrap_err();
+        assert_eq!(refused.rule(), "bad_certificate");
+        assert!(refused.to_string().contains("san-uri"), "{refused}");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        let garbage = principal_of(b"not a certificate", ALL).unwrap_err();
+        assert_eq!(garbage.rule(), "bad_certificate");
+    }
+
+    #[test]
+    fn certificate_principals_get_the_configured_roles() {
+        let roles = BTreeMap::from([
+            ("alice".to_owned(), vec!["picket-operator:orders".to_owned()]),
+            ("svc".to_owned(), vec!["picket-client".to_owned()]),
+        ]);
+        let certs = CertAuth::new(
+            &PrincipalFrom::One(PrincipalSource::Cn),
+            &["picket-client:orders".to_owned()],
+            &roles,
+        )
+        .unwrap();
+        let alice = certs.caller(&der(vec![], Some("alice"))).unwrap();
+        assert_eq!(alice.principal, "alice");
+        assert_eq!(alice.method, AuthMethod::Certificate);
+        assert_eq!(alice.require_lock_role(Some("orders")).unwrap(), "alice");
+        assert!(alice
+            .require(&[picket_core::locks::Role::OnCall], Some("orders"))
+            .is_ok());
+        let refused = alice.require_lock_role(Some("billing")).unwrap_err();
+        assert_eq!(refused.rule(), "missing_role");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert!(
+            refused.to_string().contains("picket-client:billing"),
+            "{refused}"
+        );
+        let svc = certs.caller(&der(vec![], Some("svc"))).unwrap();
+        assert!(svc.require_lock_role(Some("billing")).is_ok());
+        let bad = CertAuth::new(&PrincipalFrom::List(vec![]), &[], &BTreeMap::new());
+        assert!(bad.unwrap_err().contains("client_principal_from"));
+    }
 }

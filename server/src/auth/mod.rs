@@ -462,4 +462,99 @@ mod tests {
             admin.message()
         );
     }
+
+    fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(
+            AUTHORIZATION_METADATA,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        request
+    }
+
+    #[tokio::test]
+    async fn lock_calls_need_a_lock_client_role_for_the_namespace_with_oidc_on() {
+        let issuer = dev::DevIssuer::generate("https://sso.test/realms/ops", "picket").unwrap();
+        let auth = Authenticator::oidc(issuer.verifier());
+        assert!(auth.is_on());
+        let hour = std::time::Duration::from_secs(3600);
+        let scoped = issuer.mint("svc", &["picket-client:orders"], hour);
+        let request = with_token((), &scoped);
+        assert_eq!(
+            auth.lock_caller(&request, Some("orders")).await.unwrap(),
+            "svc"
+        );
+        // Sessions and keepalives name no namespace: any lock-client role will do.
+        assert_eq!(auth.lock_caller(&request, None).await.unwrap(), "svc");
+        let refused = auth
+            .lock_caller(&request, Some("billing"))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            picket_net::status::error_detail(&refused).unwrap().rule,
+            "missing_role"
+        );
+        assert!(
+            refused.message().contains("picket-client:billing"),
+            "{}",
+            refused.message()
+        );
+        // An operator is not a lock client.
+        let operator = issuer.mint("alice", &["picket-operator"], hour);
+        let refused = auth
+            .lock_caller(&with_token((), &operator), None)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        // No token at all: who are you? Reads (and Watch) need a valid token, any role.
+        let anonymous = tonic::Request::new(());
+        let refused = auth.lock_caller(&anonymous, None).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(auth.admit_reader(&anonymous).await.is_err());
+        assert!(auth.admit_reader(&with_token((), &operator)).await.is_ok());
+        let global = issuer.mint("batch", &["picket-client"], hour);
+        assert!(auth
+            .lock_caller(&with_token((), &global), Some("anything"))
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn without_auth_lock_calls_and_reads_stay_open() {
+        let off = Authenticator::disabled();
+        assert!(!off.is_on());
+        let anonymous = tonic::Request::new(());
+        assert_eq!(
+            off.lock_caller(&anonymous, Some("orders")).await.unwrap(),
+            UNAUTHENTICATED_PRINCIPAL
+        );
+        assert!(off.admit_reader(&anonymous).await.is_ok());
+        let dev = Authenticator::insecure_dev();
+        let mut named = tonic::Request::new(());
+        named
+            .metadata_mut()
+            .insert(PRINCIPAL_METADATA, "alice".parse().unwrap());
+        assert_eq!(dev.lock_caller(&named, Some("orders")).await.unwrap(), "alice");
+    }
+
+    #[tokio::test]
+    async fn with_certificates_on_a_request_without_one_is_unauthenticated() {
+        let certs = CertAuth::new(
+            &PrincipalFrom::default(),
+            &["picket-client".to_owned()],
+            &Default::default(),
+        )
+        .unwrap();
+        let auth = Authenticator::disabled().with_certificates(certs);
+        assert!(auth.is_on());
+        let anonymous = tonic::Request::new(());
+        let refused = auth.lock_caller(&anonymous, None).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert_eq!(
+            picket_net::status::error_detail(&refused).unwrap().rule,
+            "missing_credentials"
+        );
+        assert!(auth.admit_reader(&anonymous).await.is_err());
+    }
 }

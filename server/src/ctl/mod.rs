@@ -71,7 +71,8 @@ pub struct Global {
     #[arg(long, env = "PICKET_CERT", global = true, value_name = "FILE")]
     pub cert: Option<PathBuf>,
     /// PEM private key of --cert.
-    #[arg(long, env = "PICKET_KEY", global = true, value_name = "FILE")]
+    // `id`: the subcommands' `KEY` argument has the id `key`.
+    #[arg(long = "key", id = "tls_key", env = "PICKET_KEY", global = true, value_name = "FILE")]
     pub key: Option<PathBuf>,
     /// Print JSON (one object per answer) instead of text.
     #[arg(long, global = true)]
