@@ -70,6 +70,31 @@ pub struct Config {
     pub storage: StorageSection,
     #[serde(default)]
     pub tls: Option<Tls>,
+    /// Roles of client-certificate principals (docs/auth.md).
+    #[serde(default)]
+    pub auth: AuthSection,
+}
+
+/// `[auth]`: what a verified client certificate may do (with `[tls] require_client_cert`).
+/// Certificates carry no roles, so they are configured here; tokens bring their own.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// Roles of every verified client certificate (default `["picket-client"]`: any
+    /// certificate signed by the client CA may take locks in every namespace; `[]`: none).
+    pub certificate_roles: Vec<String>,
+    /// More roles of some certificate principals, by principal (`"spiffe://prod/sa/alice" =
+    /// ["picket-operator"]`), with the role names of tokens.
+    pub certificate_principal_roles: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Default for AuthSection {
+    fn default() -> AuthSection {
+        AuthSection {
+            certificate_roles: vec![crate::auth::cert::CERTIFICATE_ROLES_DEFAULT.to_owned()],
+            certificate_principal_roles: Default::default(),
+        }
+    }
 }
 
 fn default_cluster_id() -> String {
@@ -187,9 +212,30 @@ pub struct Tls {
     pub key: PathBuf,
     /// The CA that signed the replicas' certificates.
     pub ca: PathBuf,
-    /// Also require client certificates signed by `ca` on the client port.
+    /// Also require client certificates signed by `client_ca` (else `ca`) on the client port;
+    /// a certificate's subject is then its caller's principal (docs/auth.md).
     #[serde(default)]
     pub require_client_cert: bool,
+    /// The CA that signs client certificates, if not `ca` (so that a replica's own certificate
+    /// is not a client credential).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Where a client certificate's principal is read: `"san-uri"`, `"san-dns"`, `"cn"`, or an
+    /// ordered list of them (default `["san-uri", "san-dns", "cn"]`: the first one present).
+    #[serde(default)]
+    pub client_principal_from: crate::auth::PrincipalFrom,
+    /// The HTTP port (`http_listen`) serves TLS too (default true), with `http_cert`/`http_key`
+    /// if given, else `cert`/`key`. It asks for, but does not require, client certificates.
+    #[serde(default = "default_true")]
+    pub http: bool,
+    #[serde(default)]
+    pub http_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub http_key: Option<PathBuf>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Config {
@@ -232,6 +278,12 @@ impl Config {
             fix(&mut tls.cert);
             fix(&mut tls.key);
             fix(&mut tls.ca);
+            for path in [&mut tls.client_ca, &mut tls.http_cert, &mut tls.http_key]
+                .into_iter()
+                .flatten()
+            {
+                fix(path);
+            }
         }
     }
 
@@ -312,6 +364,18 @@ impl Config {
                 return Err(invalid(field, "must be non-zero"));
             }
         }
+        if let Some(tls) = &self.tls {
+            if tls.http_cert.is_some() != tls.http_key.is_some() {
+                return Err(invalid(
+                    "tls.http_cert",
+                    "http_cert and http_key go together",
+                ));
+            }
+        }
+        if let Err(rule) = self.certificate_auth() {
+            let (field, rule) = rule.split_once(": ").unwrap_or(("auth", &rule));
+            return Err(invalid(field, rule));
+        }
         if self.lock_config().validate().is_err() {
             return Err(invalid(
                 "sessions",
@@ -337,6 +401,20 @@ impl Config {
             session_ttl_ms_default: self.sessions.ttl_ms_default,
             ..picket_core::locks::LockConfig::default()
         }
+    }
+
+    /// How verified client certificates become callers, when `[tls] require_client_cert` is on
+    /// (`None` otherwise). The error names the field.
+    pub fn certificate_auth(&self) -> Result<Option<crate::auth::CertAuth>, String> {
+        let Some(tls) = self.tls.as_ref().filter(|t| t.require_client_cert) else {
+            return Ok(None);
+        };
+        crate::auth::CertAuth::new(
+            &tls.client_principal_from,
+            &self.auth.certificate_roles,
+            &self.auth.certificate_principal_roles,
+        )
+        .map(Some)
     }
 
     /// The URL scheme of this cluster's endpoints.
@@ -414,6 +492,47 @@ heartbeat_ms = 20
         assert!(e.contains("sessions.ttl_ms_default"), "{e}");
         let e = error_of(&format!("colour = 1\n{GOOD}"));
         assert!(e.contains("colour"), "{e}");
+    }
+
+    const MTLS: &str = "[tls]\ncert = \"n.pem\"\nkey = \"n.key\"\nca = \"ca.pem\"\n\
+                        require_client_cert = true\n";
+
+    #[test]
+    fn certificate_roles_and_principal_sources_are_checked() {
+        let config = Config::parse(&format!("{GOOD}\n{MTLS}")).unwrap();
+        let certs = config.certificate_auth().unwrap().unwrap();
+        assert_eq!(
+            certs.principal_from,
+            vec![
+                crate::auth::PrincipalSource::SanUri,
+                crate::auth::PrincipalSource::SanDns,
+                crate::auth::PrincipalSource::Cn
+            ]
+        );
+        let anyone = certs.caller_named("svc".into());
+        assert!(anyone.lock_roles.allows(Some("orders")) && anyone.roles.is_empty());
+        let text = format!(
+            "{GOOD}\n{MTLS}client_principal_from = \"cn\"\n[auth]\ncertificate_roles = \
+             [\"picket-client:orders\"]\n[auth.certificate_principal_roles]\n\
+             alice = [\"picket-operator\"]\n"
+        );
+        let certs = Config::parse(&text).unwrap().certificate_auth().unwrap().unwrap();
+        assert_eq!(certs.principal_from, vec![crate::auth::PrincipalSource::Cn]);
+        let alice = certs.caller_named("alice".into());
+        assert!(alice.lock_roles.allows(Some("orders")));
+        assert!(!alice.lock_roles.allows(Some("billing")));
+        assert!(alice.require(&[picket_core::locks::Role::OnCall], None).is_ok());
+        let bob = certs.caller_named("bob".into());
+        assert!(bob.require(&[picket_core::locks::Role::OnCall], None).is_err());
+        let e = error_of(&format!(
+            "{GOOD}\n{MTLS}[auth]\ncertificate_roles = [\"picket-clients\"]\n"
+        ));
+        assert!(e.starts_with("auth.certificate_roles: unknown role `picket-clients`"), "{e}");
+        let e = error_of(&format!("{GOOD}\n{MTLS}client_principal_from = \"email\"\n"));
+        assert!(e.contains("client_principal_from"), "{e}");
+        // Without client certificates there is nothing to configure.
+        let plain = Config::parse(GOOD).unwrap();
+        assert_eq!(plain.certificate_auth(), Ok(None));
     }
 }
 

@@ -155,6 +155,7 @@ impl DevCluster {
                     ..StorageSection::default()
                 },
                 tls: None,
+                auth: Default::default(),
             })
             .collect();
         for config in &configs {

@@ -236,6 +236,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let handle = driver.handle();
     let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
     let auth = authenticator(config).await?;
+    auth.warn_if_open();
     let api = Api::new(
         handle.clone(),
         auth.clone(),
@@ -277,8 +278,9 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     #[cfg(not(madsim))]
     let http_addr = match config.http_listen {
         Some(addr) => {
+            let https = crate::tls::http_server_config(config.tls.as_ref())?;
             let (task, bound) =
-                serve_http(addr, &handle, &metrics, auth, shutdown_rx.clone()).await?;
+                serve_http(addr, https, &handle, &metrics, auth, shutdown_rx.clone()).await?;
             tasks.push(task);
             Some(bound)
         }
@@ -305,8 +307,17 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
 }
 
 /// The authenticator `config` asks for: OIDC (keys loaded now, so a bad key file or an
-/// unreachable issuer fails the start), insecure dev metadata, or none (admin changes refused).
+/// unreachable issuer fails the start), insecure dev metadata, or none (admin changes refused);
+/// with `[tls] require_client_cert`, verified client certificates are credentials too.
 async fn authenticator(config: &Config) -> Result<Authenticator, StartError> {
+    let auth = mode_authenticator(config).await?;
+    Ok(match config.certificate_auth().map_err(StartError::Auth)? {
+        Some(certs) => auth.with_certificates(certs),
+        None => auth,
+    })
+}
+
+async fn mode_authenticator(config: &Config) -> Result<Authenticator, StartError> {
     match (&config.oidc, config.insecure_dev_auth) {
         (Some(_), true) => Err(StartError::Auth(
             "[oidc] and insecure_dev_auth are exclusive: choose one".to_owned(),
@@ -368,6 +379,7 @@ async fn serve(
 #[cfg(not(madsim))]
 async fn serve_http(
     addr: SocketAddr,
+    https: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     handle: &DriverHandle,
     metrics: &Arc<Metrics>,
     auth: Authenticator,
@@ -387,7 +399,11 @@ async fn serve_http(
     let router = crate::http::router_with_auth(source, metrics.clone(), auth);
     let task = tokio::spawn(async move {
         let stop = async move { stopped(&mut { shutdown }).await };
-        if let Err(error) = crate::http::serve(listener, router, stop).await {
+        let served = match https {
+            Some(config) => crate::http::serve_tls(listener, config, router, stop).await,
+            None => crate::http::serve(listener, router, stop).await,
+        };
+        if let Err(error) = served {
             tracing::error!(%addr, what, %error, "server stopped");
         }
     });

@@ -155,7 +155,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let principal = self.0.auth.lock_caller(&request, None).await?;
         let (command, drawn) = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         let mut response: proto::CreateSessionResponse = reply_as(reply)?;
@@ -170,7 +170,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let principal = self.0.auth.lock_caller(&request, None).await?;
         let command = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
@@ -182,7 +182,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let principal = self.0.auth.lock_caller(&request, None).await?;
         let slot = StreamSlot::take(
             &self.0.keepalives,
             self.0.limits.keepalive_streams_max,
@@ -234,7 +234,8 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let ns = Some(request.get_ref().namespace.as_str());
+        let principal = self.0.auth.lock_caller(&request, ns).await?;
         let request = request.into_inner();
         let wait_ms = request.wait_ms;
         let command = request.into_command(&principal)?;
@@ -254,7 +255,8 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let ns = Some(request.get_ref().namespace.as_str());
+        let principal = self.0.auth.lock_caller(&request, ns).await?;
         let command = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
@@ -266,6 +268,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        self.0.auth.admit_reader(&request).await?;
         let start = WatchStart::try_from(request.into_inner())?;
         let slot = StreamSlot::take(&self.0.watches, self.0.limits.watch_streams_max, "watch")?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
@@ -341,28 +344,21 @@ impl AdminService {
         ns: &str,
         roles: &[Role],
     ) -> Result<Actor, Status> {
-        self.0
-            .auth
-            .admin_actor_with_role(request.metadata(), Some(ns), roles)
-            .await
+        self.0.auth.admin_actor_for(request, Some(ns), roles).await
     }
 
     /// The actor approving or denying force-release request `id`, checked against the
     /// request's namespace. An unknown request (no namespace) is left to the state machine,
     /// which answers that it is unknown.
-    async fn force_release_actor(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-        id: u64,
-    ) -> Result<Actor, Status> {
+    async fn force_release_actor<T>(&self, request: &Request<T>, id: u64) -> Result<Actor, Status> {
         match self.0.force_release_namespace(id).await? {
             Some(ns) => {
                 self.0
                     .auth
-                    .admin_actor_with_role(metadata, Some(&ns), FORCE_RELEASE_ROLES)
+                    .admin_actor_for(request, Some(&ns), FORCE_RELEASE_ROLES)
                     .await
             }
-            None => self.0.auth.admin_actor(metadata, None).await,
+            None => self.0.auth.admin_actor_for(request, None, &[]).await,
         }
     }
 }
@@ -373,7 +369,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::InspectRequest>,
     ) -> Result<Response<proto::KeyInfo>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let q = InspectQuery::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::KeyInfo::from_answer(answer)?))
@@ -383,7 +379,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListHoldsRequest>,
     ) -> Result<Response<proto::ListHoldsResponse>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let q = ListHoldsQuery::try_from(request.into_inner())?;
         let (revision, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::ListHoldsResponse::from_answer(
@@ -395,7 +391,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::LongestHoldsRequest>,
     ) -> Result<Response<proto::LongestHoldsResponse>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let stale = request.into_inner().allow_stale;
         let (revision, answer) = self.0.read(Query::LongestHolds, stale).await?;
         Ok(Response::new(proto::LongestHoldsResponse::from_answer(
@@ -425,7 +421,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListClassesRequest>,
     ) -> Result<Response<proto::ListClassesResponse>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let q = ListClassesQuery::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::ListClassesResponse::from_answer(
@@ -447,7 +443,7 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::ApproveForceReleaseRequest>,
     ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
         let id = request.get_ref().force_release_id;
-        let actor = self.force_release_actor(request.metadata(), id).await?;
+        let actor = self.force_release_actor(&request, id).await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -456,7 +452,7 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::DenyForceReleaseRequest>,
     ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
         let id = request.get_ref().force_release_id;
-        let actor = self.force_release_actor(request.metadata(), id).await?;
+        let actor = self.force_release_actor(&request, id).await?;
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
@@ -464,7 +460,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::ListForceReleasesRequest>,
     ) -> Result<Response<proto::ListForceReleasesResponse>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let stale = request.into_inner().allow_stale;
         let (_, answer) = self.0.read(Query::ForceReleases, stale).await?;
         Ok(Response::new(
@@ -476,7 +472,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::QueryAuditRequest>,
     ) -> Result<Response<proto::QueryAuditResponse>, Status> {
-        self.0.auth.admit_reader(request.metadata()).await?;
+        self.0.auth.admit_reader(&request).await?;
         let q = AuditRead::try_from(request.into_inner())?;
         let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
         Ok(Response::new(proto::QueryAuditResponse::from_answer(

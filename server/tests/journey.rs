@@ -46,7 +46,7 @@ fn service(cluster: &OidcCluster, name: &str, host: &str) -> Client {
     config.session_ttl = Some(TTL);
     config.wait_slice = Duration::from_secs(2);
     config.credentials = Credentials {
-        bearer: Some(cluster.token(&format!("svc-{name}"), &[])),
+        bearer: Some(cluster.token(&format!("svc-{name}"), &["picket-client"])),
         ..Credentials::default()
     };
     Client::new(config).unwrap()

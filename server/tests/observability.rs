@@ -150,8 +150,46 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
     let hour = Duration::from_secs(3600);
     let alice = issuer.mint("alice", &["picket-operator"], hour);
     let bob = issuer.mint("bob", &["picket-operator:orders"], hour);
-    let s = create_session(&at, "stuck", 10_000).await;
-    let t = granted(&acquire(&at, s, 1, NS, KEY, 0).await.unwrap()).unwrap();
+    // Lock calls need a lock-client role with OIDC on (none, or an operator role, is refused).
+    let svc = issuer.mint("svc-stuck", &["picket-client"], hour);
+    let mut locks = lock(&at).await.unwrap();
+    let create = proto::CreateSessionRequest {
+        ttl_ms: Some(10_000),
+        identity: Some(proto::ClientIdentity {
+            name: "stuck".into(),
+            host: "test".into(),
+            pid: std::process::id(),
+        }),
+    };
+    let refused = locks.create_session(create.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    let refused = locks
+        .create_session(bearer(create.clone(), &alice))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("picket-client"), "{refused:?}");
+    let s = locks
+        .create_session(bearer(create, &svc))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let acquired = locks
+        .acquire(bearer(
+            proto::AcquireRequest {
+                session_id: s,
+                request_id: 1,
+                namespace: NS.into(),
+                key: KEY.into(),
+                wait_ms: 0,
+            },
+            &svc,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let t = granted(&acquired).unwrap();
     let mut client = admin(&at).await.unwrap();
     let request = proto::RequestForceReleaseRequest {
         namespace: NS.into(),
@@ -206,7 +244,19 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         .unwrap()
         .into_inner();
     assert_eq!(approved.released_token, t);
-    assert!(keepalive(&at, s).await.unwrap().lost);
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::KeepAliveRequest {
+        session_id: s,
+        seq: 1,
+    })
+    .await
+    .unwrap();
+    let mut answers = locks
+        .keep_alive(bearer(picket_server::stream::ChannelStream::new(rx), &svc))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answers.message().await.unwrap().unwrap().lost);
     // Admin reads need a valid token too (any role).
     let audit_request = proto::QueryAuditRequest {
         namespace: Some(NS.into()),

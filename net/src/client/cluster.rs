@@ -16,6 +16,9 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use super::error::{classify, ClientError, Retry};
+#[cfg(not(madsim))]
+use super::tls::error_text;
+use super::tls::{endpoint_uri_for, status_text, TlsConfig, TlsMismatch};
 
 /// Most replicas a client remembers (the configured ones plus leaders learned from hints).
 pub const ENDPOINTS_MAX: usize = 16;
@@ -46,8 +49,13 @@ pub const CLOCK_DRIFT_PPM_MAX: u32 = 100_000;
 /// How a [`super::Client`] talks to the cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Replica client endpoints, `host:port` or `http://host:port`.
+    /// Replica client endpoints: `https://host:port` (TLS), `http://host:port` (plaintext), or
+    /// `host:port` (TLS if `tls` is set, else plaintext).
     pub endpoints: Vec<String>,
+    /// TLS to the replicas: the CA bundle and, for clusters that require client certificates,
+    /// this client's certificate and key (`None`: plaintext unless an endpoint says `https://`,
+    /// which then trusts the public web roots). Ignored under `--cfg madsim`.
+    pub tls: Option<TlsConfig>,
     /// Timeout of one attempt of a unary RPC (a waiting acquire adds its wait to it).
     pub rpc_timeout: Duration,
     /// Timeout to open a connection.
@@ -83,6 +91,7 @@ impl ClientConfig {
     ) -> ClientConfig {
         ClientConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
+            tls: None,
             rpc_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             retry_budget: Duration::from_secs(15),
@@ -123,6 +132,9 @@ impl ClientConfig {
                 self.clock_drift_ppm
             )));
         }
+        if let Some(tls) = &self.tls {
+            tls.check()?;
+        }
         if self.wait_slice > Duration::from_secs(600) {
             return Err(ClientError::BadConfig(
                 "wait_slice is at most 600 s (the server's bound)".into(),
@@ -132,14 +144,10 @@ impl ClientConfig {
     }
 }
 
-/// `host:port` -> `http://host:port`; a URI with a scheme is kept.
+/// `host:port` -> `http://host:port`; a URI with a scheme is kept. (A client with a
+/// [`TlsConfig`] reads a bare `host:port` as `https://`: [`endpoint_uri_for`].)
 pub fn endpoint_uri(endpoint: &str) -> String {
-    let trimmed = endpoint.trim().trim_end_matches('/');
-    if trimmed.contains("://") {
-        trimmed.to_owned()
-    } else {
-        format!("http://{trimmed}")
-    }
+    endpoint_uri_for(endpoint, false)
 }
 
 struct Replica {
@@ -161,6 +169,9 @@ pub(crate) type ChannelFactory = Box<dyn Fn(&str) -> Channel + Send + Sync>;
 pub(crate) struct Cluster {
     pub(crate) config: ClientConfig,
     metadata: MetadataMap,
+    /// The TLS of `https://` channels (`config.tls`, else the public web roots).
+    #[cfg(not(madsim))]
+    tls: tonic::transport::ClientTlsConfig,
     route: Mutex<Route>,
     channel_factory: Option<ChannelFactory>,
 }
@@ -171,13 +182,36 @@ impl Cluster {
         channel_factory: Option<ChannelFactory>,
     ) -> Result<Cluster, ClientError> {
         config.check()?;
+        #[cfg(not(madsim))]
+        let tls = config.tls.clone().unwrap_or_default().tonic();
+        // Bad certificates or keys are refused here, not at the first call.
+        #[cfg(not(madsim))]
+        if config.tls.is_some() {
+            Endpoint::from_static("https://localhost")
+                .tls_config(tls.clone())
+                .map_err(|e| ClientError::BadTls {
+                    what: "ca, cert or key",
+                    reason: error_text(&e),
+                })?;
+        }
         let mut replicas = Vec::with_capacity(config.endpoints.len());
         for endpoint in &config.endpoints {
-            let uri = endpoint_uri(endpoint);
-            Endpoint::from_shared(uri.clone()).map_err(|e| ClientError::BadEndpoint {
+            let uri = endpoint_uri_for(endpoint, config.tls.is_some());
+            let parsed = Endpoint::from_shared(uri.clone()).map_err(|e| ClientError::BadEndpoint {
                 endpoint: endpoint.clone(),
                 reason: e.to_string(),
             })?;
+            #[cfg(not(madsim))]
+            if uri.starts_with("https://") {
+                parsed
+                    .tls_config(tls.clone())
+                    .map_err(|e| ClientError::BadEndpoint {
+                        endpoint: endpoint.clone(),
+                        reason: error_text(&e),
+                    })?;
+            }
+            #[cfg(madsim)]
+            let _ = parsed;
             if !replicas.iter().any(|r: &Replica| r.uri == uri) {
                 replicas.push(Replica { uri, channel: None });
             }
@@ -186,6 +220,8 @@ impl Cluster {
         Ok(Cluster {
             config,
             metadata,
+            #[cfg(not(madsim))]
+            tls,
             route: Mutex::new(Route {
                 replicas,
                 current: 0,
@@ -203,20 +239,35 @@ impl Cluster {
     pub(crate) fn current(&self) -> (usize, String, Channel) {
         let mut route = self.route();
         let index = route.current;
-        let connect_timeout = self.config.connect_timeout;
         let replica = &mut route.replicas[index];
         let factory = self.channel_factory.as_ref();
         let channel = replica
             .channel
             .get_or_insert_with(|| match factory {
                 Some(factory) => factory(&replica.uri),
-                None => Endpoint::from_shared(replica.uri.clone())
-                    .expect("endpoints are checked when added")
-                    .connect_timeout(connect_timeout)
-                    .connect_lazy(),
+                None => self.open(&replica.uri),
             })
             .clone();
         (index, replica.uri.clone(), channel)
+    }
+
+    /// A lazily connecting channel to `uri` (checked when added), with TLS for `https://`.
+    fn open(&self, uri: &str) -> Channel {
+        let endpoint = Endpoint::from_shared(uri.to_owned())
+            .expect("endpoints are checked when added")
+            .connect_timeout(self.config.connect_timeout);
+        #[cfg(not(madsim))]
+        let endpoint = if uri.starts_with("https://") {
+            // The settings were checked in `Cluster::new`; what is left to fail is the host
+            // name of a hint, and then the call fails visibly (https without TLS).
+            endpoint
+                .clone()
+                .tls_config(self.tls.clone())
+                .unwrap_or(endpoint)
+        } else {
+            endpoint
+        };
+        endpoint.connect_lazy()
     }
 
     /// The endpoint the client currently believes is the leader.
@@ -235,7 +286,8 @@ impl Cluster {
 
     /// Follows a leader hint: to a known replica, or a new one if there is room (else rotate).
     pub(crate) fn follow(&self, from: usize, hint: &str) {
-        let uri = endpoint_uri(hint);
+        // A hint without a scheme (`host:port`) is reached the way the configured endpoints are.
+        let uri = endpoint_uri_for(hint, self.config.tls.is_some());
         let mut route = self.route();
         if let Some(index) = route.replicas.iter().position(|r| r.uri == uri) {
             route.current = index;
@@ -294,7 +346,16 @@ impl Cluster {
                     attempt_timeout.as_millis()
                 )),
             };
-            let retry = classify(&status);
+            // A transport failure that is a TLS disagreement (no Picket detail): another
+            // replica may be set up differently, so rotate; the final error says which.
+            let tls_mismatch = match crate::status::error_detail(&status) {
+                Some(_) => None,
+                None => TlsMismatch::for_call(&status_text(&status), uri.starts_with("https://")),
+            };
+            let retry = match tls_mismatch {
+                Some(_) => Retry::Rotate,
+                None => classify(&status),
+            };
             match &retry {
                 Retry::No => return Err(ClientError::refused(what, &status)),
                 Retry::Redirect(hint) => self.follow(index, hint),
@@ -307,7 +368,8 @@ impl Cluster {
                     what,
                     attempts,
                     elapsed_ms: millis(now - started),
-                    last: format!("{uri}: {:?}: {}", status.code(), status.message()),
+                    last: format!("{uri}: {:?}: {}", status.code(), status_text(&status)),
+                    tls_mismatch,
                 });
             }
             if matches!(retry, Retry::Redirect(_)) && redirects_in_a_row < REDIRECTS_IN_A_ROW_MAX {

@@ -96,6 +96,9 @@ pub enum ClientError {
     BadCredential { name: &'static str, reason: String },
     #[error("the client configuration is invalid: {0}")]
     BadConfig(String),
+    /// A TLS file or setting is unusable (`what`: `ca`, `cert` or `key`).
+    #[error("bad TLS {what}: {reason}")]
+    BadTls { what: &'static str, reason: String },
     /// No replica gave an answer (unreachable, no leader, busy, timed out) within the retry
     /// budget. The request may or may not have been applied; a retry with the same request id is
     /// safe.
@@ -105,6 +108,8 @@ pub enum ClientError {
         attempts: u32,
         elapsed_ms: u64,
         last: String,
+        /// The last attempt failed as a TLS disagreement does (see [`super::TlsMismatch`]).
+        tls_mismatch: Option<super::TlsMismatch>,
     },
     /// The server refused the request; branch on `refusal.rule`.
     #[error("{what} refused: {refusal}")]
@@ -142,6 +147,16 @@ impl ClientError {
     pub fn rule(&self) -> Option<&str> {
         match self {
             ClientError::Refused { refusal, .. } => Some(&refusal.rule),
+            _ => None,
+        }
+    }
+
+    /// Whether the failure looks like the two ends disagreeing about TLS (plaintext to a TLS
+    /// port, TLS to a plaintext one, an untrusted server, a missing client certificate): only
+    /// for [`ClientError::Unavailable`], judged from its last error and the scheme it used.
+    pub fn tls_mismatch(&self) -> Option<super::TlsMismatch> {
+        match self {
+            ClientError::Unavailable { tls_mismatch, .. } => *tls_mismatch,
             _ => None,
         }
     }

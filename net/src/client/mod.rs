@@ -41,6 +41,7 @@ mod keepalive;
 mod session;
 #[cfg(all(test, not(madsim)))]
 mod tests;
+mod tls;
 
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ pub use error::{ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSI
 pub use guard::LockGuard;
 pub use keepalive::KeepAliveAck;
 pub use session::{Closed, Session};
+pub use tls::{endpoint_uri_for, TlsConfig, TlsMismatch};
 
 /// A handle on a Picket cluster. Cheap to clone; sessions created from it share its routing.
 #[derive(Clone)]

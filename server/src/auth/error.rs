@@ -69,6 +69,25 @@ pub enum AuthError {
         needed: Vec<Role>,
         namespace: Option<String>,
     },
+    #[error("`{principal}` lacks a lock-client role{}: needs {}", namespace_part(.namespace), lock_roles_needed(.namespace))]
+    MissingLockRole {
+        principal: String,
+        namespace: Option<String>,
+    },
+    #[error(
+        "credentials required: this server authenticates lock clients and readers ({0}); \
+         this call brought none"
+    )]
+    MissingCredentials(&'static str),
+    #[error("client certificate refused: {0}")]
+    BadCertificate(String),
+}
+
+fn lock_roles_needed(namespace: &Option<String>) -> String {
+    match namespace {
+        Some(ns) => format!("picket-client or picket-client:{ns}"),
+        None => "picket-client or picket-client:<namespace>".to_owned(),
+    }
 }
 
 fn namespace_part(namespace: &Option<String>) -> String {
@@ -108,7 +127,9 @@ impl AuthError {
             AuthError::KeySetUnavailable(_) => "keys_unavailable",
             AuthError::NotConfigured => "auth_not_configured",
             AuthError::BadDevMetadata { .. } => "bad_dev_metadata",
-            AuthError::MissingRole { .. } => "missing_role",
+            AuthError::MissingRole { .. } | AuthError::MissingLockRole { .. } => "missing_role",
+            AuthError::MissingCredentials(_) => "missing_credentials",
+            AuthError::BadCertificate(_) => "bad_certificate",
         }
     }
 
@@ -116,7 +137,9 @@ impl AuthError {
     /// role is `PERMISSION_DENIED`, an unreachable issuer is `UNAVAILABLE` (retryable).
     pub fn code(&self) -> Code {
         match self {
-            AuthError::MissingRole { .. } => Code::PermissionDenied,
+            AuthError::MissingRole { .. } | AuthError::MissingLockRole { .. } => {
+                Code::PermissionDenied
+            }
             AuthError::KeySetUnavailable(_) => Code::Unavailable,
             _ => Code::Unauthenticated,
         }

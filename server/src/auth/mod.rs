@@ -5,14 +5,17 @@
 //!
 //! - admin calls: [`Authenticator::admin_actor`]`(metadata, Some(namespace))` -> the core
 //!   [`Actor`] put into the command (the state machine checks the role and the two-person rule);
-//! - lock clients' sessions: [`Authenticator::client_principal`] -> the principal recorded in
-//!   the session's identity;
+//! - lock calls: [`Authenticator::lock_caller`]`(request, namespace)` -> the principal (recorded
+//!   in the session's identity), after checking the lock-client role when auth is on;
+//! - reads and `Watch`: [`Authenticator::admit_reader`]`(request)`;
 //! - a synchronous tonic interceptor can use [`Authenticator::authenticate_cached`].
 //!
 //! Modes: [`Authenticator::oidc`] (tokens in `authorization: Bearer <JWT>`, checked by
 //! [`oidc::OidcVerifier`]), [`Authenticator::insecure_dev`] (`x-picket-principal`,
 //! `x-picket-roles`; logged loudly as insecure) and [`Authenticator::disabled`] (admin changes
-//! refused). Roles and their namespace scopes: [`roles`]. Operator guide: docs/auth.md.
+//! refused), each optionally with verified client certificates as credentials
+//! ([`Authenticator::with_certificates`], [`cert`]). Roles and their namespace scopes:
+//! [`roles`]. Operator guide: docs/auth.md.
 
 use std::sync::Arc;
 
@@ -20,6 +23,7 @@ use picket_core::locks::{Actor, Role};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
+pub mod cert;
 pub mod config;
 pub mod dev;
 pub mod error;
@@ -30,7 +34,8 @@ pub mod roles;
 pub use config::OidcSection;
 pub use error::AuthError;
 pub use oidc::{OidcConfig, OidcVerifier};
-pub use roles::{AuthMethod, Caller, ClaimConfig};
+pub use cert::{CertAuth, PrincipalFrom, PrincipalSource};
+pub use roles::{AuthMethod, Caller, ClaimConfig, LockRoles};
 
 /// The metadata holding the bearer token.
 pub const AUTHORIZATION_METADATA: &str = "authorization";
@@ -53,6 +58,8 @@ enum Mode {
 #[derive(Clone)]
 pub struct Authenticator {
     mode: Mode,
+    /// Verified client certificates as credentials (`[tls] require_client_cert`).
+    certs: Option<Arc<CertAuth>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -64,6 +71,7 @@ impl std::fmt::Debug for Authenticator {
         };
         f.debug_struct("Authenticator")
             .field("mode", &mode)
+            .field("certificates", &self.certs.is_some())
             .finish()
     }
 }
@@ -74,6 +82,7 @@ impl Authenticator {
     pub fn disabled() -> Authenticator {
         Authenticator {
             mode: Mode::Disabled,
+            certs: None,
         }
     }
 
@@ -87,6 +96,7 @@ impl Authenticator {
         );
         Authenticator {
             mode: Mode::InsecureDev,
+            certs: None,
         }
     }
 
@@ -94,6 +104,30 @@ impl Authenticator {
     pub fn oidc(verifier: OidcVerifier) -> Authenticator {
         Authenticator {
             mode: Mode::Oidc(Arc::new(verifier)),
+            certs: None,
+        }
+    }
+
+    /// Also takes verified client certificates as credentials (mutual TLS).
+    pub fn with_certificates(mut self, certs: CertAuth) -> Authenticator {
+        self.certs = Some(Arc::new(certs));
+        self
+    }
+
+    /// Whether callers must authenticate: OIDC or client certificates are on. Then lock calls
+    /// need a lock-client role and every read a valid credential.
+    pub fn is_on(&self) -> bool {
+        matches!(self.mode, Mode::Oidc(_)) || self.certs.is_some()
+    }
+
+    /// Logs, once at start-up, that lock calls are open to anyone who reaches the port.
+    pub fn warn_if_open(&self) {
+        if !self.is_on() {
+            tracing::warn!(
+                "INSECURE: neither [oidc] nor [tls] require_client_cert is configured: lock \
+                 calls (sessions, acquire, release), watch and reads are open to anyone who \
+                 can reach the client port. Development only."
+            );
         }
     }
 
@@ -132,20 +166,6 @@ impl Authenticator {
         }
     }
 
-    /// Admits an admin **read** (inspection, holds, classes, audit, pending force-releases):
-    /// with OIDC on, any caller with a valid bearer token (no role needed: who holds what is
-    /// not public, but every operator may see it); without OIDC, anyone (dev and unconfigured
-    /// clusters answer reads as before).
-    pub async fn admit_reader(&self, metadata: &MetadataMap) -> Result<(), Status> {
-        match &self.mode {
-            Mode::Disabled | Mode::InsecureDev => Ok(()),
-            Mode::Oidc(verifier) => {
-                verifier.verify(bearer_token(metadata)?).await?;
-                Ok(())
-            }
-        }
-    }
-
     /// The actor of an admin call on `namespace` (`None` when the call names no namespace: only
     /// the caller's global roles count).
     pub async fn admin_actor(
@@ -172,10 +192,150 @@ impl Authenticator {
             .map_err(|e| e.status())
     }
 
-    /// The principal recorded in a new session's identity: the verified token's principal if a
-    /// token was sent (a bad token is refused), else `unauthenticated`. A client that
-    /// authenticated with a certificate (`require_client_cert`) is admitted by the TLS layer,
-    /// but its certificate's name is not recorded yet: its sessions say `unauthenticated`.
+    /// The caller of `request` from all its credentials: a bearer token (OIDC) if it carries
+    /// one (a bad token is refused even if a certificate is good: the token's principal wins,
+    /// and the certificate was checked by the TLS layer anyway), else its verified client
+    /// certificate (with `[tls] require_client_cert`), else as the mode says without
+    /// credentials (dev metadata; `UNAUTHENTICATED` with OIDC or certificates on).
+    pub async fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Caller, Status> {
+        self.caller_with(request.metadata(), self.certificate_caller(request)?)
+            .await
+    }
+
+    /// [`Authenticator::caller`] from metadata and the caller of the connection's certificate
+    /// (the HTTP port reads its certificate itself).
+    pub async fn caller_with(
+        &self,
+        metadata: &MetadataMap,
+        certificate: Option<Caller>,
+    ) -> Result<Caller, Status> {
+        if let Mode::Oidc(verifier) = &self.mode {
+            if metadata.get(AUTHORIZATION_METADATA).is_some() {
+                return Ok(verifier.verify(bearer_token(metadata)?).await?);
+            }
+        }
+        if let Some(caller) = certificate {
+            return Ok(caller);
+        }
+        match (&self.mode, &self.certs) {
+            (Mode::Oidc(_), Some(_)) => Err(AuthError::MissingCredentials(
+                "an OIDC bearer token or a client certificate",
+            )
+            .status()),
+            (Mode::Oidc(_), None) => Err(AuthError::MissingToken.status()),
+            (_, Some(_)) => {
+                Err(AuthError::MissingCredentials("a client certificate signed by its CA").status())
+            }
+            (Mode::InsecureDev, None) => dev_caller(metadata).map_err(Status::from),
+            (Mode::Disabled, None) => Err(AuthError::NotConfigured.status()),
+        }
+    }
+
+    /// The caller proved by the request's verified client certificate, if certificates are
+    /// credentials here and it brought one. (The simulator has no TLS: never a certificate.)
+    pub fn certificate_caller<T>(
+        &self,
+        request: &tonic::Request<T>,
+    ) -> Result<Option<Caller>, Status> {
+        let Some(certs) = &self.certs else {
+            return Ok(None);
+        };
+        #[cfg(not(madsim))]
+        {
+            let _ = certs;
+            match request.peer_certs().as_ref().and_then(|chain| chain.first()) {
+                Some(leaf) => self.certificate_caller_der(leaf.as_ref()),
+                None => Ok(None),
+            }
+        }
+        #[cfg(madsim)]
+        {
+            let _ = (certs, request);
+            Ok(None)
+        }
+    }
+
+    /// The caller of a verified client certificate given as DER (the HTTP port's connections),
+    /// if certificates are credentials here.
+    pub fn certificate_caller_der(&self, leaf_der: &[u8]) -> Result<Option<Caller>, Status> {
+        let Some(certs) = &self.certs else {
+            return Ok(None);
+        };
+        #[cfg(not(madsim))]
+        {
+            certs.caller(leaf_der).map(Some).map_err(Status::from)
+        }
+        #[cfg(madsim)]
+        {
+            let _ = (certs, leaf_der);
+            Ok(None)
+        }
+    }
+
+    /// The principal of a lock call (`CreateSession`, `CloseSession`, `KeepAlive`, `Acquire`,
+    /// `Release`) on `namespace` (`None` for the calls that name none).
+    ///
+    /// With OIDC or client certificates on: the authenticated caller ([`Authenticator::caller`])
+    /// must have `picket-client` or `picket-client:<namespace>` (for `None`: any of them), else
+    /// `UNAUTHENTICATED` (no or bad credentials) or `PERMISSION_DENIED` (`missing_role`, naming
+    /// the role). Without them (dev): open; the principal is the dev metadata's, else
+    /// `unauthenticated` (logged as insecure at start-up).
+    pub async fn lock_caller<T>(
+        &self,
+        request: &tonic::Request<T>,
+        namespace: Option<&str>,
+    ) -> Result<String, Status> {
+        if !self.is_on() {
+            return self.client_principal(request.metadata()).await;
+        }
+        let caller = self.caller(request).await?;
+        caller.require_lock_role(namespace).map_err(Status::from)
+    }
+
+    /// Admits a read (inspection, holds, classes, audit, pending force-releases, `Watch`): with
+    /// OIDC or client certificates on, any caller with a valid credential (no role needed: who
+    /// holds what is not public, but every operator and lock client may see it); without them,
+    /// anyone (dev and unconfigured clusters answer reads as before).
+    pub async fn admit_reader<T>(&self, request: &tonic::Request<T>) -> Result<(), Status> {
+        if !self.is_on() {
+            return Ok(());
+        }
+        self.caller(request).await.map(|_| ())
+    }
+
+    /// [`Authenticator::admit_reader`] from metadata and the connection's certificate caller
+    /// (the HTTP inspection routes).
+    pub async fn admit_reader_with(
+        &self,
+        metadata: &MetadataMap,
+        certificate: Option<Caller>,
+    ) -> Result<(), Status> {
+        if !self.is_on() {
+            return Ok(());
+        }
+        self.caller_with(metadata, certificate).await.map(|_| ())
+    }
+
+    /// The actor of an admin mutation on `namespace` that needs one of `needed`, from all the
+    /// request's credentials ([`Authenticator::caller`]): refused here (`PERMISSION_DENIED`,
+    /// `missing_role`) naming the roles as the identity provider spells them.
+    pub async fn admin_actor_for<T>(
+        &self,
+        request: &tonic::Request<T>,
+        namespace: Option<&str>,
+        needed: &[Role],
+    ) -> Result<Actor, Status> {
+        let caller = self.caller(request).await?;
+        if needed.is_empty() {
+            return Ok(caller.actor(namespace));
+        }
+        caller.require(needed, namespace).map_err(|e| e.status())
+    }
+
+    /// The principal recorded in a new session's identity from metadata alone: the verified
+    /// token's principal if a token was sent (a bad token is refused), else `unauthenticated`.
+    /// Lock calls use [`Authenticator::lock_caller`], which also reads client certificates
+    /// and checks the lock-client role.
     pub async fn client_principal(&self, metadata: &MetadataMap) -> Result<String, Status> {
         match &self.mode {
             Mode::Disabled => Ok(UNAUTHENTICATED_PRINCIPAL.to_owned()),
@@ -228,6 +388,7 @@ fn dev_caller(metadata: &MetadataMap) -> Result<Caller, AuthError> {
         principal: principal.to_owned(),
         roles: Default::default(),
         namespace_roles: Default::default(),
+        lock_roles: Default::default(),
         method: AuthMethod::InsecureDev,
     };
     if let Some(value) = metadata.get(ROLES_METADATA) {
@@ -300,5 +461,100 @@ mod tests {
             "{}",
             admin.message()
         );
+    }
+
+    fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(
+            AUTHORIZATION_METADATA,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        request
+    }
+
+    #[tokio::test]
+    async fn lock_calls_need_a_lock_client_role_for_the_namespace_with_oidc_on() {
+        let issuer = dev::DevIssuer::generate("https://sso.test/realms/ops", "picket").unwrap();
+        let auth = Authenticator::oidc(issuer.verifier());
+        assert!(auth.is_on());
+        let hour = std::time::Duration::from_secs(3600);
+        let scoped = issuer.mint("svc", &["picket-client:orders"], hour);
+        let request = with_token((), &scoped);
+        assert_eq!(
+            auth.lock_caller(&request, Some("orders")).await.unwrap(),
+            "svc"
+        );
+        // Sessions and keepalives name no namespace: any lock-client role will do.
+        assert_eq!(auth.lock_caller(&request, None).await.unwrap(), "svc");
+        let refused = auth
+            .lock_caller(&request, Some("billing"))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            picket_net::status::error_detail(&refused).unwrap().rule,
+            "missing_role"
+        );
+        assert!(
+            refused.message().contains("picket-client:billing"),
+            "{}",
+            refused.message()
+        );
+        // An operator is not a lock client.
+        let operator = issuer.mint("alice", &["picket-operator"], hour);
+        let refused = auth
+            .lock_caller(&with_token((), &operator), None)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        // No token at all: who are you? Reads (and Watch) need a valid token, any role.
+        let anonymous = tonic::Request::new(());
+        let refused = auth.lock_caller(&anonymous, None).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(auth.admit_reader(&anonymous).await.is_err());
+        assert!(auth.admit_reader(&with_token((), &operator)).await.is_ok());
+        let global = issuer.mint("batch", &["picket-client"], hour);
+        assert!(auth
+            .lock_caller(&with_token((), &global), Some("anything"))
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn without_auth_lock_calls_and_reads_stay_open() {
+        let off = Authenticator::disabled();
+        assert!(!off.is_on());
+        let anonymous = tonic::Request::new(());
+        assert_eq!(
+            off.lock_caller(&anonymous, Some("orders")).await.unwrap(),
+            UNAUTHENTICATED_PRINCIPAL
+        );
+        assert!(off.admit_reader(&anonymous).await.is_ok());
+        let dev = Authenticator::insecure_dev();
+        let mut named = tonic::Request::new(());
+        named
+            .metadata_mut()
+            .insert(PRINCIPAL_METADATA, "alice".parse().unwrap());
+        assert_eq!(dev.lock_caller(&named, Some("orders")).await.unwrap(), "alice");
+    }
+
+    #[tokio::test]
+    async fn with_certificates_on_a_request_without_one_is_unauthenticated() {
+        let certs = CertAuth::new(
+            &PrincipalFrom::default(),
+            &["picket-client".to_owned()],
+            &Default::default(),
+        )
+        .unwrap();
+        let auth = Authenticator::disabled().with_certificates(certs);
+        assert!(auth.is_on());
+        let anonymous = tonic::Request::new(());
+        let refused = auth.lock_caller(&anonymous, None).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert_eq!(
+            picket_net::status::error_detail(&refused).unwrap().rule,
+            "missing_credentials"
+        );
+        assert!(auth.admit_reader(&anonymous).await.is_err());
     }
 }

@@ -8,6 +8,11 @@
 //! | `picket-incident-commander` | `Role::IncidentCommander` | every namespace |
 //! | `picket-admin` | `Role::ClassAdmin` | every namespace |
 //! | `picket-operator:orders` (any of the above, `:` namespace) | same | namespace `orders` only |
+//! | `picket-client` | (lock client: sessions, keepalives, acquire, release) | every namespace |
+//! | `picket-client:orders` | same | namespace `orders` only |
+//!
+//! The lock-client role is checked at the edge only (`Authenticator::lock_caller`); the state
+//! machine knows the operator roles.
 //!
 //! Other values (Keycloak adds `offline_access`, `uma_authorization`, ...) are ignored.
 
@@ -45,6 +50,9 @@ pub fn parse_role_name(name: &str) -> Option<Role> {
     }
 }
 
+/// The claim name of the lock-client role (`picket-client`, or `picket-client:<namespace>`).
+pub const LOCK_CLIENT_ROLE: &str = "picket-client";
+
 /// Where the principal and roles are read from a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimConfig {
@@ -71,6 +79,29 @@ pub enum AuthMethod {
     Oidc,
     /// `x-picket-principal` / `x-picket-roles` metadata, believed as is (development only).
     InsecureDev,
+    /// A client certificate verified by the TLS layer (mutual TLS).
+    Certificate,
+}
+
+/// Where a caller may act as a lock client (`picket-client`, `picket-client:<namespace>`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockRoles {
+    /// `picket-client`: every namespace.
+    pub every_namespace: bool,
+    /// `picket-client:<namespace>`.
+    pub namespaces: BTreeSet<String>,
+}
+
+impl LockRoles {
+    /// Whether a lock call on `namespace` is allowed; `None` (a call that names no namespace:
+    /// sessions, keepalives) needs any lock-client role.
+    pub fn allows(&self, namespace: Option<&str>) -> bool {
+        self.every_namespace
+            || match namespace {
+                Some(ns) => self.namespaces.contains(ns),
+                None => !self.namespaces.is_empty(),
+            }
+    }
 }
 
 /// An authenticated caller: a principal with roles, some of them for one namespace only.
@@ -81,6 +112,8 @@ pub struct Caller {
     pub roles: BTreeSet<Role>,
     /// Roles in one namespace only (`picket-operator:orders`).
     pub namespace_roles: BTreeMap<String, BTreeSet<Role>>,
+    /// Where the caller may take locks.
+    pub lock_roles: LockRoles,
     pub method: AuthMethod,
 }
 
@@ -112,13 +145,52 @@ impl Caller {
         })
     }
 
-    /// Adds the role named `value` (`picket-operator` or `picket-operator:orders`); returns
-    /// false (and adds nothing) if it is not a Picket role or names a bad namespace.
+    /// The caller's principal if it may make a lock call on `namespace`, else
+    /// `PERMISSION_DENIED` (`missing_role`) naming `picket-client` (and
+    /// `picket-client:<namespace>`).
+    pub fn require_lock_role(&self, namespace: Option<&str>) -> Result<String, AuthError> {
+        if self.lock_roles.allows(namespace) {
+            return Ok(self.principal.clone());
+        }
+        Err(AuthError::MissingLockRole {
+            principal: self.principal.clone(),
+            namespace: namespace.map(str::to_owned),
+        })
+    }
+
+    /// Adds every role of `other` (a certificate principal's configured extra roles).
+    pub fn merge_roles(&mut self, other: &Caller) {
+        self.roles.extend(other.roles.iter().copied());
+        for (ns, roles) in &other.namespace_roles {
+            self.namespace_roles
+                .entry(ns.clone())
+                .or_default()
+                .extend(roles.iter().copied());
+        }
+        self.lock_roles.every_namespace |= other.lock_roles.every_namespace;
+        self.lock_roles
+            .namespaces
+            .extend(other.lock_roles.namespaces.iter().cloned());
+    }
+
+    /// Adds the role named `value` (`picket-operator` or `picket-operator:orders`,
+    /// `picket-client` or `picket-client:orders`); returns false (and adds nothing) if it is
+    /// not a Picket role or names a bad namespace.
     pub fn add_role_value(&mut self, value: &str) -> bool {
         let (name, namespace) = match value.split_once(':') {
             Some((name, ns)) => (name, Some(ns)),
             None => (value, None),
         };
+        if name == LOCK_CLIENT_ROLE {
+            match namespace {
+                None => self.lock_roles.every_namespace = true,
+                Some(ns) if validate_namespace(ns).is_ok() => {
+                    self.lock_roles.namespaces.insert(ns.to_owned());
+                }
+                Some(_) => return false,
+            }
+            return true;
+        }
         let Some(role) = parse_role_name(name) else {
             return false;
         };
@@ -154,6 +226,7 @@ impl ClaimConfig {
             principal: principal.to_owned(),
             roles: BTreeSet::new(),
             namespace_roles: BTreeMap::new(),
+            lock_roles: LockRoles::default(),
             method: AuthMethod::Oidc,
         };
         for value in self.role_values(claims).take(ROLE_VALUES_MAX) {

@@ -14,11 +14,12 @@ mod run;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials};
+use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
 
 /// The client endpoints of `picketd dev`.
 pub const DEV_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
@@ -58,9 +59,21 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Replica client endpoints, comma-separated (host:port or http(s)://host:port).
+    /// Replica client endpoints, comma-separated: https://host:port (TLS), http://host:port
+    /// (plaintext), or host:port (TLS when --ca, --cert or --key is given, else plaintext).
     #[arg(long, env = "PICKET_ENDPOINTS", value_delimiter = ',', default_value = DEV_ENDPOINTS, global = true)]
     pub endpoints: Vec<String>,
+    /// PEM CA bundle that signed the replicas' certificates (TLS; without it https://
+    /// endpoints are checked against the public web roots).
+    #[arg(long, env = "PICKET_CA", global = true, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate, for clusters that require one (mutual TLS; with --key).
+    #[arg(long, env = "PICKET_CERT", global = true, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    // `id`: the subcommands' `KEY` argument has the id `key`.
+    #[arg(long = "key", id = "tls_key", env = "PICKET_KEY", global = true, value_name = "FILE")]
+    pub key: Option<PathBuf>,
     /// Print JSON (one object per answer) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -308,6 +321,14 @@ impl std::fmt::Display for CtlError {
 }
 
 impl CtlError {
+    /// What to do about the error, when picketctl can tell: a TLS mismatch names the flag.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            CtlError::Client(error) => error.tls_mismatch().map(|m| m.hint()),
+            _ => None,
+        }
+    }
+
     fn exit(&self) -> u8 {
         match self {
             CtlError::Client(ClientError::SessionLost { .. }) => EXIT_LOCK_LOST,
@@ -318,7 +339,16 @@ impl CtlError {
 }
 
 impl Global {
-    /// The client configuration these flags describe.
+    /// The TLS settings of `--ca`, `--cert` and `--key` (`None` when none is given).
+    pub fn tls(&self) -> Result<Option<TlsConfig>, ClientError> {
+        if self.ca.is_none() && self.cert.is_none() && self.key.is_none() {
+            return Ok(None);
+        }
+        TlsConfig::from_files(self.ca.as_deref(), self.cert.as_deref(), self.key.as_deref())
+            .map(Some)
+    }
+
+    /// The client configuration these flags describe (without TLS: [`Global::tls`]).
     pub fn client_config(&self, ttl_ms: Option<u64>) -> ClientConfig {
         let mut config = ClientConfig::new(self.endpoints.iter().cloned(), "picketctl");
         config.identity_host = hostname();
@@ -364,6 +394,9 @@ pub fn main() -> ExitCode {
                 println!("{}", render::error_json(&error));
             } else {
                 eprintln!("picketctl: {error}");
+                if let Some(hint) = error.hint() {
+                    eprintln!("picketctl: hint: {hint}");
+                }
             }
             ExitCode::from(error.exit())
         }
@@ -376,7 +409,9 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Session { ttl_ms, .. } | Command::Lock { ttl_ms, .. } => *ttl_ms,
         _ => None,
     };
-    let client = Client::new(cli.global.client_config(ttl_ms))?;
+    let mut config = cli.global.client_config(ttl_ms);
+    config.tls = cli.global.tls()?;
+    let client = Client::new(config)?;
     let json = cli.global.json;
     let out = |report: render::Report| {
         report.print(json);

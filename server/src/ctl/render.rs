@@ -39,7 +39,11 @@ pub fn error_json(error: &CtlError) -> Value {
         CtlError::Refused(_) => "refused_by_picketctl".to_owned(),
         CtlError::Io(_) => "io".to_owned(),
     };
-    json!({ "error": error.to_string(), "rule": rule })
+    let mut out = json!({ "error": error.to_string(), "rule": rule });
+    if let Some(hint) = error.hint() {
+        out["hint"] = json!(hint);
+    }
+    out
 }
 
 fn seconds(ms: u64) -> String {

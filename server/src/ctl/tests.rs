@@ -399,3 +399,64 @@ async fn an_advisory_release_is_approved_without_the_flag_and_an_unknown_id_is_r
         "{unknown}"
     );
 }
+
+#[test]
+fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let cert = dir.path().join("me.pem");
+    let key = dir.path().join("me.key");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n")
+        .unwrap();
+    std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nMIID\n-----END PRIVATE KEY-----\n").unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let cli = Cli::try_parse_from([
+        "picketctl".to_owned(),
+        "--ca".to_owned(),
+        path(&ca),
+        "--cert".to_owned(),
+        path(&cert),
+        "--key".to_owned(),
+        path(&key),
+        "holds".to_owned(),
+        "orders".to_owned(),
+    ])
+    .unwrap();
+    let tls = cli.global.tls().unwrap().expect("TLS is on");
+    assert_eq!(tls.ca_pem.as_deref(), Some(std::fs::read(&ca).unwrap().as_slice()));
+    assert_eq!(tls.key_pem.as_deref(), Some(std::fs::read(&key).unwrap().as_slice()));
+    let plain = Cli::try_parse_from(["picketctl", "holds", "orders"]).unwrap();
+    assert_eq!(plain.global.tls().unwrap(), None);
+    let cert_only = Cli::try_parse_from([
+        "picketctl".to_owned(),
+        "--cert".to_owned(),
+        path(&cert),
+        "holds".to_owned(),
+        "orders".to_owned(),
+    ])
+    .unwrap();
+    let refused = cert_only.global.tls().unwrap_err();
+    assert!(refused.to_string().contains("--key"), "{refused}");
+    let help = Cli::command().render_long_help().to_string();
+    for word in ["--ca", "--cert", "--key", "PICKET_CA", "PICKET_CERT", "PICKET_KEY"] {
+        assert!(help.contains(word), "help lacks {word}:\n{help}");
+    }
+}
+
+#[test]
+fn a_tls_mismatch_is_explained_with_the_flag_to_use() {
+    let error = CtlError::Client(picket_net::client::ClientError::Unavailable {
+        what: "list_holds",
+        attempts: 3,
+        elapsed_ms: 1_500,
+        last: "https://127.0.0.1:1: Cancelled: transport error: connection closed".into(),
+        tls_mismatch: Some(picket_net::client::TlsMismatch::ClientCertificateRequired),
+    });
+    assert!(error.hint().unwrap().contains("--cert"));
+    let json = render::error_json(&error);
+    assert!(json["hint"].as_str().unwrap().contains("--key"), "{json}");
+    let refused = CtlError::Refused("no".into());
+    assert_eq!(refused.hint(), None);
+    assert!(render::error_json(&refused).get("hint").is_none());
+}

@@ -7,8 +7,10 @@
 //! | `GET /v1/namespaces/{ns}/holds` | [`json::HoldsJson`], oldest first; `?limit=` (default 1 000, at most 10 000), `?stale=true` |
 //! | `GET /healthz` | [`Health`]: 200 when ready, 503 otherwise |
 //!
-//! With OIDC on, the inspection routes need `Authorization: Bearer <token>` like the gRPC admin
-//! reads ([`router_with_auth`]); `/metrics` and `/healthz` are open.
+//! With OIDC or client certificates on, the inspection routes need `Authorization: Bearer
+//! <token>` or a verified client certificate (over HTTPS) like the gRPC admin reads
+//! ([`router_with_auth`]); `/metrics` and `/healthz` are open. With `[tls]` the port serves
+//! HTTPS ([`serve_tls`], [`tls`]).
 //!
 //! The data comes from an [`InspectSource`] (the server's node handle; tests use a fake). Errors
 //! are JSON ([`json::ErrorJson`]) with an HTTP status from the gRPC code; a non-leader's answer
@@ -19,8 +21,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -32,6 +34,7 @@ use crate::auth::Authenticator;
 use crate::metrics::{self, Metrics};
 
 pub mod json;
+pub mod tls;
 
 use json::{ErrorBody, ErrorJson, HoldJson, HoldsJson, KeyInfoJson};
 
@@ -111,12 +114,21 @@ pub fn router_with_auth(
         })
 }
 
-/// Admits an inspection request by its headers, or answers the refusal.
-async fn admit(state: &AppState, headers: HeaderMap) -> Result<(), Response> {
+/// Admits an inspection request by its headers and the connection's client certificate (HTTPS
+/// with `require_client_cert`), or answers the refusal.
+async fn admit(state: &AppState, headers: HeaderMap, extensions: &Extensions) -> Result<(), Response> {
     let metadata = tonic::metadata::MetadataMap::from_headers(headers);
+    let peer = extensions.get::<ConnectInfo<tls::HttpPeer>>();
+    let certificate = match peer.and_then(|p| p.0.certificate.as_ref()) {
+        Some(leaf) => state
+            .auth
+            .certificate_caller_der(leaf)
+            .map_err(|status| error_response(&status))?,
+        None => None,
+    };
     state
         .auth
-        .admit_reader(&metadata)
+        .admit_reader_with(&metadata, certificate)
         .await
         .map_err(|status| error_response(&status))
 }
@@ -130,6 +142,23 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Serves `router` over TLS (`config`) on `listener` until `shutdown` completes; handlers see
+/// the client's certificate, if any, as [`tls::HttpPeer`] connect info.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    config: Arc<tokio_rustls::rustls::ServerConfig>,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tls::TlsListener::new(listener, config)?;
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<tls::HttpPeer>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,8 +191,9 @@ async fn get_lock(
     Path((namespace, key)): Path<(String, String)>,
     Query(params): Query<ReadParams>,
     headers: HeaderMap,
+    extensions: Extensions,
 ) -> Response {
-    if let Err(refused) = admit(&state, headers).await {
+    if let Err(refused) = admit(&state, headers, &extensions).await {
         return refused;
     }
     match state.source.inspect(namespace, key, params.stale).await {
@@ -177,8 +207,9 @@ async fn get_holds(
     Path(namespace): Path<String>,
     Query(params): Query<ReadParams>,
     headers: HeaderMap,
+    extensions: Extensions,
 ) -> Response {
-    if let Err(refused) = admit(&state, headers).await {
+    if let Err(refused) = admit(&state, headers, &extensions).await {
         return refused;
     }
     let limit = match params.limit {

@@ -10,7 +10,9 @@
 
 #[path = "../support/prom.rs"]
 mod prom;
+#[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
+pub mod pki;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -31,13 +33,44 @@ pub struct OidcCluster {
     pub endpoints: Vec<String>,
     /// HTTP endpoints (`/metrics`, `/healthz`, `/v1/...`), by replica index.
     pub http: Vec<String>,
+    /// With TLS: the test CA and certificates (`https://` endpoints, `picketctl --ca`).
+    pub pki: Option<pki::TestPki>,
     procs: Vec<Option<Child>>,
+}
+
+/// What a cluster of [`OidcCluster::start_with`] runs with.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `[oidc]` with the test issuer.
+    pub oidc: bool,
+    /// `[tls]` with test certificates made now (client and HTTP ports over TLS).
+    pub tls: bool,
+    /// `[tls] require_client_cert`: client certificates are credentials (mutual TLS).
+    pub mtls: bool,
+    /// More configuration appended to every replica's file (e.g. an `[auth]` section).
+    pub extra: String,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            oidc: true,
+            tls: false,
+            mtls: false,
+            extra: String::new(),
+        }
+    }
 }
 
 impl OidcCluster {
     /// Writes the key set and three configuration files (free ports, fast elections, `[oidc]`
     /// with the key set file, `http_listen`) and starts the processes.
     pub fn start() -> OidcCluster {
+        OidcCluster::start_with(Options::default())
+    }
+
+    /// [`OidcCluster::start`] with `options`.
+    pub fn start_with(options: Options) -> OidcCluster {
         let dir = tempfile::Builder::new()
             .prefix("picket-journey-")
             .tempdir()
@@ -61,28 +94,46 @@ impl OidcCluster {
                 i + 1
             ));
         }
+        let scheme = if options.tls { "https" } else { "http" };
+        let pki = options
+            .tls
+            .then(|| pki::TestPki::new(&dir.path().join("pki")));
+        let mut sections = String::new();
+        if options.oidc {
+            sections.push_str(&format!(
+                "[oidc]\nissuer = {ISSUER:?}\naudiences = [{AUDIENCE:?}]\njwks_file = {jwks:?}\n"
+            ));
+        }
+        if let Some(pki) = &pki {
+            sections.push_str(&format!(
+                "[tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\nrequire_client_cert = {}\n",
+                pki.node.cert, pki.node.key, pki.ca, options.mtls
+            ));
+        }
         let mut cluster = OidcCluster {
             endpoints: ports
                 .iter()
-                .map(|(client, _, _)| format!("http://127.0.0.1:{client}"))
+                .map(|(client, _, _)| format!("{scheme}://127.0.0.1:{client}"))
                 .collect(),
             http: ports
                 .iter()
-                .map(|(_, _, http)| format!("http://127.0.0.1:{http}"))
+                .map(|(_, _, http)| format!("{scheme}://127.0.0.1:{http}"))
                 .collect(),
             dir,
             issuer,
+            pki,
             procs: vec![None, None, None],
         };
         for (i, (_, _, http)) in ports.iter().enumerate() {
             let text = format!(
                 "cluster_id = \"journey\"\nnode_id = {}\ndata_dir = \"node-{}\"\n\
                  http_listen = \"127.0.0.1:{http}\"\n{members}\n\
-                 [oidc]\nissuer = {ISSUER:?}\naudiences = [{AUDIENCE:?}]\njwks_file = {jwks:?}\n\
+                 {sections}\
                  [timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n\
-                 [storage]\npreallocate_bytes = 0\n",
+                 [storage]\npreallocate_bytes = 0\n{}\n",
                 i + 1,
                 i + 1,
+                options.extra,
             );
             let path = cluster.dir.path().join(format!("node-{}.toml", i + 1));
             std::fs::write(&path, text).unwrap();
@@ -133,7 +184,7 @@ impl OidcCluster {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             for (i, http) in self.http.iter().enumerate() {
-                if let Ok((200, body)) = get(&format!("{http}/healthz")).await {
+                if let Ok((200, body)) = self.get(&format!("{http}/healthz"), None, None).await {
                     if body.contains("\"role\":\"leader\"") {
                         return i;
                     }
@@ -151,7 +202,17 @@ impl OidcCluster {
     /// Runs `picketctl --json --endpoints <all> [--auth-token TOKEN] ARGS` and answers its exit
     /// status and its stdout parsed as JSON (`Null` when it printed nothing).
     pub async fn picketctl(&self, token: Option<&str>, args: &[&str]) -> Ctl {
-        let (code, stdout, stderr) = self.picketctl_run(token, true, args).await;
+        self.picketctl_cert(None, token, args).await
+    }
+
+    /// [`OidcCluster::picketctl`] presenting the client certificate `cert` (`--cert/--key`).
+    pub async fn picketctl_cert(
+        &self,
+        cert: Option<&pki::Pem>,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> Ctl {
+        let (code, stdout, stderr) = self.picketctl_run(token, cert, true, args).await;
         let json = stdout
             .lines()
             .find(|l| !l.trim().is_empty())
@@ -167,18 +228,78 @@ impl OidcCluster {
     /// Runs `picketctl` without `--json`, as a person reads it: the text it printed, after
     /// checking it succeeded.
     pub async fn picketctl_text(&self, token: Option<&str>, args: &[&str]) -> String {
-        let (code, stdout, stderr) = self.picketctl_run(token, false, args).await;
+        let (code, stdout, stderr) = self.picketctl_run(token, None, false, args).await;
         assert_eq!(code, 0, "picketctl {args:?} failed: {stdout}{stderr}");
         stdout
+    }
+
+    /// `picketctl` without `--json` and with `cert`: exit status, stdout and stderr, as a
+    /// person reads them.
+    pub async fn picketctl_plain(
+        &self,
+        cert: Option<&pki::Pem>,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> (i32, String, String) {
+        self.picketctl_run(token, cert, false, args).await
+    }
+
+    /// The TLS flags of a picketctl run: `--ca` when the cluster has TLS, `--cert/--key` for
+    /// `cert`.
+    fn tls_flags(&self, command: &mut tokio::process::Command, cert: Option<&pki::Pem>) {
+        command
+            .env_remove("PICKET_CA")
+            .env_remove("PICKET_CERT")
+            .env_remove("PICKET_KEY");
+        if let Some(pki) = &self.pki {
+            command.arg("--ca").arg(&pki.ca);
+        }
+        if let Some(cert) = cert {
+            command
+                .arg("--cert")
+                .arg(&cert.cert)
+                .arg("--key")
+                .arg(&cert.key);
+        }
+    }
+
+    /// `GET url` with the cluster's CA (and `cert`, and `token` as a bearer) when it has TLS.
+    pub async fn get(
+        &self,
+        url: &str,
+        token: Option<&str>,
+        cert: Option<&pki::Pem>,
+    ) -> Result<(u16, String), reqwest::Error> {
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(5));
+        if let Some(pki) = &self.pki {
+            let ca = std::fs::read(&pki.ca).unwrap();
+            builder = builder
+                .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+                .tls_built_in_root_certs(false);
+        }
+        if let Some(cert) = cert {
+            let mut pem = std::fs::read(&cert.cert).unwrap();
+            pem.extend(std::fs::read(&cert.key).unwrap());
+            builder = builder.identity(reqwest::Identity::from_pem(&pem)?);
+        }
+        let mut request = builder.build()?.get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
     }
 
     async fn picketctl_run(
         &self,
         token: Option<&str>,
+        cert: Option<&pki::Pem>,
         json: bool,
         args: &[&str],
     ) -> (i32, String, String) {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        self.tls_flags(&mut command, cert);
         if json {
             command.arg("--json");
         }
@@ -213,8 +334,22 @@ impl OidcCluster {
         tokio::process::Child,
         tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
     ) {
+        self.picketctl_stream_cert(None, token, args)
+    }
+
+    /// [`OidcCluster::picketctl_stream`] presenting the client certificate `cert`.
+    pub fn picketctl_stream_cert(
+        &self,
+        cert: Option<&pki::Pem>,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> (
+        tokio::process::Child,
+        tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    ) {
         use tokio::io::AsyncBufReadExt;
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        self.tls_flags(&mut command, cert);
         command
             .arg("--json")
             .arg("--endpoints")
