@@ -250,6 +250,80 @@ pub fn busy_status(what: &str) -> Status {
     detail_status(Code::ResourceExhausted, detail, None)
 }
 
+/// `status` with the standard-form detail if it has no details, else `status` unchanged: for
+/// the statuses the gRPC library answers by itself (a message above the size limit, bytes that
+/// are not the method's protobuf, an unknown service or method), so that every refusal carries a
+/// rule. The code, message (if any) and metadata stay; `method` (the request path) names the
+/// method an `UNIMPLEMENTED` without a message did not find.
+///
+/// Rules: `message_too_large`, `malformed_request`, `unknown_method`, else the code's name in
+/// snake_case (`deadline_exceeded`, `unavailable`, ...). Retryable: `UNAVAILABLE`,
+/// `DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN` (trouble on the way, not a verdict on the request).
+pub fn with_standard_detail(status: Status, method: &str) -> Status {
+    if status.code() == Code::Ok || !status.details().is_empty() {
+        return status;
+    }
+    let code = status.code();
+    let message = status.message();
+    let rule = match code {
+        Code::OutOfRange | Code::ResourceExhausted
+            if message.contains("message length too large") =>
+        {
+            rule::MESSAGE_TOO_LARGE
+        }
+        Code::Internal
+            if message.starts_with("failed to decode Protobuf message")
+                || message.starts_with("protocol error") =>
+        {
+            rule::MALFORMED_REQUEST
+        }
+        Code::Unimplemented => rule::UNKNOWN_METHOD,
+        code => code_name(code),
+    };
+    let message = if message.is_empty() && code == Code::Unimplemented {
+        format!("unknown method `{method}`: this server has no such service or method")
+    } else if message.is_empty() {
+        format!("{} ({method})", code.description())
+    } else {
+        message.to_owned()
+    };
+    let detail = proto::ErrorDetail {
+        rule: rule.to_owned(),
+        message,
+        retryable: matches!(
+            code,
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+        ),
+        ..proto::ErrorDetail::default()
+    };
+    let mut detailed = detail_status(code, detail, None);
+    *detailed.metadata_mut() = status.metadata().clone();
+    detailed
+}
+
+/// The snake_case name of a gRPC code, as the rule of a status that has no more specific one.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
 /// The `host:port` of an endpoint URL: `http://10.0.0.2:7100/` -> `10.0.0.2:7100`. An endpoint
 /// without a scheme is its own address.
 fn address_of(endpoint: &str) -> &str {

@@ -8,7 +8,8 @@ use picket_core::locks::{LockError, Revision, SessionId, WatchError};
 use picket_net::proto;
 use picket_net::status::{
     busy_status, detail_status, error_detail, leader_hint, lock_error_status, not_leader_status,
-    watch_error_status, LeaderHint, ERROR_DETAIL_TYPE_URL, ERROR_DOMAIN, ERROR_INFO_TYPE_URL,
+    watch_error_status, with_standard_detail, LeaderHint, ERROR_DETAIL_TYPE_URL, ERROR_DOMAIN,
+    ERROR_INFO_TYPE_URL,
 };
 use picket_net::ConvertError;
 use proptest::prelude::*;
@@ -158,6 +159,51 @@ fn details_from_elsewhere_are_no_picket_detail() {
     assert_eq!(leader_hint(&other), None);
     let garbage = Status::with_details(Code::Internal, "x", vec![0xff, 0xff].into());
     assert_eq!(error_detail(&garbage), None);
+}
+
+#[test]
+fn the_grpc_library_refusals_get_a_rule() {
+    let method = "/picket.v1.Lock/Acquire";
+    let cases = [
+        (
+            Status::out_of_range(
+                "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes",
+            ),
+            "message_too_large",
+            false,
+        ),
+        (
+            Status::internal("failed to decode Protobuf message: invalid wire type value: 7"),
+            "malformed_request",
+            false,
+        ),
+        (Status::unimplemented(""), "unknown_method", false),
+        (Status::unavailable("shutting down"), "unavailable", true),
+        (Status::deadline_exceeded("timeout"), "deadline_exceeded", true),
+    ];
+    for (status, rule, retryable) in cases {
+        let code = status.code();
+        let detailed = over_the_wire(with_standard_detail(status.clone(), method));
+        assert_eq!(detailed.code(), code);
+        if !status.message().is_empty() {
+            assert_eq!(detailed.message(), status.message(), "the message stays");
+        }
+        standard_form(&detailed);
+        let detail = error_detail(&detailed).unwrap();
+        assert_eq!((detail.rule.as_str(), detail.retryable), (rule, retryable));
+        let info = detailed.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, rule);
+    }
+    let unknown = with_standard_detail(Status::unimplemented(""), method);
+    assert!(unknown.message().contains(method), "{unknown:?}");
+
+    // A status that has details keeps them, byte for byte; OK stays OK.
+    let busy = busy_status("waits");
+    let kept = with_standard_detail(busy.clone(), method);
+    assert_eq!(kept.details(), busy.details());
+    assert!(with_standard_detail(Status::ok(""), method)
+        .details()
+        .is_empty());
 }
 
 proptest! {
