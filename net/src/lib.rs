@@ -7,8 +7,8 @@
 //!   `--cfg madsim`, for the simulator.
 //! - [`convert`]: `TryFrom` proto -> core (malformed input is a [`ConvertError`] naming the
 //!   field, which becomes `INVALID_ARGUMENT`) and `From` core -> proto.
-//! - [`status`]: `LockError` -> gRPC status codes, the `ErrorDetail` in status details, the
-//!   leader hint of a non-leader.
+//! - [`status`]: `LockError` -> gRPC status codes, the `ErrorDetail` in status details (inside a
+//!   standard `google.rpc.Status`), the leader hint of a non-leader.
 //! - [`fencing`]: [`FencingGate`], which refuses a write whose token is below the highest seen.
 //! - [`secret`]: [`secret::SessionSecret`], drawn by the client (or the server), hashed here so
 //!   that only the hash reaches the log.

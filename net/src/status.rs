@@ -1,24 +1,39 @@
 //! How errors travel: gRPC status codes, the machine-readable [`proto::ErrorDetail`], and the
 //! leader hint of a non-leader's answer. The rules are written out in `docs/api.md`.
 //!
-//! Every status built here carries an `ErrorDetail` (protobuf-encoded in the status details,
-//! i.e. the `grpc-status-details-bin` trailer) whose `rule` is a stable snake_case name; clients
-//! branch on the rule, never on the message. A non-leader's answer is `UNAVAILABLE`, rule
-//! `not_leader`, and also carries the ASCII metadata `picket-leader: <endpoint>` (and
-//! `picket-leader-id: <node id>`) so that any gRPC client can follow it without decoding details.
+//! Every status built here carries, in its details (the `grpc-status-details-bin` trailer), a
+//! standard `google.rpc.Status` ([`rich_status`]): the same code and message, and as details an
+//! `ErrorDetail` packed in a `google.protobuf.Any` plus a standard `google.rpc.ErrorInfo` whose
+//! `reason` is the same rule, so the standard status libraries of other languages (grpc-go's
+//! `status.FromError`, Python's `grpc_status.rpc_status.from_call`) decode it. The rule is a
+//! stable snake_case name; clients branch on the rule, never on the message. A non-leader's
+//! answer is `UNAVAILABLE`, rule `not_leader`, and also carries the ASCII metadata
+//! `picket-leader: <endpoint>`, `picket-leader-address: <host:port>` and
+//! `picket-leader-id: <node id>` so that any gRPC client can follow it without decoding details.
 
 use picket_core::locks::{LockError, SessionId, WatchError};
 use picket_core::node::{KeepAliveError, NodeProposeError};
 use picket_core::paxos::{NodeId, ProposeError};
 use prost::Message;
 use tonic::{metadata::MetadataMap, Code, Status};
+use tonic_types::pb;
 
 use crate::proto;
 
-/// Metadata key of the leader's endpoint in a non-leader's answer.
+/// Metadata key of the leader's endpoint (a URL with its scheme) in a non-leader's answer.
 pub const LEADER_METADATA: &str = "picket-leader";
+/// Metadata key of the leader's address without a scheme (`host:port`) in a non-leader's
+/// answer: a target for gRPC libraries that refuse URLs (grpcio).
+pub const LEADER_ADDRESS_METADATA: &str = "picket-leader-address";
 /// Metadata key of the leader's node id in a non-leader's answer.
 pub const LEADER_ID_METADATA: &str = "picket-leader-id";
+
+/// The `google.protobuf.Any` type URL of an [`proto::ErrorDetail`] in `google.rpc.Status.details`.
+pub const ERROR_DETAIL_TYPE_URL: &str = "type.googleapis.com/picket.v1.ErrorDetail";
+/// The `google.protobuf.Any` type URL of the standard `google.rpc.ErrorInfo`.
+pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+/// `google.rpc.ErrorInfo.domain` of every Picket error.
+pub const ERROR_DOMAIN: &str = "picket.v1";
 
 /// The stable names of the rules an error can report (`ErrorDetail.rule`).
 pub mod rule {
@@ -29,6 +44,12 @@ pub mod rule {
     pub const NOT_READY: &str = "not_ready";
     pub const LEADER_ONLY_COMMAND: &str = "leader_only_command";
     pub const SESSION_NOT_YOURS: &str = "session_not_yours";
+    /// A request message above the server's size limit (refused by the gRPC codec).
+    pub const MESSAGE_TOO_LARGE: &str = "message_too_large";
+    /// A request that is not valid protobuf for its method (refused by the gRPC codec).
+    pub const MALFORMED_REQUEST: &str = "malformed_request";
+    /// A method or service the server does not have.
+    pub const UNKNOWN_METHOD: &str = "unknown_method";
 }
 
 /// The rule name and status code of each lock-state-machine error.
@@ -106,6 +127,11 @@ pub struct LeaderHint {
 }
 
 impl LeaderHint {
+    /// The leader's `host:port` without the scheme, e.g. `10.0.0.2:7100` (a grpcio target).
+    pub fn address(&self) -> Option<&str> {
+        self.endpoint.as_deref().map(address_of)
+    }
+
     /// The hint for the leader the node reported (`None`: unknown), with its client endpoint
     /// looked up in the cluster's membership by `endpoint_of`.
     pub fn for_node(
@@ -241,6 +267,7 @@ pub fn not_leader_status(hint: &LeaderHint) -> Status {
         rule: rule::NOT_LEADER.to_owned(),
         message,
         leader_endpoint: hint.endpoint.clone().unwrap_or_default(),
+        leader_address: hint.address().unwrap_or_default().to_owned(),
         leader_node_id: hint.node_id,
         retryable: true,
         ..proto::ErrorDetail::default()
@@ -260,17 +287,100 @@ pub fn busy_status(what: &str) -> Status {
     detail_status(Code::ResourceExhausted, detail, None)
 }
 
-/// A status with `detail` encoded in its details (and the leader hint in metadata, if any).
-pub(crate) fn detail_status(
-    code: Code,
-    detail: proto::ErrorDetail,
-    hint: Option<&LeaderHint>,
-) -> Status {
+/// `status` with the standard-form detail if it has no details, else `status` unchanged: for
+/// the statuses the gRPC library answers by itself (a message above the size limit, bytes that
+/// are not the method's protobuf, an unknown service or method), so that every refusal carries a
+/// rule. The code, message (if any) and metadata stay; `method` (the request path) names the
+/// method an `UNIMPLEMENTED` without a message did not find.
+///
+/// Rules: `message_too_large`, `malformed_request`, `unknown_method`, else the code's name in
+/// snake_case (`deadline_exceeded`, `unavailable`, ...). Retryable: `UNAVAILABLE`,
+/// `DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN` (trouble on the way, not a verdict on the request).
+pub fn with_standard_detail(status: Status, method: &str) -> Status {
+    if status.code() == Code::Ok || !status.details().is_empty() {
+        return status;
+    }
+    let code = status.code();
+    let message = status.message();
+    let rule = match code {
+        Code::OutOfRange | Code::ResourceExhausted
+            if message.contains("message length too large") =>
+        {
+            rule::MESSAGE_TOO_LARGE
+        }
+        Code::Internal
+            if message.starts_with("failed to decode Protobuf message")
+                || message.starts_with("protocol error") =>
+        {
+            rule::MALFORMED_REQUEST
+        }
+        Code::Unimplemented => rule::UNKNOWN_METHOD,
+        code => code_name(code),
+    };
+    let message = if message.is_empty() && code == Code::Unimplemented {
+        format!("unknown method `{method}`: this server has no such service or method")
+    } else if message.is_empty() {
+        format!("{} ({method})", code.description())
+    } else {
+        message.to_owned()
+    };
+    let detail = proto::ErrorDetail {
+        rule: rule.to_owned(),
+        message,
+        retryable: matches!(
+            code,
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+        ),
+        ..proto::ErrorDetail::default()
+    };
+    let mut detailed = detail_status(code, detail, None);
+    *detailed.metadata_mut() = status.metadata().clone();
+    detailed
+}
+
+/// The snake_case name of a gRPC code, as the rule of a status that has no more specific one.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+/// The `host:port` of an endpoint URL: `http://10.0.0.2:7100/` -> `10.0.0.2:7100`. An endpoint
+/// without a scheme is its own address.
+fn address_of(endpoint: &str) -> &str {
+    let rest = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    rest.trim_end_matches('/')
+}
+
+/// A status with `detail` in its details in the standard form ([`rich_status`]), and the leader
+/// hint in metadata, if any. The status message is `detail.message`.
+pub fn detail_status(code: Code, detail: proto::ErrorDetail, hint: Option<&LeaderHint>) -> Status {
     let mut metadata = MetadataMap::new();
     if let Some(hint) = hint {
         // A hint that is not valid ASCII metadata is still in the details.
         if let Some(value) = hint.endpoint.as_deref().and_then(|e| e.parse().ok()) {
             metadata.insert(LEADER_METADATA, value);
+        }
+        if let Some(value) = hint.address().and_then(|a| a.parse().ok()) {
+            metadata.insert(LEADER_ADDRESS_METADATA, value);
         }
         if let Some(node) = hint.node_id {
             if let Ok(value) = node.to_string().parse() {
@@ -278,18 +388,88 @@ pub(crate) fn detail_status(
             }
         }
     }
-    let message = detail.message.clone();
-    Status::with_details_and_metadata(code, message, detail.encode_to_vec().into(), metadata)
+    let rich = rich_status(code, &detail);
+    Status::with_details_and_metadata(code, detail.message, rich.encode_to_vec().into(), metadata)
 }
 
-/// The `ErrorDetail` of a status built by this crate (`None` for any other status).
+/// The standard `google.rpc.Status` of an error: `code`, the detail's message (which must be the
+/// gRPC status message: standard decoders check both), and as details the `ErrorDetail` packed
+/// in an `Any` and the [`error_info`] of the same rule.
+pub fn rich_status(code: Code, detail: &proto::ErrorDetail) -> pb::Status {
+    let info = error_info(detail);
+    pb::Status {
+        code: code as i32,
+        message: detail.message.clone(),
+        details: vec![
+            prost_types::Any {
+                type_url: ERROR_DETAIL_TYPE_URL.to_owned(),
+                value: detail.encode_to_vec(),
+            },
+            prost_types::Any {
+                type_url: ERROR_INFO_TYPE_URL.to_owned(),
+                value: info.encode_to_vec(),
+            },
+        ],
+    }
+}
+
+/// The standard `google.rpc.ErrorInfo` of an error: `reason` is the rule exactly as in
+/// `ErrorDetail.rule` (snake_case, one spelling everywhere, rather than ErrorInfo's usual
+/// UPPER_SNAKE_CASE), `domain` is [`ERROR_DOMAIN`], and `metadata` holds the detail's fields that
+/// are set, under their `ErrorDetail` names (`retryable` always, as `true`/`false`).
+pub fn error_info(detail: &proto::ErrorDetail) -> pb::ErrorInfo {
+    let mut metadata = std::collections::HashMap::new();
+    let mut put = |key: &str, value: String| {
+        if !value.is_empty() {
+            metadata.insert(key.to_owned(), value);
+        }
+    };
+    put("field", detail.field.clone());
+    put("leader_endpoint", detail.leader_endpoint.clone());
+    put("leader_address", detail.leader_address.clone());
+    put(
+        "leader_node_id",
+        detail
+            .leader_node_id
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+    );
+    put(
+        "oldest_available_revision",
+        detail
+            .oldest_available_revision
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
+    );
+    put("retryable", detail.retryable.to_string());
+    pb::ErrorInfo {
+        reason: detail.rule.clone(),
+        domain: ERROR_DOMAIN.to_owned(),
+        metadata,
+    }
+}
+
+/// The `ErrorDetail` of a status built by a Picket server (`None` for any other status): from
+/// the standard form, or from the bare `ErrorDetail` that servers before it sent (so a client
+/// keeps working against a mixed-version cluster during an upgrade). The two cannot be mistaken
+/// for each other: field 1 is a varint (`code`) in one and a string (`rule`) in the other, and
+/// protobuf decoding checks wire types.
 pub fn error_detail(status: &Status) -> Option<proto::ErrorDetail> {
-    if status.details().is_empty() {
+    let details = status.details();
+    if details.is_empty() {
         return None;
     }
-    proto::ErrorDetail::decode(status.details()).ok()
+    if let Ok(rich) = pb::Status::decode(details) {
+        if let Some(any) = rich
+            .details
+            .iter()
+            .find(|any| any.type_url == ERROR_DETAIL_TYPE_URL)
+        {
+            return proto::ErrorDetail::decode(any.value.as_slice()).ok();
+        }
+    }
+    proto::ErrorDetail::decode(details).ok()
 }
-
 /// The leader hint of a `not_leader` answer, from its details or else its metadata.
 pub fn leader_hint(status: &Status) -> Option<LeaderHint> {
     if let Some(detail) = error_detail(status) {

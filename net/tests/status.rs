@@ -6,7 +6,7 @@ use picket_core::locks::{
 };
 use picket_net::status::{
     busy_status, error_detail, leader_hint, lock_error_code, lock_error_status, not_leader_status,
-    watch_error_status, LeaderHint, LEADER_ID_METADATA, LEADER_METADATA,
+    watch_error_status, LeaderHint, LEADER_ADDRESS_METADATA, LEADER_ID_METADATA, LEADER_METADATA,
 };
 use tonic::Code;
 
@@ -96,11 +96,19 @@ fn not_leader_carries_the_hint_in_details_and_metadata() {
         status.metadata().get(LEADER_METADATA).unwrap(),
         "https://10.0.0.2:7100"
     );
+    assert_eq!(
+        status.metadata().get(LEADER_ADDRESS_METADATA).unwrap(),
+        "10.0.0.2:7100",
+        "the scheme-less address is a grpcio target"
+    );
     assert_eq!(status.metadata().get(LEADER_ID_METADATA).unwrap(), "2");
     let detail = error_detail(&status).unwrap();
     assert_eq!(detail.rule, "not_leader");
+    assert_eq!(detail.leader_endpoint, "https://10.0.0.2:7100");
+    assert_eq!(detail.leader_address, "10.0.0.2:7100");
     assert!(detail.retryable);
-    assert_eq!(leader_hint(&status), Some(hint));
+    assert_eq!(leader_hint(&status), Some(hint.clone()));
+    assert_eq!(hint.address(), Some("10.0.0.2:7100"));
 
     // A client that reads only metadata (no details) still finds the leader.
     let bare = tonic::Status::with_metadata(
@@ -115,6 +123,8 @@ fn not_leader_carries_the_hint_in_details_and_metadata() {
 
     let unknown = not_leader_status(&LeaderHint::default());
     assert!(unknown.metadata().get(LEADER_METADATA).is_none());
+    assert!(unknown.metadata().get(LEADER_ADDRESS_METADATA).is_none());
+    assert_eq!(error_detail(&unknown).unwrap().leader_address, "");
     assert_eq!(leader_hint(&unknown), Some(LeaderHint::default()));
     assert!(unknown.message().contains("no leader is known"));
 }

@@ -23,6 +23,8 @@ pub mod dev;
 pub mod driver;
 pub mod durable;
 #[cfg(not(madsim))]
+pub mod error_detail;
+#[cfg(not(madsim))]
 pub mod http;
 #[cfg(not(madsim))]
 pub mod inspect;

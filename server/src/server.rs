@@ -269,7 +269,13 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let client_builder = tonic::transport::Server::builder();
     let peer_builder = tonic::transport::Server::builder();
     #[cfg(not(madsim))]
-    let (mut client_builder, mut peer_builder) = tls.servers(client_builder, peer_builder)?;
+    let (client_builder, peer_builder) = tls.servers(client_builder, peer_builder)?;
+    // Every refusal carries the standard-form detail, also those tonic answers by itself.
+    #[cfg(not(madsim))]
+    let (mut client_builder, mut peer_builder) = (
+        client_builder.layer(crate::error_detail::ErrorDetailLayer),
+        peer_builder.layer(crate::error_detail::ErrorDetailLayer),
+    );
     #[cfg(madsim)]
     let (mut client_builder, mut peer_builder) = (client_builder, peer_builder);
     let client_router = client_builder.add_service(lock).add_service(admin);
@@ -355,7 +361,7 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 #[cfg(not(madsim))]
 async fn serve(
-    router: tonic::transport::server::Router,
+    router: crate::error_detail::DetailedRouter,
     addr: SocketAddr,
     what: &'static str,
     shutdown: watch::Receiver<bool>,

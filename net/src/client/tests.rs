@@ -41,6 +41,27 @@ async fn follows_the_leader_hint_and_keeps_going_there() {
     assert_eq!(state.lock().unwrap().releases.len(), 1);
 }
 
+/// A mixed-version cluster during an upgrade: replicas that still send the bare `ErrorDetail`
+/// are understood (the hint is followed, the rule is read).
+#[tokio::test]
+async fn follows_the_bare_hint_and_reads_the_bare_rule_of_an_older_server() {
+    let (state, endpoints) = fake::start(3, 1).await;
+    state.lock().unwrap().old_form_errors = true;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    assert_eq!(client.leader_guess(), endpoints[1]);
+    assert_eq!(state.lock().unwrap().creates, vec![1]);
+    state.lock().unwrap().sessions.remove(&session.id());
+    let error = session.try_lock("orders", "a").await.unwrap_err();
+    assert_eq!(
+        error,
+        ClientError::SessionLost {
+            session_id: session.id(),
+            reason: LostReason::UnknownSession
+        }
+    );
+}
+
 #[tokio::test]
 async fn a_retry_across_a_leader_change_keeps_its_request_id_and_gets_the_same_token() {
     let (state, endpoints) = fake::start(2, 0).await;

@@ -2,7 +2,6 @@
 
 use picket_core::locks::Role;
 use picket_net::proto;
-use prost::Message;
 use tonic::{Code, Status};
 
 /// A refused caller. Every variant names what was wrong; [`AuthError::status`] turns it into the
@@ -154,7 +153,7 @@ impl AuthError {
             retryable: matches!(self, AuthError::KeySetUnavailable(_)),
             ..proto::ErrorDetail::default()
         };
-        Status::with_details(self.code(), message, detail.encode_to_vec().into())
+        picket_net::status::detail_status(self.code(), detail, None)
     }
 }
 

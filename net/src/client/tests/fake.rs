@@ -57,6 +57,9 @@ pub struct State {
     /// not_leader hint (the client never learns the outcome from the first leader).
     pub acquires_lost_in_leader_change: u32,
     pub switch_to: usize,
+    /// Answer errors as servers before the standard form did: a bare `ErrorDetail` as the whole
+    /// status details, and no `picket-leader-address` (a mixed-version cluster).
+    pub old_form_errors: bool,
 }
 
 impl State {
@@ -138,6 +141,28 @@ impl State {
     }
 }
 
+impl State {
+    /// `status` as this fake's server version sends it (see `old_form_errors`).
+    fn in_form(&self, status: Status) -> Status {
+        if !self.old_form_errors {
+            return status;
+        }
+        let detail = crate::status::error_detail(&status).expect("a status the fake built");
+        let mut metadata = status.metadata().clone();
+        metadata.remove(crate::status::LEADER_ADDRESS_METADATA);
+        Status::with_details_and_metadata(
+            status.code(),
+            status.message(),
+            prost::Message::encode_to_vec(&proto::ErrorDetail {
+                leader_address: String::new(),
+                ..detail
+            })
+            .into(),
+            metadata,
+        )
+    }
+}
+
 pub fn refusal(code: tonic::Code, rule: &str) -> Status {
     let detail = proto::ErrorDetail {
         rule: rule.to_owned(),
@@ -163,18 +188,19 @@ impl Replica {
         if state.leader == self.index {
             return Ok(());
         }
-        Err(not_leader_status(&LeaderHint {
+        let status = not_leader_status(&LeaderHint {
             node_id: Some(state.leader as u64 + 1),
             endpoint: Some(state.endpoints[state.leader].clone()),
-        }))
+        });
+        Err(state.in_form(status))
     }
 
     fn check_session(&self, session: u64, secret: &[u8]) -> Result<(), Status> {
         let state = self.state();
         match state.sessions.get(&session) {
             Some(true) if state.secrets.get(&session).map(Vec::as_slice) == Some(secret) => Ok(()),
-            Some(true) => Err(refusal(tonic::Code::PermissionDenied, "session_not_yours")),
-            _ => Err(refusal(tonic::Code::NotFound, "unknown_session")),
+            Some(true) => Err(state.in_form(refusal(tonic::Code::PermissionDenied, "session_not_yours"))),
+            _ => Err(state.in_form(refusal(tonic::Code::NotFound, "unknown_session"))),
         }
     }
 }
