@@ -496,7 +496,12 @@ heartbeat_ms = 20
             "client_address = \"127.0.0.1:7403\"\nhttp_address = \"127.0.0.1\"",
         ));
         assert!(e.starts_with("members[2].http_address: "), "{e}");
-        for bad in ["picket.internal:7480", "http://", "https://x/?a=1", "http://x/#k"] {
+        for bad in [
+            "picket.internal:7480",
+            "http://",
+            "https://x/?a=1",
+            "http://x/#k",
+        ] {
             let e = error_of(&format!("external_url = {bad:?}\n{GOOD}"));
             assert!(e.starts_with("external_url: "), "{bad}: {e}");
         }

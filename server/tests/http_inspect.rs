@@ -301,9 +301,15 @@ async fn errors_are_json_with_rule_and_an_http_leader_hint() {
     assert_eq!(v["error"]["rule"], "not_leader");
     assert_eq!(v["error"]["leader_endpoint"], "http://10.0.0.2:7481");
     assert_eq!(v["error"]["leader_node_id"], 2);
-    assert_eq!(v["error"]["message"], "not the leader: retry at http://10.0.0.2:7481");
+    assert_eq!(
+        v["error"]["message"],
+        "not the leader: retry at http://10.0.0.2:7481"
+    );
     assert_eq!(v["error"]["retryable"], true);
-    assert_eq!(*fake.calls.lock().unwrap(), ["inspect orders k stale=false"]);
+    assert_eq!(
+        *fake.calls.lock().unwrap(),
+        ["inspect orders k stale=false"]
+    );
 
     let (app, _, _) = app();
     let (status, _, body) = get(app, "/v1/namespaces/orders/locks/other").await;
@@ -351,13 +357,15 @@ async fn a_follower_forwards_reads_to_the_leader_over_http() {
         Authenticator::disabled(),
         cluster(1, Some(leader_url)),
     );
-    let (status, headers, body) =
-        get(app.clone(), "/v1/namespaces/orders/locks/order%2F17").await;
+    let (status, headers, body) = get(app.clone(), "/v1/namespaces/orders/locks/order%2F17").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(headers["picket-node"], "2", "answered by the leader");
     assert!(headers.get("picket-stale").is_none());
     let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["revision"], 57, "the leader's state, not the follower's 50");
+    assert_eq!(
+        v["revision"], 57,
+        "the leader's state, not the follower's 50"
+    );
     assert_eq!(v["stale"], false);
     assert_eq!(v["stale_reason"], Value::Null);
     let (status, headers, body) = get(app, "/v1/namespaces/orders/holds?limit=5").await;
@@ -414,7 +422,10 @@ async fn without_a_reachable_leader_a_follower_answers_its_own_state_marked_stal
     );
 
     // A leader that does not answer on its HTTP address (a port nobody listens on).
-    let closed = format!("http://127.0.0.1:{}", picket_server::dev::free_port().unwrap());
+    let closed = format!(
+        "http://127.0.0.1:{}",
+        picket_server::dev::free_port().unwrap()
+    );
     let follower = Arc::new(Fake::follower(Some(2)));
     let app = replica_router(
         follower,

@@ -62,7 +62,10 @@ pub struct Stale {
 /// What a read came to.
 pub enum Outcome<T> {
     /// This replica's answer; `stale` is `None` for a linearizable read.
-    Local { value: T, stale: Option<Stale> },
+    Local {
+        value: T,
+        stale: Option<Stale>,
+    },
     /// The leader's answer, relayed as it came.
     Relayed(Response),
     Refused(Status),

@@ -29,8 +29,10 @@ fn longest_hold_series_follow_the_key_and_the_namespaces() {
     let text = metrics.encode();
     assert_eq!(
         lines_with(&text, "picket_longest_hold_seconds{"),
-        ["picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",class=\"payments\",\
-          fenced=\"true\",owner=\"team-orders\",runbook_url=\"\",inspect_url=\"\"} 700.5"]
+        [
+            "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",class=\"payments\",\
+          fenced=\"true\",owner=\"team-orders\",runbook_url=\"\",inspect_url=\"\"} 700.5"
+        ]
     );
     assert_eq!(
         lines_with(&text, "picket_longest_hold_threshold_seconds{"),
@@ -67,7 +69,9 @@ fn no_threshold_series_without_a_class_threshold() {
     assert!(lines_with(&text, "picket_longest_hold_threshold_seconds{").is_empty());
     assert_eq!(lines_with(&text, "picket_longest_hold_seconds{").len(), 1);
     assert!(text.contains("picket_external_url_info{url=\"https://picket.example.com\"} 1\n"));
-    assert!(!Metrics::new().encode().contains("picket_external_url_info{"));
+    assert!(!Metrics::new()
+        .encode()
+        .contains("picket_external_url_info{"));
 }
 
 #[test]
@@ -110,7 +114,9 @@ fn the_longest_hold_carries_its_class_and_links_to_the_key() {
     );
     assert_eq!(lines_with(&text, "picket_longest_hold_seconds{").len(), 1);
     assert!(text.contains("picket_external_url_info{url=\"https://picket.example.com\"} 1\n"));
-    assert!(!Metrics::new().encode().contains("picket_external_url_info{"));
+    assert!(!Metrics::new()
+        .encode()
+        .contains("picket_external_url_info{"));
 }
 
 #[test]
