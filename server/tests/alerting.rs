@@ -108,6 +108,11 @@ async fn webhook() -> Webhook {
 }
 
 impl Webhook {
+    /// Drops the notifications received so far.
+    fn drain(&mut self) {
+        while self.notifications.try_recv().is_ok() {}
+    }
+
     /// Waits for a notification carrying an alert named `name` with status `status` (`firing`
     /// or `resolved`) and answers that alert; the notifications before it are dropped.
     async fn alert(&mut self, name: &str, status: &str, logs: &dyn Fn() -> String) -> Value {
@@ -374,6 +379,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
 
     // Every replica stops: the whole-cluster alert fires, its runbook on the external URL.
     let logs = || format!("{}{}", prometheus.log_tail(), alertmanager.log_tail());
+    hook.drain();
     for i in 0..3 {
         cluster.stop(i);
     }

@@ -68,10 +68,6 @@ fn no_threshold_series_without_a_class_threshold() {
     let text = metrics.encode();
     assert!(lines_with(&text, "picket_longest_hold_threshold_seconds{").is_empty());
     assert_eq!(lines_with(&text, "picket_longest_hold_seconds{").len(), 1);
-    assert!(text.contains("picket_external_url_info{url=\"https://picket.example.com\"} 1\n"));
-    assert!(!Metrics::new()
-        .encode()
-        .contains("picket_external_url_info{"));
 }
 
 #[test]
