@@ -158,7 +158,11 @@ fn test_rules() -> String {
         rules.push_str(line);
         rules.push('\n');
     }
-    assert_eq!(shortened, 3, "every rule of the shipped file has a for:");
+    // The three rules this test pages with, at least (other groups may add more).
+    assert!(
+        shortened >= 3,
+        "the shipped rules have {shortened} for: lines"
+    );
     rules
 }
 
