@@ -58,6 +58,12 @@ pub struct Config {
     /// Address of the HTTP listener (`/metrics`, `/v1/...` inspection); absent: no HTTP.
     #[serde(default)]
     pub http_listen: Option<SocketAddr>,
+    /// The base URL people reach the cluster's HTTP port at (a load balancer or DNS name over the
+    /// replicas, like Prometheus' `--web.external-url`): the alert links (`runbook_url`,
+    /// `inspect_url`) are built on it. Absent: the first member's HTTP address
+    /// ([`Config::external_url`]). Must be the same on every replica.
+    #[serde(default)]
+    pub external_url: Option<String>,
     /// Every replica, this one included: 3 or 5.
     pub members: Vec<Member>,
     #[serde(default)]
@@ -110,6 +116,12 @@ pub struct Member {
     pub peer_address: String,
     /// `host:port` clients connect to (also the leader hint other replicas give).
     pub client_address: String,
+    /// `host:port` of the member's HTTP listener, as the other replicas (which forward
+    /// inspection reads to the leader) and people reach it. Absent: the host of
+    /// `client_address` with the port of this replica's `http_listen`
+    /// ([`Config::http_address_of`]).
+    #[serde(default)]
+    pub http_address: Option<String>,
 }
 
 /// Election and heartbeat timing.
@@ -311,6 +323,12 @@ impl Config {
             }
             check_host_port(&m.peer_address, &format!("members[{i}].peer_address"))?;
             check_host_port(&m.client_address, &format!("members[{i}].client_address"))?;
+            if let Some(http) = &m.http_address {
+                check_host_port(http, &format!("members[{i}].http_address"))?;
+            }
+        }
+        if let Some(url) = &self.external_url {
+            check_external_url(url)?;
         }
         if !ids.contains(&self.node_id) {
             return Err(invalid(
@@ -415,6 +433,51 @@ impl Config {
             &self.auth.certificate_principal_roles,
         )
         .map(Some)
+    /// The HTTP address (`host:port`) of `member`: its `http_address`, or else the host of its
+    /// `client_address` with the port of this replica's `http_listen` (replicas usually listen on
+    /// the same ports); `None` without either.
+    pub fn http_address_of(&self, member: &Member) -> Option<String> {
+        if let Some(http) = &member.http_address {
+            return Some(http.clone());
+        }
+        let port = self.http_listen?.port();
+        let (host, _) = member.client_address.rsplit_once(':')?;
+        Some(format!("{host}:{port}"))
+    }
+
+    /// The HTTP base URL of every member that has one, by node id (`http://host:port`, or
+    /// `https://` when the HTTP port serves TLS).
+    pub fn http_endpoints(&self) -> std::collections::BTreeMap<u64, String> {
+        self.members
+            .iter()
+            .filter_map(|m| {
+                let address = self.http_address_of(m)?;
+                Some((m.id, format!("{}://{address}", self.http_scheme())))
+            })
+            .collect()
+    }
+
+    /// The base URL of the alert links, without a trailing `/`: `external_url`, or else the
+    /// first member's HTTP address (the same on every replica, and every replica answers
+    /// inspection), `None` when neither is known.
+    pub fn external_url(&self) -> Option<String> {
+        match &self.external_url {
+            Some(url) => Some(url.trim_end_matches('/').to_owned()),
+            None => {
+                let first = self.members.iter().min_by_key(|m| m.id)?;
+                let address = self.http_address_of(first)?;
+                Some(format!("{}://{address}", self.http_scheme()))
+            }
+        }
+    }
+
+    /// The URL scheme of the HTTP port: `https` when `[tls] http` is on.
+    pub fn http_scheme(&self) -> &'static str {
+        if self.tls.as_ref().is_some_and(|t| t.http) {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// The URL scheme of this cluster's endpoints.
@@ -435,6 +498,32 @@ fn check_host_port(value: &str, field: &str) -> Result<(), ConfigError> {
         return Err(invalid(
             field,
             format!("`{value}` must be host:port with a port in 1..=65535"),
+        ));
+    }
+    Ok(())
+}
+
+/// `external_url`: an absolute `http://` or `https://` URL with a host, without query or
+/// fragment (links are built by appending paths to it).
+fn check_external_url(url: &str) -> Result<(), ConfigError> {
+    let field = "external_url";
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(invalid(
+            field,
+            format!("`{url}` must start with http:// or https://"),
+        ));
+    };
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(invalid(field, format!("`{url}` has no host")));
+    }
+    if url.contains(['?', '#']) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            field,
+            format!("`{url}` must not have a query, a fragment or spaces"),
         ));
     }
     Ok(())
@@ -492,6 +581,51 @@ heartbeat_ms = 20
         assert!(e.contains("sessions.ttl_ms_default"), "{e}");
         let e = error_of(&format!("colour = 1\n{GOOD}"));
         assert!(e.contains("colour"), "{e}");
+        let e = error_of(&GOOD.replace(
+            "client_address = \"127.0.0.1:7403\"",
+            "client_address = \"127.0.0.1:7403\"\nhttp_address = \"127.0.0.1\"",
+        ));
+        assert!(e.starts_with("members[2].http_address: "), "{e}");
+        for bad in [
+            "picket.internal:7480",
+            "http://",
+            "https://x/?a=1",
+            "http://x/#k",
+        ] {
+            let e = error_of(&format!("external_url = {bad:?}\n{GOOD}"));
+            assert!(e.starts_with("external_url: "), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn http_addresses_and_the_external_url_default_sensibly() {
+        // No HTTP at all: no addresses, no links.
+        let config = Config::parse(GOOD).unwrap();
+        assert_eq!(config.http_endpoints().len(), 0);
+        assert_eq!(config.external_url(), None);
+        // http_listen only: every member on the same port at its client host; the links on the
+        // first member.
+        let config = Config::parse(&format!("http_listen = \"0.0.0.0:7480\"\n{GOOD}")).unwrap();
+        assert_eq!(config.http_endpoints()[&3], "http://127.0.0.1:7480");
+        assert_eq!(
+            config.external_url().as_deref(),
+            Some("http://127.0.0.1:7480")
+        );
+        // An explicit member address wins; an explicit external_url loses its trailing slash.
+        let text = format!(
+            "external_url = \"https://picket.example.com/\"\nhttp_listen = \"0.0.0.0:7480\"\n{}",
+            GOOD.replace(
+                "client_address = \"127.0.0.1:7401\"",
+                "client_address = \"127.0.0.1:7401\"\nhttp_address = \"10.1.1.1:8080\"",
+            )
+        );
+        let config = Config::parse(&text).unwrap();
+        assert_eq!(config.http_endpoints()[&1], "http://10.1.1.1:8080");
+        assert_eq!(config.http_endpoints()[&2], "http://127.0.0.1:7480");
+        assert_eq!(
+            config.external_url().as_deref(),
+            Some("https://picket.example.com")
+        );
     }
 
     const MTLS: &str = "[tls]\ncert = \"n.pem\"\nkey = \"n.key\"\nca = \"ca.pem\"\n\
@@ -546,5 +680,10 @@ mod example_tests {
         assert_eq!(config.members.len(), 3);
         assert_eq!(config.scheme(), "https");
         assert_eq!(config.client_listen, Some("0.0.0.0:7401".parse().unwrap()));
+        assert_eq!(
+            config.external_url().as_deref(),
+            Some("http://picket.internal:7480")
+        );
+        assert_eq!(config.http_endpoints()[&2], "http://picket-2.internal:7480");
     }
 }

@@ -132,6 +132,7 @@ impl DevCluster {
                 id: i as u64 + 1,
                 peer_address: format!("127.0.0.1:{}", ports.peer[i]),
                 client_address: format!("127.0.0.1:{}", ports.client[i]),
+                http_address: Some(format!("127.0.0.1:{}", ports.http[i])),
             })
             .collect();
         let configs: Vec<Config> = members
@@ -146,6 +147,7 @@ impl DevCluster {
                 insecure_dev_auth: options.oidc.is_none(),
                 oidc: options.oidc.clone(),
                 http_listen: Some(SocketAddr::from(([127, 0, 0, 1], http))),
+                external_url: None,
                 members: members.clone(),
                 timing: options.timing.clone(),
                 sessions: options.sessions.clone(),

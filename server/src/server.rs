@@ -194,7 +194,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .map(|m| (NodeId(m.id), format!("{scheme}://{}", m.client_address)))
         .collect();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_external_url(config.external_url()));
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();
     let mut peers_out = BTreeMap::new();
@@ -285,8 +285,20 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let http_addr = match config.http_listen {
         Some(addr) => {
             let https = crate::tls::http_server_config(config.tls.as_ref())?;
-            let (task, bound) =
-                serve_http(addr, https, &handle, &metrics, auth, shutdown_rx.clone()).await?;
+            let cluster = crate::http::HttpCluster {
+                node_id: config.node_id,
+                endpoints: config.http_endpoints(),
+            };
+            let (task, bound) = serve_http(
+                addr,
+                https,
+                &handle,
+                &metrics,
+                auth,
+                cluster,
+                shutdown_rx.clone(),
+            )
+            .await?;
             tasks.push(task);
             Some(bound)
         }
@@ -389,6 +401,7 @@ async fn serve_http(
     handle: &DriverHandle,
     metrics: &Arc<Metrics>,
     auth: Authenticator,
+    cluster: crate::http::HttpCluster,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
     let what = "http";
@@ -402,7 +415,7 @@ async fn serve_http(
     let source = Arc::new(crate::inspect::DriverInspect {
         driver: handle.clone(),
     });
-    let router = crate::http::router_with_auth(source, metrics.clone(), auth);
+    let router = crate::http::replica_router(source, metrics.clone(), auth, cluster);
     let task = tokio::spawn(async move {
         let stop = async move { stopped(&mut { shutdown }).await };
         let served = match https {

@@ -1,4 +1,5 @@
-//! The HTTP endpoint against a fake inspection source: JSON shapes, stale flag, errors, metrics.
+//! The HTTP endpoint against a fake inspection source: JSON shapes, stale flag, errors, metrics,
+//! and a follower's reads (forwarded to the leader over real HTTP, or answered stale).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +13,8 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 use picket_net::status::{lock_error_status, not_leader_status, LeaderHint};
-use picket_server::http::{router, BoxFuture, Health, InspectSource};
+use picket_server::auth::Authenticator;
+use picket_server::http::{replica_router, router, BoxFuture, Health, HttpCluster, InspectSource};
 use picket_server::metrics::{LongestHold, Metrics, NamespaceStats};
 use serde_json::Value;
 use tonic::Status;
@@ -89,10 +91,30 @@ fn key_info() -> KeyInfo {
     }
 }
 
-/// Answers from fixed data and remembers the last call.
+/// Answers from fixed data and remembers the calls.
 #[derive(Default)]
 struct Fake {
     calls: Mutex<Vec<String>>,
+    /// `Some(leader)`: a follower, which refuses linearizable reads with `not_leader` naming
+    /// `leader` (and its gRPC address), and answers stale ones at revision 50.
+    follower_of: Option<Option<u64>>,
+}
+
+impl Fake {
+    fn follower(leader: Option<u64>) -> Fake {
+        Fake {
+            follower_of: Some(leader),
+            ..Fake::default()
+        }
+    }
+
+    fn refuses(&self, allow_stale: bool) -> Option<Status> {
+        let leader = self.follower_of.filter(|_| !allow_stale)?;
+        Some(not_leader_status(&LeaderHint {
+            node_id: leader,
+            endpoint: leader.map(|l| format!("http://10.0.0.{l}:7401")),
+        }))
+    }
 }
 
 impl InspectSource for Fake {
@@ -106,8 +128,17 @@ impl InspectSource for Fake {
             .lock()
             .unwrap()
             .push(format!("inspect {namespace} {key} stale={allow_stale}"));
+        let refused = self.refuses(allow_stale);
+        let follower = self.follower_of.is_some();
         Box::pin(async move {
+            if let Some(status) = refused {
+                return Err(status);
+            }
             match (namespace.as_str(), key.as_str()) {
+                ("orders", "order/17") if follower => Ok(KeyInfo {
+                    revision: Revision(50),
+                    ..key_info()
+                }),
                 ("orders", "order/17") => Ok(key_info()),
                 ("follower", _) => Err(not_leader_status(&LeaderHint {
                     node_id: Some(2),
@@ -129,7 +160,13 @@ impl InspectSource for Fake {
         self.calls.lock().unwrap().push(format!(
             "holds {namespace} limit={limit} stale={allow_stale}"
         ));
-        Box::pin(async move { Ok(vec![hold("order/17"), hold("order/18")]) })
+        let refused = self.refuses(allow_stale);
+        Box::pin(async move {
+            match refused {
+                Some(status) => Err(status),
+                None => Ok(vec![hold("order/17"), hold("order/18")]),
+            }
+        })
     }
 
     fn health(&self) -> BoxFuture<'_, Health> {
@@ -147,10 +184,14 @@ impl InspectSource for Fake {
 }
 
 async fn get(app: axum::Router, uri: &str) -> (StatusCode, axum::http::HeaderMap, String) {
-    let response = app
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    get_with(app, Request::get(uri).body(Body::empty()).unwrap()).await
+}
+
+async fn get_with(
+    app: axum::Router,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let response = app.oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -238,21 +279,185 @@ async fn holds_are_listed_with_limits() {
 }
 
 #[tokio::test]
-async fn errors_are_json_with_rule_and_leader_hint() {
-    let (app, _, _) = app();
-    let (status, headers, body) = get(app.clone(), "/v1/namespaces/follower/locks/k").await;
+async fn errors_are_json_with_rule_and_an_http_leader_hint() {
+    // A read forwarded to a replica that is no longer leader: it does not forward again, and its
+    // hint names the leader's HTTP address (the gRPC one does not speak HTTP/1).
+    let fake = Arc::new(Fake::follower(Some(2)));
+    let forwarded_to = replica_router(
+        fake.clone(),
+        Arc::new(Metrics::new()),
+        Authenticator::disabled(),
+        cluster(3, None),
+    );
+    let request = Request::get("/v1/namespaces/orders/locks/k")
+        .header("picket-forwarded-by", "1")
+        .body(Body::empty())
+        .unwrap();
+    let (status, headers, body) = get_with(forwarded_to, request).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(headers["picket-leader"], "http://10.0.0.2:7401");
+    assert_eq!(headers["picket-leader"], "http://10.0.0.2:7481");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["code"], "unavailable");
     assert_eq!(v["error"]["rule"], "not_leader");
-    assert_eq!(v["error"]["leader_endpoint"], "http://10.0.0.2:7401");
+    assert_eq!(v["error"]["leader_endpoint"], "http://10.0.0.2:7481");
+    assert_eq!(v["error"]["leader_node_id"], 2);
+    assert_eq!(
+        v["error"]["message"],
+        "not the leader: retry at http://10.0.0.2:7481"
+    );
     assert_eq!(v["error"]["retryable"], true);
+    assert_eq!(
+        *fake.calls.lock().unwrap(),
+        ["inspect orders k stale=false"]
+    );
 
+    let (app, _, _) = app();
     let (status, _, body) = get(app, "/v1/namespaces/orders/locks/other").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["rule"], "unknown_session");
+}
+
+/// Replica `me` of a cluster whose members 1..=3 have HTTP addresses `http://10.0.0.N:7481`,
+/// except member 2 at `leader` when given.
+fn cluster(me: u64, leader: Option<String>) -> HttpCluster {
+    let mut endpoints: std::collections::BTreeMap<u64, String> = (1..=3)
+        .map(|n| (n, format!("http://10.0.0.{n}:7481")))
+        .collect();
+    if let Some(leader) = leader {
+        endpoints.insert(2, leader);
+    }
+    HttpCluster {
+        node_id: me,
+        endpoints,
+    }
+}
+
+#[tokio::test]
+async fn a_follower_forwards_reads_to_the_leader_over_http() {
+    // The leader: a real HTTP server on loopback.
+    let leader = Arc::new(Fake::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let leader_url = format!("http://{}", listener.local_addr().unwrap());
+    let leader_app = replica_router(
+        leader.clone(),
+        Arc::new(Metrics::new()),
+        Authenticator::disabled(),
+        cluster(2, Some(leader_url.clone())),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(picket_server::http::serve(listener, leader_app, async {
+        let _ = stopped.await;
+    }));
+
+    let follower = Arc::new(Fake::follower(Some(2)));
+    let app = replica_router(
+        follower.clone(),
+        Arc::new(Metrics::new()),
+        Authenticator::disabled(),
+        cluster(1, Some(leader_url)),
+    );
+    let (status, headers, body) = get(app.clone(), "/v1/namespaces/orders/locks/order%2F17").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["picket-node"], "2", "answered by the leader");
+    assert!(headers.get("picket-stale").is_none());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["revision"], 57,
+        "the leader's state, not the follower's 50"
+    );
+    assert_eq!(v["stale"], false);
+    assert_eq!(v["stale_reason"], Value::Null);
+    let (status, headers, body) = get(app, "/v1/namespaces/orders/holds?limit=5").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["picket-node"], "2");
+    assert_eq!(
+        *follower.calls.lock().unwrap(),
+        [
+            "inspect orders order/17 stale=false",
+            "holds orders limit=5 stale=false"
+        ]
+    );
+    assert_eq!(
+        *leader.calls.lock().unwrap(),
+        [
+            "inspect orders order/17 stale=false",
+            "holds orders limit=5 stale=false"
+        ]
+    );
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn without_a_reachable_leader_a_follower_answers_its_own_state_marked_stale() {
+    // No leader known.
+    let follower = Arc::new(Fake::follower(None));
+    let app = replica_router(
+        follower.clone(),
+        Arc::new(Metrics::new()),
+        Authenticator::disabled(),
+        cluster(1, None),
+    );
+    let (status, headers, body) = get(app, "/v1/namespaces/orders/locks/order/17").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["picket-stale"], "no-leader");
+    assert_eq!(headers["picket-node"], "1");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["revision"], 50);
+    assert_eq!(v["stale"], true);
+    assert!(
+        v["stale_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no leader is known"),
+        "{body}"
+    );
+    assert_eq!(
+        *follower.calls.lock().unwrap(),
+        [
+            "inspect orders order/17 stale=false",
+            "inspect orders order/17 stale=true"
+        ]
+    );
+
+    // A leader that does not answer on its HTTP address (a port nobody listens on).
+    let closed = format!(
+        "http://127.0.0.1:{}",
+        picket_server::dev::free_port().unwrap()
+    );
+    let follower = Arc::new(Fake::follower(Some(2)));
+    let app = replica_router(
+        follower,
+        Arc::new(Metrics::new()),
+        Authenticator::disabled(),
+        cluster(1, Some(closed.clone())),
+    );
+    let (status, headers, body) = get(app, "/v1/namespaces/orders/holds").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["picket-stale"], "leader-unreachable");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["stale"], true);
+    let reason = v["stale_reason"].as_str().unwrap();
+    assert!(reason.contains(&closed), "{reason}");
+}
+
+#[tokio::test]
+async fn the_runbooks_the_alerts_link_are_served() {
+    let (app, _, _) = app();
+    let (status, headers, body) = get(app.clone(), "/runbooks/stuck-lock.md").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/markdown"));
+    assert!(body.contains("PicketLongestHoldAboveClassMax"), "{body}");
+    let (status, _, body) = get(app.clone(), "/runbooks/cluster-down.md").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("PicketClusterDown"), "{body}");
+    let (status, _, body) = get(app, "/runbooks/nothing.md").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("stuck-lock.md"), "{body}");
 }
 
 #[tokio::test]
@@ -269,6 +474,8 @@ async fn metrics_and_health_are_served() {
             fenced: true,
             hold_max_expected: Duration::from_secs(600),
             queue_depth: 3,
+            owner: "team-orders".to_owned(),
+            runbook_url: String::new(),
         }),
     }]);
     let (status, headers, body) = get(app.clone(), "/metrics").await;
@@ -278,7 +485,8 @@ async fn metrics_and_health_are_served() {
         .unwrap()
         .starts_with("text/plain"));
     assert!(
-        body.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\"} 900.0")
+        body.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\","),
+        "{body}"
     );
     let (status, _, body) = get(app, "/healthz").await;
     assert_eq!(status, StatusCode::OK);

@@ -307,6 +307,7 @@ mod real {
         } else {
             ""
         };
+        // Any node answers: a follower asks the leader (or, with none, answers marked stale).
         println!(
             "  curl{bearer} {}/v1/namespaces/orders/locks/invoice/42",
             cluster.http_endpoint(0)

@@ -149,8 +149,11 @@ pub struct KeyInfoJson {
     pub waiters: Vec<WaiterJson>,
     pub floor: Option<u64>,
     pub pending_force_releases: Vec<ForceReleaseJson>,
-    /// Whether this was a stale (local) read.
+    /// Whether this answer is a replica's own applied state, possibly behind the leader
+    /// (asked for with `?stale=true`, or no leader to forward to).
     pub stale: bool,
+    /// Why the answer is stale, in words (`null` when it is not).
+    pub stale_reason: Option<String>,
 }
 
 impl KeyInfoJson {
@@ -170,6 +173,7 @@ impl KeyInfoJson {
                 .map(ForceReleaseJson::from)
                 .collect(),
             stale,
+            stale_reason: None,
         }
     }
 }
@@ -181,6 +185,7 @@ pub struct HoldsJson {
     /// Oldest first.
     pub holds: Vec<HoldJson>,
     pub stale: bool,
+    pub stale_reason: Option<String>,
 }
 
 /// The body of every error answer.
@@ -196,6 +201,9 @@ pub struct ErrorBody {
     /// The stable rule (`ErrorDetail.rule`), when the node gave one.
     pub rule: Option<String>,
     pub message: String,
+    /// For `not_leader`: the leader's HTTP base URL, when known.
     pub leader_endpoint: Option<String>,
+    /// For `not_leader`: the leader's node id, when known.
+    pub leader_node_id: Option<u64>,
     pub retryable: bool,
 }

@@ -6,6 +6,7 @@
 //! | `GET /v1/namespaces/{ns}/locks/{key}` | [`json::KeyInfoJson`]; linearizable, `?stale=true` for a local read |
 //! | `GET /v1/namespaces/{ns}/holds` | [`json::HoldsJson`], oldest first; `?limit=` (default 1 000, at most 10 000), `?stale=true` |
 //! | `GET /healthz` | [`Health`]: 200 when ready, 503 otherwise |
+//! | `GET /runbooks/{name}` | the runbooks of docs/runbooks (Markdown), the alerts' `runbook_url` |
 //!
 //! With OIDC or client certificates on, the inspection routes need `Authorization: Bearer
 //! <token>` or a verified client certificate (over HTTPS) like the gRPC admin reads
@@ -13,8 +14,10 @@
 //! HTTPS ([`serve_tls`], [`tls`]).
 //!
 //! The data comes from an [`InspectSource`] (the server's node handle; tests use a fake). Errors
-//! are JSON ([`json::ErrorJson`]) with an HTTP status from the gRPC code; a non-leader's answer
-//! to a linearizable read is 503 with the `picket-leader` header. Shapes: docs/http.md.
+//! are JSON ([`json::ErrorJson`]) with an HTTP status from the gRPC code. Every replica answers
+//! the inspection reads ([`forward`]: a follower forwards to the leader, or answers from its own
+//! state marked stale when there is none); `not_leader` hints name HTTP addresses
+//! ([`HttpCluster`]). Shapes: docs/http.md.
 //! Real sockets only: the module is absent from the simulator build.
 
 use std::future::Future;
@@ -22,7 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -33,9 +36,12 @@ use tonic::{Code, Status};
 use crate::auth::Authenticator;
 use crate::metrics::{self, Metrics};
 
+pub mod forward;
 pub mod json;
 pub mod tls;
 
+pub use forward::HttpCluster;
+use forward::{Outcome, Stale};
 use json::{ErrorBody, ErrorJson, HoldJson, HoldsJson, KeyInfoJson};
 
 /// A boxed future, so that [`InspectSource`] can be a trait object.
@@ -86,6 +92,9 @@ struct AppState {
     source: Arc<dyn InspectSource>,
     metrics: Arc<Metrics>,
     auth: Authenticator,
+    cluster: Arc<HttpCluster>,
+    /// Forwards reads to the leader.
+    client: reqwest::Client,
 }
 
 /// The routes, ready for [`serve`] (or `axum::serve`), with inspection open to anyone (as
@@ -102,15 +111,30 @@ pub fn router_with_auth(
     metrics: Arc<Metrics>,
     auth: Authenticator,
 ) -> Router {
+    replica_router(source, metrics, auth, HttpCluster::default())
+}
+
+/// The routes of a replica of `cluster`: as [`router_with_auth`], and a read this replica cannot
+/// answer linearizably is forwarded to the leader's HTTP address (or answered stale) instead of
+/// refused; `not_leader` hints name HTTP addresses.
+pub fn replica_router(
+    source: Arc<dyn InspectSource>,
+    metrics: Arc<Metrics>,
+    auth: Authenticator,
+    cluster: HttpCluster,
+) -> Router {
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(get_health))
         .route("/v1/namespaces/{namespace}/locks/{*key}", get(get_lock))
         .route("/v1/namespaces/{namespace}/holds", get(get_holds))
+        .route("/runbooks/{name}", get(get_runbook))
         .with_state(AppState {
             source,
             metrics,
             auth,
+            cluster: Arc::new(cluster),
+            client: reqwest::Client::new(),
         })
 }
 
@@ -123,14 +147,14 @@ async fn admit(state: &AppState, headers: HeaderMap, extensions: &Extensions) ->
         Some(leaf) => state
             .auth
             .certificate_caller_der(leaf)
-            .map_err(|status| error_response(&status))?,
+            .map_err(|status| error_response(&status, &state.cluster))?,
         None => None,
     };
     state
         .auth
         .admit_reader_with(&metadata, certificate)
         .await
-        .map_err(|status| error_response(&status))
+        .map_err(|status| error_response(&status, &state.cluster))
 }
 
 /// Serves `router` on `listener` until `shutdown` completes.
@@ -190,49 +214,120 @@ async fn get_lock(
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     Query(params): Query<ReadParams>,
+    uri: Uri,
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Response {
-    if let Err(refused) = admit(&state, headers, &extensions).await {
+    if let Err(refused) = admit(&state, headers.clone(), &extensions).await {
         return refused;
     }
-    match state.source.inspect(namespace, key, params.stale).await {
-        Ok(info) => Json(KeyInfoJson::new(&info, params.stale)).into_response(),
-        Err(status) => error_response(&status),
-    }
+    let outcome = forward::read_anywhere(
+        &state.cluster,
+        &state.client,
+        &uri,
+        &headers,
+        params.stale,
+        |stale| state.source.inspect(namespace.clone(), key.clone(), stale),
+    )
+    .await;
+    answer(&state, outcome, |info, stale| {
+        let mut json = KeyInfoJson::new(&info, stale.is_some());
+        json.stale_reason = stale.map(|s| s.reason.clone());
+        json
+    })
 }
 
 async fn get_holds(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
     Query(params): Query<ReadParams>,
+    uri: Uri,
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Response {
-    if let Err(refused) = admit(&state, headers, &extensions).await {
+    if let Err(refused) = admit(&state, headers.clone(), &extensions).await {
         return refused;
     }
     let limit = match params.limit {
         None | Some(0) => HOLDS_LIMIT_DEFAULT,
         Some(n) if n <= HOLDS_LIMIT_MAX => n,
         Some(n) => {
-            return error_response(&Status::invalid_argument(format!(
-                "limit: {n} is above {HOLDS_LIMIT_MAX}"
-            )))
+            return error_response(
+                &Status::invalid_argument(format!("limit: {n} is above {HOLDS_LIMIT_MAX}")),
+                &state.cluster,
+            )
         }
     };
-    match state
-        .source
-        .list_holds(namespace.clone(), limit, params.stale)
-        .await
-    {
-        Ok(holds) => Json(HoldsJson {
-            namespace,
-            holds: holds.iter().map(HoldJson::from).collect(),
-            stale: params.stale,
-        })
-        .into_response(),
-        Err(status) => error_response(&status),
+    let outcome = forward::read_anywhere(
+        &state.cluster,
+        &state.client,
+        &uri,
+        &headers,
+        params.stale,
+        |stale| state.source.list_holds(namespace.clone(), limit, stale),
+    )
+    .await;
+    answer(&state, outcome, |holds, stale| HoldsJson {
+        namespace: namespace.clone(),
+        holds: holds.iter().map(HoldJson::from).collect(),
+        stale: stale.is_some(),
+        stale_reason: stale.map(|s| s.reason.clone()),
+    })
+}
+
+/// The HTTP answer of a read: this replica's JSON (with the [`forward::NODE`] header, and
+/// [`forward::STALE`] when stale), the leader's relayed answer, or the error.
+fn answer<T, J: Serialize>(
+    state: &AppState,
+    outcome: Outcome<T>,
+    to_json: impl FnOnce(T, Option<&Stale>) -> J,
+) -> Response {
+    match outcome {
+        Outcome::Local { value, stale } => {
+            let mut response = Json(to_json(value, stale.as_ref())).into_response();
+            let headers = response.headers_mut();
+            headers.insert(forward::NODE, HeaderValue::from(state.cluster.node_id));
+            if let Some(stale) = stale {
+                headers.insert(forward::STALE, HeaderValue::from_static(stale.code));
+            }
+            response
+        }
+        Outcome::Relayed(response) => response,
+        Outcome::Refused(status) => error_response(&status, &state.cluster),
+    }
+}
+
+/// The runbooks the shipped alert rules link to (`<external_url>/runbooks/<name>`), from
+/// docs/runbooks, as Markdown.
+const RUNBOOKS: [(&str, &str); 3] = [
+    (
+        "stuck-lock.md",
+        include_str!("../../../docs/runbooks/stuck-lock.md"),
+    ),
+    (
+        "cluster-down.md",
+        include_str!("../../../docs/runbooks/cluster-down.md"),
+    ),
+    (
+        "replace-disk.md",
+        include_str!("../../../docs/runbooks/replace-disk.md"),
+    ),
+];
+
+async fn get_runbook(Path(name): Path<String>) -> Response {
+    match RUNBOOKS.iter().find(|(file, _)| *file == name) {
+        Some((_, text)) => (
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            *text,
+        )
+            .into_response(),
+        None => {
+            let names: Vec<&str> = RUNBOOKS.iter().map(|(file, _)| *file).collect();
+            error_response(
+                &Status::not_found(format!("no runbook {name:?}; there are {names:?}")),
+                &HttpCluster::default(),
+            )
+        }
     }
 }
 
@@ -256,17 +351,28 @@ pub fn http_status(code: Code) -> StatusCode {
 }
 
 /// A JSON error answer for `status`, with its `ErrorDetail` rule and, for `not_leader`, the
-/// leader hint (also as the `picket-leader` header).
-pub fn error_response(status: &Status) -> Response {
+/// leader's node id and its HTTP address in `cluster` (also as the `picket-leader` header): the
+/// gRPC hint names the client port, which does not speak HTTP/1.
+pub fn error_response(status: &Status, cluster: &HttpCluster) -> Response {
     let detail = picket_net::status::error_detail(status);
     let hint = picket_net::status::leader_hint(status);
-    let leader_endpoint = hint.as_ref().and_then(|h| h.endpoint.clone());
+    let leader_node_id = hint.as_ref().and_then(|h| h.node_id);
+    let leader_endpoint = leader_node_id.and_then(|node| cluster.endpoint_of(node));
+    let mut message = status.message().to_owned();
+    if hint.is_some() {
+        message = match (&leader_endpoint, leader_node_id) {
+            (Some(endpoint), _) => format!("not the leader: retry at {endpoint}"),
+            (None, Some(node)) => format!("not the leader: the leader is node {node}"),
+            (None, None) => "not the leader, and no leader is known: retry later".to_owned(),
+        };
+    }
     let body = ErrorJson {
         error: ErrorBody {
             code: code_snake(status.code()),
             rule: detail.as_ref().map(|d| d.rule.clone()),
-            message: status.message().to_owned(),
+            message,
             leader_endpoint: leader_endpoint.clone(),
+            leader_node_id,
             retryable: detail.as_ref().is_some_and(|d| d.retryable),
         },
     };

@@ -45,6 +45,8 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
                     fenced: info.class.fenced,
                     hold_max_expected: Duration::from_millis(info.class.hold_ms_max_expected),
                     queue_depth: info.queue_depth,
+                    owner: info.class.owner.clone(),
+                    runbook_url: info.class.runbook_url.clone(),
                 });
             }
         }
@@ -106,6 +108,8 @@ mod tests {
         class.prefix = "order/".to_owned();
         class.fenced = true;
         class.hold_ms_max_expected = 600_000;
+        class.owner = "team-orders".to_owned();
+        class.runbook_url = "https://wiki.example.com/orders".to_owned();
         let put = sm.apply(
             Instant::from_millis(1),
             Command::PutClass {
@@ -145,16 +149,24 @@ mod tests {
                 fenced: true,
                 hold_max_expected: Duration::from_secs(600),
                 queue_depth: 2,
+                owner: "team-orders".to_owned(),
+                runbook_url: "https://wiki.example.com/orders".to_owned(),
             })
         );
 
         // Through the metrics: the alert's two series for orders, none threshold for billing.
-        let metrics = super::super::Metrics::new();
+        let metrics = super::super::Metrics::with_external_url(Some("http://p:7480".to_owned()));
         metrics.set_namespace_stats(&stats);
         let text = metrics.encode();
-        assert!(text.contains(
-            "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\"} 900.0\n"
-        ));
+        assert!(
+            text.contains(
+                "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",\
+                 class=\"payments\",fenced=\"true\",owner=\"team-orders\",\
+                 runbook_url=\"https://wiki.example.com/orders\",\
+                 inspect_url=\"http://p:7480/v1/namespaces/orders/locks/order%2F17\"} 900.0\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains(
             "picket_longest_hold_threshold_seconds{namespace=\"orders\",class=\"payments\",\
              fenced=\"true\"} 600.0\n"

@@ -4,12 +4,13 @@
 //!
 //! | metric | type | labels | set by |
 //! |---|---|---|---|
-//! | `picket_longest_hold_seconds` | gauge | namespace, key | [`Metrics::set_namespace_stats`] |
+//! | `picket_longest_hold_seconds` | gauge | namespace, key, class, fenced, owner, runbook_url, inspect_url | [`Metrics::set_namespace_stats`] |
 //! | `picket_longest_hold_threshold_seconds` | gauge | namespace, class, fenced | same (absent when the class has no threshold) |
 //! | `picket_longest_hold_queue_depth` | gauge | namespace, key | same |
 //! | `picket_holds` | gauge | namespace | same |
 //! | `picket_waiters` | gauge | namespace | same (queue depth summed over the namespace's keys) |
 //! | `picket_sessions` | gauge | | [`Metrics::set_sessions`] |
+//! | `picket_external_url_info` | gauge (1) | url | [`Metrics::with_external_url`] (absent without one) |
 //! | `picket_paxos_role` | gauge (1 for the current role) | role | [`Metrics::set_paxos`] |
 //! | `picket_paxos_ballot_round`, `picket_paxos_ballot_node_id` | gauge | | same |
 //! | `picket_paxos_slot_chosen`, `picket_paxos_slot_applied` | gauge | | same |
@@ -17,7 +18,10 @@
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
 //!
-//! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two.
+//! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two. The longest
+//! hold carries what the page needs (the class, its fenced flag, owner and runbook, and the key's
+//! inspection link built on `external_url`, [`Metrics::with_external_url`]): its labels are all
+//! functions of the namespace's oldest hold, so there is still one series per namespace.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
@@ -54,6 +58,9 @@ pub struct LongestHold {
     pub hold_max_expected: Duration,
     /// Waiters queued behind it.
     pub queue_depth: usize,
+    /// The class's owner and runbook URL (empty when the class has none).
+    pub owner: String,
+    pub runbook_url: String,
 }
 
 /// One namespace's lock statistics, as the driver computes them from the state machine
@@ -88,11 +95,30 @@ struct KeyLabels {
     key: String,
 }
 
+/// The longest hold with what an alert on it needs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LongestHoldLabels {
+    namespace: String,
+    key: String,
+    class: String,
+    fenced: String,
+    owner: String,
+    /// The class's runbook, or else Picket's stuck-lock runbook at `external_url`.
+    runbook_url: String,
+    /// The key's JSON inspection at `external_url` (empty without one).
+    inspect_url: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ThresholdLabels {
     namespace: String,
     class: String,
     fenced: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UrlLabels {
+    url: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -136,7 +162,9 @@ pub fn role_name(role: RoleKind) -> &'static str {
 /// The metrics of one replica. Share it behind an `Arc`; every method takes `&self`.
 pub struct Metrics {
     registry: Registry,
-    longest_hold: Family<KeyLabels, FloatGauge>,
+    /// The base URL of the links in the labels, without a trailing `/`.
+    external_url: Option<String>,
+    longest_hold: Family<LongestHoldLabels, FloatGauge>,
     longest_hold_threshold: Family<ThresholdLabels, FloatGauge>,
     longest_hold_queue_depth: Family<KeyLabels, Gauge>,
     holds: Family<NamespaceLabels, Gauge>,
@@ -170,12 +198,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics without links (`runbook_url` is the class's own, `inspect_url` empty).
     pub fn new() -> Metrics {
+        Metrics::with_external_url(None)
+    }
+
+    /// Metrics whose longest-hold links start with `external_url` (`Config::external_url`):
+    /// `<external_url>/v1/namespaces/<ns>/locks/<key>` and, for classes without their own
+    /// runbook, `<external_url>/runbooks/stuck-lock.md`.
+    pub fn with_external_url(external_url: Option<String>) -> Metrics {
+        let external_url = external_url.map(|url| url.trim_end_matches('/').to_owned());
         let mut registry = Registry::default();
-        let longest_hold = Family::<KeyLabels, FloatGauge>::default();
+        let longest_hold = Family::<LongestHoldLabels, FloatGauge>::default();
         registry.register(
             "picket_longest_hold_seconds",
-            "Age of the oldest hold of each namespace, with the key holding it",
+            "Age of the oldest hold of each namespace, with the key holding it, its class and links",
             longest_hold.clone(),
         );
         let longest_hold_threshold = Family::<ThresholdLabels, FloatGauge>::default();
@@ -200,6 +237,21 @@ impl Metrics {
         );
         let sessions = Gauge::default();
         registry.register("picket_sessions", "Live sessions", sessions.clone());
+        // The cluster-wide alerts' links: their rules find no other label to build them on
+        // (and read it back with last_over_time once every replica is down).
+        let external = Family::<UrlLabels, Gauge>::default();
+        if let Some(url) = &external_url {
+            external
+                .get_or_create(&UrlLabels {
+                    url: escape_label(url),
+                })
+                .set(1);
+        }
+        registry.register(
+            "picket_external_url_info",
+            "The external_url the alert links start with (value 1)",
+            external,
+        );
         let paxos_role = Family::<RoleLabels, Gauge>::default();
         registry.register(
             "picket_paxos_role",
@@ -252,6 +304,7 @@ impl Metrics {
         );
         let metrics = Metrics {
             registry,
+            external_url,
             longest_hold,
             longest_hold_threshold,
             longest_hold_queue_depth,
@@ -305,7 +358,7 @@ impl Metrics {
                 key: escape_label(&hold.key),
             };
             self.longest_hold
-                .get_or_create(&key)
+                .get_or_create(&self.longest_hold_labels(&ns.namespace, hold))
                 .set(hold.held_for.as_secs_f64());
             self.longest_hold_queue_depth
                 .get_or_create(&key)
@@ -320,6 +373,30 @@ impl Metrics {
                     .get_or_create(&threshold)
                     .set(hold.hold_max_expected.as_secs_f64());
             }
+        }
+    }
+
+    fn longest_hold_labels(&self, namespace: &str, hold: &LongestHold) -> LongestHoldLabels {
+        let runbook_url = match (&self.external_url, hold.runbook_url.is_empty()) {
+            (_, false) => hold.runbook_url.clone(),
+            (Some(base), true) => format!("{base}/runbooks/stuck-lock.md"),
+            (None, true) => String::new(),
+        };
+        let inspect_url = self.external_url.as_ref().map_or_else(String::new, |base| {
+            format!(
+                "{base}/v1/namespaces/{}/locks/{}",
+                percent_encode(namespace),
+                percent_encode(&hold.key)
+            )
+        });
+        LongestHoldLabels {
+            namespace: escape_label(namespace),
+            key: escape_label(&hold.key),
+            class: escape_label(&hold.class),
+            fenced: hold.fenced.to_string(),
+            owner: escape_label(&hold.owner),
+            runbook_url: escape_label(&runbook_url),
+            inspect_url: escape_label(&inspect_url),
         }
     }
 
@@ -405,6 +482,20 @@ fn escape_label(value: &str) -> String {
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
             other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `value` as one URL path segment: unreserved characters as they are, every other byte
+/// (`/` included, so a key is one segment the HTTP route decodes back) as `%XX`.
+pub fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
     out

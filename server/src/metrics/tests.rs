@@ -12,6 +12,8 @@ fn orders(key: &str, held_s: u64, threshold_s: u64) -> NamespaceStats {
             fenced: true,
             hold_max_expected: Duration::from_secs(threshold_s),
             queue_depth: 3,
+            owner: "team-orders".to_owned(),
+            runbook_url: String::new(),
         }),
     }
 }
@@ -27,7 +29,10 @@ fn longest_hold_series_follow_the_key_and_the_namespaces() {
     let text = metrics.encode();
     assert_eq!(
         lines_with(&text, "picket_longest_hold_seconds{"),
-        ["picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\"} 700.5"]
+        [
+            "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",class=\"payments\",\
+          fenced=\"true\",owner=\"team-orders\",runbook_url=\"\",inspect_url=\"\"} 700.5"
+        ]
     );
     assert_eq!(
         lines_with(&text, "picket_longest_hold_threshold_seconds{"),
@@ -47,9 +52,8 @@ fn longest_hold_series_follow_the_key_and_the_namespaces() {
     metrics.set_namespace_stats(&[orders("order/18", 5, 600)]);
     let text = metrics.encode();
     assert!(!text.contains("order/17"), "{text}");
-    assert!(
-        text.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/18\"} 5.5\n")
-    );
+    assert!(text.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/18\","));
+    assert!(text.contains("inspect_url=\"\"} 5.5\n"), "{text}");
 
     // The namespace has no holds any more: its series disappear.
     metrics.set_namespace_stats(&[]);
@@ -72,9 +76,43 @@ fn label_values_are_escaped() {
     metrics.set_namespace_stats(&[orders("a\"b\\c\nd", 1, 0)]);
     let text = metrics.encode();
     assert!(
-        text.contains(r#"picket_longest_hold_seconds{namespace="orders",key="a\"b\\c\nd"} 1.5"#),
+        text.contains(r#"picket_longest_hold_seconds{namespace="orders",key="a\"b\\c\nd","#),
         "{text}"
     );
+}
+
+#[test]
+fn the_longest_hold_carries_its_class_and_links_to_the_key() {
+    let metrics = Metrics::with_external_url(Some("https://picket.example.com/".to_owned()));
+    metrics.set_namespace_stats(&[orders("order/17 ü", 700, 600)]);
+    let text = metrics.encode();
+    // Picket's stuck-lock runbook (the class has none) and the key as one escaped segment.
+    assert_eq!(
+        lines_with(&text, "picket_longest_hold_seconds{"),
+        [
+            "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17 ü\",\
+             class=\"payments\",fenced=\"true\",owner=\"team-orders\",\
+             runbook_url=\"https://picket.example.com/runbooks/stuck-lock.md\",\
+             inspect_url=\"https://picket.example.com/v1/namespaces/orders/locks/\
+             order%2F17%20%C3%BC\"} 700.5"
+        ]
+    );
+    // The class's own runbook wins.
+    let mut stats = orders("k", 700, 600);
+    if let Some(hold) = &mut stats.longest_hold {
+        hold.runbook_url = "https://wiki.example.com/orders".to_owned();
+    }
+    metrics.set_namespace_stats(&[stats]);
+    let text = metrics.encode();
+    assert!(
+        text.contains("runbook_url=\"https://wiki.example.com/orders\""),
+        "{text}"
+    );
+    assert_eq!(lines_with(&text, "picket_longest_hold_seconds{").len(), 1);
+    assert!(text.contains("picket_external_url_info{url=\"https://picket.example.com\"} 1\n"));
+    assert!(!Metrics::new()
+        .encode()
+        .contains("picket_external_url_info{"));
 }
 
 #[test]

@@ -88,9 +88,9 @@ impl OidcCluster {
             })
             .collect();
         let mut members = String::new();
-        for (i, (client, peer, _)) in ports.iter().enumerate() {
+        for (i, (client, peer, http)) in ports.iter().enumerate() {
             members.push_str(&format!(
-                "[[members]]\nid = {}\npeer_address = \"127.0.0.1:{peer}\"\nclient_address = \"127.0.0.1:{client}\"\n",
+                "[[members]]\nid = {}\npeer_address = \"127.0.0.1:{peer}\"\nclient_address = \"127.0.0.1:{client}\"\nhttp_address = \"127.0.0.1:{http}\"\n",
                 i + 1
             ));
         }
@@ -160,6 +160,14 @@ impl OidcCluster {
             .spawn()
             .unwrap();
         self.procs[i] = Some(child);
+    }
+
+    /// Stops replica `i` (`kill -9` of its process, then waits for it). No-op if stopped.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut child) = self.procs[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// The replicas' logs, for failure messages.
