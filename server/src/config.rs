@@ -433,6 +433,8 @@ impl Config {
             &self.auth.certificate_principal_roles,
         )
         .map(Some)
+    }
+
     /// The HTTP address (`host:port`) of `member`: its `http_address`, or else the host of its
     /// `client_address` with the port of this replica's `http_listen` (replicas usually listen on
     /// the same ports); `None` without either.

@@ -171,6 +171,8 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
             host: "test".into(),
             pid: std::process::id(),
         }),
+        // None: the replica draws the secret and returns it once.
+        session_secret: Vec::new(),
     };
     let refused = locks.create_session(create.clone()).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
@@ -180,12 +182,12 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         .unwrap_err();
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains("picket-client"), "{refused:?}");
-    let s = locks
+    let created = locks
         .create_session(bearer(create, &svc))
         .await
         .unwrap()
-        .into_inner()
-        .session_id;
+        .into_inner();
+    let (s, secret) = (created.session_id, created.session_secret);
     let acquired = locks
         .acquire(bearer(
             proto::AcquireRequest {
@@ -194,6 +196,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
                 namespace: NS.into(),
                 key: KEY.into(),
                 wait_ms: 0,
+                session_secret: secret.clone(),
             },
             &svc,
         ))
@@ -259,6 +262,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
     tx.send(proto::KeepAliveRequest {
         session_id: s,
         seq: 1,
+        session_secret: secret.clone(),
     })
     .await
     .unwrap();
