@@ -10,6 +10,7 @@
 
 #[path = "../support/prom.rs"]
 mod prom;
+#[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 
 use std::path::PathBuf;
