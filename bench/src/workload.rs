@@ -82,6 +82,8 @@ enum Prepared {
     },
     KeepAlive {
         session_id: u64,
+        /// Drawn by the server (the request sent none) and returned once.
+        session_secret: Vec<u8>,
         seq: u64,
         requests: mpsc::Sender<proto::KeepAliveRequest>,
         replies: Box<Streaming<proto::KeepAliveResponse>>,
@@ -121,10 +123,15 @@ async fn prepare_keepalive(args: &Args, endpoint: &str) -> Result<Prepared, Stri
                 host: String::new(),
                 pid: std::process::id(),
             }),
+            // None: the server draws the secret and returns it once.
+            session_secret: Vec::new(),
         })
         .await
         .map_err(|e| format!("create_session: {e}"))?
         .into_inner();
+    if created.session_secret.is_empty() {
+        return Err("create_session: the server returned no session secret".into());
+    }
     let (requests, rx) = mpsc::channel(KEEPALIVE_QUEUE);
     let replies = lock
         .keep_alive(ReceiverStream::new(rx))
@@ -133,6 +140,7 @@ async fn prepare_keepalive(args: &Args, endpoint: &str) -> Result<Prepared, Stri
         .into_inner();
     Ok(Prepared::KeepAlive {
         session_id: created.session_id,
+        session_secret: created.session_secret,
         seq: 0,
         requests,
         replies: Box::new(replies),
@@ -155,6 +163,7 @@ async fn one_op(args: &Args, prepared: &mut Prepared, k: u64) -> Result<(), Stri
         }
         Prepared::KeepAlive {
             session_id,
+            session_secret,
             seq,
             requests,
             replies,
@@ -164,16 +173,17 @@ async fn one_op(args: &Args, prepared: &mut Prepared, k: u64) -> Result<(), Stri
             let request = proto::KeepAliveRequest {
                 session_id: *session_id,
                 seq: *seq,
+                session_secret: session_secret.clone(),
             };
             requests
                 .send(request)
                 .await
                 .map_err(|_| "keepalive stream closed".to_owned())?;
             match replies.message().await.map_err(|e| e.to_string())? {
-                Some(r) if r.seq == *seq && !r.lost && r.ttl_ms > 0 => Ok(()),
+                Some(r) if r.seq == *seq && !r.lost && r.ttl_ms > 0 && r.error.is_none() => Ok(()),
                 Some(r) => Err(format!(
-                    "keepalive reply seq={} (sent {}) ttl_ms={} lost={}",
-                    r.seq, seq, r.ttl_ms, r.lost
+                    "keepalive reply seq={} (sent {}) ttl_ms={} lost={} error={:?}",
+                    r.seq, seq, r.ttl_ms, r.lost, r.error
                 )),
                 None => Err("keepalive stream ended".into()),
             }
@@ -191,13 +201,17 @@ async fn cleanup(prepared: Prepared) {
         Prepared::Fresh { .. } => {}
         Prepared::KeepAlive {
             session_id,
+            session_secret,
             channel,
             requests,
             ..
         } => {
             drop(requests);
             let mut lock = LockClient::new(channel);
-            let close = lock.close_session(proto::CloseSessionRequest { session_id });
+            let close = lock.close_session(proto::CloseSessionRequest {
+                session_id,
+                session_secret,
+            });
             let _ = tokio::time::timeout(bound, close).await;
         }
     }

@@ -34,10 +34,11 @@ pub fn run(data: &[u8]) {
     };
     let mut sm = machine();
     let command: Option<Result<Command, ConvertError>> = match which {
-        0 => decode::<proto::CreateSessionRequest>(bytes).map(|r| r.into_command("fuzz")),
-        1 => decode::<proto::CloseSessionRequest>(bytes).map(Command::try_from),
-        2 => decode::<proto::AcquireRequest>(bytes).map(Command::try_from),
-        3 => decode::<proto::ReleaseRequest>(bytes).map(Command::try_from),
+        0 => decode::<proto::CreateSessionRequest>(bytes)
+            .map(|r| r.into_command("fuzz").map(|(command, _)| command)),
+        1 => decode::<proto::CloseSessionRequest>(bytes).map(|r| r.into_command("fuzz")),
+        2 => decode::<proto::AcquireRequest>(bytes).map(|r| r.into_command("fuzz")),
+        3 => decode::<proto::ReleaseRequest>(bytes).map(|r| r.into_command("fuzz")),
         4 => decode::<proto::PutClassRequest>(bytes).map(|r| r.into_command(actor())),
         5 => decode::<proto::RemoveClassRequest>(bytes).map(|r| r.into_command(actor())),
         6 => decode::<proto::RequestForceReleaseRequest>(bytes).map(|r| r.into_command(actor())),
@@ -56,7 +57,7 @@ pub fn run(data: &[u8]) {
     match which {
         9 => {
             if let Some(r) = decode::<proto::KeepAliveRequest>(bytes) {
-                if let Err(e) = KeepAlive::try_from(r) {
+                if let Err(e) = KeepAlive::parse(r, "fuzz") {
                     check_refusal(&e);
                 }
             }
@@ -124,12 +125,19 @@ fn decode<P: Message + Default>(bytes: &[u8]) -> Option<P> {
     P::decode(bytes).ok()
 }
 
-/// A machine with one live session (id 1), so session-scoped commands get past `UnknownSession`.
+/// The secret of session 1 of [`machine`]: 16 zero bytes, easy for the fuzzer to find.
+pub const SESSION_SECRET: [u8; 16] = [0; 16];
+
+/// A machine with one live session (id 1, secret [`SESSION_SECRET`], principal `fuzz`), so
+/// session-scoped commands get past `UnknownSession` and `SessionNotYours`.
 fn machine() -> LockStateMachine {
     let mut sm = LockStateMachine::new(Default::default());
+    let secret = picket_net::secret::SessionSecret::from_request(&SESSION_SECRET, "secret")
+        .expect("16 bytes is a valid secret");
     let created = sm.apply(
         Instant::from_millis(1),
         Command::CreateSession {
+            secret_hash: Some(secret.hash()),
             ttl_ms: None,
             identity: Identity {
                 name: "fuzz".into(),

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use picket_core::locks::{
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
-    LockSnapshot, LockStateMachine, Revision, Role, SessionId, Token,
+    LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof, Token,
 };
 use picket_core::time::Instant;
 
@@ -53,7 +53,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
         let expected = model.apply(&command);
         assert_eq!(outcome, expected, "step {step} command {command:?}");
         assert_eq!(sm.revision(), Revision(model.revision));
-        driver.observe(&outcome);
+        driver.observe(&command, &outcome);
         assert_same_state(&sm, &model, &mut last_tokens);
         if u.ratio(1, 16)? {
             sm = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
@@ -65,9 +65,16 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
 /// One step of the model mode (indexes are taken modulo their vocabulary by the model's driver).
 fn model_op(u: &mut Unstructured) -> Result<Op> {
     let small = |u: &mut Unstructured| u.arbitrary::<u8>().map(usize::from);
-    Ok(match u.int_in_range(0..=5u8)? {
-        0 => Op::Create { ttl: small(u)? },
-        1 => Op::Close { session: small(u)? },
+    Ok(match u.int_in_range(0..=6u8)? {
+        0 => Op::Create {
+            ttl: small(u)?,
+            secret: small(u)?,
+            principal: small(u)?,
+        },
+        1 => Op::Close {
+            session: small(u)?,
+            proof: small(u)?,
+        },
         2 => Op::Expire {
             sessions: (0..u.int_in_range(0..=3u8)?)
                 .map(|_| small(u))
@@ -78,16 +85,23 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             ns: small(u)?,
             key: small(u)?,
             wait: u.arbitrary()?,
+            proof: small(u)?,
         },
         4 => Op::Release {
             session: small(u)?,
             ns: small(u)?,
             key: small(u)?,
             right_token: u.arbitrary()?,
+            proof: small(u)?,
         },
-        _ => Op::Retry {
+        5 => Op::Retry {
             session: small(u)?,
             back: small(u)?,
+        },
+        _ => Op::Reuse {
+            session: small(u)?,
+            back: small(u)?,
+            key: small(u)?,
         },
     })
 }
@@ -174,6 +188,14 @@ fn actor(i: u8) -> Actor {
     Actor::new(if i % 8 < 4 { "alice" } else { "bob" }, roles)
 }
 
+/// A proof from a small vocabulary: one of the three secrets of `WideOp::Create`, or legacy.
+fn proof(i: u8) -> SessionProof {
+    match i % 4 {
+        3 => SessionProof::legacy(),
+        n => SessionProof::new(SecretHash([n; 32]), "p"),
+    }
+}
+
 fn wide_config() -> LockConfig {
     LockConfig {
         sessions_max: 4,
@@ -196,6 +218,8 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
     let ttl = |i: u8| TTLS[usize::from(i) % TTLS.len()];
     Some(match op {
         WideOp::Create { ttl: t } => Command::CreateSession {
+            // Three secrets: retried creations and secrets reused by another session happen.
+            secret_hash: Some(SecretHash([*t % 3; 32])),
             ttl_ms: (*t % 7 != 0).then(|| ttl(*t)),
             identity: Identity {
                 name: "svc".into(),
@@ -206,6 +230,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
         },
         WideOp::Close { session: s } => Command::CloseSession {
             session: session(*s),
+            proof: proof(*s),
         },
         WideOp::Expire { sessions: s } => Command::ExpireSessions {
             sessions: s.iter().take(4).map(|i| session(*i)).collect(),
@@ -218,6 +243,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             wait,
         } => Command::Acquire {
             session: session(*s),
+            proof: proof(*request),
             request: picket_core::locks::RequestId(u64::from(*request % 16)),
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
@@ -231,6 +257,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             token,
         } => Command::Release {
             session: session(*s),
+            proof: proof(*request),
             request: picket_core::locks::RequestId(u64::from(*request % 16)),
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),

@@ -11,7 +11,7 @@
 //!   a blob that decodes re-encodes to the same bytes; a record that checks out is inside the
 //!   buffer.
 
-use picket_core::locks::{Command, LockSnapshot, LockStateMachine, RequestId, Token};
+use picket_core::locks::{Command, LockSnapshot, LockStateMachine, RequestId, SessionProof, Token};
 use picket_core::node::NodeCommand;
 use picket_core::paxos::{AcceptedEntry, Slot};
 use picket_core::time::Instant;
@@ -170,6 +170,7 @@ fn restore(snapshot: LockSnapshot) {
             stamp,
             Command::Release {
                 session: hold.session,
+                proof: SessionProof::legacy(),
                 request,
                 namespace: namespace.clone(),
                 key: key.clone(),
@@ -179,7 +180,13 @@ fn restore(snapshot: LockSnapshot) {
         sm.check_invariants();
     }
     for session in sessions.iter().take(4) {
-        let _ = sm.apply(stamp, Command::CloseSession { session: *session });
+        let _ = sm.apply(
+            stamp,
+            Command::CloseSession {
+                session: *session,
+                proof: SessionProof::legacy(),
+            },
+        );
         sm.check_invariants();
     }
     let _ = sm.apply(

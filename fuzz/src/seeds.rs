@@ -8,7 +8,7 @@
 
 use picket_core::locks::{
     Actor, ClassSpec, Command, Identity, LockConfig, LockStateMachine, RequestId, Role, SessionId,
-    Token,
+    SessionProof, Token,
 };
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
@@ -89,10 +89,12 @@ pub fn busy_machine() -> LockStateMachine {
     let admin = Actor::new("root", &[Role::ClassAdmin, Role::OnCall]);
     let commands = vec![
         Command::CreateSession {
+            secret_hash: None,
             ttl_ms: None,
             identity: identity(),
         },
         Command::CreateSession {
+            secret_hash: None,
             ttl_ms: Some(30_000),
             identity: identity(),
         },
@@ -113,6 +115,7 @@ pub fn busy_machine() -> LockStateMachine {
         },
         Command::Acquire {
             session: SessionId(1),
+            proof: SessionProof::legacy(),
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
@@ -120,6 +123,7 @@ pub fn busy_machine() -> LockStateMachine {
         },
         Command::Acquire {
             session: SessionId(2),
+            proof: SessionProof::legacy(),
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
@@ -127,6 +131,7 @@ pub fn busy_machine() -> LockStateMachine {
         },
         Command::Acquire {
             session: SessionId(2),
+            proof: SessionProof::legacy(),
             request: RequestId(2),
             namespace: "jobs".into(),
             key: "nightly".into(),
@@ -159,11 +164,13 @@ fn node_command(command: Command) -> NodeCommand {
 fn sample_commands() -> Vec<Command> {
     vec![
         Command::CreateSession {
+            secret_hash: None,
             ttl_ms: Some(5_000),
             identity: identity(),
         },
         Command::Acquire {
             session: SessionId(1),
+            proof: SessionProof::legacy(),
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
@@ -171,6 +178,7 @@ fn sample_commands() -> Vec<Command> {
         },
         Command::Release {
             session: SessionId(1),
+            proof: SessionProof::legacy(),
             request: RequestId(2),
             namespace: "orders".into(),
             key: "invoice/1".into(),
@@ -342,12 +350,17 @@ fn api_request_decode() -> Vec<Vec<u8>> {
             proto::CreateSessionRequest {
                 identity: Some(identity),
                 ttl_ms: Some(10_000),
+                session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
             }
             .encode_to_vec(),
         ),
         with_selector(
             1,
-            proto::CloseSessionRequest { session_id: 1 }.encode_to_vec(),
+            proto::CloseSessionRequest {
+                session_id: 1,
+                session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
+            }
+            .encode_to_vec(),
         ),
         with_selector(
             2,
@@ -357,6 +370,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 namespace: "orders".into(),
                 key: "invoice/42".into(),
                 wait_ms: 1_000,
+                session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
             }
             .encode_to_vec(),
         ),
@@ -368,6 +382,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 namespace: "orders".into(),
                 key: "invoice/42".into(),
                 token: 2,
+                session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
             }
             .encode_to_vec(),
         ),
@@ -419,6 +434,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
             proto::KeepAliveRequest {
                 session_id: 1,
                 seq: 5,
+                session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
             }
             .encode_to_vec(),
         ),

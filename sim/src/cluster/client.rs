@@ -12,7 +12,8 @@ use std::time::Duration;
 use madsim::net::Endpoint;
 use madsim::rand::{thread_rng, Rng};
 use picket_core::locks::{
-    AcquireReply, Actor, Command, Identity, Outcome, Reply, RequestId, Role, SessionId, Token,
+    AcquireReply, Actor, Command, Identity, Outcome, Reply, RequestId, Role, SecretHash, SessionId,
+    SessionProof, Token,
 };
 use picket_core::node::KeepAliveError;
 use picket_core::paxos::NodeId;
@@ -110,20 +111,25 @@ pub async fn client_main(ctx: ClientCtx) {
     });
     let mut resource = None;
     while !lock(&conn.ctx.shared).clients_stop {
-        let Some((session, ttl_ms, lease)) = open_session(&conn).await else {
+        let Some((session, ttl_ms, lease, proof)) = open_session(&conn).await else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
-        let keeper = tokio::spawn(keep_alive(conn.clone(), session, ttl_ms, lease.clone()));
-        run_session(&conn, session, &lease, &mut resource).await;
+        let owned = (session, proof.clone());
+        let keeper = tokio::spawn(keep_alive(conn.clone(), owned, ttl_ms, lease.clone()));
+        run_session(&conn, (session, &proof), &lease, &mut resource).await;
         keeper.abort();
     }
     std::future::pending::<()>().await;
 }
 
-async fn open_session(conn: &Conn) -> Option<(SessionId, u64, Arc<Mutex<Lease>>)> {
+/// A new session, its TTL, its lease and the proof (its secret's hash, drawn from the
+/// simulator's RNG) every command on it carries.
+async fn open_session(conn: &Conn) -> Option<(SessionId, u64, Arc<Mutex<Lease>>, SessionProof)> {
     let sent_ms = conn.client_ms();
+    let secret_hash = SecretHash(thread_rng().gen());
     let command = Command::CreateSession {
+        secret_hash: Some(secret_hash),
         ttl_ms: Some(conn.ctx.ttl_ms),
         identity: Identity {
             name: format!("client-{}", conn.ctx.id),
@@ -139,7 +145,8 @@ async fn open_session(conn: &Conn) -> Option<(SessionId, u64, Arc<Mutex<Lease>>)
                 lost: false,
             };
             lock(&conn.ctx.shared).trace(&format!("client {} session {}", conn.ctx.id, session.0));
-            Some((session, ttl_ms, Arc::new(Mutex::new(lease))))
+            let proof = SessionProof::new(secret_hash, "sim");
+            Some((session, ttl_ms, Arc::new(Mutex::new(lease)), proof))
         }
         _ => None,
     }
@@ -147,7 +154,12 @@ async fn open_session(conn: &Conn) -> Option<(SessionId, u64, Arc<Mutex<Lease>>)
 
 /// Sends a keepalive every quarter TTL; extends the lease on an acknowledgement, marks the lease
 /// lost when the session is gone.
-async fn keep_alive(conn: Arc<Conn>, session: SessionId, ttl_ms: u64, lease: Arc<Mutex<Lease>>) {
+async fn keep_alive(
+    conn: Arc<Conn>,
+    (session, proof): (SessionId, SessionProof),
+    ttl_ms: u64,
+    lease: Arc<Mutex<Lease>>,
+) {
     loop {
         let sent_true = conn.true_ms();
         let sent_client = conn.client_ms();
@@ -155,7 +167,7 @@ async fn keep_alive(conn: Arc<Conn>, session: SessionId, ttl_ms: u64, lease: Arc
             &conn.ep,
             &conn.ids,
             conn.target_addr(),
-            Request::KeepAlive(session),
+            Request::KeepAlive(session, proof.clone()),
             300,
         )
         .await;
@@ -204,7 +216,7 @@ fn holds(conn: &Conn, lease: &Mutex<Lease>) -> bool {
 
 async fn run_session(
     conn: &Arc<Conn>,
-    session: SessionId,
+    (session, proof): (SessionId, &SessionProof),
     lease: &Arc<Mutex<Lease>>,
     resource: &mut Option<ResourceConn>,
 ) {
@@ -218,6 +230,7 @@ async fn run_session(
         request += 1;
         let command = Command::Acquire {
             session,
+            proof: proof.clone(),
             request: RequestId(request),
             namespace: NAMESPACE.to_string(),
             key: key.clone(),
@@ -251,6 +264,7 @@ async fn run_session(
                 request += 1;
                 let release = Command::Release {
                     session,
+                    proof: proof.clone(),
                     request: RequestId(request),
                     namespace: NAMESPACE.to_string(),
                     key: key.clone(),
@@ -405,10 +419,11 @@ pub async fn probe(ctx: ClientCtx, key: String) -> u64 {
         ids: AtomicU64::new(1),
     };
     loop {
-        if let Some((session, _, _)) = open_session(&conn).await {
+        if let Some((session, _, _, proof)) = open_session(&conn).await {
             for request in 1..=20 {
                 let command = Command::Acquire {
                     session,
+                    proof: proof.clone(),
                     request: RequestId(request),
                     namespace: NAMESPACE.to_string(),
                     key: key.clone(),

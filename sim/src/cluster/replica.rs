@@ -189,9 +189,9 @@ impl Driver {
             }
             Inbound::Request {
                 id,
-                request: Request::KeepAlive(session),
+                request: Request::KeepAlive(session, proof),
             } => {
-                let answer = self.node.keepalive(now, session);
+                let answer = self.node.keepalive(now, session, &proof);
                 self.respond(from, id, Response::KeepAlive(answer));
             }
             Inbound::Request {

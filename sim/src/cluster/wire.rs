@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use madsim::net::Endpoint;
 use picket_core::locks::LockSnapshot;
-use picket_core::locks::{Command, Outcome, SessionId};
+use picket_core::locks::{Command, Outcome, SessionId, SessionProof};
 use picket_core::node::{KeepAliveError, NodeCommand};
 use picket_core::paxos::{Message, NodeId};
 
@@ -32,7 +32,7 @@ pub enum Inbound {
 
 pub enum Request {
     Propose(Box<Command>),
-    KeepAlive(SessionId),
+    KeepAlive(SessionId, SessionProof),
 }
 
 /// A replica's answer, sent to the requester's address on tag `id`.

@@ -1,0 +1,378 @@
+//! Nobody acts on a session that is not theirs: against three real `picketd` processes with
+//! OIDC on, attackers who know a victim's session id and lock token (both are public through
+//! `watch`) try keepalive, acquire, release and close on it. Every call is refused with its
+//! rule, and the victim's holds, the revision and the audit are unchanged.
+//!
+//! The attack is written against a [`Caller`] (a channel and an optional bearer token), so the
+//! same suite runs with other credentials (e.g. client certificates: a `Caller` whose channel
+//! carries the certificate) by building the attackers differently.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use picket_net::proto::{self, admin_client::AdminClient, lock_client::LockClient};
+use picket_net::secret::SessionSecret;
+use picket_net::status::error_detail;
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+const NS: &str = "orders";
+const KEY: &str = "order/30";
+
+/// How one party reaches the cluster: a channel to the leader and, with OIDC, a bearer token.
+#[derive(Clone)]
+struct Caller {
+    channel: Channel,
+    bearer: Option<String>,
+}
+
+impl Caller {
+    async fn connect(endpoint: &str, bearer: Option<String>) -> Caller {
+        let channel = Channel::from_shared(endpoint.to_owned())
+            .unwrap()
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .unwrap();
+        Caller { channel, bearer }
+    }
+
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        if let Some(token) = &self.bearer {
+            let value = format!("Bearer {token}").parse().unwrap();
+            request.metadata_mut().insert("authorization", value);
+        }
+        request
+    }
+
+    fn lock(&self) -> LockClient<Channel> {
+        LockClient::new(self.channel.clone())
+    }
+
+    fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::new(self.channel.clone())
+    }
+
+    /// Sends `entries` on one keepalive stream; answers one response per entry.
+    async fn keepalives(
+        &self,
+        entries: Vec<proto::KeepAliveRequest>,
+    ) -> Result<Vec<proto::KeepAliveResponse>, Status> {
+        let count = entries.len();
+        let (tx, rx) = tokio::sync::mpsc::channel(count.max(1));
+        for entry in entries {
+            tx.send(entry).await.unwrap();
+        }
+        let stream = picket_server::stream::ChannelStream::new(rx);
+        let mut responses = self
+            .lock()
+            .keep_alive(self.request(stream))
+            .await?
+            .into_inner();
+        let mut answers = Vec::new();
+        while answers.len() < count {
+            match responses.message().await? {
+                Some(answer) => answers.push(answer),
+                None => break,
+            }
+        }
+        drop(tx);
+        Ok(answers)
+    }
+}
+
+/// The session under attack: its id, its secret (known to its owner only), its hold.
+struct Victim {
+    caller: Caller,
+    session: u64,
+    secret: Vec<u8>,
+    token: u64,
+}
+
+/// One attacker: how it calls, the secret it sends, and the rule every call must meet.
+struct Attacker {
+    name: &'static str,
+    caller: Caller,
+    secret: Vec<u8>,
+    rule: &'static str,
+}
+
+/// What must not change: the namespace's holds, the revision, the namespace's audit.
+#[derive(Debug, PartialEq)]
+struct Evidence {
+    revision: u64,
+    holds: Vec<(u64, u64)>,
+    audit: Vec<proto::AuditRecord>,
+}
+
+async fn evidence(observer: &Caller) -> Evidence {
+    let holds = observer
+        .admin()
+        .list_holds(observer.request(proto::ListHoldsRequest {
+            namespace: NS.into(),
+            limit: 0,
+            allow_stale: false,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    let audit = observer
+        .admin()
+        .query_audit(observer.request(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            ..proto::QueryAuditRequest::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    Evidence {
+        revision: holds.revision,
+        holds: holds
+            .holds
+            .iter()
+            .map(|h| (h.session_id, h.token))
+            .collect(),
+        audit: audit.records,
+    }
+}
+
+/// Opens the victim's session (with its own secret) and takes the key.
+async fn open_victim(caller: Caller) -> Victim {
+    let secret = SessionSecret::generate().as_bytes().to_vec();
+    let created = caller
+        .lock()
+        .create_session(caller.request(proto::CreateSessionRequest {
+            ttl_ms: Some(30_000),
+            identity: Some(proto::ClientIdentity {
+                name: "billing".into(),
+                host: "h1".into(),
+                pid: 7,
+            }),
+            session_secret: secret.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        created.session_secret.is_empty(),
+        "a client-chosen secret is never sent back"
+    );
+    let acquired = caller
+        .lock()
+        .acquire(caller.request(proto::AcquireRequest {
+            session_id: created.session_id,
+            request_id: 1,
+            namespace: NS.into(),
+            key: KEY.into(),
+            wait_ms: 0,
+            session_secret: secret.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(proto::acquire_reply::Kind::Granted(granted)) = acquired.reply.and_then(|r| r.kind)
+    else {
+        panic!("the victim did not get the key")
+    };
+    Victim {
+        caller,
+        session: created.session_id,
+        secret,
+        token: granted.token,
+    }
+}
+
+fn rule_of(result: Result<impl std::fmt::Debug, Status>, call: &str, attacker: &str) -> String {
+    match result {
+        Ok(answer) => panic!("{attacker}: {call} was answered: {answer:?}"),
+        Err(status) => error_detail(&status)
+            .map(|d| d.rule)
+            .unwrap_or_else(|| format!("no detail: {status:?}")),
+    }
+}
+
+/// Every call an attacker can make on the victim's session, with the victim's id and token;
+/// answers (call, rule) for each.
+async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, String)> {
+    let (caller, secret, name) = (&attacker.caller, &attacker.secret, attacker.name);
+    let mut rules = Vec::new();
+    let keepalive = proto::KeepAliveRequest {
+        session_id: victim.session,
+        seq: 1,
+        session_secret: secret.clone(),
+    };
+    let answers = caller.keepalives(vec![keepalive]).await.unwrap();
+    let answer = answers.first().expect("the entry is answered");
+    assert_eq!(
+        (answer.ttl_ms, answer.lost),
+        (0, false),
+        "{name}: {answer:?}"
+    );
+    let rule = answer
+        .error
+        .as_ref()
+        .map(|e| e.rule.clone())
+        .unwrap_or_default();
+    rules.push(("keepalive", rule));
+    // The victim's own request id (a "retry") and a fresh one for another key.
+    for (request_id, key) in [(1, KEY), (1_000, "order/31")] {
+        let acquire = caller
+            .lock()
+            .acquire(caller.request(proto::AcquireRequest {
+                session_id: victim.session,
+                request_id,
+                namespace: NS.into(),
+                key: key.into(),
+                wait_ms: 0,
+                session_secret: secret.clone(),
+            }))
+            .await;
+        rules.push(("acquire", rule_of(acquire, "acquire", name)));
+    }
+    let release = caller
+        .lock()
+        .release(caller.request(proto::ReleaseRequest {
+            session_id: victim.session,
+            request_id: 1_001,
+            namespace: NS.into(),
+            key: KEY.into(),
+            token: victim.token,
+            session_secret: secret.clone(),
+        }))
+        .await;
+    rules.push(("release", rule_of(release, "release", name)));
+    let close = caller
+        .lock()
+        .close_session(caller.request(proto::CloseSessionRequest {
+            session_id: victim.session,
+            session_secret: secret.clone(),
+        }))
+        .await;
+    rules.push(("close", rule_of(close, "close", name)));
+    rules
+}
+
+async fn assert_attacks_refused(attackers: &[Attacker], victim: &Victim, observer: &Caller) {
+    let before = evidence(observer).await;
+    assert_eq!(before.holds, vec![(victim.session, victim.token)]);
+    for attacker in attackers {
+        let rules = attack(attacker, victim).await;
+        for (call, rule) in &rules {
+            assert_eq!(
+                rule, attacker.rule,
+                "{}: {call} refused with the wrong rule",
+                attacker.name
+            );
+        }
+        assert_eq!(rules.len(), 5, "{}: every call was tried", attacker.name);
+        assert_eq!(
+            evidence(observer).await,
+            before,
+            "{}: the attack changed something",
+            attacker.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_oidc_nobody_acts_on_another_principals_session() {
+    let cluster = OidcCluster::start();
+    let leader = cluster.leader(Duration::from_secs(20)).await;
+    let endpoint = &cluster.endpoints[leader];
+    let alice = Caller::connect(endpoint, Some(cluster.token("alice", &[]))).await;
+    let victim = open_victim(alice.clone()).await;
+    let guessed = SessionSecret::generate().as_bytes().to_vec();
+    let attackers = [
+        Attacker {
+            name: "no credentials",
+            caller: Caller::connect(endpoint, None).await,
+            secret: guessed.clone(),
+            rule: "session_not_yours",
+        },
+        Attacker {
+            // Even with the victim's secret (leaked): another principal is refused.
+            name: "another principal's valid token",
+            caller: Caller::connect(endpoint, Some(cluster.token("mallory", &[]))).await,
+            secret: victim.secret.clone(),
+            rule: "session_not_yours",
+        },
+        Attacker {
+            name: "the right principal with a wrong secret",
+            caller: Caller::connect(endpoint, Some(cluster.token("alice", &[]))).await,
+            secret: guessed,
+            rule: "session_not_yours",
+        },
+    ];
+    let observer = Caller::connect(endpoint, Some(cluster.token("olivia", &[]))).await;
+    assert_attacks_refused(&attackers, &victim, &observer).await;
+
+    // A malformed entry is answered on its own; the stream and the victim's keepalive go on.
+    let entry = |session_id, seq, secret: &[u8]| proto::KeepAliveRequest {
+        session_id,
+        seq,
+        session_secret: secret.to_vec(),
+    };
+    let answers = victim
+        .caller
+        .keepalives(vec![
+            entry(0, 1, &victim.secret),
+            entry(victim.session, 2, &[]),
+            entry(victim.session, 3, &victim.secret),
+        ])
+        .await
+        .unwrap();
+    let summary: Vec<(u64, String, String, u64)> = answers
+        .iter()
+        .map(|a| {
+            let error = a.error.clone().unwrap_or_default();
+            (a.seq, error.rule, error.field, a.ttl_ms)
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                1,
+                "invalid_argument".into(),
+                "keep_alive.session_id".into(),
+                0
+            ),
+            (
+                2,
+                "invalid_argument".into(),
+                "keep_alive.session_secret".into(),
+                0
+            ),
+            (3, String::new(), String::new(), 30_000),
+        ]
+    );
+
+    // The owner still acts on its session: release, then close.
+    let release = victim
+        .caller
+        .lock()
+        .release(victim.caller.request(proto::ReleaseRequest {
+            session_id: victim.session,
+            request_id: 2,
+            namespace: NS.into(),
+            key: KEY.into(),
+            token: victim.token,
+            session_secret: victim.secret.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(release.token, victim.token);
+    victim
+        .caller
+        .lock()
+        .close_session(victim.caller.request(proto::CloseSessionRequest {
+            session_id: victim.session,
+            session_secret: victim.secret.clone(),
+        }))
+        .await
+        .unwrap();
+}
