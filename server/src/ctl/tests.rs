@@ -455,6 +455,18 @@ fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
     .unwrap();
     let refused = cert_only.global.tls().unwrap_err();
     assert!(refused.to_string().contains("--key"), "{refused}");
+    // `--key` before the command is the TLS key; `audit --key` stays the audit's key filter.
+    let audit = Cli::try_parse_from([
+        "picketctl".to_owned(),
+        "--key".to_owned(),
+        path(&key),
+        "audit".to_owned(),
+        "--key".to_owned(),
+        "invoice/42".to_owned(),
+    ])
+    .unwrap();
+    assert_eq!(audit.global.key.as_deref(), Some(key.as_path()));
+    assert!(matches!(audit.command, Command::Audit { key: Some(ref k), .. } if k == "invoice/42"));
     let help = Cli::command().render_long_help().to_string();
     for word in [
         "--ca",
