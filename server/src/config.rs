@@ -652,19 +652,32 @@ heartbeat_ms = 20
              [\"picket-client:orders\"]\n[auth.certificate_principal_roles]\n\
              alice = [\"picket-operator\"]\n"
         );
-        let certs = Config::parse(&text).unwrap().certificate_auth().unwrap().unwrap();
+        let certs = Config::parse(&text)
+            .unwrap()
+            .certificate_auth()
+            .unwrap()
+            .unwrap();
         assert_eq!(certs.principal_from, vec![crate::auth::PrincipalSource::Cn]);
         let alice = certs.caller_named("alice".into());
         assert!(alice.lock_roles.allows(Some("orders")));
         assert!(!alice.lock_roles.allows(Some("billing")));
-        assert!(alice.require(&[picket_core::locks::Role::OnCall], None).is_ok());
+        assert!(alice
+            .require(&[picket_core::locks::Role::OnCall], None)
+            .is_ok());
         let bob = certs.caller_named("bob".into());
-        assert!(bob.require(&[picket_core::locks::Role::OnCall], None).is_err());
+        assert!(bob
+            .require(&[picket_core::locks::Role::OnCall], None)
+            .is_err());
         let e = error_of(&format!(
             "{GOOD}\n{MTLS}[auth]\ncertificate_roles = [\"picket-clients\"]\n"
         ));
-        assert!(e.starts_with("auth.certificate_roles: unknown role `picket-clients`"), "{e}");
-        let e = error_of(&format!("{GOOD}\n{MTLS}client_principal_from = \"email\"\n"));
+        assert!(
+            e.starts_with("auth.certificate_roles: unknown role `picket-clients`"),
+            "{e}"
+        );
+        let e = error_of(&format!(
+            "{GOOD}\n{MTLS}client_principal_from = \"email\"\n"
+        ));
         assert!(e.contains("client_principal_from"), "{e}");
         // Without client certificates there is nothing to configure.
         let plain = Config::parse(GOOD).unwrap();

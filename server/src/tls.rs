@@ -120,13 +120,15 @@ pub fn http_server_config(
         .map_err(|e| StartError::Tls(format!("http: {e}")))?;
     let builder = if tls.require_client_cert {
         let ca_path = tls.client_ca.as_ref().unwrap_or(&tls.ca);
-        let ca_field = if tls.client_ca.is_some() { "client_ca" } else { "ca" };
+        let ca_field = if tls.client_ca.is_some() {
+            "client_ca"
+        } else {
+            "ca"
+        };
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&read(ca_path, ca_field)?) {
             let cert = cert.map_err(|e| bad(ca_field, ca_path, &e))?;
-            roots
-                .add(cert)
-                .map_err(|e| bad(ca_field, ca_path, &e))?;
+            roots.add(cert).map_err(|e| bad(ca_field, ca_path, &e))?;
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .allow_unauthenticated()

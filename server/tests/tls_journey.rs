@@ -79,7 +79,16 @@ fn lock(
     tokio::process::Child,
     tokio::sync::mpsc::UnboundedReceiver<Value>,
 ) {
-    let mut args = vec!["--timeout-ms", "2000", "lock", NS, KEY, "--ttl-ms", "3000", "--"];
+    let mut args = vec![
+        "--timeout-ms",
+        "2000",
+        "lock",
+        NS,
+        KEY,
+        "--ttl-ms",
+        "3000",
+        "--",
+    ];
     args.extend_from_slice(command);
     cluster.picketctl_stream_cert(Some(svc), None, &args)
 }
@@ -98,7 +107,14 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
 
     // Carol (CN) is the class admin; alice (an operator) may not put classes.
     let class = [
-        "classes", "put", NS, "--name", "ledger", "--fenced", "--ttl-ms-default", "3000",
+        "classes",
+        "put",
+        NS,
+        "--name",
+        "ledger",
+        "--fenced",
+        "--ttl-ms-default",
+        "3000",
     ];
     let (rule, error) = cluster
         .picketctl_cert(Some(&people.alice), None, &class)
@@ -194,7 +210,10 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
     // The holder's picketctl learns its session was revoked: it kills its command, exits 3.
     let lost = next_line(&mut holder_lines, "the holder's lock is lost").await;
     assert_eq!(lost["event"], "lost", "{lost}");
-    let status = tokio::time::timeout(STEP, holder.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(STEP, holder.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(status.code(), Some(3), "lock lost");
 
     // The queue drains: each waiter is granted (the first at the floor), runs, releases.
@@ -203,7 +222,10 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
         let acquired = next_line(lines, "a waiter is granted").await;
         assert_eq!(acquired["event"], "acquired", "{acquired}");
         tokens.push(acquired["token"].as_u64().unwrap());
-        let status = tokio::time::timeout(STEP, child.wait()).await.unwrap().unwrap();
+        let status = tokio::time::timeout(STEP, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(status.success(), "the waiter's command ran and released");
     }
     assert_eq!(tokens[0], floor, "{tokens:?}");
@@ -275,7 +297,10 @@ async fn wrong_transport_or_missing_certificate_or_role_is_refused_with_the_flag
     );
     let refused = cluster.picketctl_cert(None, None, &args).await;
     assert_eq!(refused.code, 1, "{refused:?}");
-    assert!(refused.json["hint"].as_str().unwrap().contains("--cert"), "{refused:?}");
+    assert!(
+        refused.json["hint"].as_str().unwrap().contains("--cert"),
+        "{refused:?}"
+    );
 
     // A valid certificate without a lock role: refused, naming the role to ask for.
     let (rule, error) = cluster
@@ -283,10 +308,17 @@ async fn wrong_transport_or_missing_certificate_or_role_is_refused_with_the_flag
         .await
         .refused(1);
     assert_eq!(rule, "missing_role", "{error}");
-    assert!(error.contains("picket-client") && error.contains("mallory"), "{error}");
+    assert!(
+        error.contains("picket-client") && error.contains("mallory"),
+        "{error}"
+    );
     // Its scope is the namespace: the services' certificate may lock in `orders` only.
     let (rule, error) = cluster
-        .picketctl_cert(Some(&people.svc), None, &["lock", "billing", "k", "--no-wait", "--", "true"])
+        .picketctl_cert(
+            Some(&people.svc),
+            None,
+            &["lock", "billing", "k", "--no-wait", "--", "true"],
+        )
         .await
         .refused(1);
     assert_eq!(rule, "missing_role", "{error}");

@@ -197,10 +197,11 @@ impl Cluster {
         let mut replicas = Vec::with_capacity(config.endpoints.len());
         for endpoint in &config.endpoints {
             let uri = endpoint_uri_for(endpoint, config.tls.is_some());
-            let parsed = Endpoint::from_shared(uri.clone()).map_err(|e| ClientError::BadEndpoint {
-                endpoint: endpoint.clone(),
-                reason: e.to_string(),
-            })?;
+            let parsed =
+                Endpoint::from_shared(uri.clone()).map_err(|e| ClientError::BadEndpoint {
+                    endpoint: endpoint.clone(),
+                    reason: e.to_string(),
+                })?;
             #[cfg(not(madsim))]
             if uri.starts_with("https://") {
                 parsed

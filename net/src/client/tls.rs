@@ -238,7 +238,10 @@ impl fmt::Display for TlsMismatch {
 /// A status's message and its source chain, `: `-separated (tonic puts the transport's reason
 /// in the source, and its message alone often says only "transport error").
 pub(crate) fn status_text(status: &tonic::Status) -> String {
-    chain_text(status.message().to_owned(), std::error::Error::source(status))
+    chain_text(
+        status.message().to_owned(),
+        std::error::Error::source(status),
+    )
 }
 
 /// An error and its source chain, `: `-separated.

@@ -115,14 +115,18 @@ impl CertAuth {
     ) -> Result<CertAuth, String> {
         let sources = principal_from.sources();
         if sources.is_empty() {
-            return Err("tls.client_principal_from: name at least one of san-uri, san-dns, cn".into());
+            return Err(
+                "tls.client_principal_from: name at least one of san-uri, san-dns, cn".into(),
+            );
         }
         let roles = role_set("auth.certificate_roles", certificate_roles)?;
         let mut map = BTreeMap::new();
         for (principal, values) in principal_roles {
             let field = format!("auth.certificate_principal_roles.{principal:?}");
             if principal.trim().is_empty() || principal.len() > PRINCIPAL_LEN_MAX {
-                return Err(format!("{field}: a principal is 1..={PRINCIPAL_LEN_MAX} bytes"));
+                return Err(format!(
+                    "{field}: a principal is 1..={PRINCIPAL_LEN_MAX} bytes"
+                ));
             }
             map.insert(principal.clone(), role_set(&field, values)?);
         }
@@ -239,7 +243,10 @@ mod tests {
             vec![dns("svc.orders.internal"), uri("spiffe://prod/sa/billing")],
             Some("billing-cn"),
         );
-        assert_eq!(principal_of(&full, ALL).unwrap(), "spiffe://prod/sa/billing");
+        assert_eq!(
+            principal_of(&full, ALL).unwrap(),
+            "spiffe://prod/sa/billing"
+        );
         let dns_first = [PrincipalSource::SanDns, PrincipalSource::SanUri];
         assert_eq!(
             principal_of(&full, &dns_first).unwrap(),
@@ -269,7 +276,10 @@ mod tests {
     #[test]
     fn certificate_principals_get_the_configured_roles() {
         let roles = BTreeMap::from([
-            ("alice".to_owned(), vec!["picket-operator:orders".to_owned()]),
+            (
+                "alice".to_owned(),
+                vec!["picket-operator:orders".to_owned()],
+            ),
             ("svc".to_owned(), vec!["picket-client".to_owned()]),
         ]);
         let certs = CertAuth::new(

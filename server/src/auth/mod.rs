@@ -31,10 +31,10 @@ pub mod jwks;
 pub mod oidc;
 pub mod roles;
 
+pub use cert::{CertAuth, PrincipalFrom, PrincipalSource};
 pub use config::OidcSection;
 pub use error::AuthError;
 pub use oidc::{OidcConfig, OidcVerifier};
-pub use cert::{CertAuth, PrincipalFrom, PrincipalSource};
 pub use roles::{AuthMethod, Caller, ClaimConfig, LockRoles};
 
 /// The metadata holding the bearer token.
@@ -243,7 +243,11 @@ impl Authenticator {
         #[cfg(not(madsim))]
         {
             let _ = certs;
-            match request.peer_certs().as_ref().and_then(|chain| chain.first()) {
+            match request
+                .peer_certs()
+                .as_ref()
+                .and_then(|chain| chain.first())
+            {
                 Some(leaf) => self.certificate_caller_der(leaf.as_ref()),
                 None => Ok(None),
             }
@@ -535,7 +539,10 @@ mod tests {
         named
             .metadata_mut()
             .insert(PRINCIPAL_METADATA, "alice".parse().unwrap());
-        assert_eq!(dev.lock_caller(&named, Some("orders")).await.unwrap(), "alice");
+        assert_eq!(
+            dev.lock_caller(&named, Some("orders")).await.unwrap(),
+            "alice"
+        );
     }
 
     #[tokio::test]

@@ -64,15 +64,16 @@ pub struct Global {
     #[arg(long, env = "PICKET_ENDPOINTS", value_delimiter = ',', default_value = DEV_ENDPOINTS, global = true)]
     pub endpoints: Vec<String>,
     /// PEM CA bundle that signed the replicas' certificates (TLS; without it https://
-    /// endpoints are checked against the public web roots).
-    #[arg(long, env = "PICKET_CA", global = true, value_name = "FILE")]
+    /// endpoints are checked against the public web roots). Before the command.
+    #[arg(long, env = "PICKET_CA", value_name = "FILE")]
     pub ca: Option<PathBuf>,
-    /// PEM client certificate, for clusters that require one (mutual TLS; with --key).
-    #[arg(long, env = "PICKET_CERT", global = true, value_name = "FILE")]
+    /// PEM client certificate, for clusters that require one (mutual TLS; with --key). Before
+    /// the command.
+    #[arg(long, env = "PICKET_CERT", value_name = "FILE")]
     pub cert: Option<PathBuf>,
-    /// PEM private key of --cert.
+    /// PEM private key of --cert. Before the command (`audit --key` is the audit's key filter).
     // `id`: the subcommands' `KEY` argument has the id `key`.
-    #[arg(long = "key", id = "tls_key", env = "PICKET_KEY", global = true, value_name = "FILE")]
+    #[arg(long = "key", id = "tls_key", env = "PICKET_KEY", value_name = "FILE")]
     pub key: Option<PathBuf>,
     /// Print JSON (one object per answer) instead of text.
     #[arg(long, global = true)]
@@ -344,8 +345,12 @@ impl Global {
         if self.ca.is_none() && self.cert.is_none() && self.key.is_none() {
             return Ok(None);
         }
-        TlsConfig::from_files(self.ca.as_deref(), self.cert.as_deref(), self.key.as_deref())
-            .map(Some)
+        TlsConfig::from_files(
+            self.ca.as_deref(),
+            self.cert.as_deref(),
+            self.key.as_deref(),
+        )
+        .map(Some)
     }
 
     /// The client configuration these flags describe (without TLS: [`Global::tls`]).

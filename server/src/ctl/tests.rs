@@ -406,10 +406,21 @@ fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
     let ca = dir.path().join("ca.pem");
     let cert = dir.path().join("me.pem");
     let key = dir.path().join("me.key");
-    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
-    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n")
-        .unwrap();
-    std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nMIID\n-----END PRIVATE KEY-----\n").unwrap();
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &key,
+        "-----BEGIN PRIVATE KEY-----\nMIID\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
     let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
     let cli = Cli::try_parse_from([
         "picketctl".to_owned(),
@@ -424,8 +435,14 @@ fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
     ])
     .unwrap();
     let tls = cli.global.tls().unwrap().expect("TLS is on");
-    assert_eq!(tls.ca_pem.as_deref(), Some(std::fs::read(&ca).unwrap().as_slice()));
-    assert_eq!(tls.key_pem.as_deref(), Some(std::fs::read(&key).unwrap().as_slice()));
+    assert_eq!(
+        tls.ca_pem.as_deref(),
+        Some(std::fs::read(&ca).unwrap().as_slice())
+    );
+    assert_eq!(
+        tls.key_pem.as_deref(),
+        Some(std::fs::read(&key).unwrap().as_slice())
+    );
     let plain = Cli::try_parse_from(["picketctl", "holds", "orders"]).unwrap();
     assert_eq!(plain.global.tls().unwrap(), None);
     let cert_only = Cli::try_parse_from([
@@ -438,8 +455,27 @@ fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
     .unwrap();
     let refused = cert_only.global.tls().unwrap_err();
     assert!(refused.to_string().contains("--key"), "{refused}");
+    // `--key` before the command is the TLS key; `audit --key` stays the audit's key filter.
+    let audit = Cli::try_parse_from([
+        "picketctl".to_owned(),
+        "--key".to_owned(),
+        path(&key),
+        "audit".to_owned(),
+        "--key".to_owned(),
+        "invoice/42".to_owned(),
+    ])
+    .unwrap();
+    assert_eq!(audit.global.key.as_deref(), Some(key.as_path()));
+    assert!(matches!(audit.command, Command::Audit { key: Some(ref k), .. } if k == "invoice/42"));
     let help = Cli::command().render_long_help().to_string();
-    for word in ["--ca", "--cert", "--key", "PICKET_CA", "PICKET_CERT", "PICKET_KEY"] {
+    for word in [
+        "--ca",
+        "--cert",
+        "--key",
+        "PICKET_CA",
+        "PICKET_CERT",
+        "PICKET_KEY",
+    ] {
         assert!(help.contains(word), "help lacks {word}:\n{help}");
     }
 }

@@ -140,7 +140,11 @@ pub fn replica_router(
 
 /// Admits an inspection request by its headers and the connection's client certificate (HTTPS
 /// with `require_client_cert`), or answers the refusal.
-async fn admit(state: &AppState, headers: HeaderMap, extensions: &Extensions) -> Result<(), Response> {
+async fn admit(
+    state: &AppState,
+    headers: HeaderMap,
+    extensions: &Extensions,
+) -> Result<(), Response> {
     let metadata = tonic::metadata::MetadataMap::from_headers(headers);
     let peer = extensions.get::<ConnectInfo<tls::HttpPeer>>();
     let certificate = match peer.and_then(|p| p.0.certificate.as_ref()) {

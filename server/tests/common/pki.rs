@@ -84,13 +84,17 @@ impl TestPki {
                 params
                     .subject_alt_names
                     .push(SanType::URI(uri.try_into().unwrap()));
-                params.distinguished_name.push(DnType::CommonName, "ignored-cn");
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, "ignored-cn");
             }
             Name::Dns(dns) => {
                 params
                     .subject_alt_names
                     .push(SanType::DnsName(dns.try_into().unwrap()));
-                params.distinguished_name.push(DnType::CommonName, "ignored-cn");
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, "ignored-cn");
             }
             Name::Cn(cn) => params.distinguished_name.push(DnType::CommonName, cn),
         }
