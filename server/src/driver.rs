@@ -557,9 +557,8 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                     let _ = pending.reply.send(Err(self.propose_error(&error)));
                 }
                 Err(error @ picket_core::node::NodeProposeError::LeaderOnlyCommand) => {
-                    let _ = pending
-                        .reply
-                        .send(Err(Status::invalid_argument(error.to_string())));
+                    let status = picket_net::status::node_propose_error_status(&error, |_| None);
+                    let _ = pending.reply.send(Err(status));
                 }
                 Err(error @ picket_core::node::NodeProposeError::NotYours { .. }) => {
                     let status = node_propose_error_status(&error, |n| self.handle.endpoint_of(n));
@@ -846,11 +845,20 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         }
         // The session lives but neither holds nor waits: its hold was released or
         // force-released while the call was held. Say so as "not held".
-        Err(Status::failed_precondition(format!(
-            "session {} no longer waits for {}/{}: the lock was granted and released (or \
-             force-released) while the call was held",
-            waiter.session.0, waiter.namespace, waiter.key
-        )))
+        let detail = picket_net::proto::ErrorDetail {
+            rule: "not_held".to_owned(),
+            message: format!(
+                "session {} no longer waits for {}/{}: the lock was granted and released (or \
+                 force-released) while the call was held",
+                waiter.session.0, waiter.namespace, waiter.key
+            ),
+            ..picket_net::proto::ErrorDetail::default()
+        };
+        Err(picket_net::status::detail_status(
+            tonic::Code::FailedPrecondition,
+            detail,
+            None,
+        ))
     }
 }
 
