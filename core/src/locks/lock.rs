@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
-use super::command::{AcquireReply, RememberedReply, Reply};
+use super::command::{AcquireReply, Identity, RememberedReply, Reply};
 use super::config::LockConfig;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
@@ -91,8 +91,9 @@ pub(crate) fn emit(
     namespace: &Arc<str>,
     key: &Arc<str>,
     kind: EventKind,
+    identity: &Identity,
 ) {
-    watch.push(revision, time, namespace, key, kind);
+    watch.push(revision, time, namespace, key, kind, Some(identity.clone()));
 }
 
 impl LockStateMachine {
@@ -245,7 +246,16 @@ impl LockStateMachine {
         set_insert(&mut state.waits, &namespace, &key);
         state.holds_and_waits += 1;
         let kind = EventKind::Queued { session, position };
-        emit(&mut self.watch, revision, time, &namespace, &key, kind);
+        let identity = &state.identity;
+        emit(
+            &mut self.watch,
+            revision,
+            time,
+            &namespace,
+            &key,
+            kind,
+            identity,
+        );
         Ok(AcquireReply::Queued { position })
     }
 
@@ -284,7 +294,7 @@ impl LockStateMachine {
             });
         };
         let end = HoldEnd::Released(ReleaseCause::Released);
-        let next = match self.end_hold(&namespace, &shared_key, end, Some(token)) {
+        let next = match self.end_hold(&namespace, &shared_key, end, Some(token), None) {
             Ok(next) => next,
             Err(current) => {
                 return Err(LockError::WrongToken {
@@ -304,14 +314,16 @@ impl LockStateMachine {
 
     /// Ends the hold on `namespace/key` at this revision and hands the key to the first waiter
     /// (granted at this same revision), or drops the entry. The holder's session may already be
-    /// gone from the session table (closing, expiry, revocation). Returns the new holder, or,
-    /// if `expected` is not the holder's token, that token (and changes nothing).
+    /// gone from the session table (closing, expiry, revocation): `gone` is then its identity,
+    /// for the event. Returns the new holder, or, if `expected` is not the holder's token, that
+    /// token (and changes nothing).
     pub(crate) fn end_hold(
         &mut self,
         namespace: &str,
         key: &Arc<str>,
         end: HoldEnd,
         expected: Option<Token>,
+        gone: Option<&Identity>,
     ) -> Result<Option<(SessionId, Token)>, Token> {
         let (revision, time) = (self.revision, self.time);
         let ns_state = self
@@ -343,10 +355,14 @@ impl LockStateMachine {
         );
         let removed = holds_by_age.remove(&(hold.token, key.clone()));
         assert!(removed, "hold {} missing from the age index", hold.token);
-        if let Some(state) = self.sessions.get_mut(&hold.session) {
-            set_remove(&mut state.holds, &namespace, &key);
-            state.holds_and_waits -= 1;
-        }
+        let holder = match self.sessions.get_mut(&hold.session) {
+            Some(state) => {
+                set_remove(&mut state.holds, &namespace, &key);
+                state.holds_and_waits -= 1;
+                Some(state.identity.clone())
+            }
+            None => gone.cloned(),
+        };
         let kind = match end {
             HoldEnd::Released(cause) => EventKind::Released {
                 session: hold.session,
@@ -363,7 +379,8 @@ impl LockStateMachine {
                 session_revoked,
             },
         };
-        emit(&mut self.watch, revision, time, &namespace, &key, kind);
+        self.watch
+            .push(revision, time, &namespace, &key, kind, holder);
         let Some(waiter) = entry.waiters.pop_front() else {
             occupied.remove();
             if locks.is_empty() && classes.is_empty() {
@@ -396,6 +413,7 @@ impl LockStateMachine {
             &namespace,
             &key,
             EventKind::Granted { session, token },
+            &state.identity,
         );
         Ok(Some((session, token)))
     }
@@ -437,7 +455,16 @@ impl LockStateMachine {
                         session: *session,
                         cause,
                     };
-                    emit(&mut self.watch, revision, time, namespace, key, kind);
+                    let identity = &state.identity;
+                    emit(
+                        &mut self.watch,
+                        revision,
+                        time,
+                        namespace,
+                        key,
+                        kind,
+                        identity,
+                    );
                 }
             }
         }
@@ -453,7 +480,7 @@ impl LockStateMachine {
                         }
                         _ => HoldEnd::Released(cause),
                     };
-                    let ended = self.end_hold(namespace, key, end, None);
+                    let ended = self.end_hold(namespace, key, end, None, Some(&state.identity));
                     assert!(ended.is_ok(), "no token expected");
                 }
             }
@@ -516,6 +543,7 @@ fn grant(
         namespace,
         key,
         EventKind::Granted { session, token },
+        &state.identity,
     );
     let inserted = holds_by_age.insert((token, key.clone()));
     assert!(inserted, "`{key}` granted twice at {token}");

@@ -52,8 +52,8 @@ pub use names::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, NameError, KEY_LEN_MAX,
     NAME_LEN_MAX,
 };
-pub use query::{HoldInfo, KeyInfo, NamespaceHold, SessionInfo, WaiterInfo};
-pub use session::IDENTITY_FIELD_LEN_MAX;
+pub use query::{HoldInfo, KeyInfo, NamespaceHold, PendingForceRelease, SessionInfo, WaiterInfo};
+pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
     HoldSnapshot, LockSnapshot, LockSnapshotEntry, SessionSnapshot, SnapshotError, WaiterSnapshot,
 };
