@@ -54,6 +54,7 @@ impl Lock for Toy {
                 seq: keepalive.seq,
                 ttl_ms: 10_000,
                 lost: false,
+                ..proto::KeepAliveResponse::default()
             })
         });
         Ok(Response::new(Box::pin(answers)))

@@ -25,6 +25,13 @@ pub enum LostReason {
     /// The client closed the session ([`crate::client::Session::close`] or its last handle was
     /// dropped).
     Closed,
+    /// This lock (not the session, which lives on) was force-released by two operators without
+    /// revoking the session; the keepalive answers said so. Fires only the guard of that token.
+    ForceReleased {
+        /// The revision of the release: the key's floor, above this guard's token.
+        revision: u64,
+        force_release_id: u64,
+    },
 }
 
 impl fmt::Display for LostReason {
@@ -37,6 +44,10 @@ impl fmt::Display for LostReason {
                 "no keepalive was acknowledged within the session TTL of {ttl_ms} ms (counted from the last acknowledged send)"
             ),
             LostReason::Closed => write!(f, "the session was closed by this client"),
+            LostReason::ForceReleased { revision, force_release_id } => write!(
+                f,
+                "the lock was force-released by two operators (request {force_release_id}, revision {revision}); the session lives on but no longer holds it"
+            ),
         }
     }
 }
@@ -108,6 +119,14 @@ pub enum ClientError {
     /// The session is lost, and with it every lock it held.
     #[error("session {session_id} is lost: {reason}")]
     SessionLost { session_id: u64, reason: LostReason },
+    /// One lock of a live session is lost (force-released without revoking the session).
+    #[error("`{namespace}`/`{key}` (token {token}) is no longer held: {reason}")]
+    LockLost {
+        namespace: String,
+        key: String,
+        token: u64,
+        reason: LostReason,
+    },
     /// `try_lock` found the key held.
     #[error("`{namespace}`/`{key}` is held by session {holder_session_id} with token {token}")]
     Held {

@@ -515,11 +515,13 @@ impl TryFrom<Reply> for proto::ApproveForceReleaseResponse {
                 released_token,
                 next,
                 session_revoked,
+                fenced,
             } => Ok(proto::ApproveForceReleaseResponse {
                 floor: floor.0,
                 released_token: released_token.0,
                 next: grant_to_wire(next),
                 session_revoked: session_revoked.map(|s| s.0),
+                fenced,
             }),
             other => Err(wrong("ForceReleaseApproved", other)),
         }

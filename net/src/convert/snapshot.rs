@@ -73,6 +73,7 @@ impl From<SessionSnapshot> for proto::SessionRecord {
                 .into_iter()
                 .map(|(request, reply)| remembered_to_wire(request, reply))
                 .collect(),
+            holds_lost: v.holds_lost.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -119,6 +120,7 @@ impl TryFrom<proto::SessionRecord> for SessionSnapshot {
             created_at: Instant::from_millis(v.created_at_ms),
             request_newest: v.request_newest.map(RequestId),
             replies: each(v.replies, "replies")?,
+            holds_lost: each(v.holds_lost, "holds_lost")?,
         })
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockSnapshot, LockSnapshotEntry, ReleaseCause, RememberedReply, Reply, RequestId, Revision,
-    Role, SessionId, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+    LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, RememberedReply, Reply, RequestId,
+    Revision, Role, SessionId, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -46,6 +46,22 @@ pub fn role() -> impl Strategy<Value = Role> {
         Just(Role::IncidentCommander),
         Just(Role::ClassAdmin)
     ]
+}
+
+pub fn roles() -> impl Strategy<Value = BTreeSet<Role>> {
+    vec(role(), 0..4).prop_map(|roles| roles.into_iter().collect())
+}
+
+pub fn lost_hold() -> impl Strategy<Value = LostHold> {
+    (text(), text(), token(), any::<u64>(), any::<u64>()).prop_map(
+        |(namespace, key, token, revision, request)| LostHold {
+            namespace: namespace.into(),
+            key: key.into(),
+            token,
+            revision: Revision(revision),
+            request: ForceReleaseId(request),
+        },
+    )
 }
 
 pub fn actor() -> impl Strategy<Value = Actor> {
@@ -176,14 +192,22 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                 expires_at,
             }
         }),
-        (any::<u64>(), token(), next(), option::of(session())).prop_map(
-            |(floor, released_token, next, session_revoked)| Reply::ForceReleaseApproved {
-                floor: Revision(floor),
-                released_token,
-                next,
-                session_revoked,
-            }
-        ),
+        (
+            any::<u64>(),
+            token(),
+            next(),
+            option::of(session()),
+            any::<bool>()
+        )
+            .prop_map(|(floor, released_token, next, session_revoked, fenced)| {
+                Reply::ForceReleaseApproved {
+                    floor: Revision(floor),
+                    released_token,
+                    next,
+                    session_revoked,
+                    fenced,
+                }
+            }),
         Just(Reply::ForceReleaseDenied),
     ]
 }
@@ -226,15 +250,22 @@ pub fn event() -> impl Strategy<Value = Event> {
         (text(), any::<bool>())
             .prop_map(|(class, removed)| EventKind::ClassChanged { class, removed }),
     ];
-    (any::<u64>(), instant(), text(), text(), kind).prop_map(
-        |(revision, time, namespace, key, kind)| Event {
+    (
+        any::<u64>(),
+        instant(),
+        text(),
+        text(),
+        kind,
+        option::of(identity()),
+    )
+        .prop_map(|(revision, time, namespace, key, kind, identity)| Event {
             revision: Revision(revision),
             time,
             namespace: namespace.into(),
             key: key.into(),
             kind,
-        },
-    )
+            identity,
+        })
 }
 
 fn audit_action() -> impl Strategy<Value = AuditAction> {
@@ -259,9 +290,17 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
             option::of(any::<bool>()),
         ),
         (option::of(session()), option::of(any::<u64>()), text()),
+        (roles(), text(), roles()),
+        (option::of(any::<u64>()), next(), option::of(any::<bool>())),
     )
         .prop_map(
-            |((revision, time, actor, action), (namespace, key, token, fenced), (s, r, reason))| {
+            |(
+                (revision, time, actor, action),
+                (namespace, key, token, fenced),
+                (s, r, reason),
+                (actor_roles, requester, requester_roles),
+                (floor, next, revoke_session),
+            )| {
                 AuditRecord {
                     revision: Revision(revision),
                     time,
@@ -274,6 +313,12 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     session: s,
                     request: r.map(ForceReleaseId),
                     reason,
+                    actor_roles,
+                    requester,
+                    requester_roles,
+                    floor: floor.map(Revision),
+                    next,
+                    revoke_session,
                 }
             },
         )
@@ -283,13 +328,13 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
     (
         (any::<u64>(), text(), text(), session(), token()),
         (text(), text(), any::<bool>(), any::<bool>()),
-        (instant(), instant()),
+        (instant(), instant(), roles()),
     )
         .prop_map(
             |(
                 (id, namespace, key, holder, token),
                 (requester, reason, revoke_session, fenced),
-                (requested_at, expires_at),
+                (requested_at, expires_at, requester_roles),
             )| ForceReleaseRequest {
                 id: ForceReleaseId(id),
                 namespace,
@@ -297,6 +342,7 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
                 holder,
                 token,
                 requester,
+                requester_roles,
                 reason,
                 revoke_session,
                 fenced,
@@ -406,10 +452,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
         (
             option::of(any::<u64>()),
             vec((any::<u64>(), remembered_reply()), 0..3),
+            vec(lost_hold(), 0..3),
         ),
     )
         .prop_map(
-            |((id, identity, ttl_ms, created_at), (newest, replies))| SessionSnapshot {
+            |((id, identity, ttl_ms, created_at), (newest, replies, holds_lost))| SessionSnapshot {
                 id,
                 identity,
                 ttl_ms,
@@ -419,6 +466,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                     .into_iter()
                     .map(|(r, reply)| (RequestId(r), reply))
                     .collect(),
+                holds_lost,
             },
         );
     let lock = (

@@ -54,6 +54,8 @@ pub struct State {
     /// not_leader hint (the client never learns the outcome from the first leader).
     pub acquires_lost_in_leader_change: u32,
     pub switch_to: usize,
+    /// session -> the holds it lost to force-release, carried in every keepalive answer.
+    pub holds_lost: BTreeMap<u64, Vec<proto::LostHold>>,
 }
 
 impl State {
@@ -104,6 +106,26 @@ impl State {
         };
         self.replies.insert(id, reply);
         reply
+    }
+
+    /// Force-releases `key` without revoking its holder's session: the holder's keepalive
+    /// answers report it from now on.
+    pub fn force_release(&mut self, key: &str, force_release_id: u64) {
+        let (session, token) = self
+            .holders
+            .remove(key)
+            .expect("force-releasing a held key");
+        let revision = self.next_revision();
+        self.holds_lost
+            .entry(session)
+            .or_default()
+            .push(proto::LostHold {
+                namespace: "orders".into(),
+                key: key.into(),
+                token,
+                revision,
+                force_release_id,
+            });
     }
 
     fn release(
@@ -230,6 +252,11 @@ impl Lock for Replica {
                                 seq: keepalive.seq,
                                 ttl_ms: 3_000,
                                 lost: !alive,
+                                lost_holds: state
+                                    .holds_lost
+                                    .get(&keepalive.session_id)
+                                    .cloned()
+                                    .unwrap_or_default(),
                             })
                         }
                     }
