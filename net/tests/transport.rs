@@ -166,6 +166,7 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
             namespace: Some("orders".into()),
             key_prefix: String::new(),
             from_revision: 10,
+            ..Default::default()
         })
         .await
         .unwrap()

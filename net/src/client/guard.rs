@@ -93,12 +93,19 @@ impl LockGuard {
     /// section.
     pub async fn lost(&self) -> LostReason {
         let mut own = self.lost.clone();
+        // The `Ref` wait_for answers must not live across an await: owned inside the block.
+        let forced = async move {
+            own.wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|reason| reason.clone())
+        };
         tokio::select! {
             reason = self.session.lost() => reason,
-            reason = own.wait_for(Option::is_some) => match reason {
-                Ok(reason) => reason.clone().expect("wait_for answered Some"),
+            reason = forced => match reason {
+                Some(reason) => reason,
                 // The sender lives in the session's hold table while this guard exists.
-                Err(_) => self.session.lost().await,
+                None => self.session.lost().await,
             },
         }
     }

@@ -199,6 +199,8 @@ impl TryFrom<proto::ReleaseRequest> for Command {
 pub struct WatchStart {
     pub from: Revision,
     pub filter: WatchFilter,
+    /// Start after the revision applied when the stream opens (`from` ignored).
+    pub from_now: bool,
 }
 
 impl TryFrom<proto::WatchRequest> for WatchStart {
@@ -210,6 +212,7 @@ impl TryFrom<proto::WatchRequest> for WatchStart {
         validate_prefix(&v.key_prefix)
             .map_err(|e| ConvertError::new("watch.key_prefix", e.to_string()))?;
         Ok(WatchStart {
+            from_now: v.from_now,
             from: Revision(v.from_revision),
             filter: WatchFilter {
                 namespace: v.namespace,

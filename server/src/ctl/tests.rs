@@ -283,6 +283,7 @@ impl Admin for FakeAdmin {
             released_token: 31,
             next: None,
             session_revoked: Some(9),
+            fenced: self.fenced,
         }))
     }
     async fn deny_force_release(
