@@ -132,9 +132,10 @@ pub enum Command {
         /// Give up waiting after this long (e.g. 30s, 500ms, 2m; exit 4), leaving the queue.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
-        /// Between SIGTERM and SIGKILL of CMD's process group (must be below the session TTL).
-        #[arg(long, value_parser = parse_duration, default_value = "3s")]
-        kill_grace: Duration,
+        /// Between SIGTERM and SIGKILL of CMD's process group (default: 3s, or a third of the
+        /// session TTL if that is shorter; must be below the TTL).
+        #[arg(long, value_parser = parse_duration)]
+        kill_grace: Option<Duration>,
         /// The name the session's identity records (default: CMD's program name).
         #[arg(long)]
         name: Option<String>,

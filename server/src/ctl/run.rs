@@ -70,8 +70,8 @@ pub struct LockArgs {
     pub no_wait: bool,
     /// Give up waiting for the lock after this long (and leave the queue).
     pub timeout: Option<Duration>,
-    /// Between SIGTERM and SIGKILL of the command's group.
-    pub kill_grace: Duration,
+    /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
+    pub kill_grace: Option<Duration>,
     /// The session identity's name (default: the command's name, or `picketctl`).
     pub name: Option<String>,
     pub command: Vec<String>,
@@ -145,14 +145,8 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         Some(ttl) => Some(ttl),
         None => class_ttl_ms(global, namespace, key).await,
     };
-    if let Some(ttl) = ttl_ms {
-        if kill_grace >= Duration::from_millis(ttl) {
-            return Err(CtlError::Refused(format!(
-                "--kill-grace {} ms is not below the session TTL of {ttl} ms: the command would \
-                 outlive the lock by its whole grace period; give a shorter --kill-grace",
-                kill_grace.as_millis()
-            )));
-        }
+    if let (Some(ttl), Some(grace)) = (ttl_ms, kill_grace) {
+        check_grace(grace, Duration::from_millis(ttl))?;
     }
     let mut signals = Signals::new();
     // The command is spawned first (stopped), so that the session's identity records its pid.
@@ -175,6 +169,14 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
             return Err(error.into());
         }
     };
+    let kill_grace = kill_grace.unwrap_or(KILL_GRACE_DEFAULT.min(session.ttl() / 3));
+    if let Err(error) = check_grace(kill_grace, session.ttl()) {
+        let _ = session.close().await;
+        if let Some(group) = &mut group {
+            group.abandon().await;
+        }
+        return Err(error);
+    }
     let wait_timeout = async {
         match timeout {
             Some(timeout) => tokio::time::sleep(timeout).await,
@@ -239,6 +241,21 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         let _ = session.close().await;
     }
     Ok(code)
+}
+
+/// `--kill-grace` when not given (or a third of the TTL if that is shorter).
+const KILL_GRACE_DEFAULT: Duration = Duration::from_secs(3);
+
+fn check_grace(grace: Duration, ttl: Duration) -> Result<(), CtlError> {
+    if grace >= ttl {
+        return Err(CtlError::Refused(format!(
+            "--kill-grace {} ms is not below the session TTL of {} ms: the command could outlive \
+             the lock by its whole grace period; give a shorter --kill-grace",
+            grace.as_millis(),
+            ttl.as_millis()
+        )));
+    }
+    Ok(())
 }
 
 fn default_name(command: &[String]) -> String {
