@@ -872,7 +872,8 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     let (rule, error) = cluster.picketctl(Some(&dave), &request).await.refused(1);
     assert_eq!(rule, "force_release_pending", "{error}");
     assert!(
-        error.contains(&format!("request {first} pending")),
+        error.contains(&format!("request fr{first} pending"))
+            && error.contains(&format!("approve {first}")),
         "{error}"
     );
 

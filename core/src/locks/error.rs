@@ -115,7 +115,7 @@ pub enum LockError {
         requested_fenced: bool,
         fenced: bool,
     },
-    #[error("`{namespace}/{key}` already has force-release request {id} pending (by {requester}) for the same holder and token: approve or deny that one (picketctl force-release approve {id})")]
+    #[error("`{namespace}/{key}` already has force-release request {id} pending (by {requester}) for the same holder and token: approve or deny that one (picketctl force-release approve {})", .id.0)]
     ForceReleasePending {
         id: ForceReleaseId,
         namespace: String,
