@@ -837,7 +837,7 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
         .picketctl_text(Some(&alice), &["inspect", NS, KEY])
         .await;
     assert!(
-        shown.contains(&format!("nightly-batch@")) && shown.contains(&format!("pid {pid}")),
+        shown.contains("nightly-batch@") && shown.contains(&format!("pid {pid}")),
         "{shown}"
     );
     let token = inspect(&observer, KEY).await.holder.unwrap().token;
