@@ -198,6 +198,7 @@ fn two_people_release_a_fenced_lock_and_its_revision_is_the_floor() {
             released_token: token,
             next: Some((waiter, Token(floor.0))),
             session_revoked: None,
+            fenced: true,
         }
     );
     let info =
@@ -247,6 +248,232 @@ fn two_people_release_a_fenced_lock_and_its_revision_is_the_floor() {
         .all(|r| r.fenced == Some(true) && r.token == Some(token)));
     assert_eq!(audit.records[1].revision, floor);
     assert_eq!(audit.records[1].reason, "holder wedged, queue of 40");
+}
+
+/// Issue 16, finding 2: the class changed from fenced to advisory between request and approval;
+/// the approval acknowledged "fenced" and went through, and the audit said fenced.
+#[test]
+fn the_class_kind_is_checked_when_approved_and_recorded_as_it_was_at_the_release() {
+    let mut w = World::new();
+    w.fenced_class();
+    let holder = w.session("stuck");
+    let token = granted(w.acquire(holder, "pay/ledger", false));
+    let id = request_id(w.request(&alice(), "pay/ledger", token, false));
+    // The class owner makes the prefix advisory while the request is pending.
+    let advisory = ClassSpec {
+        fenced: false,
+        ..w.sm.class_of("orders", "pay/ledger").clone()
+    };
+    let admin = Actor::new("owner", &[Role::ClassAdmin]);
+    let changed = w.apply(Command::PutClass {
+        actor: admin,
+        namespace: "orders".into(),
+        class: advisory,
+    });
+    assert_eq!(changed, Ok(Reply::ClassPut { replaced: true }));
+    let before = w.sm.snapshot();
+    for ack in [true, false] {
+        let refused = w.approve(&bob(), id, ack);
+        assert_eq!(
+            refused,
+            Err(LockError::ClassKindChanged {
+                id,
+                namespace: "orders".into(),
+                key: "pay/ledger".into(),
+                requested_fenced: true,
+                fenced: false,
+            })
+        );
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("advisory now but was fenced"), "{message}");
+    }
+    // Nothing changed but the revision: the holder still holds, the request still waits.
+    let mut after = w.sm.snapshot();
+    after.revision = before.revision;
+    after.time = before.time;
+    assert_eq!(after, before);
+    // The listing says the pending one no longer matches its class.
+    let listed = w.sm.force_releases_at(Instant::from_millis(w.now));
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].request.fenced && !listed[0].fenced_now);
+    assert!(!listed[0].holder_changed);
+    // A new request (the old one does not block it) shows the new kind.
+    let requested = w.request(&alice(), "pay/ledger", token, false);
+    let Ok(Reply::ForceReleaseRequested {
+        id: second, fenced, ..
+    }) = requested
+    else {
+        panic!("{requested:?}")
+    };
+    assert!(!fenced);
+    let approved = w.approve(&bob(), second, false).unwrap();
+    assert!(
+        matches!(approved, Reply::ForceReleaseApproved { fenced: false, .. }),
+        "{approved:?}"
+    );
+    let audit = w.sm.audit(&AuditQuery {
+        revision_min: w.sm.revision(),
+        ..AuditQuery::default()
+    });
+    assert_eq!(audit.records.len(), 1);
+    assert_eq!(audit.records[0].action, AuditAction::ForceReleaseApproved);
+    assert_eq!(audit.records[0].fenced, Some(false));
+}
+
+/// Issue 16, finding 6: a second request for the same key was accepted silently.
+#[test]
+fn a_second_request_for_a_pending_hold_is_refused_and_names_the_pending_one() {
+    let mut w = World::new();
+    let holder = w.session("stuck");
+    let token = granted(w.acquire(holder, "a", false));
+    let first = request_id(w.request(&alice(), "a", token, false));
+    let before = w.sm.snapshot();
+    let refused = w.request(&commander(), "a", token, true);
+    assert_eq!(
+        refused,
+        Err(LockError::ForceReleasePending {
+            id: first,
+            namespace: "orders".into(),
+            key: "a".into(),
+            requester: "alice".into(),
+        })
+    );
+    let message = refused.unwrap_err().to_string();
+    assert!(
+        message.contains(&format!("request {first} pending (by alice)")),
+        "{message}"
+    );
+    let mut after = w.sm.snapshot();
+    after.revision = before.revision;
+    after.time = before.time;
+    assert_eq!(after, before, "a refused request changes nothing");
+    // Once the first is denied, a new one is accepted.
+    let denied = w.apply(Command::DenyForceRelease {
+        actor: bob(),
+        id: first,
+        reason: "wrong key".into(),
+    });
+    assert_eq!(denied, Ok(Reply::ForceReleaseDenied));
+    request_id(w.request(&commander(), "a", token, true));
+}
+
+/// Issue 16, finding 6: `force-release list` showed requests that had expired minutes ago.
+#[test]
+fn the_listing_hides_requests_expired_at_read_time_and_marks_changed_holders() {
+    let mut w = World::new();
+    let holder = w.session("stuck");
+    let token = granted(w.acquire(holder, "a", false));
+    let token_b = granted(w.acquire(holder, "b", false));
+    let a = request_id(w.request(&alice(), "a", token, false));
+    let b = request_id(w.request(&alice(), "b", token_b, false));
+    // The holder releases b itself: the request for b names a hold that is gone.
+    w.request += 1;
+    let released = w.apply(Command::Release {
+        session: holder,
+        proof: SessionProof::legacy(),
+        request: RequestId(w.request),
+        namespace: "orders".into(),
+        key: "b".into(),
+        token: token_b,
+    });
+    assert!(
+        matches!(released, Ok(Reply::Released { .. })),
+        "{released:?}"
+    );
+    let now = Instant::from_millis(w.now);
+    let listed = w.sm.force_releases_at(now);
+    let marks: Vec<_> = listed
+        .iter()
+        .map(|p| (p.request.id, p.holder_changed))
+        .collect();
+    assert_eq!(marks, [(a, false), (b, true)]);
+    // Past the deadline, with no command applied since: the log still has them, a read does not.
+    let late = now.add_ms(LockConfig::default().force_release_ttl_ms);
+    assert_eq!(w.sm.force_release_requests().count(), 2);
+    assert!(w.sm.force_releases_at(late).is_empty());
+    let info = w.sm.inspect("orders", "a", late).unwrap();
+    assert!(info.pending_force_releases.is_empty());
+    let info = w.sm.inspect("orders", "a", now).unwrap();
+    assert_eq!(info.pending_force_releases.len(), 1);
+}
+
+/// Issue 16, finding 3: a force-release without revocation never told the holder.
+#[test]
+fn a_hold_lost_without_revocation_is_kept_for_the_holders_keepalives_and_snapshots() {
+    let mut w = World::new();
+    let holder = w.session("stuck");
+    let token = granted(w.acquire(holder, "a", false));
+    assert!(w.sm.holds_lost(holder).is_empty());
+    let id = request_id(w.request(&alice(), "a", token, false));
+    w.approve(&bob(), id, false).unwrap();
+    let floor = w.sm.revision();
+    let lost = w.sm.holds_lost(holder);
+    assert_eq!(lost.len(), 1);
+    assert_eq!(
+        (
+            &*lost[0].namespace,
+            &*lost[0].key,
+            lost[0].token,
+            lost[0].revision,
+            lost[0].request
+        ),
+        ("orders", "a", token, floor, id)
+    );
+    let restored = LockStateMachine::restore(w.sm.snapshot()).unwrap();
+    assert_eq!(restored.holds_lost(holder), lost);
+    // Bounded: the newest are kept.
+    for _ in 0..picket_core::locks::HOLDS_LOST_PER_SESSION_MAX + 3 {
+        let token = granted(w.acquire(holder, "a", false));
+        let id = request_id(w.request(&alice(), "a", token, false));
+        w.approve(&bob(), id, false).unwrap();
+    }
+    let lost = w.sm.holds_lost(holder);
+    assert_eq!(lost.len(), picket_core::locks::HOLDS_LOST_PER_SESSION_MAX);
+    assert_eq!(lost.last().map(|l| l.revision), Some(w.sm.revision()));
+    // A revoked session is gone instead (its keepalive says `lost`): nothing to keep.
+    let token = granted(w.acquire(holder, "a", false));
+    let id = request_id(w.request(&alice(), "a", token, true));
+    w.approve(&bob(), id, false).unwrap();
+    assert!(w.sm.holds_lost(holder).is_empty());
+}
+
+/// Issue 16, finding 6: the audit had no roles, floor, next holder or revocation.
+#[test]
+fn the_approval_record_names_both_people_with_roles_floor_next_holder_and_revocation() {
+    let mut w = World::new();
+    let holder = w.session("stuck");
+    let waiter = w.session("next");
+    let token = granted(w.acquire(holder, "a", false));
+    w.acquire(waiter, "a", true);
+    let id = request_id(w.request(&alice(), "a", token, false));
+    w.approve(&commander(), id, false).unwrap();
+    let floor = w.sm.revision();
+    let audit = w.sm.audit(&AuditQuery::default());
+    let request = &audit.records[0];
+    assert_eq!(request.action, AuditAction::ForceReleaseRequested);
+    assert_eq!(request.requester, "alice");
+    assert!(request.actor_roles.contains(&Role::OnCall));
+    assert_eq!(request.revoke_session, Some(false));
+    let approval = &audit.records[1];
+    assert_eq!(approval.action, AuditAction::ForceReleaseApproved);
+    assert_eq!(approval.actor, "carol");
+    assert!(approval.actor_roles.contains(&Role::IncidentCommander));
+    assert_eq!(approval.requester, "alice");
+    assert!(approval.requester_roles.contains(&Role::OnCall));
+    assert_eq!(approval.floor, Some(floor));
+    assert_eq!(approval.next, Some((waiter, Token(floor.0))));
+    assert_eq!(approval.revoke_session, Some(false));
+    assert_eq!(approval.fenced, Some(false));
+    // The watch events say who each session is.
+    let events =
+        w.sm.watch(floor, &WatchFilter::default(), 10)
+            .unwrap()
+            .events;
+    let names: Vec<_> = events
+        .iter()
+        .map(|e| e.identity.as_ref().map(|i| i.name.as_str()))
+        .collect();
+    assert_eq!(names, [Some("stuck"), Some("next")]);
 }
 
 #[test]
@@ -325,6 +552,7 @@ fn revoking_the_session_releases_everything_in_the_same_revision() {
             released_token: token,
             next: None,
             session_revoked: Some(holder),
+            fenced: false,
         }
     );
     assert!(
@@ -552,12 +780,13 @@ fn deny_roles_reasons_and_bounds() {
     };
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "k", false));
+    let token_j = granted(w.acquire(holder, "j", false));
     request_id(w.request(&alice(), "k", token, false));
     assert_eq!(
-        w.request(&bob(), "k", token, false),
+        w.request(&bob(), "j", token_j, false),
         Err(LockError::TooManyForceReleases { max: 1 })
     );
-    assert_eq!(w.sm.revision(), Revision(4));
+    assert_eq!(w.sm.revision(), Revision(5));
 }
 
 mod random {
@@ -687,15 +916,31 @@ mod random {
                     Command::ApproveForceRelease { id, .. } => w.sm.force_release_request(*id).cloned(),
                     _ => None,
                 };
+                let fenced_before = pending.as_ref().map(|r| w.sm.class_of(&r.namespace, &r.key).fenced);
+                let approvable_before: Vec<_> = w.sm.force_releases_at(Instant::from_millis(w.now)).into_iter().filter(|p| !p.holder_changed && p.fenced_now == p.request.fenced).map(|p| p.request).collect();
                 let outcome = w.apply(command.clone());
                 match (&outcome, &command) {
-                    (Ok(Reply::ForceReleaseRequested { id, .. }), _) => requests.push(*id),
-                    (Ok(Reply::ForceReleaseApproved { floor, released_token, next, session_revoked }), Command::ApproveForceRelease { actor, acknowledged_fenced, .. }) => {
+                    (Ok(Reply::ForceReleaseRequested { id, .. }), Command::RequestForceRelease { key, .. }) => {
+                        // Never two approvable requests for one hold.
+                        prop_assert!(!approvable_before.iter().any(|r| &r.key == key), "{:?} pending", approvable_before);
+                        requests.push(*id);
+                    }
+                    (Ok(Reply::ForceReleaseApproved { floor, released_token, next, session_revoked, fenced }), Command::ApproveForceRelease { actor, acknowledged_fenced, .. }) => {
                         let request = pending.expect("approved a pending request");
                         // Two people, the right roles, the fenced flag acknowledged.
                         prop_assert_ne!(&actor.principal, &request.requester);
                         prop_assert!(actor.has_any(picket_core::locks::FORCE_RELEASE_ROLES));
                         prop_assert_eq!(*acknowledged_fenced, request.fenced);
+                        // ... and the class was of that kind at the release, as the audit says.
+                        prop_assert_eq!(*fenced, request.fenced);
+                        prop_assert_eq!(fenced_before, Some(request.fenced));
+                        let record = w.sm.audit(&AuditQuery { revision_min: *floor, ..AuditQuery::default() });
+                        prop_assert!(record.records.iter().any(|r| r.action == AuditAction::ForceReleaseApproved && r.fenced == Some(*fenced) && r.floor == Some(*floor)));
+                        // A holder that keeps its session is told through its keepalives.
+                        if session_revoked.is_none() {
+                            let lost = w.sm.holds_lost(request.holder);
+                            prop_assert!(lost.last().is_some_and(|l| l.token == *released_token && l.revision == *floor));
+                        }
                         // The floor is this revision, above the released token; the next holder's token is the floor.
                         prop_assert_eq!(*floor, w.sm.revision());
                         prop_assert!(released_token.0 < floor.0);

@@ -444,6 +444,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 namespace: Some("orders".into()),
                 key_prefix: "invoice/".into(),
                 from_revision: 1,
+                from_now: false,
             }
             .encode_to_vec(),
         ),

@@ -84,15 +84,24 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         E::FencedNotAcknowledged { .. } => (Code::FailedPrecondition, "fenced_not_acknowledged"),
         E::TokenMismatch { .. } => (Code::Aborted, "token_mismatch"),
         E::HolderChanged { .. } => (Code::Aborted, "holder_changed"),
+        E::ClassKindChanged { .. } => (Code::Aborted, "class_kind_changed"),
+        E::ForceReleasePending { .. } => (Code::AlreadyExists, "force_release_pending"),
     }
 }
 
 impl From<&LockError> for proto::ErrorDetail {
     fn from(error: &LockError) -> proto::ErrorDetail {
         let (_, rule) = lock_error_code(error);
+        let force_release_id = match error {
+            LockError::ForceReleasePending { id, .. } | LockError::ClassKindChanged { id, .. } => {
+                Some(id.0)
+            }
+            _ => None,
+        };
         proto::ErrorDetail {
             rule: rule.to_owned(),
             message: error.to_string(),
+            force_release_id,
             ..proto::ErrorDetail::default()
         }
     }
@@ -210,6 +219,7 @@ pub fn keepalive_answer(
         ttl_ms,
         lost,
         error: None,
+        lost_holds: Vec::new(),
     };
     match result {
         Ok(ttl_ms) => Ok(answer(ttl_ms, false)),
@@ -252,6 +262,7 @@ pub fn keepalive_refused(
         ttl_ms: 0,
         lost: false,
         error: Some(error),
+        lost_holds: Vec::new(),
     }
 }
 

@@ -392,6 +392,7 @@ fn admin_request_rules() {
         namespace: Some("BAD".into()),
         key_prefix: String::new(),
         from_revision: 0,
+        ..Default::default()
     })
     .unwrap_err();
     assert_refused(error, "watch.namespace", "[a-z0-9]");

@@ -56,6 +56,7 @@ impl Lock for Toy {
                 ttl_ms: 10_000,
                 lost: false,
                 error: None,
+                ..proto::KeepAliveResponse::default()
             })
         });
         Ok(Response::new(Box::pin(answers)))
@@ -171,6 +172,7 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
             namespace: Some("orders".into()),
             key_prefix: String::new(),
             from_revision: 10,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::locks::{
-    AcquireReply, Command, EventKind, LockError, LockSnapshot, Outcome, Reply, Revision, SessionId,
-    SessionProof, WatchError, WatchFilter, WatchPage,
+    AcquireReply, Command, EventKind, LockError, LockSnapshot, LostHold, Outcome, Reply, Revision,
+    SessionId, SessionProof, WatchError, WatchFilter, WatchPage,
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeCommand, ProposalId, Query};
 use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
@@ -90,11 +90,12 @@ pub enum Request {
         wait_ms: u64,
         reply: Reply1<Answered>,
     },
-    /// A keepalive of a caller that presented `proof` (checked against the applied state).
+    /// A keepalive of a caller that presented `proof` (checked against the applied state):
+    /// answers the TTL and the holds the session lost to force-release (for its client).
     KeepAlive {
         session: SessionId,
         proof: SessionProof,
-        reply: oneshot::Sender<Result<u64, KeepAliveError>>,
+        reply: oneshot::Sender<Result<(u64, Vec<LostHold>), KeepAliveError>>,
     },
     /// A read: linearizable (read-index on the leader) unless `stale`.
     Read {
@@ -472,7 +473,9 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 proof,
                 reply,
             } => {
-                let _ = reply.send(self.node.keepalive(now, session, &proof));
+                let answer = self.node.keepalive(now, session, &proof);
+                let answer = answer.map(|ttl| (ttl, self.node.state().holds_lost(session)));
+                let _ = reply.send(answer);
             }
             Request::Read {
                 query,

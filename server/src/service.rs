@@ -102,8 +102,8 @@ impl Api {
         Ok(match answer {
             Answer::ForceReleases(requests) => requests
                 .into_iter()
-                .find(|r| r.id.0 == id)
-                .map(|r| r.namespace),
+                .find(|r| r.request.id.0 == id)
+                .map(|r| r.request.namespace),
             _ => None,
         })
     }
@@ -214,7 +214,15 @@ impl proto::lock_server::Lock for LockService {
                         .await
                     {
                         Ok(result) => {
+                            let (result, lost) = match result {
+                                Ok((ttl, lost)) => (Ok(ttl), lost),
+                                Err(error) => (Err(error), Vec::new()),
+                            };
                             keepalive_answer(ka.session, ka.seq, result, |n| driver.endpoint_of(n))
+                                .map(|mut answer| {
+                                    answer.lost_holds = lost.into_iter().map(Into::into).collect();
+                                    answer
+                                })
                         }
                         Err(status) => Err(status),
                     },
@@ -278,6 +286,18 @@ impl proto::lock_server::Lock for LockService {
             let _slot = slot;
             let mut applied = driver.applied();
             let mut from = start.from;
+            if start.from_now {
+                // Only what happens from now on; the empty first page tells the client where
+                // it is, so a reconnect resumes there instead of "now" again.
+                from = Revision(applied.borrow_and_update().0 + 1);
+                let here = proto::WatchResponse {
+                    events: Vec::new(),
+                    resume_from: from.0,
+                };
+                if tx.send(Ok(here)).await.is_err() {
+                    return;
+                }
+            }
             loop {
                 let filter = start.filter.clone();
                 let page = driver

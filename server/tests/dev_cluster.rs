@@ -37,6 +37,7 @@ async fn watch_streams_the_lock_log_and_resumes() {
             namespace: Some(NS.into()),
             key_prefix: "a/".into(),
             from_revision: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -60,6 +61,7 @@ async fn watch_streams_the_lock_log_and_resumes() {
             namespace: Some(NS.into()),
             key_prefix: "a/".into(),
             from_revision: page.resume_from,
+            ..Default::default()
         })
         .await
         .unwrap()

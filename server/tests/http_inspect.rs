@@ -81,6 +81,7 @@ fn key_info() -> KeyInfo {
             holder: SessionId(7),
             token: Token(41),
             requester: "alice".to_owned(),
+            requester_roles: Default::default(),
             reason: "INC-123 holder stuck".to_owned(),
             revoke_session: true,
             fenced: true,

@@ -739,3 +739,291 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
     // The warning is recorded: the audit trail says the class was advisory.
     assert_audit(&cluster, &alice, KEY, false, reason).await;
 }
+
+/// A process's state letter from `/proc/PID/stat` (`None`: gone).
+fn process_state(pid: u64) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let end = stat.rfind(')')?;
+    stat[end + 1..].split_whitespace().next().map(str::to_owned)
+}
+
+/// Gone, or a zombie nobody has reaped yet: either way it runs no more.
+fn process_gone(pid: u64) -> bool {
+    process_state(pid).is_none_or(|state| state == "Z")
+}
+
+/// Starts `picketctl lock NS KEY --ttl-ms 3000 --name NAME -- sh -c 'sleep 601 & ...; wait'` as
+/// the service `svc-NAME`; answers the process, its JSON lines, the command's pid (as printed in
+/// the `acquired` event) and the pid of the `sleep` the command left in its group.
+async fn picketctl_lock_holder(
+    cluster: &OidcCluster,
+    key: &str,
+    name: &str,
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<Value>,
+    u64,
+    u64,
+) {
+    let svc = cluster.token(&format!("svc-{name}"), &[]);
+    let sleep_file = cluster.dir.path().join(format!("{name}.sleep"));
+    let script = format!("sleep 601 & echo $! > {}; wait", sleep_file.display());
+    let (child, mut lines) = cluster.picketctl_stream(
+        Some(&svc),
+        &[
+            "lock", NS, key, "--ttl-ms", "3000", "--name", name, "--", "sh", "-c", &script,
+        ],
+    );
+    let acquired = tokio::time::timeout(STEP, lines.recv())
+        .await
+        .expect("picketctl lock takes the free key")
+        .expect("picketctl lock runs");
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    let pid = acquired["pid"].as_u64().expect("the command's pid");
+    let sleep_pid = eventually(STEP, "the command started its sleep", || {
+        let sleep_file = sleep_file.clone();
+        async move {
+            std::fs::read_to_string(sleep_file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        }
+    })
+    .await;
+    (child, lines, pid, sleep_pid)
+}
+
+/// Issue 16, findings 2, 3 and 6 on the runbook's path (docs/runbooks/stuck-lock.md, steps 1
+/// and 4-6), with a `picketctl lock` holder: the watch starts now and says who; a force-release
+/// without revocation says what the holder will and will not learn and still stops the
+/// holder's command (its whole group); a second request is refused naming the first; a class
+/// changed from fenced to advisory refuses the approval naming both kinds, the list marks the
+/// request, and a new request shows the new kind; the audit text shows time, kind at release,
+/// both people with roles, floor, next holder and revocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools_say_what_is_current(
+) {
+    const KEY: &str = "batch/9";
+    let cluster = OidcCluster::start();
+    cluster.leader(STEP).await;
+    put_class(&cluster, true).await;
+    let alice = cluster.token("alice", &["picket-operator"]);
+    let bob = cluster.token("bob", &["picket-operator"]);
+    let carol = cluster.token("carol", &["picket-admin"]);
+    let dave = cluster.token("dave", &["picket-incident-commander"]);
+
+    // Step 1 (look, watch): the watch starts at the current revision (no history replayed).
+    let (_watch, mut events) = cluster.picketctl_stream(Some(&alice), &["watch", NS, KEY]);
+    let (mut holder, mut holder_lines, pid, sleep_pid) =
+        picketctl_lock_holder(&cluster, KEY, "nightly-batch").await;
+    let observer = service(&cluster, "observer", "ops-1");
+    let (granted_tx, mut granted_rx) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(FencingGate::new(16));
+    let waiters = queue_waiters(&cluster, &observer, KEY, &["waiter-1"], &gate, &granted_tx).await;
+    let granted = tokio::time::timeout(STEP, events.recv())
+        .await
+        .expect("the watch shows the grant")
+        .unwrap();
+    assert_eq!(granted["kind"], "granted", "{granted}");
+    assert_eq!(granted["identity"]["name"], "nightly-batch", "{granted}");
+    assert_eq!(granted["identity"]["pid"], pid, "{granted}");
+    assert!(
+        granted["time"].as_str().unwrap().ends_with('Z'),
+        "{granted}"
+    );
+    // inspect names the command (its pid, its --name): the process the runbook says to kill.
+    let shown = cluster
+        .picketctl_text(Some(&alice), &["inspect", NS, KEY])
+        .await;
+    assert!(
+        shown.contains("nightly-batch@") && shown.contains(&format!("pid {pid}")),
+        "{shown}"
+    );
+    let token = inspect(&observer, KEY).await.holder.unwrap().token;
+
+    // Step 4: a request without --revoke-session says what the holder will and will not learn.
+    let token_arg = token.to_string();
+    let reason = "INC-9: nightly batch hung";
+    let request = [
+        "force-release",
+        "request",
+        NS,
+        KEY,
+        "--token",
+        &token_arg,
+        "--reason",
+        reason,
+    ];
+    let text = cluster.picketctl_text(Some(&alice), &request).await;
+    for part in ["WITHOUT --revoke-session", "learns NOTHING", "FENCED"] {
+        assert!(text.contains(part), "request lacks {part:?}:\n{text}");
+    }
+    let listed = cluster
+        .picketctl(Some(&bob), &["force-release", "list"])
+        .await
+        .ok();
+    let first = listed["requests"][0]["id"].as_u64().unwrap();
+    assert_eq!(
+        listed["requests"][0]["requester_roles"], "on-call",
+        "{listed}"
+    );
+    // A second request for the same hold is refused, naming the pending one.
+    let (rule, error) = cluster.picketctl(Some(&dave), &request).await.refused(1);
+    assert_eq!(rule, "force_release_pending", "{error}");
+    assert!(
+        error.contains(&format!("request fr{first} pending"))
+            && error.contains(&format!("approve {first}")),
+        "{error}"
+    );
+
+    // The class owner makes the class advisory while the request waits.
+    let mut advisory = vec![
+        "classes",
+        "put",
+        NS,
+        "--name",
+        "ledger",
+        "--ttl-ms-default",
+        "3000",
+        "--ttl-ms-max",
+        "10000",
+    ];
+    advisory.extend(["--hold-ms-max-expected", "2000", "--runbook-url", RUNBOOK]);
+    cluster.picketctl(Some(&carol), &advisory).await.ok();
+    // Step 5: the approval is refused, naming both kinds, whatever it acknowledges.
+    let first_arg = first.to_string();
+    for ack in ["fenced", "advisory"] {
+        let (rule, error) = cluster
+            .picketctl(
+                Some(&bob),
+                &["force-release", "approve", &first_arg, "--ack", ack],
+            )
+            .await
+            .refused(2);
+        assert_eq!(rule, "refused_by_picketctl", "{error}");
+        assert!(
+            error.contains("was requested when its class was fenced; the class is advisory now"),
+            "{error}"
+        );
+    }
+    let listed = cluster
+        .picketctl(Some(&bob), &["force-release", "list"])
+        .await
+        .ok();
+    assert_eq!(listed["requests"][0]["fenced_now"], false, "{listed}");
+    let text = cluster
+        .picketctl_text(Some(&bob), &["force-release", "list"])
+        .await;
+    assert!(text.contains("STALE: the class is advisory now"), "{text}");
+    // A new request (the stale one does not block it) shows the new kind.
+    let requested = cluster.picketctl(Some(&alice), &request).await.ok();
+    assert_eq!(requested["fenced"], false, "{requested}");
+    let second = requested["force_release_id"].as_u64().unwrap().to_string();
+    let approved = cluster
+        .picketctl(
+            Some(&dave),
+            &["force-release", "approve", &second, "--ack", "advisory"],
+        )
+        .await
+        .ok();
+    assert_eq!(approved["fenced"], false, "{approved}");
+    assert!(approved["session_revoked"].is_null(), "{approved}");
+    assert!(
+        approved["holder_learns"]
+            .as_str()
+            .unwrap()
+            .contains("learns NOTHING"),
+        "{approved}"
+    );
+    let floor = approved["floor"].as_u64().unwrap();
+
+    // The holder learns at its next keepalive: picketctl stops the command's whole group,
+    // says so, and exits 3 (lock lost).
+    let lost = tokio::time::timeout(STEP, holder_lines.recv())
+        .await
+        .expect("picketctl reports the loss")
+        .unwrap();
+    assert_eq!(lost["event"], "lost", "{lost}");
+    assert!(
+        lost["reason"].as_str().unwrap().contains("force-released"),
+        "{lost}"
+    );
+    let status = tokio::time::timeout(STEP, holder.wait())
+        .await
+        .expect("picketctl exits")
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "lock lost");
+    eventually(STEP, "the command's sleep stopped with it", || async move {
+        process_gone(sleep_pid).then_some(())
+    })
+    .await;
+    assert!(process_gone(pid));
+    let (index, session, next) = tokio::time::timeout(STEP, granted_rx.recv())
+        .await
+        .expect("the waiter is granted")
+        .unwrap();
+    assert_eq!((index, session, next.0), (1, waiters[0], floor));
+
+    // Step 6: the audit text says what happened, in full.
+    let audit = cluster
+        .picketctl_text(Some(&alice), &["audit", "--namespace", NS, "--key", KEY])
+        .await;
+    let line = audit
+        .lines()
+        .find(|l| l.contains("force-release approved"))
+        .unwrap_or_else(|| panic!("no approval in:\n{audit}"));
+    for part in [
+        "Z force-release approved",
+        "by dave (incident-commander)",
+        "requested by alice (on-call)",
+        "advisory",
+        &format!("floor {floor}"),
+        &format!("next holder session {} token {floor}", waiters[0]),
+        "revoke session: no",
+    ] {
+        assert!(line.contains(part), "audit lacks {part:?}:\n{line}");
+    }
+}
+
+/// Issue 16, finding 4 and runbook step 2 ("kill the holder"): `kill PID` of the pid `inspect`
+/// shows ends the command; picketctl stops the rest of its group, releases the lock at once
+/// (the waiter does not wait for a TTL) and exits with the command's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_pid_inspect_shows_stops_the_group_and_hands_the_lock_on() {
+    const KEY: &str = "batch/10";
+    let cluster = OidcCluster::start();
+    cluster.leader(STEP).await;
+    put_class(&cluster, true).await;
+    let alice = cluster.token("alice", &["picket-operator"]);
+    let (mut holder, _lines, pid, sleep_pid) =
+        picketctl_lock_holder(&cluster, KEY, "stuck-batch").await;
+    let shown = cluster
+        .picketctl(Some(&alice), &["inspect", NS, KEY])
+        .await
+        .ok();
+    assert_eq!(shown["holder"]["identity"]["pid"], pid, "{shown}");
+    let observer = service(&cluster, "observer", "ops-1");
+    let (granted_tx, mut granted_rx) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(FencingGate::new(16));
+    let waiters = queue_waiters(&cluster, &observer, KEY, &["waiter-1"], &gate, &granted_tx).await;
+    let killed = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(STEP, holder.wait())
+        .await
+        .expect("picketctl exits once its command is gone")
+        .unwrap();
+    assert_eq!(status.code(), Some(143), "the command's status (SIGTERM)");
+    eventually(STEP, "the sleep left in the group stopped", || async move {
+        process_gone(sleep_pid).then_some(())
+    })
+    .await;
+    let (_, session, _) = tokio::time::timeout(STEP, granted_rx.recv())
+        .await
+        .expect("the lock is handed on")
+        .unwrap();
+    assert_eq!(session, waiters[0]);
+}

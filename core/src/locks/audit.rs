@@ -2,8 +2,9 @@
 //! expiry, every session revocation and every class change. Bounded: the oldest records are
 //! dropped first, and a query says how far the trail was compacted.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
+use super::command::Role;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
 use crate::time::Instant;
 
@@ -31,11 +32,75 @@ pub struct AuditRecord {
     /// The key (for class changes: the class prefix).
     pub key: String,
     pub token: Option<Token>,
-    /// The class's fenced flag as shown to the operators.
+    /// The class's fenced flag: as shown to the operators for a request, a denial or an expiry;
+    /// the class's kind at the moment of the release for an approval (an approval is refused
+    /// when the kind changed since the request, so the two agree).
     pub fenced: Option<bool>,
     pub session: Option<SessionId>,
     pub request: Option<ForceReleaseId>,
     pub reason: String,
+    /// The actor's roles when they acted (empty: none, or a record written before roles were
+    /// kept).
+    pub actor_roles: BTreeSet<Role>,
+    /// Force-release records: who made the request and their roles then (`""`: other records,
+    /// or written before requesters were kept).
+    pub requester: String,
+    pub requester_roles: BTreeSet<Role>,
+    /// Approvals: the key's new floor (the approval's revision).
+    pub floor: Option<Revision>,
+    /// Approvals: the waiter granted in the same revision, if any.
+    pub next: Option<(SessionId, Token)>,
+    /// Force-release records: whether the holder's session is (to be) revoked.
+    pub revoke_session: Option<bool>,
+}
+
+impl AuditRecord {
+    /// A record with the required fields; the rest empty.
+    pub fn new(
+        revision: Revision,
+        time: Instant,
+        actor: String,
+        action: AuditAction,
+        namespace: String,
+        key: String,
+    ) -> AuditRecord {
+        AuditRecord {
+            revision,
+            time,
+            actor,
+            action,
+            namespace,
+            key,
+            token: None,
+            fenced: None,
+            session: None,
+            request: None,
+            reason: String::new(),
+            actor_roles: BTreeSet::new(),
+            requester: String::new(),
+            requester_roles: BTreeSet::new(),
+            floor: None,
+            next: None,
+            revoke_session: None,
+        }
+    }
+
+    /// The hold and request a force-release record is about.
+    pub(crate) fn about(
+        mut self,
+        token: Token,
+        fenced: bool,
+        session: SessionId,
+        request: ForceReleaseId,
+        reason: String,
+    ) -> AuditRecord {
+        self.token = Some(token);
+        self.fenced = Some(fenced);
+        self.session = Some(session);
+        self.request = Some(request);
+        self.reason = reason;
+        self
+    }
 }
 
 /// Which records to read.

@@ -260,17 +260,17 @@ impl LockStateMachine {
         verb: &str,
     ) {
         self.audit.push(AuditRecord {
-            revision: self.revision,
-            time: self.time,
-            actor: actor.principal.clone(),
-            action,
-            namespace: namespace.to_owned(),
-            key: class.prefix.clone(),
-            token: None,
             fenced: Some(class.fenced),
-            session: None,
-            request: None,
             reason: format!("class `{}` {verb}", class.name),
+            actor_roles: actor.roles.clone(),
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.principal.clone(),
+                action,
+                namespace.to_owned(),
+                class.prefix.clone(),
+            )
         });
         let kind = EventKind::ClassChanged {
             class: class.name.clone(),
@@ -278,7 +278,7 @@ impl LockStateMachine {
         };
         let (namespace, prefix) = (Arc::from(namespace), Arc::from(class.prefix.as_str()));
         self.watch
-            .push(self.revision, self.time, &namespace, &prefix, kind);
+            .push(self.revision, self.time, &namespace, &prefix, kind, None);
     }
 }
 

@@ -170,6 +170,8 @@ pub enum Reply {
         /// The waiter granted in the same revision, if any.
         next: Option<(SessionId, Token)>,
         session_revoked: Option<SessionId>,
+        /// The class's kind at the release (the request's, or the approval was refused).
+        fenced: bool,
     },
     ForceReleaseDenied,
 }

@@ -119,6 +119,21 @@ pub enum LockError {
         fenced: bool,
         acknowledged: bool,
     },
+    #[error("the class of `{namespace}/{key}` is {} now but was {} when request {id} was made: nobody approved what the release means now; deny it and make a new request, which shows the new kind", kind_word(*.fenced), kind_word(*.requested_fenced))]
+    ClassKindChanged {
+        id: ForceReleaseId,
+        namespace: String,
+        key: String,
+        requested_fenced: bool,
+        fenced: bool,
+    },
+    #[error("`{namespace}/{key}` already has force-release request {id} pending (by {requester}) for the same holder and token: approve or deny that one (picketctl force-release approve {})", .id.0)]
+    ForceReleasePending {
+        id: ForceReleaseId,
+        namespace: String,
+        key: String,
+        requester: String,
+    },
     #[error("the holder of `{namespace}/{key}` changed since request {id} (expected session {session} with {token}): make a new request")]
     HolderChanged {
         id: ForceReleaseId,
@@ -127,6 +142,14 @@ pub enum LockError {
         session: SessionId,
         token: Token,
     },
+}
+
+fn kind_word(fenced: bool) -> &'static str {
+    if fenced {
+        "fenced"
+    } else {
+        "advisory"
+    }
 }
 
 /// Why a watch cannot resume from the revision asked for.

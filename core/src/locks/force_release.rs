@@ -8,6 +8,7 @@
 //! whatever their roles: an incident commander approves in place of a second on-call, never alone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::audit::{AuditAction, AuditRecord};
 use super::class::{check_len, ClassSpec};
@@ -16,6 +17,7 @@ use super::error::LockError;
 use super::ids::{ForceReleaseId, SessionId, Token};
 use super::lock::HoldEnd;
 use super::names::{validate_key, validate_namespace};
+use super::session::LostHold;
 use super::watch::ReleaseCause;
 use super::LockStateMachine;
 use crate::time::Instant;
@@ -37,9 +39,12 @@ pub struct ForceReleaseRequest {
     pub holder: SessionId,
     pub token: Token,
     pub requester: String,
+    /// The requester's roles when they asked (empty in records written before roles were kept).
+    pub requester_roles: BTreeSet<Role>,
     pub reason: String,
     pub revoke_session: bool,
-    /// The class's fenced flag when the request was made; the approver must acknowledge it.
+    /// The class's fenced flag when the request was made. The approval is refused if the class's
+    /// kind is different when approved; the approver must acknowledge it.
     pub fenced: bool,
     pub safety: &'static str,
     /// Log time.
@@ -119,26 +124,46 @@ impl LockStateMachine {
                 current: hold.token,
             });
         }
+        let fenced = self.class_of(&namespace, &key).fenced;
+        // One approvable request per hold: a second one would let two approvers act on two
+        // different statements. A pending request whose holder, token or class kind changed can
+        // no longer be approved and does not block a new one.
+        let approvable = self.force_releases.pending.values().find(|r| {
+            r.namespace == namespace
+                && r.key == key
+                && r.holder == hold.session
+                && r.token == hold.token
+                && r.fenced == fenced
+        });
+        if let Some(pending) = approvable {
+            return Err(LockError::ForceReleasePending {
+                id: pending.id,
+                namespace,
+                key,
+                requester: pending.requester.clone(),
+            });
+        }
         let max = self.config.force_releases_pending_max;
         if self.force_releases.pending.len() >= max {
             return Err(LockError::TooManyForceReleases { max });
         }
-        let fenced = self.class_of(&namespace, &key).fenced;
         let safety = ClassSpec::safety_statement(fenced);
         let id = ForceReleaseId(self.revision.0);
         let expires_at = self.time.add_ms(self.config.force_release_ttl_ms);
         self.audit.push(AuditRecord {
-            revision: self.revision,
-            time: self.time,
-            actor: actor.principal.clone(),
-            action: AuditAction::ForceReleaseRequested,
-            namespace: namespace.clone(),
-            key: key.clone(),
-            token: Some(hold.token),
-            fenced: Some(fenced),
-            session: Some(hold.session),
-            request: Some(id),
-            reason: reason.clone(),
+            actor_roles: actor.roles.clone(),
+            requester: actor.principal.clone(),
+            requester_roles: actor.roles.clone(),
+            revoke_session: Some(revoke_session),
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.principal.clone(),
+                AuditAction::ForceReleaseRequested,
+                namespace.clone(),
+                key.clone(),
+            )
+            .about(hold.token, fenced, hold.session, id, reason.clone())
         });
         let request = ForceReleaseRequest {
             id,
@@ -147,6 +172,7 @@ impl LockStateMachine {
             holder: hold.session,
             token: hold.token,
             requester: actor.principal,
+            requester_roles: actor.roles,
             reason,
             revoke_session,
             fenced,
@@ -189,13 +215,6 @@ impl LockStateMachine {
                 principal: actor.principal,
             });
         }
-        if acknowledged_fenced != request.fenced {
-            return Err(LockError::FencedNotAcknowledged {
-                id,
-                fenced: request.fenced,
-                acknowledged: acknowledged_fenced,
-            });
-        }
         let current = self
             .namespaces
             .get(request.namespace.as_str())
@@ -211,8 +230,26 @@ impl LockStateMachine {
                 token: request.token,
             });
         }
+        // The kind that counts is the class's as it is now, at the moment of the release: a
+        // request made for a fenced lock says nothing true about an advisory one.
+        let fenced = self.class_of(&request.namespace, &request.key).fenced;
+        if fenced != request.fenced {
+            return Err(LockError::ClassKindChanged {
+                id,
+                namespace: request.namespace.clone(),
+                key: request.key.clone(),
+                requested_fenced: request.fenced,
+                fenced,
+            });
+        }
+        if acknowledged_fenced != fenced {
+            return Err(LockError::FencedNotAcknowledged {
+                id,
+                fenced,
+                acknowledged: acknowledged_fenced,
+            });
+        }
         let request = self.force_releases.remove(id);
-        self.audit_approval(&actor, &request);
         let (namespace, key) = (request.namespace.as_str(), request.key.as_str());
         let next = if request.revoke_session {
             let forced = Some((id, namespace, key));
@@ -226,30 +263,62 @@ impl LockStateMachine {
             let shared_key = self.sessions[&request.holder]
                 .held_key(namespace, key)
                 .expect("the holder was checked above");
-            self.end_hold(namespace, &shared_key, end, None)
-                .expect("no token expected")
+            let next = self
+                .end_hold(namespace, &shared_key, end, None, None)
+                .expect("no token expected");
+            // The session lives on: its client learns of the loss from its keepalive answers.
+            let lost = LostHold {
+                namespace: Arc::from(namespace),
+                key: shared_key,
+                token: request.token,
+                revision: self.revision,
+                request: id,
+            };
+            self.sessions
+                .get_mut(&request.holder)
+                .expect("the holder was checked above")
+                .note_hold_lost(lost);
+            next
         };
+        self.audit_approval(&actor, &request, fenced, next);
         Ok(Reply::ForceReleaseApproved {
             floor: self.revision,
             released_token: request.token,
             next,
             session_revoked: request.revoke_session.then_some(request.holder),
+            fenced,
         })
     }
 
-    fn audit_approval(&mut self, actor: &Actor, request: &ForceReleaseRequest) {
+    fn audit_approval(
+        &mut self,
+        actor: &Actor,
+        request: &ForceReleaseRequest,
+        fenced: bool,
+        next: Option<(SessionId, Token)>,
+    ) {
         let mut record = AuditRecord {
-            revision: self.revision,
-            time: self.time,
-            actor: actor.principal.clone(),
-            action: AuditAction::ForceReleaseApproved,
-            namespace: request.namespace.clone(),
-            key: request.key.clone(),
-            token: Some(request.token),
-            fenced: Some(request.fenced),
-            session: Some(request.holder),
-            request: Some(request.id),
-            reason: request.reason.clone(),
+            actor_roles: actor.roles.clone(),
+            requester: request.requester.clone(),
+            requester_roles: request.requester_roles.clone(),
+            floor: Some(self.revision),
+            next,
+            revoke_session: Some(request.revoke_session),
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.principal.clone(),
+                AuditAction::ForceReleaseApproved,
+                request.namespace.clone(),
+                request.key.clone(),
+            )
+            .about(
+                request.token,
+                fenced,
+                request.holder,
+                request.id,
+                request.reason.clone(),
+            )
         };
         self.audit.push(record.clone());
         if request.revoke_session {
@@ -278,17 +347,19 @@ impl LockStateMachine {
         check_reason(&reason)?;
         let request = self.force_releases.remove(id);
         self.audit.push(AuditRecord {
-            revision: self.revision,
-            time: self.time,
-            actor: actor.principal,
-            action: AuditAction::ForceReleaseDenied,
-            namespace: request.namespace,
-            key: request.key,
-            token: Some(request.token),
-            fenced: Some(request.fenced),
-            session: Some(request.holder),
-            request: Some(id),
-            reason,
+            actor_roles: actor.roles,
+            requester: request.requester,
+            requester_roles: request.requester_roles,
+            revoke_session: Some(request.revoke_session),
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.principal,
+                AuditAction::ForceReleaseDenied,
+                request.namespace,
+                request.key,
+            )
+            .about(request.token, request.fenced, request.holder, id, reason)
         });
         Ok(Reply::ForceReleaseDenied)
     }
@@ -301,18 +372,20 @@ impl LockStateMachine {
                 break;
             }
             let request = self.force_releases.remove(id);
+            let reason = format!("not approved by {expires_at}: {}", request.reason);
             self.audit.push(AuditRecord {
-                revision: self.revision,
-                time: self.time,
-                actor: String::new(),
-                action: AuditAction::ForceReleaseExpired,
-                namespace: request.namespace,
-                key: request.key,
-                token: Some(request.token),
-                fenced: Some(request.fenced),
-                session: Some(request.holder),
-                request: Some(id),
-                reason: format!("not approved by {expires_at}: {}", request.reason),
+                requester: request.requester,
+                requester_roles: request.requester_roles,
+                revoke_session: Some(request.revoke_session),
+                ..AuditRecord::new(
+                    self.revision,
+                    self.time,
+                    String::new(),
+                    AuditAction::ForceReleaseExpired,
+                    request.namespace,
+                    request.key,
+                )
+                .about(request.token, request.fenced, request.holder, id, reason)
             });
         }
     }

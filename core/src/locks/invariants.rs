@@ -223,6 +223,22 @@ impl LockStateMachine {
                 session.request_newest,
                 ids.last()
             );
+            ensure!(
+                session.holds_lost.len() <= super::session::HOLDS_LOST_PER_SESSION_MAX,
+                "session {id}: {} holds lost remembered, bound {}",
+                session.holds_lost.len(),
+                super::session::HOLDS_LOST_PER_SESSION_MAX
+            );
+            let lost: Vec<_> = session.holds_lost.iter().map(|l| l.revision).collect();
+            ensure!(
+                lost.windows(2).all(|w| w[0] < w[1]),
+                "session {id}: holds lost not in revision order: {lost:?}"
+            );
+            ensure!(
+                lost.last().is_none_or(|r| *r <= self.revision),
+                "session {id}: a hold lost after the current revision {}",
+                self.revision
+            );
         }
         Ok(())
     }

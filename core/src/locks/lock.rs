@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
-use super::command::{AcquireReply, Remembered, RememberedReply, Reply, RequestTarget};
+use super::command::{AcquireReply, Identity, Remembered, RememberedReply, Reply, RequestTarget};
 use super::config::LockConfig;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
@@ -92,8 +92,9 @@ pub(crate) fn emit(
     namespace: &Arc<str>,
     key: &Arc<str>,
     kind: EventKind,
+    identity: &Identity,
 ) {
-    watch.push(revision, time, namespace, key, kind);
+    watch.push(revision, time, namespace, key, kind, Some(identity.clone()));
 }
 
 impl LockStateMachine {
@@ -249,7 +250,16 @@ impl LockStateMachine {
         set_insert(&mut state.waits, &namespace, &key);
         state.holds_and_waits += 1;
         let kind = EventKind::Queued { session, position };
-        emit(&mut self.watch, revision, time, &namespace, &key, kind);
+        let identity = &state.identity;
+        emit(
+            &mut self.watch,
+            revision,
+            time,
+            &namespace,
+            &key,
+            kind,
+            identity,
+        );
         Ok(AcquireReply::Queued { position })
     }
 
@@ -284,7 +294,7 @@ impl LockStateMachine {
             });
         };
         let end = HoldEnd::Released(ReleaseCause::Released);
-        let next = match self.end_hold(&namespace, &shared_key, end, Some(token)) {
+        let next = match self.end_hold(&namespace, &shared_key, end, Some(token), None) {
             Ok(next) => next,
             Err(current) => {
                 return Err(LockError::WrongToken {
@@ -309,14 +319,16 @@ impl LockStateMachine {
 
     /// Ends the hold on `namespace/key` at this revision and hands the key to the first waiter
     /// (granted at this same revision), or drops the entry. The holder's session may already be
-    /// gone from the session table (closing, expiry, revocation). Returns the new holder, or,
-    /// if `expected` is not the holder's token, that token (and changes nothing).
+    /// gone from the session table (closing, expiry, revocation): `gone` is then its identity,
+    /// for the event. Returns the new holder, or, if `expected` is not the holder's token, that
+    /// token (and changes nothing).
     pub(crate) fn end_hold(
         &mut self,
         namespace: &str,
         key: &Arc<str>,
         end: HoldEnd,
         expected: Option<Token>,
+        gone: Option<&Identity>,
     ) -> Result<Option<(SessionId, Token)>, Token> {
         let (revision, time) = (self.revision, self.time);
         let ns_state = self
@@ -348,10 +360,14 @@ impl LockStateMachine {
         );
         let removed = holds_by_age.remove(&(hold.token, key.clone()));
         assert!(removed, "hold {} missing from the age index", hold.token);
-        if let Some(state) = self.sessions.get_mut(&hold.session) {
-            set_remove(&mut state.holds, &namespace, &key);
-            state.holds_and_waits -= 1;
-        }
+        let holder = match self.sessions.get_mut(&hold.session) {
+            Some(state) => {
+                set_remove(&mut state.holds, &namespace, &key);
+                state.holds_and_waits -= 1;
+                Some(state.identity.clone())
+            }
+            None => gone.cloned(),
+        };
         let kind = match end {
             HoldEnd::Released(cause) => EventKind::Released {
                 session: hold.session,
@@ -368,7 +384,8 @@ impl LockStateMachine {
                 session_revoked,
             },
         };
-        emit(&mut self.watch, revision, time, &namespace, &key, kind);
+        self.watch
+            .push(revision, time, &namespace, &key, kind, holder);
         let Some(waiter) = entry.waiters.pop_front() else {
             occupied.remove();
             if locks.is_empty() && classes.is_empty() {
@@ -401,6 +418,7 @@ impl LockStateMachine {
             &namespace,
             &key,
             EventKind::Granted { session, token },
+            &state.identity,
         );
         Ok(Some((session, token)))
     }
@@ -446,7 +464,16 @@ impl LockStateMachine {
                         session: *session,
                         cause,
                     };
-                    emit(&mut self.watch, revision, time, namespace, key, kind);
+                    let identity = &state.identity;
+                    emit(
+                        &mut self.watch,
+                        revision,
+                        time,
+                        namespace,
+                        key,
+                        kind,
+                        identity,
+                    );
                 }
             }
         }
@@ -462,7 +489,7 @@ impl LockStateMachine {
                         }
                         _ => HoldEnd::Released(cause),
                     };
-                    let ended = self.end_hold(namespace, key, end, None);
+                    let ended = self.end_hold(namespace, key, end, None, Some(&state.identity));
                     assert!(ended.is_ok(), "no token expected");
                 }
             }
@@ -525,6 +552,7 @@ fn grant(
         namespace,
         key,
         EventKind::Granted { session, token },
+        &state.identity,
     );
     let inserted = holds_by_age.insert((token, key.clone()));
     assert!(inserted, "`{key}` granted twice at {token}");

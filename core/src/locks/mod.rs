@@ -66,8 +66,8 @@ pub use owner::{
     is_authenticated, NotYours, SecretHash, SessionProof, SECRET_HASH_LEN,
     UNAUTHENTICATED_PRINCIPAL,
 };
-pub use query::{HoldInfo, KeyInfo, NamespaceHold, SessionInfo, WaiterInfo};
-pub use session::IDENTITY_FIELD_LEN_MAX;
+pub use query::{HoldInfo, KeyInfo, NamespaceHold, PendingForceRelease, SessionInfo, WaiterInfo};
+pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
     HoldSnapshot, LockSnapshot, LockSnapshotEntry, SessionSnapshot, SnapshotError, WaiterSnapshot,
 };

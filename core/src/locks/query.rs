@@ -71,6 +71,18 @@ pub struct KeyInfo {
     pub pending_force_releases: Vec<ForceReleaseRequest>,
 }
 
+/// A pending force-release request as listed at a moment: what changed since it was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingForceRelease {
+    pub request: ForceReleaseRequest,
+    /// The key's holder or token is no longer the one the request names (approval would fail
+    /// with `holder_changed`).
+    pub holder_changed: bool,
+    /// The class's kind now; when it differs from `request.fenced`, approval fails with
+    /// `class_kind_changed`.
+    pub fenced_now: bool,
+}
+
 /// A live session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -90,11 +102,12 @@ impl LockStateMachine {
         validate_key(key)?;
         let class = self.class_of(namespace, key).clone();
         let entry = self.entry(namespace, key);
+        let read_at = now.max(self.time);
         let pending_force_releases = self
             .force_releases
             .pending
             .values()
-            .filter(|r| r.namespace == namespace && r.key == key)
+            .filter(|r| r.namespace == namespace && r.key == key && read_at < r.expires_at)
             .cloned()
             .collect();
         let mut info = KeyInfo {
@@ -205,6 +218,16 @@ impl LockStateMachine {
         })
     }
 
+    /// The holds `session` lost to force-release without revocation, oldest first (at most
+    /// [`super::HOLDS_LOST_PER_SESSION_MAX`], the newest); empty for an unknown session. The
+    /// leader's keepalive answers carry them.
+    pub fn holds_lost(&self, id: SessionId) -> Vec<super::LostHold> {
+        self.sessions
+            .get(&id)
+            .map(|session| session.holds_lost.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The classes registered in a namespace, by prefix (the built-in default is not listed;
     /// see [`LockStateMachine::class_of`]).
     pub fn classes(&self, namespace: &str) -> Result<Vec<ClassSpec>, LockError> {
@@ -216,9 +239,34 @@ impl LockStateMachine {
             .unwrap_or_default())
     }
 
-    /// Pending force-release requests, oldest first.
+    /// Pending force-release requests, oldest first (the log's view: requests expire at the
+    /// next command applied at or after their deadline).
     pub fn force_release_requests(&self) -> impl Iterator<Item = &ForceReleaseRequest> {
         self.force_releases.pending.values()
+    }
+
+    /// The requests still approvable at `now`, oldest first, each marked with what changed since
+    /// it was made. Expiry applies at read time: a request whose deadline `now` (or log time) has
+    /// reached is not listed, although the log drops it only at its next command.
+    pub fn force_releases_at(&self, now: Instant) -> Vec<PendingForceRelease> {
+        let now = now.max(self.time);
+        self.force_releases
+            .pending
+            .values()
+            .filter(|request| now < request.expires_at)
+            .map(|request| {
+                let holder = self
+                    .entry(&request.namespace, &request.key)
+                    .map(|entry| entry.holder);
+                PendingForceRelease {
+                    holder_changed: holder.is_none_or(|hold| {
+                        hold.session != request.holder || hold.token != request.token
+                    }),
+                    fenced_now: self.class_of(&request.namespace, &request.key).fenced,
+                    request: request.clone(),
+                }
+            })
+            .collect()
     }
 
     pub fn force_release_request(&self, id: ForceReleaseId) -> Option<&ForceReleaseRequest> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::class::check_len;
 use super::command::{describe_request, Identity, Remembered, RememberedReply, Reply};
 use super::error::LockError;
-use super::ids::{RequestId, SessionId, Token};
+use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::owner::{check_proof, SecretHash, SessionProof};
 use super::watch::ReleaseCause;
 use super::LockStateMachine;
@@ -18,6 +18,25 @@ use crate::time::Instant;
 
 /// Longest identity field (name, host, principal), in bytes.
 pub const IDENTITY_FIELD_LEN_MAX: usize = 256;
+
+/// Holds lost to force-release remembered per session (the newest; older ones are dropped).
+/// Two-person releases are rare: a client keeping alive every `ttl / 3` sees each of them many
+/// times over before this many more could happen.
+pub const HOLDS_LOST_PER_SESSION_MAX: usize = 16;
+
+/// A hold a live session lost to a force-release without revocation. The session's keepalive
+/// answers carry its newest [`HOLDS_LOST_PER_SESSION_MAX`], so its client can end the guard of
+/// that token (it dedupes by namespace, key and token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostHold {
+    pub namespace: Arc<str>,
+    pub key: Arc<str>,
+    /// The token of the hold that was released.
+    pub token: Token,
+    /// The revision of the release (the key's new floor).
+    pub revision: Revision,
+    pub request: ForceReleaseId,
+}
 
 /// One live session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +59,9 @@ pub(crate) struct Session {
     /// Replies to the last `dedup_window` requests applied without error, oldest first, ids
     /// strictly increasing.
     pub replies: VecDeque<Remembered>,
+    /// Holds this session lost to force-release, oldest first (revisions strictly increasing),
+    /// at most [`HOLDS_LOST_PER_SESSION_MAX`].
+    pub holds_lost: VecDeque<LostHold>,
 }
 
 /// What a request id means for a session.
@@ -71,7 +93,24 @@ impl Session {
             holds_and_waits: 0,
             request_newest: None,
             replies: VecDeque::new(),
+            holds_lost: VecDeque::new(),
         }
+    }
+
+    /// Remembers a hold lost to force-release (the oldest is dropped at the bound).
+    pub fn note_hold_lost(&mut self, lost: LostHold) {
+        if let Some(last) = self.holds_lost.back() {
+            assert!(
+                lost.revision > last.revision,
+                "hold lost at {} after {}",
+                lost.revision,
+                last.revision
+            );
+        }
+        if self.holds_lost.len() == HOLDS_LOST_PER_SESSION_MAX {
+            self.holds_lost.pop_front();
+        }
+        self.holds_lost.push_back(lost);
     }
 
     /// What `request`, a command of `kind` on `namespace/key` (releasing `token`), is.

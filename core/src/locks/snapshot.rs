@@ -17,7 +17,7 @@ use super::ids::{RequestId, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SecretHash;
-use super::session::{set_insert, validate_identity, Session};
+use super::session::{set_insert, validate_identity, LostHold, Session};
 use super::watch::{Event, WatchLog};
 use super::LockStateMachine;
 use crate::time::Instant;
@@ -52,6 +52,8 @@ pub struct SessionSnapshot {
     pub created_at: Instant,
     pub request_newest: Option<RequestId>,
     pub replies: Vec<Remembered>,
+    /// Oldest first (empty in snapshots written before holds lost were kept).
+    pub holds_lost: Vec<LostHold>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +103,7 @@ impl LockStateMachine {
                 created_at: s.created_at,
                 request_newest: s.request_newest,
                 replies: s.replies.iter().cloned().collect(),
+                holds_lost: s.holds_lost.iter().cloned().collect(),
             })
             .collect();
         let mut locks = Vec::new();
@@ -158,6 +161,7 @@ impl LockStateMachine {
             let mut session = Session::new(s.identity, s.secret_hash, s.ttl_ms, s.created_at);
             session.request_newest = s.request_newest;
             session.replies = VecDeque::from(s.replies);
+            session.holds_lost = VecDeque::from(s.holds_lost);
             if sm.sessions.insert(s.id, session).is_some() {
                 return Err(bad(format!("session {} listed twice", s.id)));
             }

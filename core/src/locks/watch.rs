@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::command::Identity;
 use super::error::WatchError;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
 use crate::time::Instant;
@@ -67,6 +68,9 @@ pub struct Event {
     pub namespace: Arc<str>,
     pub key: Arc<str>,
     pub kind: EventKind,
+    /// Who the session the event is about said it was, at the event (`None` for class changes,
+    /// and for events recorded before identities were kept).
+    pub identity: Option<Identity>,
 }
 
 /// Which events a watcher wants.
@@ -122,6 +126,7 @@ impl WatchLog {
         namespace: &Arc<str>,
         key: &Arc<str>,
         kind: EventKind,
+        identity: Option<Identity>,
     ) {
         if let Some(last) = self.events.back() {
             assert!(
@@ -140,6 +145,7 @@ impl WatchLog {
             namespace: namespace.clone(),
             key: key.clone(),
             kind,
+            identity,
         });
     }
 

@@ -1,8 +1,8 @@
 //! Read-only queries through the Node: linearizable (read-index) or local (possibly stale).
 
 use crate::locks::{
-    AuditPage, AuditQuery, ClassSpec, ForceReleaseRequest, HoldInfo, KeyInfo, LockError,
-    LockStateMachine, SessionInfo,
+    AuditPage, AuditQuery, ClassSpec, HoldInfo, KeyInfo, LockError, LockStateMachine,
+    PendingForceRelease, SessionInfo,
 };
 use crate::time::Instant;
 
@@ -29,7 +29,8 @@ pub enum Answer {
     Sessions(Vec<SessionInfo>),
     Classes(Result<Vec<ClassSpec>, LockError>),
     Audit(AuditPage),
-    ForceReleases(Vec<ForceReleaseRequest>),
+    /// Still approvable at the read's time, oldest first.
+    ForceReleases(Vec<PendingForceRelease>),
 }
 
 fn fill(hold: &mut HoldInfo, leases: &Leases, now: Instant) {
@@ -68,8 +69,6 @@ pub(crate) fn answer(
         Query::Sessions => Answer::Sessions(sm.sessions().collect()),
         Query::Classes { namespace } => Answer::Classes(sm.classes(namespace)),
         Query::Audit(query) => Answer::Audit(sm.audit(query)),
-        Query::ForceReleases => {
-            Answer::ForceReleases(sm.force_release_requests().cloned().collect())
-        }
+        Query::ForceReleases => Answer::ForceReleases(sm.force_releases_at(now)),
     }
 }

@@ -111,7 +111,17 @@ impl Client {
             namespace: namespace.map(str::to_owned),
             key_prefix: key_prefix.to_owned(),
             resume_from: from_revision,
+            from_now: false,
             stream: None,
+        }
+    }
+
+    /// Follows the lock log from the revision applied when the stream opens: only what happens
+    /// from now on (after a reconnect, from where the stream broke).
+    pub fn watch_from_now(&self, namespace: Option<&str>, key_prefix: &str) -> Watcher {
+        Watcher {
+            from_now: true,
+            ..self.watch(namespace, key_prefix, 0)
         }
     }
 }
@@ -122,6 +132,8 @@ pub struct Watcher {
     namespace: Option<String>,
     key_prefix: String,
     resume_from: u64,
+    /// Start "now" while no page has said where the stream is.
+    from_now: bool,
     stream: Option<Streaming<proto::WatchResponse>>,
 }
 
@@ -160,6 +172,7 @@ impl Watcher {
             namespace: self.namespace.clone(),
             key_prefix: self.key_prefix.clone(),
             from_revision: self.resume_from,
+            from_now: self.from_now && self.resume_from == 0,
         };
         let timeout = self.cluster.config.rpc_timeout;
         let opened = self

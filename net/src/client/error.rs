@@ -29,6 +29,13 @@ pub enum LostReason {
     /// caller's principal is not the one that opened the session). The client stops claiming
     /// the session's locks at once; the server will expire the session.
     KeepAliveRefused { rule: String, message: String },
+    /// This lock (not the session, which lives on) was force-released by two operators without
+    /// revoking the session; the keepalive answers said so. Fires only the guard of that token.
+    ForceReleased {
+        /// The revision of the release: the key's floor, above this guard's token.
+        revision: u64,
+        force_release_id: u64,
+    },
 }
 
 impl fmt::Display for LostReason {
@@ -44,6 +51,10 @@ impl fmt::Display for LostReason {
             LostReason::KeepAliveRefused { rule, message } => {
                 write!(f, "the server refused the session's keepalive ({rule}): {message}")
             }
+            LostReason::ForceReleased { revision, force_release_id } => write!(
+                f,
+                "the lock was force-released by two operators (request {force_release_id}, revision {revision}); the session lives on but no longer holds it"
+            ),
         }
     }
 }
@@ -120,6 +131,14 @@ pub enum ClientError {
     /// The session is lost, and with it every lock it held.
     #[error("session {session_id} is lost: {reason}")]
     SessionLost { session_id: u64, reason: LostReason },
+    /// One lock of a live session is lost (force-released without revoking the session).
+    #[error("`{namespace}`/`{key}` (token {token}) is no longer held: {reason}")]
+    LockLost {
+        namespace: String,
+        key: String,
+        token: u64,
+        reason: LostReason,
+    },
     /// `try_lock` found the key held.
     #[error("`{namespace}`/`{key}` is held by session {holder_session_id} with token {token}")]
     Held {

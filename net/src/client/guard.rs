@@ -6,6 +6,7 @@ use picket_core::locks::Token;
 use tokio::sync::watch;
 
 use super::error::{ClientError, LostReason};
+use super::keepalive::HoldKey;
 use super::session::SessionInner;
 use crate::proto;
 
@@ -22,6 +23,8 @@ pub struct LockGuard {
     token: Token,
     /// Set once released (by `release`); a released guard does nothing on drop.
     released: bool,
+    /// This hold's loss signal: the session's loss, or a force-release of this token.
+    lost: watch::Receiver<Option<LostReason>>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -43,13 +46,21 @@ impl LockGuard {
         token: Token,
     ) -> LockGuard {
         assert!(token.0 > 0, "a grant's token is a revision, never 0");
+        let lost = session
+            .liveness
+            .watch_hold((namespace.to_owned(), key.to_owned(), token.0));
         LockGuard {
             session,
             namespace: namespace.to_owned(),
             key: key.to_owned(),
             token,
             released: false,
+            lost,
         }
+    }
+
+    fn hold_key(&self) -> HoldKey {
+        (self.namespace.clone(), self.key.clone(), self.token.0)
     }
 
     /// The fencing token: the revision of the grant. Rises strictly per key.
@@ -69,28 +80,57 @@ impl LockGuard {
         self.session.id
     }
 
-    /// Still held as far as this client can tell: the session is not lost and its keepalive
-    /// deadline (last acknowledged send + ttl) has not passed. Checked against the clock.
+    /// Still held as far as this client can tell: the session is not lost, its keepalive
+    /// deadline (last acknowledged send + ttl) has not passed (checked against the clock), and
+    /// no keepalive answer reported this hold force-released.
     pub fn is_held(&self) -> bool {
-        self.session.liveness.is_alive()
+        self.session.liveness.is_alive() && self.lost.borrow().is_none()
     }
 
-    /// Resolves when the lock is lost: its session is gone (server says lost, unknown session)
-    /// or its keepalive deadline passed. Select on it next to the critical section.
+    /// Resolves when the lock is lost: its session is gone (server says lost, unknown session),
+    /// its keepalive deadline passed, or a keepalive answer reported this hold force-released
+    /// ([`LostReason::ForceReleased`]; the session lives on). Select on it next to the critical
+    /// section.
     pub async fn lost(&self) -> LostReason {
-        self.session.lost().await
+        let mut own = self.lost.clone();
+        // The `Ref` wait_for answers must not live across an await: owned inside the block.
+        let forced = async move {
+            own.wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|reason| reason.clone())
+        };
+        tokio::select! {
+            reason = self.session.lost() => reason,
+            reason = forced => match reason {
+                Some(reason) => reason,
+                // The sender lives in the session's hold table while this guard exists.
+                None => self.session.lost().await,
+            },
+        }
     }
 
-    /// The loss signal as a watch channel (`None` while held).
+    /// The loss signal as a watch channel (`None` while held): the session's loss or this
+    /// hold's force-release.
     pub fn lost_signal(&self) -> watch::Receiver<Option<LostReason>> {
-        self.session.liveness.lost.subscribe()
+        self.lost.clone()
     }
 
     /// Releases the lock; answers the waiter granted next, if any.
     pub async fn release(mut self) -> Result<Option<proto::Grant>, ClientError> {
         self.released = true;
+        self.session.liveness.forget_hold(&self.hold_key());
         if let Some(error) = self.session.lost_error() {
             return Err(error);
+        }
+        let force_released = self.lost.borrow().clone();
+        if let Some(reason) = force_released {
+            return Err(ClientError::LockLost {
+                namespace: self.namespace.clone(),
+                key: self.key.clone(),
+                token: self.token.0,
+                reason,
+            });
         }
         let response = self
             .session
@@ -102,7 +142,11 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released || !self.session.liveness.is_alive() {
+        if self.released {
+            return;
+        }
+        self.session.liveness.forget_hold(&self.hold_key());
+        if !self.is_held() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

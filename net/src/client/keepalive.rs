@@ -8,7 +8,7 @@
 //! one unanswered for `rpc_timeout`, ends, or fails is reopened at the next replica (or at the
 //! leader a hint names). Whatever happens to the stream, the deadline watch fires on time.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,13 @@ use crate::status::error_detail;
 
 /// Keepalives in flight on one stream (unanswered); more means the stream is stuck.
 pub(crate) const KEEPALIVES_IN_FLIGHT_MAX: usize = 4;
+
+/// Holds reported lost remembered per session to dedupe the server's repeats (it sends its
+/// newest 16 in every answer); the oldest are forgotten first.
+const HOLDS_LOST_REMEMBERED_MAX: usize = 256;
+
+/// A hold of this session: namespace, key, token.
+pub(crate) type HoldKey = (String, String, u64);
 
 /// A renewal of a session the server acknowledged: the session's creation, then every
 /// acknowledged keepalive (see [`crate::client::Session::keepalive_acks`]).
@@ -66,6 +73,16 @@ pub(crate) struct Liveness {
     pub(crate) margin: Duration,
     /// The newest acknowledged renewal (a store without subscribers: no cost when unused).
     pub(crate) acks: watch::Sender<KeepAliveAck>,
+    /// The live guards' holds, each with its own loss signal (set by the session's loss or by
+    /// a force-release of that hold), and the holds the server reported lost (by revision of
+    /// the release, for dedup).
+    holds: Mutex<Holds>,
+}
+
+#[derive(Default)]
+struct Holds {
+    guards: BTreeMap<HoldKey, watch::Sender<Option<LostReason>>>,
+    lost: BTreeMap<HoldKey, LostReason>,
 }
 
 impl Liveness {
@@ -77,18 +94,80 @@ impl Liveness {
             ttl: created.ttl,
             margin: created.margin,
             acks: watch::channel(created).0,
+            holds: Mutex::new(Holds::default()),
         }
     }
 
-    /// Marks the session lost (first reason wins). Answers whether this call set it.
+    fn holds(&self) -> std::sync::MutexGuard<'_, Holds> {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the session lost (first reason wins), and with it every guard. Answers whether this
+    /// call set it.
     pub(crate) fn lose(&self, reason: LostReason) -> bool {
-        self.lost.send_if_modified(|current| {
+        let set = self.lost.send_if_modified(|current| {
             if current.is_some() {
                 return false;
             }
-            *current = Some(reason);
+            *current = Some(reason.clone());
             true
-        })
+        });
+        if set {
+            for signal in self.holds().guards.values() {
+                set_once(signal, &reason);
+            }
+        }
+        set
+    }
+
+    /// Registers a guard's hold; answers its loss signal (already set if the session or the
+    /// hold is lost).
+    pub(crate) fn watch_hold(&self, hold: HoldKey) -> watch::Receiver<Option<LostReason>> {
+        let mut holds = self.holds();
+        let already = holds
+            .lost
+            .get(&hold)
+            .cloned()
+            .or_else(|| self.lost_reason());
+        let signal = holds
+            .guards
+            .entry(hold)
+            .or_insert_with(|| watch::channel(None).0);
+        if let Some(reason) = already {
+            set_once(signal, &reason);
+        }
+        signal.subscribe()
+    }
+
+    /// The guard of `hold` is gone (released or dropped).
+    pub(crate) fn forget_hold(&self, hold: &HoldKey) {
+        self.holds().guards.remove(hold);
+    }
+
+    /// Notes the holds a keepalive answer says this session lost to force-release and fires the
+    /// signal of each matching guard (once: repeats are ignored).
+    pub(crate) fn note_holds_lost(&self, lost: &[proto::LostHold]) {
+        if lost.is_empty() {
+            return;
+        }
+        let mut holds = self.holds();
+        for hold in lost {
+            let key = (hold.namespace.clone(), hold.key.clone(), hold.token);
+            if holds.lost.contains_key(&key) {
+                continue;
+            }
+            let reason = LostReason::ForceReleased {
+                revision: hold.revision,
+                force_release_id: hold.force_release_id,
+            };
+            if let Some(signal) = holds.guards.get(&key) {
+                set_once(signal, &reason);
+            }
+            if holds.lost.len() >= HOLDS_LOST_REMEMBERED_MAX {
+                holds.lost.pop_first();
+            }
+            holds.lost.insert(key, reason);
+        }
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
@@ -128,6 +207,16 @@ impl Liveness {
             ttl_ms: super::cluster::millis(self.ttl),
         }
     }
+}
+
+fn set_once(signal: &watch::Sender<Option<LostReason>>, reason: &LostReason) {
+    signal.send_if_modified(|current| {
+        if current.is_some() {
+            return false;
+        }
+        *current = Some(reason.clone());
+        true
+    });
 }
 
 /// Runs until the session is lost (by any cause). Marks it lost when the deadline passes or the
@@ -256,6 +345,7 @@ async fn run_stream(
                         let (rule, message) = (error.rule, error.message);
                         return StreamEnd::Lost(LostReason::KeepAliveRefused { rule, message });
                     }
+                    liveness.note_holds_lost(&answer.lost_holds);
                     // Acknowledges `seq` and everything sent before it.
                     while let Some(&(sent_seq, sent_at)) = in_flight.front() {
                         if sent_seq > answer.seq {

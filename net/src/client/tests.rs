@@ -169,6 +169,47 @@ async fn the_lock_is_lost_when_the_server_says_the_session_is_gone() {
     ));
 }
 
+/// Issue 16, finding 3: a force-release without revocation never reached the holder's client.
+#[tokio::test]
+async fn a_force_release_reported_by_keepalives_ends_only_that_guard() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    let released = session.lock("orders", "a").await.unwrap();
+    let kept = session.lock("orders", "b").await.unwrap();
+    let mut signal = released.lost_signal();
+    state.lock().unwrap().force_release("a", 77);
+    let reason = tokio::time::timeout(Duration::from_secs(3), released.lost())
+        .await
+        .expect("lost within one keepalive interval");
+    let LostReason::ForceReleased {
+        revision,
+        force_release_id,
+    } = reason
+    else {
+        panic!("{reason:?}")
+    };
+    assert_eq!(force_release_id, 77);
+    assert!(revision > released.token().0);
+    assert!(!released.is_held());
+    assert!(signal.wait_for(Option::is_some).await.is_ok());
+    // The session and its other lock live on, through later answers repeating the report.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(session.is_alive());
+    assert!(kept.is_held());
+    assert!(kept.lost_signal().borrow().is_none());
+    let error = released.release().await.unwrap_err();
+    assert!(
+        matches!(&error, ClientError::LockLost { key, .. } if key == "a"),
+        "{error:?}"
+    );
+    kept.release().await.unwrap();
+    // A new grant of the same key (another token) is not taken for the lost one.
+    let again = session.lock("orders", "a").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(again.is_held());
+}
+
 #[tokio::test]
 async fn an_unknown_session_answer_loses_the_session() {
     let (state, endpoints) = fake::start(1, 0).await;

@@ -235,6 +235,8 @@ impl proto::ReleaseRequest {
 pub struct WatchStart {
     pub from: Revision,
     pub filter: WatchFilter,
+    /// Start after the revision applied when the stream opens (`from` ignored).
+    pub from_now: bool,
 }
 
 impl TryFrom<proto::WatchRequest> for WatchStart {
@@ -246,6 +248,7 @@ impl TryFrom<proto::WatchRequest> for WatchStart {
         validate_prefix(&v.key_prefix)
             .map_err(|e| ConvertError::new("watch.key_prefix", e.to_string()))?;
         Ok(WatchStart {
+            from_now: v.from_now,
             from: Revision(v.from_revision),
             filter: WatchFilter {
                 namespace: v.namespace,
@@ -553,11 +556,13 @@ impl TryFrom<Reply> for proto::ApproveForceReleaseResponse {
                 released_token,
                 next,
                 session_revoked,
+                fenced,
             } => Ok(proto::ApproveForceReleaseResponse {
                 floor: floor.0,
                 released_token: released_token.0,
                 next: grant_to_wire(next),
                 session_revoked: session_revoked.map(|s| s.0),
+                fenced,
             }),
             other => Err(wrong("ForceReleaseApproved", other)),
         }

@@ -318,11 +318,13 @@ impl From<Reply> for proto::Reply {
                 released_token,
                 next,
                 session_revoked,
+                fenced,
             } => pr::Kind::ForceReleaseApproved(pr::ForceReleaseApproved {
                 floor: floor.0,
                 released_token: released_token.0,
                 next: grant_to_wire(next),
                 session_revoked: session_revoked.map(|s| s.0),
+                fenced,
             }),
             Reply::ForceReleaseDenied => pr::Kind::ForceReleaseDenied(pr::ForceReleaseDenied {}),
         };
@@ -368,6 +370,7 @@ impl TryFrom<proto::Reply> for Reply {
                 released_token: Token(r.released_token),
                 next: grant_from_wire(r.next),
                 session_revoked: r.session_revoked.map(SessionId),
+                fenced: r.fenced,
             },
             pr::Kind::ForceReleaseDenied(_) => Reply::ForceReleaseDenied,
         })

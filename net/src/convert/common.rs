@@ -3,10 +3,11 @@
 
 use picket_core::locks::{
     Actor, AuditAction, AuditRecord, ClassSpec, Event, EventKind, ForceReleaseId,
-    ForceReleaseRequest, HoldInfo, Identity, KeyInfo, ReleaseCause, Revision, Role, SessionId,
-    Token, WaiterInfo,
+    ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LostHold, PendingForceRelease, ReleaseCause,
+    Revision, Role, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
+use std::collections::BTreeSet;
 
 use super::{each, from_usize, known_enum, nested, to_usize};
 use crate::error::ConvertError;
@@ -71,16 +72,64 @@ impl From<Actor> for proto::Actor {
 impl TryFrom<proto::Actor> for Actor {
     type Error = ConvertError;
     fn try_from(v: proto::Actor) -> Result<Self, ConvertError> {
-        let roles = v
-            .roles
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| role_from_wire(r, &format!("roles[{i}]")))
-            .collect::<Result<_, _>>()?;
         Ok(Actor {
             principal: v.principal,
-            roles,
+            roles: roles_from_wire(v.roles, "roles")?,
         })
+    }
+}
+
+/// A BTreeSet iterates in order: the encoding is canonical.
+pub(crate) fn roles_to_wire(roles: BTreeSet<Role>) -> Vec<i32> {
+    roles
+        .into_iter()
+        .map(|r| proto::Role::from(r) as i32)
+        .collect()
+}
+
+pub(crate) fn roles_from_wire(
+    roles: Vec<i32>,
+    field: &str,
+) -> Result<BTreeSet<Role>, ConvertError> {
+    roles
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| role_from_wire(r, &format!("{field}[{i}]")))
+        .collect()
+}
+
+impl From<LostHold> for proto::LostHold {
+    fn from(v: LostHold) -> Self {
+        proto::LostHold {
+            namespace: v.namespace.to_string(),
+            key: v.key.to_string(),
+            token: v.token.0,
+            revision: v.revision.0,
+            force_release_id: v.request.0,
+        }
+    }
+}
+
+impl TryFrom<proto::LostHold> for LostHold {
+    type Error = ConvertError;
+    fn try_from(v: proto::LostHold) -> Result<Self, ConvertError> {
+        Ok(LostHold {
+            namespace: v.namespace.into(),
+            key: v.key.into(),
+            token: Token(v.token),
+            revision: Revision(v.revision),
+            request: ForceReleaseId(v.force_release_id),
+        })
+    }
+}
+
+impl From<PendingForceRelease> for proto::ForceReleaseInfo {
+    fn from(v: PendingForceRelease) -> Self {
+        proto::ForceReleaseInfo {
+            holder_changed: v.holder_changed,
+            fenced_now: Some(v.fenced_now),
+            ..v.request.into()
+        }
     }
 }
 
@@ -192,6 +241,9 @@ impl From<ForceReleaseRequest> for proto::ForceReleaseInfo {
             safety: v.safety.to_owned(),
             requested_at_ms: v.requested_at.as_millis(),
             expires_at_ms: v.expires_at.as_millis(),
+            requester_roles: roles_to_wire(v.requester_roles),
+            holder_changed: false,
+            fenced_now: None,
         }
     }
 }
@@ -206,6 +258,7 @@ impl TryFrom<proto::ForceReleaseInfo> for ForceReleaseRequest {
             holder: SessionId(v.holder_session_id),
             token: Token(v.token),
             requester: v.requester,
+            requester_roles: roles_from_wire(v.requester_roles, "requester_roles")?,
             reason: v.reason,
             revoke_session: v.revoke_session,
             // The statement is a function of the flag: derived, so it is always the current text.
@@ -301,6 +354,12 @@ impl From<AuditRecord> for proto::AuditRecord {
             session_id: v.session.map(|s| s.0),
             force_release_id: v.request.map(|r| r.0),
             reason: v.reason,
+            actor_roles: roles_to_wire(v.actor_roles),
+            requester: v.requester,
+            requester_roles: roles_to_wire(v.requester_roles),
+            floor: v.floor.map(|f| f.0),
+            next: super::command::grant_to_wire(v.next),
+            revoke_session: v.revoke_session,
         }
     }
 }
@@ -320,6 +379,12 @@ impl TryFrom<proto::AuditRecord> for AuditRecord {
             session: v.session_id.map(SessionId),
             request: v.force_release_id.map(ForceReleaseId),
             reason: v.reason,
+            actor_roles: roles_from_wire(v.actor_roles, "actor_roles")?,
+            requester: v.requester,
+            requester_roles: roles_from_wire(v.requester_roles, "requester_roles")?,
+            floor: v.floor.map(Revision),
+            next: super::command::grant_from_wire(v.next),
+            revoke_session: v.revoke_session,
         })
     }
 }
@@ -433,6 +498,7 @@ impl From<Event> for proto::Event {
             namespace: v.namespace.to_string(),
             key: v.key.to_string(),
             kind: Some(v.kind.into()),
+            identity: v.identity.map(Into::into),
         }
     }
 }
@@ -446,6 +512,7 @@ impl TryFrom<proto::Event> for Event {
             kind: nested(v.kind, "kind")?,
             namespace: v.namespace.into(),
             key: v.key.into(),
+            identity: v.identity.map(Identity::try_from).transpose()?,
         })
     }
 }

@@ -71,6 +71,7 @@ impl From<SessionSnapshot> for proto::SessionRecord {
             request_newest: v.request_newest.map(|r| r.0),
             replies: v.replies.into_iter().map(remembered_to_wire).collect(),
             secret_hash: hash_to_wire(v.secret_hash),
+            holds_lost: v.holds_lost.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -134,6 +135,7 @@ impl TryFrom<proto::SessionRecord> for SessionSnapshot {
             created_at: Instant::from_millis(v.created_at_ms),
             request_newest: v.request_newest.map(RequestId),
             replies: each(v.replies, "replies")?,
+            holds_lost: each(v.holds_lost, "holds_lost")?,
         })
     }
 }

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockSnapshot, LockSnapshotEntry, ReleaseCause, Remembered, RememberedReply, Reply, RequestId,
-    RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof, SessionSnapshot, Token,
-    WaiterInfo, WaiterSnapshot,
+    LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply, Reply,
+    RequestId, RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof, SessionSnapshot,
+    Token, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -47,6 +47,22 @@ pub fn role() -> impl Strategy<Value = Role> {
         Just(Role::IncidentCommander),
         Just(Role::ClassAdmin)
     ]
+}
+
+pub fn roles() -> impl Strategy<Value = BTreeSet<Role>> {
+    vec(role(), 0..4).prop_map(|roles| roles.into_iter().collect())
+}
+
+pub fn lost_hold() -> impl Strategy<Value = LostHold> {
+    (text(), text(), token(), any::<u64>(), any::<u64>()).prop_map(
+        |(namespace, key, token, revision, request)| LostHold {
+            namespace: namespace.into(),
+            key: key.into(),
+            token,
+            revision: Revision(revision),
+            request: ForceReleaseId(request),
+        },
+    )
 }
 
 pub fn actor() -> impl Strategy<Value = Actor> {
@@ -204,14 +220,22 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                 expires_at,
             }
         }),
-        (any::<u64>(), token(), next(), option::of(session())).prop_map(
-            |(floor, released_token, next, session_revoked)| Reply::ForceReleaseApproved {
-                floor: Revision(floor),
-                released_token,
-                next,
-                session_revoked,
-            }
-        ),
+        (
+            any::<u64>(),
+            token(),
+            next(),
+            option::of(session()),
+            any::<bool>()
+        )
+            .prop_map(|(floor, released_token, next, session_revoked, fenced)| {
+                Reply::ForceReleaseApproved {
+                    floor: Revision(floor),
+                    released_token,
+                    next,
+                    session_revoked,
+                    fenced,
+                }
+            }),
         Just(Reply::ForceReleaseDenied),
     ]
 }
@@ -254,15 +278,22 @@ pub fn event() -> impl Strategy<Value = Event> {
         (text(), any::<bool>())
             .prop_map(|(class, removed)| EventKind::ClassChanged { class, removed }),
     ];
-    (any::<u64>(), instant(), text(), text(), kind).prop_map(
-        |(revision, time, namespace, key, kind)| Event {
+    (
+        any::<u64>(),
+        instant(),
+        text(),
+        text(),
+        kind,
+        option::of(identity()),
+    )
+        .prop_map(|(revision, time, namespace, key, kind, identity)| Event {
             revision: Revision(revision),
             time,
             namespace: namespace.into(),
             key: key.into(),
             kind,
-        },
-    )
+            identity,
+        })
 }
 
 fn audit_action() -> impl Strategy<Value = AuditAction> {
@@ -287,9 +318,17 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
             option::of(any::<bool>()),
         ),
         (option::of(session()), option::of(any::<u64>()), text()),
+        (roles(), text(), roles()),
+        (option::of(any::<u64>()), next(), option::of(any::<bool>())),
     )
         .prop_map(
-            |((revision, time, actor, action), (namespace, key, token, fenced), (s, r, reason))| {
+            |(
+                (revision, time, actor, action),
+                (namespace, key, token, fenced),
+                (s, r, reason),
+                (actor_roles, requester, requester_roles),
+                (floor, next, revoke_session),
+            )| {
                 AuditRecord {
                     revision: Revision(revision),
                     time,
@@ -302,6 +341,12 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     session: s,
                     request: r.map(ForceReleaseId),
                     reason,
+                    actor_roles,
+                    requester,
+                    requester_roles,
+                    floor: floor.map(Revision),
+                    next,
+                    revoke_session,
                 }
             },
         )
@@ -311,13 +356,13 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
     (
         (any::<u64>(), text(), text(), session(), token()),
         (text(), text(), any::<bool>(), any::<bool>()),
-        (instant(), instant()),
+        (instant(), instant(), roles()),
     )
         .prop_map(
             |(
                 (id, namespace, key, holder, token),
                 (requester, reason, revoke_session, fenced),
-                (requested_at, expires_at),
+                (requested_at, expires_at, requester_roles),
             )| ForceReleaseRequest {
                 id: ForceReleaseId(id),
                 namespace,
@@ -325,6 +370,7 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
                 holder,
                 token,
                 requester,
+                requester_roles,
                 reason,
                 revoke_session,
                 fenced,
@@ -441,11 +487,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 ),
                 0..3,
             ),
-            secret_hash(),
+            (secret_hash(), vec(lost_hold(), 0..3)),
         ),
     )
         .prop_map(
-            |((id, identity, ttl_ms, created_at), (newest, replies, secret_hash))| {
+            |((id, identity, ttl_ms, created_at), (newest, replies, (secret_hash, holds_lost)))| {
                 SessionSnapshot {
                     id,
                     identity,
@@ -461,6 +507,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                             target: target.map(|(namespace, key)| RequestTarget { namespace, key }),
                         })
                         .collect(),
+                    holds_lost,
                 }
             },
         );

@@ -9,7 +9,7 @@ use picket_net::secret::SessionSecret;
 use serde_json::json;
 
 use super::confirm::Confirm;
-use super::render::{self, fenced_words, Report};
+use super::render::{self, fenced_words, holder_learns, Report};
 use super::{Ack, ClassesAction, Command, CtlError, ForceRelease};
 
 pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlError> {
@@ -245,16 +245,19 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
                 "fenced": response.fenced,
                 "safety": response.safety,
                 "expires_at_ms": response.expires_at_ms,
+                "revoke_session": revoke_session,
+                "holder_learns": holder_learns(revoke_session),
                 "key": shown.json,
             });
             let mut human = shown.human;
             let _ = writeln!(
                 human,
-                "\nforce-release request #{id} recorded.\n{}\n{}\nA different person must approve it: \
+                "\nforce-release request #{id} recorded.\n{}\n{}\n{}\nA different person must approve it: \
                  picketctl force-release approve {id} (at a terminal: type `{kind}` when asked), \
                  or in a script: picketctl force-release approve {id} --ack {kind}",
                 fenced_words(response.fenced),
                 response.safety,
+                holder_learns(revoke_session),
                 id = response.force_release_id,
                 kind = Ack::from_fenced(response.fenced).word()
             );
@@ -318,15 +321,45 @@ pub async fn approve_with(
         )));
     };
     // The key as it is now (holder, token, age, queue, class), shown before the question.
-    let now = render::key_info(
-        &client
-            .inspect(proto::InspectRequest {
-                namespace: request.namespace.clone(),
-                key: request.key.clone(),
-                allow_stale: false,
-            })
-            .await?,
-    );
+    let info = client
+        .inspect(proto::InspectRequest {
+            namespace: request.namespace.clone(),
+            key: request.key.clone(),
+            allow_stale: false,
+        })
+        .await?;
+    let fenced_now = info.class.as_ref().map_or(request.fenced, |c| c.fenced);
+    let now = render::key_info(&info);
+    // What the approver is shown must be what is true now: a request made for another class
+    // kind, or for a hold that is gone, cannot be approved (the server refuses it too).
+    if fenced_now != request.fenced || request.fenced_now.is_some_and(|f| f != request.fenced) {
+        let (was, is) = (
+            Ack::from_fenced(request.fenced).word(),
+            Ack::from_fenced(fenced_now).word(),
+        );
+        return Err(CtlError::Refused(format!(
+            "{}\nforce-release #{id} of {}/{} was requested when its class was {was}; the class is \
+             {is} now:\n{}\nNothing was done. Deny it (picketctl force-release deny {id} --reason \
+             ...) and make a new request, which shows the class as it is.",
+            now.human,
+            request.namespace,
+            request.key,
+            fenced_words(fenced_now)
+        )));
+    }
+    if request.holder_changed {
+        return Err(CtlError::Refused(format!(
+            "{}\nforce-release #{id} names session {} with token {}, which no longer holds {}/{}. \
+             Nothing was done. Deny it and look again (picketctl inspect {} {}).",
+            now.human,
+            request.holder_session_id,
+            request.token,
+            request.namespace,
+            request.key,
+            request.namespace,
+            request.key
+        )));
+    }
     confirm.acknowledge(request, &now.human)?;
     let response = client
         .approve_force_release(proto::ApproveForceReleaseRequest {
@@ -335,26 +368,32 @@ pub async fn approve_with(
         })
         .await?;
     let next = response.next.as_ref();
+    // The kind at the release, as the server applied it (it refuses a changed one).
+    let fenced = response.fenced;
+    let safety = picket_core::locks::ClassSpec::safety_statement(fenced);
+    let session_revoked = response.session_revoked.is_some();
     let json = json!({
         "force_release_id": id,
-        "fenced": request.fenced,
-        "safety": request.safety,
+        "fenced": fenced,
+        "safety": safety,
         "floor": response.floor,
         "released_token": response.released_token,
         "next": next.map(|g| json!({"session_id": g.session_id, "token": g.token})),
         "session_revoked": response.session_revoked,
+        "holder_learns": holder_learns(session_revoked),
         "key_before": now.json,
     });
     let mut human = now.human;
     let _ = write!(
         human,
-        "\nforce-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n",
+        "\nforce-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n{}\n",
         request.namespace,
         request.key,
         response.released_token,
         response.floor,
-        fenced_words(request.fenced),
-        request.safety
+        fenced_words(fenced),
+        safety,
+        holder_learns(session_revoked)
     );
     if let Some(next) = next {
         let _ = writeln!(

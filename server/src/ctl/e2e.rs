@@ -249,3 +249,182 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
     assert_eq!(code, super::EXIT_LOCK_LOST);
     cluster.shutdown().await;
 }
+
+async fn holder_token(operator: &Client, key: &str) -> u64 {
+    loop {
+        let info = operator
+            .inspect(proto::InspectRequest {
+                namespace: NS.into(),
+                key: key.into(),
+                allow_stale: false,
+            })
+            .await
+            .unwrap();
+        if let Some(holder) = info.holder {
+            break holder.token;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads a pid the command wrote to `path`, waiting for it.
+async fn pid_in(path: &std::path::Path) -> i32 {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Gone, or a zombie waiting for whoever reaps it.
+fn process_gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+/// Issue 16, findings 3 and 4: a force-release without `--revoke-session` never reached
+/// `picketctl lock`, whose command kept writing; and on loss only the direct child was killed,
+/// so `sh -c 'sleep ...'` left `sleep` running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
+    let (cluster, leader) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sleep_file = dir.path().join("sleep");
+    let script = format!("sleep 601 & echo $! > {}; wait", sleep_file.display());
+    let command = cli(
+        &cluster,
+        &[
+            "lock", NS, "batch/3", "--ttl-ms", "3000", "--name", "nightly", "--", "sh", "-c",
+            &script,
+        ],
+    );
+    let running = tokio::spawn(super::execute(command));
+    let operator = client(&cluster, leader, "alice", "on-call");
+    let approver = client(&cluster, leader, "bob", "on-call");
+    let token = holder_token(&operator, "batch/3").await;
+    let sleep_pid = pid_in(&sleep_file).await;
+    // The identity names the command (its pid) and --name, not picketctl.
+    let info = operator
+        .inspect(proto::InspectRequest {
+            namespace: NS.into(),
+            key: "batch/3".into(),
+            allow_stale: false,
+        })
+        .await
+        .unwrap();
+    let identity = info.holder.unwrap().identity.unwrap();
+    assert_eq!(identity.name, "nightly");
+    assert_ne!(identity.pid, std::process::id(), "not picketctl's pid");
+    assert!(!process_gone(identity.pid as i32), "the command runs");
+    let requested = operator
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: NS.into(),
+            key: "batch/3".into(),
+            expected_token: token,
+            reason: "test: no revocation".into(),
+            revoke_session: false,
+        })
+        .await
+        .unwrap();
+    let report = approve(
+        &approver,
+        requested.force_release_id,
+        Some(Ack::from_fenced(requested.fenced)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        report.human.contains("WITHOUT --revoke-session"),
+        "{}",
+        report.human
+    );
+    let code = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("picketctl stops the command at the next keepalive")
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, super::EXIT_LOCK_LOST);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !process_gone(sleep_pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sleep {sleep_pid} outlived the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(process_gone(identity.pid as i32));
+    cluster.shutdown().await;
+}
+
+/// Issue 16, finding 5: a waiter that gave up stayed queued, and was later granted with nobody
+/// there; the class's default TTL was ignored (a class allowing at most 5 s made a plain
+/// `picketctl lock` fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
+    let (cluster, leader) = cluster().await;
+    let admin = client(&cluster, leader, "carol", "class-admin");
+    admin
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "short".into(),
+                prefix: "short/".into(),
+                fenced: true,
+                session_ttl_ms_default: 3_000,
+                session_ttl_ms_max: 5_000,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let holder = client(&cluster, leader, "svc", "");
+    let session = holder.create_session().await.unwrap();
+    let guard = session.lock(NS, "short/1").await.unwrap();
+    let command = cli(
+        &cluster,
+        &["lock", NS, "short/1", "--timeout", "1s", "--", "true"],
+    );
+    let started = tokio::time::Instant::now();
+    let error = super::execute(command).await.unwrap_err();
+    assert!(matches!(error, CtlError::TimedOut(_)), "{error}");
+    assert_eq!(error.exit(), super::EXIT_TIMED_OUT);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "bounded by --timeout"
+    );
+    let info = holder
+        .inspect(proto::InspectRequest {
+            namespace: NS.into(),
+            key: "short/1".into(),
+            allow_stale: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(info.queue_depth, 0, "the wait left the queue: {info:?}");
+    guard.release().await.unwrap();
+    // Without --ttl-ms the class's default (3 s, under its 5 s max) is used: the lock is taken.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ttl");
+    let script = format!("echo ok > {}", out.display());
+    let command = cli(
+        &cluster,
+        &["lock", NS, "short/1", "--", "sh", "-c", &script],
+    );
+    assert_eq!(super::execute(command).await.unwrap(), 0);
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "ok");
+    // Busy, with --no-wait, has its own exit status.
+    let _held = session.lock(NS, "short/1").await.unwrap();
+    let command = cli(
+        &cluster,
+        &["lock", NS, "short/1", "--no-wait", "--", "true"],
+    );
+    let error = super::execute(command).await.unwrap_err();
+    assert_eq!(error.exit(), super::EXIT_BUSY, "{error}");
+    cluster.shutdown().await;
+}

@@ -5,6 +5,7 @@
 //! timeouts). Output is for people by default and JSON with `--json` (one object per command;
 //! `watch` prints one object per event).
 
+mod child;
 mod commands;
 mod confirm;
 #[cfg(all(test, not(madsim)))]
@@ -26,14 +27,24 @@ pub const DEV_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
-/// Exit status: the cluster refused or could not be reached.
+/// Exit status: the cluster refused the request.
 pub const EXIT_ERROR: u8 = 1;
 /// Exit status: picketctl refused (bad arguments, a fenced class not acknowledged).
 pub const EXIT_REFUSED: u8 = 2;
-/// Exit status: the lock was lost while held (the command, if any, was killed).
+/// Exit status: the lock was lost while held (the command, if any, was stopped).
 pub const EXIT_LOCK_LOST: u8 = 3;
-/// Exit status: interrupted (ctrl-c); the lock was released.
+/// Exit status: `lock --timeout` passed before the grant (the wait left the queue).
+pub const EXIT_TIMED_OUT: u8 = 4;
+/// Exit status: `lock --no-wait` found the key held.
+pub const EXIT_BUSY: u8 = 5;
+/// Exit status: no replica answered within the retry budget.
+pub const EXIT_UNREACHABLE: u8 = 6;
+/// Exit status: SIGHUP; the command was stopped and the lock released.
+pub const EXIT_HANGUP: u8 = 129;
+/// Exit status: interrupted (SIGINT, ctrl-c); the command was stopped and the lock released.
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit status: SIGTERM; the command was stopped and the lock released.
+pub const EXIT_TERMINATED: u8 = 143;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,9 +54,11 @@ pub const EXIT_INTERRUPTED: u8 = 130;
     long_about = "Take locks and operate a Picket lock cluster.\n\n\
         With no flags picketctl talks to `picketd dev` (127.0.0.1:7401-7403). Any replica will do: \
         picketctl follows the leader.",
-    after_help = "Exit status: 0 ok, 1 the cluster refused or was unreachable, 2 refused by picketctl \
-        (bad arguments, the class's fenced flag not acknowledged), 3 the lock was lost, 130 interrupted; \
-        `lock NS KEY -- CMD` exits with CMD's status.\n\n\
+    after_help = "Exit status: 0 ok, 1 the cluster refused, 2 refused by picketctl \
+        (bad arguments, the class's fenced flag not acknowledged), 3 the lock was lost, 4 the lock \
+        wait timed out (--timeout), 5 the key is held (--no-wait), 6 no replica answered, 129/130/143 \
+        SIGHUP/SIGINT/SIGTERM (the command stopped, the lock released); `lock NS KEY -- CMD` \
+        otherwise exits with CMD's status.\n\n\
         Examples:\n  picketctl lock orders invoice/42 -- ./settle.sh\n  picketctl inspect orders invoice/42\n  \
         picketctl force-release request orders invoice/42 --token 1234 --reason 'holder hung, INC-7'\n  \
         picketctl force-release approve 9 --ack fenced"
@@ -111,18 +124,36 @@ pub enum Command {
     },
     /// Take a lock (waiting in the queue) and run CMD while holding it, or hold until ctrl-c.
     ///
-    /// CMD gets PICKET_TOKEN, PICKET_NAMESPACE, PICKET_KEY and PICKET_SESSION in its
-    /// environment. If the lock is lost, CMD is killed and picketctl exits 3. The lock is
-    /// released when CMD exits; picketctl exits with CMD's status.
+    /// CMD runs in its own process group, started only once the lock is held, with
+    /// PICKET_TOKEN, PICKET_NAMESPACE, PICKET_KEY and PICKET_SESSION in its environment; the
+    /// session's identity records --name and CMD's pid (what `inspect` shows). If the lock is
+    /// lost (session gone, or force-released), or picketctl gets SIGINT/SIGTERM/SIGHUP, the
+    /// group gets SIGTERM, --kill-grace later SIGKILL; then the lock is released (or the session
+    /// closed) and picketctl exits 3 (lost) or 128+signal. When CMD exits by itself, what it left
+    /// in its group is stopped the same way, the lock released, and CMD's status passed on.
+    /// A wait that ends for any reason (--timeout: exit 4, a signal) leaves the queue.
+    ///
+    /// Exit status: CMD's, or 2 bad arguments, 3 lock lost, 4 wait timed out, 5 busy
+    /// (--no-wait), 6 unreachable, 129/130/143 signalled.
     Lock {
         namespace: String,
         key: String,
-        /// Session TTL in milliseconds (default: the class/cluster default).
+        /// Session TTL in milliseconds (default: the key's class default, else the cluster's).
         #[arg(long)]
         ttl_ms: Option<u64>,
-        /// Fail at once if the key is held instead of waiting.
+        /// Fail at once (exit 5) if the key is held instead of waiting.
         #[arg(long)]
         no_wait: bool,
+        /// Give up waiting after this long (e.g. 30s, 500ms, 2m; exit 4), leaving the queue.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// Between SIGTERM and SIGKILL of CMD's process group (default: 3s, or a third of the
+        /// session TTL if that is shorter; must be below the TTL).
+        #[arg(long, value_parser = parse_duration)]
+        kill_grace: Option<Duration>,
+        /// The name the session's identity records (default: CMD's program name).
+        #[arg(long)]
+        name: Option<String>,
         /// The command to run under the lock (after `--`).
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
@@ -163,13 +194,15 @@ pub enum Command {
         #[arg(long)]
         stale: bool,
     },
-    /// Follow the lock log of a namespace (and key prefix) until ctrl-c.
+    /// Follow the lock log of a namespace (and key prefix) until ctrl-c: from now on, or from
+    /// --from. Text lines show the revision, log time (UTC), key, event and who the session is;
+    /// through an outage it keeps reconnecting (with backoff) and resumes where it broke.
     Watch {
         namespace: String,
         prefix: Option<String>,
-        /// First revision to show (0: the oldest retained).
-        #[arg(long, default_value_t = 0)]
-        from: u64,
+        /// First revision to show (0: the oldest retained). Absent: from the current revision.
+        #[arg(long)]
+        from: Option<u64>,
     },
     /// List the classes of a namespace (or of every namespace holding locks), or change them.
     #[command(args_conflicts_with_subcommands = true)]
@@ -304,6 +337,10 @@ pub enum CtlError {
     /// picketctl refused on its own (the message says why and what to do).
     Refused(String),
     Io(String),
+    /// `lock --timeout` passed before the grant.
+    TimedOut(String),
+    /// Stopped by a signal: the exit status to answer (not an error to print).
+    Signalled(u8),
 }
 
 impl From<ClientError> for CtlError {
@@ -316,7 +353,10 @@ impl std::fmt::Display for CtlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CtlError::Client(error) => write!(f, "{error}"),
-            CtlError::Refused(message) | CtlError::Io(message) => write!(f, "{message}"),
+            CtlError::Refused(message) | CtlError::Io(message) | CtlError::TimedOut(message) => {
+                write!(f, "{message}")
+            }
+            CtlError::Signalled(code) => write!(f, "stopped by a signal (exit {code})"),
         }
     }
 }
@@ -330,9 +370,15 @@ impl CtlError {
         }
     }
 
-    fn exit(&self) -> u8 {
+    pub fn exit(&self) -> u8 {
         match self {
-            CtlError::Client(ClientError::SessionLost { .. }) => EXIT_LOCK_LOST,
+            CtlError::Client(ClientError::SessionLost { .. } | ClientError::LockLost { .. }) => {
+                EXIT_LOCK_LOST
+            }
+            CtlError::Client(ClientError::Held { .. }) => EXIT_BUSY,
+            CtlError::Client(ClientError::Unavailable { .. }) => EXIT_UNREACHABLE,
+            CtlError::TimedOut(_) => EXIT_TIMED_OUT,
+            CtlError::Signalled(code) => *code,
             CtlError::Refused(_) => EXIT_REFUSED,
             CtlError::Client(_) | CtlError::Io(_) => EXIT_ERROR,
         }
@@ -408,10 +454,31 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `500ms`, `30s`, `2m` or a bare number of milliseconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (digits, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 1)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1_000)
+    } else if let Some(m) = text.strip_suffix('m') {
+        (m, 60_000)
+    } else {
+        (text, 1)
+    };
+    let value: u64 = digits.trim().parse().map_err(|_| {
+        format!("`{text}` is not a duration: give a whole number with ms, s or m (e.g. 30s)")
+    })?;
+    value
+        .checked_mul(scale)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too long a duration"))
+}
+
 /// Runs one parsed command; answers the exit status.
 pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
     let ttl_ms = match &cli.command {
-        Command::Session { ttl_ms, .. } | Command::Lock { ttl_ms, .. } => *ttl_ms,
+        Command::Session { ttl_ms, .. } => *ttl_ms,
         _ => None,
     };
     let mut config = cli.global.client_config(ttl_ms);
@@ -427,10 +494,25 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Lock {
             namespace,
             key,
+            ttl_ms,
             no_wait,
+            timeout,
+            kill_grace,
+            name,
             command,
-            ..
-        } => run::lock(&client, &namespace, &key, no_wait, &command, json).await,
+        } => {
+            let args = run::LockArgs {
+                namespace,
+                key,
+                ttl_ms,
+                no_wait,
+                timeout,
+                kill_grace,
+                name,
+                command,
+            };
+            run::lock(&cli.global, args, json).await
+        }
         Command::Watch {
             namespace,
             prefix,

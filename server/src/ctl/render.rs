@@ -33,11 +33,70 @@ pub fn fenced_words(fenced: bool) -> &'static str {
     }
 }
 
+/// What the holder learns of a force-release, said at request and approval.
+pub fn holder_learns(revoke_session: bool) -> &'static str {
+    if revoke_session {
+        "The holder's session is revoked: every client of it learns at its next keepalive that all its locks are lost."
+    } else {
+        "WITHOUT --revoke-session the holder's session lives on. A Picket client (the client library, picketctl lock) learns at its next keepalive that this lock is gone and stops (picketctl lock stops its command); a process that is paused, partitioned, or does not use a Picket client learns NOTHING and may go on writing. Revoke the session (a new request with --revoke-session) if you are not sure."
+    }
+}
+
+/// Log time (milliseconds since the Unix epoch) as UTC, `2026-12-01T10:04:05.123Z`.
+pub fn utc(ms: u64) -> String {
+    let days = i64::try_from(ms / 86_400_000).unwrap_or(i64::MAX / 2);
+    let in_day = ms % 86_400_000;
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1_000 % 60,
+        in_day % 1_000
+    )
+}
+
+fn role_words(roles: &[i32]) -> String {
+    let words: Vec<&str> = roles
+        .iter()
+        .map(|role| match proto::Role::try_from(*role) {
+            Ok(proto::Role::OnCall) => "on-call",
+            Ok(proto::Role::IncidentCommander) => "incident-commander",
+            Ok(proto::Role::ClassAdmin) => "class-admin",
+            _ => "unknown",
+        })
+        .collect();
+    if words.is_empty() {
+        "no role recorded".to_owned()
+    } else {
+        words.join(", ")
+    }
+}
+
+fn kind_word(fenced: bool) -> &'static str {
+    if fenced {
+        "fenced"
+    } else {
+        "advisory"
+    }
+}
+
 pub fn error_json(error: &CtlError) -> Value {
     let rule = match error {
         CtlError::Client(client) => client.rule().unwrap_or("").to_owned(),
         CtlError::Refused(_) => "refused_by_picketctl".to_owned(),
         CtlError::Io(_) => "io".to_owned(),
+        CtlError::TimedOut(_) => "wait_timed_out".to_owned(),
+        CtlError::Signalled(_) => "signalled".to_owned(),
     };
     let mut out = json!({ "error": error.to_string(), "rule": rule });
     if let Some(hint) = error.hint() {
@@ -124,6 +183,9 @@ pub fn force_release_json(request: &proto::ForceReleaseInfo) -> Value {
         "safety": request.safety,
         "requested_at_ms": request.requested_at_ms,
         "expires_at_ms": request.expires_at_ms,
+        "requester_roles": role_words(&request.requester_roles),
+        "holder_changed": request.holder_changed,
+        "fenced_now": request.fenced_now,
     })
 }
 
@@ -279,7 +341,9 @@ pub fn audit(response: &proto::QueryAuditResponse) -> Report {
         "records": response.records.iter().map(|r| json!({
             "revision": r.revision,
             "time_ms": r.time_ms,
+            "time": utc(r.time_ms),
             "actor": r.actor,
+            "actor_roles": role_words(&r.actor_roles),
             "action": action_words(r.action),
             "namespace": r.namespace,
             "key": r.key,
@@ -288,6 +352,11 @@ pub fn audit(response: &proto::QueryAuditResponse) -> Report {
             "session_id": r.session_id,
             "force_release_id": r.force_release_id,
             "reason": r.reason,
+            "requester": r.requester,
+            "requester_roles": role_words(&r.requester_roles),
+            "floor": r.floor,
+            "next": r.next.as_ref().map(|g| json!({"session_id": g.session_id, "token": g.token})),
+            "revoke_session": r.revoke_session,
         })).collect::<Vec<_>>(),
     });
     let mut human = String::new();
@@ -299,21 +368,65 @@ pub fn audit(response: &proto::QueryAuditResponse) -> Report {
         );
     }
     for r in &response.records {
-        let _ = writeln!(
+        let actor = if r.actor.is_empty() {
+            "nobody (log time)".to_owned()
+        } else {
+            format!("{} ({})", r.actor, role_words(&r.actor_roles))
+        };
+        let _ = write!(
             human,
-            "rev {:<8} {:<24} {}/{} by {:?}{}{}",
+            "rev {} {} {} {}/{} by {actor}",
             r.revision,
+            utc(r.time_ms),
             action_words(r.action),
             r.namespace,
             r.key,
-            r.actor,
-            r.token.map(|t| format!(" token {t}")).unwrap_or_default(),
-            if r.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" reason {:?}", r.reason)
-            }
         );
+        if let Some(request) = r.force_release_id {
+            let _ = write!(human, ", request #{request}");
+        }
+        if !r.requester.is_empty() && r.requester != r.actor {
+            let _ = write!(
+                human,
+                ", requested by {} ({})",
+                r.requester,
+                role_words(&r.requester_roles)
+            );
+        }
+        if let Some(token) = r.token {
+            let _ = write!(human, ", token {token}");
+        }
+        if let Some(session) = r.session_id {
+            let _ = write!(human, " of session {session}");
+        }
+        if let Some(fenced) = r.fenced {
+            let _ = write!(human, ", {}", kind_word(fenced));
+        }
+        if let Some(floor) = r.floor {
+            let _ = write!(human, ", floor {floor}");
+        }
+        match &r.next {
+            Some(next) => {
+                let _ = write!(
+                    human,
+                    ", next holder session {} token {}",
+                    next.session_id, next.token
+                );
+            }
+            None if r.floor.is_some() => human.push_str(", no next holder"),
+            None => {}
+        }
+        if let Some(revoke) = r.revoke_session {
+            let _ = write!(
+                human,
+                ", revoke session: {}",
+                if revoke { "yes" } else { "no" }
+            );
+        }
+        if !r.reason.is_empty() {
+            let _ = write!(human, ", reason {:?}", r.reason);
+        }
+        human.push('\n');
     }
     Report { json, human }
 }
@@ -350,10 +463,12 @@ pub fn event_json(event: &proto::Event) -> Value {
     json!({
         "revision": event.revision,
         "time_ms": event.time_ms,
+        "time": utc(event.time_ms),
         "namespace": event.namespace,
         "key": event.key,
         "kind": kind,
         "detail": detail,
+        "identity": event.identity.as_ref().map(|i| identity_json(Some(i))),
     })
 }
 
@@ -368,38 +483,100 @@ fn cause_words(cause: i32) -> &'static str {
 }
 
 pub fn event_words(event: &proto::Event) -> String {
+    use proto::event::Kind;
     let value = event_json(event);
+    let what = match &event.kind {
+        Some(Kind::Granted(g)) => {
+            format!("granted to session {} with token {}", g.session_id, g.token)
+        }
+        Some(Kind::Queued(q)) => {
+            format!("session {} queued at position {}", q.session_id, q.position)
+        }
+        Some(Kind::Released(r)) => format!(
+            "released by session {} (token {}, {})",
+            r.session_id,
+            r.token,
+            cause_words(r.cause)
+        ),
+        Some(Kind::WaitRemoved(w)) => {
+            format!(
+                "session {} left the queue ({})",
+                w.session_id,
+                cause_words(w.cause)
+            )
+        }
+        Some(Kind::ForceReleased(f)) => format!(
+            "FORCE-RELEASED from session {} (token {}, request #{}{})",
+            f.session_id,
+            f.token,
+            f.force_release_id,
+            if f.session_revoked {
+                ", session revoked"
+            } else {
+                ", session not revoked"
+            }
+        ),
+        Some(Kind::ClassChanged(c)) => format!(
+            "class {} {}",
+            c.class,
+            if c.removed { "removed" } else { "put" }
+        ),
+        None => value["kind"].as_str().unwrap_or("?").to_owned(),
+    };
+    let who = event
+        .identity
+        .as_ref()
+        .map(|i| format!(" — {}", identity_words(Some(i))))
+        .unwrap_or_default();
     format!(
-        "rev {:<8} {}/{} {} {}",
+        "rev {:<8} {} {}/{} {what}{who}",
         event.revision,
+        utc(event.time_ms),
         event.namespace,
         event.key,
-        value["kind"].as_str().unwrap_or("?"),
-        value["detail"]
     )
 }
 
 pub fn force_release_list(requests: &[proto::ForceReleaseInfo]) -> Report {
     let json = json!({ "requests": requests.iter().map(force_release_json).collect::<Vec<_>>() });
-    let mut human = format!("{} pending force-release requests\n", requests.len());
+    let mut human = format!(
+        "{} pending force-release requests (expired ones are not listed)\n",
+        requests.len()
+    );
     for r in requests {
         let _ = writeln!(
             human,
-            "  #{} {}/{} token {} holder session {} by {} ({:?}){}\n     {}",
+            "  #{} {}/{} token {} holder session {} by {} ({}) {:?}{}, expires {}\n     {}",
             r.id,
             r.namespace,
             r.key,
             r.token,
             r.holder_session_id,
             r.requester,
+            role_words(&r.requester_roles),
             r.reason,
             if r.revoke_session {
                 ", revoke session"
             } else {
-                ""
+                ", session not revoked"
             },
+            utc(r.expires_at_ms),
             fenced_words(r.fenced)
         );
+        if r.holder_changed {
+            let _ = writeln!(
+                human,
+                "     STALE: the key's holder or token changed since; it cannot be approved (deny it)"
+            );
+        }
+        if let Some(now) = r.fenced_now.filter(|now| *now != r.fenced) {
+            let _ = writeln!(
+                human,
+                "     STALE: the class is {} now (was {}); it cannot be approved (deny it, request again)",
+                kind_word(now),
+                kind_word(r.fenced)
+            );
+        }
     }
     Report { json, human }
 }

@@ -1,13 +1,17 @@
 //! The long-running commands: `session --keep`, `lock NS KEY [-- CMD]`, `watch`.
 
-use std::process::Stdio;
+use std::time::Duration;
 
-use picket_net::client::{Client, LockGuard, LostReason};
+use picket_net::client::{Client, ClientError, LockGuard, LostReason};
+use picket_net::proto;
 use serde_json::json;
-use tokio::process::Command as Process;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use super::child::Group;
 use super::render;
-use super::{CtlError, EXIT_INTERRUPTED, EXIT_LOCK_LOST, EXIT_OK};
+use super::{
+    CtlError, Global, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_LOCK_LOST, EXIT_OK, EXIT_TERMINATED,
+};
 
 fn say(json: bool, value: serde_json::Value, words: &str) {
     if json {
@@ -66,37 +70,169 @@ fn lost_error(session_id: u64, reason: LostReason) -> CtlError {
     CtlError::Client(picket_net::client::ClientError::SessionLost { session_id, reason })
 }
 
-pub async fn lock(
-    client: &Client,
-    namespace: &str,
-    key: &str,
-    no_wait: bool,
-    command: &[String],
-    json: bool,
-) -> Result<u8, CtlError> {
-    let session = client.create_session().await?;
-    let guard = tokio::select! {
+/// What `picketctl lock` was asked to do.
+pub struct LockArgs {
+    pub namespace: String,
+    pub key: String,
+    pub ttl_ms: Option<u64>,
+    pub no_wait: bool,
+    /// Give up waiting for the lock after this long (and leave the queue).
+    pub timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
+    pub kill_grace: Option<Duration>,
+    /// The session identity's name (default: the command's name, or `picketctl`).
+    pub name: Option<String>,
+    pub command: Vec<String>,
+}
+
+/// A signal picketctl stops on (SIGINT, SIGTERM, SIGHUP): the command's group is stopped, the
+/// lock released, and picketctl exits `128 + signal`.
+struct Signals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        Signals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+            hangup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// Resolves with the exit status for the first of them to arrive.
+    async fn next(&mut self) -> u8 {
+        async fn one(signal: &mut Option<Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            () = one(&mut self.interrupt) => EXIT_INTERRUPTED,
+            () = one(&mut self.terminate) => EXIT_TERMINATED,
+            () = one(&mut self.hangup) => EXIT_HANGUP,
+        }
+    }
+}
+
+/// The class's default session TTL for `namespace/key` (a stale read from any replica), or
+/// `None` (the cluster default) if it cannot be read.
+async fn class_ttl_ms(global: &Global, namespace: &str, key: &str) -> Option<u64> {
+    let client = Client::new(global.client_config(None)).ok()?;
+    let info = client
+        .inspect(proto::InspectRequest {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            allow_stale: true,
+        })
+        .await
+        .ok()?;
+    info.class
+        .map(|class| class.session_ttl_ms_default)
+        .filter(|ttl| *ttl > 0)
+}
+
+pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, CtlError> {
+    let LockArgs {
+        namespace,
+        key,
+        ttl_ms,
+        no_wait,
+        timeout,
+        kill_grace,
+        name,
+        command,
+    } = args;
+    let (namespace, key) = (namespace.as_str(), key.as_str());
+    let ttl_ms = match ttl_ms {
+        Some(ttl) => Some(ttl),
+        None => class_ttl_ms(global, namespace, key).await,
+    };
+    if let (Some(ttl), Some(grace)) = (ttl_ms, kill_grace) {
+        check_grace(grace, Duration::from_millis(ttl))?;
+    }
+    let mut signals = Signals::new();
+    // The command is spawned first (stopped), so that the session's identity records its pid.
+    let mut group = match command.split_first() {
+        Some((program, rest)) => Some(Group::spawn(program, rest)?),
+        None => None,
+    };
+    let mut config = global.client_config(ttl_ms);
+    config.identity_name = name.unwrap_or_else(|| default_name(&command));
+    if let Some(group) = &group {
+        config.identity_pid = group.pid();
+    }
+    let client = Client::new(config)?;
+    let session = match client.create_session().await {
+        Ok(session) => session,
+        Err(error) => {
+            if let Some(group) = &mut group {
+                group.abandon().await;
+            }
+            return Err(error.into());
+        }
+    };
+    let kill_grace = kill_grace.unwrap_or(KILL_GRACE_DEFAULT.min(session.ttl() / 3));
+    if let Err(error) = check_grace(kill_grace, session.ttl()) {
+        let _ = session.close().await;
+        if let Some(group) = &mut group {
+            group.abandon().await;
+        }
+        return Err(error);
+    }
+    let wait_timeout = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let acquired = tokio::select! {
         guard = async {
             if no_wait { session.try_lock(namespace, key).await } else { session.lock(namespace, key).await }
-        } => guard?,
-        () = ctrl_c() => {
-            // Leaves the queue with the session.
+        } => guard.map_err(CtlError::from),
+        () = wait_timeout => Err(CtlError::TimedOut(format!(
+            "{namespace}/{key} was not granted within {} ms; left the queue",
+            timeout.map_or(0, |t| t.as_millis())
+        ))),
+        code = signals.next() => Err(CtlError::Signalled(code)),
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) => {
+            // Whatever ended the wait, leave the queue: closing the session removes its waits
+            // in one revision (so it is never granted with nobody there).
             let _ = session.close().await;
-            return Ok(EXIT_INTERRUPTED);
+            if let Some(group) = &mut group {
+                group.abandon().await;
+            }
+            return match error {
+                CtlError::Signalled(code) => Ok(code),
+                error => Err(error),
+            };
         }
     };
     say(
         json,
-        json!({"event": "acquired", "namespace": namespace, "key": key, "token": guard.token().0, "session_id": session.id()}),
+        json!({"event": "acquired", "namespace": namespace, "key": key, "token": guard.token().0,
+               "session_id": session.id(), "pid": group.as_ref().map(Group::pid)}),
         &format!(
-            "holding {namespace}/{key} with token {} (session {})",
+            "holding {namespace}/{key} with token {} (session {}{})",
             guard.token().0,
-            session.id()
+            session.id(),
+            group
+                .as_ref()
+                .map(|g| format!(", command pid {}", g.pid()))
+                .unwrap_or_default()
         ),
     );
-    let code = match command.split_first() {
-        Some((program, args)) => run_under(&guard, program, args, json).await?,
-        None => hold(&guard, json).await?,
+    let code = match &mut group {
+        Some(group) => run_under(&guard, group, kill_grace, &mut signals, json).await?,
+        None => hold(&guard, &mut signals, json).await,
     };
     if code != EXIT_LOCK_LOST {
         // Released explicitly; closing the session then frees anything left.
@@ -108,54 +244,90 @@ pub async fn lock(
             json!({"event": "released"}),
             &format!("released {namespace}/{key}"),
         );
+    } else {
+        drop(guard);
+        let _ = session.close().await;
     }
     Ok(code)
 }
 
-async fn hold(guard: &LockGuard, json: bool) -> Result<u8, CtlError> {
+/// `--kill-grace` when not given (or a third of the TTL if that is shorter).
+const KILL_GRACE_DEFAULT: Duration = Duration::from_secs(3);
+
+fn check_grace(grace: Duration, ttl: Duration) -> Result<(), CtlError> {
+    if grace >= ttl {
+        return Err(CtlError::Refused(format!(
+            "--kill-grace {} ms is not below the session TTL of {} ms: the command could outlive \
+             the lock by its whole grace period; give a shorter --kill-grace",
+            grace.as_millis(),
+            ttl.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+fn default_name(command: &[String]) -> String {
+    command
+        .first()
+        .and_then(|program| std::path::Path::new(program).file_name())
+        .and_then(|name| name.to_str())
+        .filter(|name| !name.is_empty())
+        .unwrap_or("picketctl")
+        .to_owned()
+}
+
+async fn hold(guard: &LockGuard, signals: &mut Signals, json: bool) -> u8 {
     if !json {
         eprintln!("picketctl: ctrl-c releases the lock");
     }
     tokio::select! {
         reason = guard.lost() => {
             say(json, json!({"event": "lost", "reason": reason.to_string()}), &format!("LOCK LOST: {reason}"));
-            Ok(EXIT_LOCK_LOST)
+            EXIT_LOCK_LOST
         }
-        () = ctrl_c() => Ok(EXIT_INTERRUPTED),
+        code = signals.next() => code,
     }
 }
 
-/// Runs `program args` with the lock's environment; kills it if the lock is lost.
+/// Runs the command (already spawned, stopped) with the lock's environment; stops its whole
+/// group if the lock is lost or picketctl is signalled; stops what is left of the group when
+/// the command exits by itself.
 async fn run_under(
     guard: &LockGuard,
-    program: &str,
-    args: &[String],
+    group: &mut Group,
+    grace: Duration,
+    signals: &mut Signals,
     json: bool,
 ) -> Result<u8, CtlError> {
-    let mut child = Process::new(program)
-        .args(args)
-        .env("PICKET_TOKEN", guard.token().0.to_string())
-        .env("PICKET_NAMESPACE", guard.namespace())
-        .env("PICKET_KEY", guard.key())
-        .env("PICKET_SESSION", guard.session_id().to_string())
-        .stdin(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| CtlError::Io(format!("cannot run `{program}`: {e}")))?;
+    let env = [
+        ("PICKET_TOKEN", guard.token().0.to_string()),
+        ("PICKET_NAMESPACE", guard.namespace().to_owned()),
+        ("PICKET_KEY", guard.key().to_owned()),
+        ("PICKET_SESSION", guard.session_id().to_string()),
+    ];
+    if let Err(error) = group.start(&env).await {
+        group.abandon().await;
+        return Err(error);
+    }
+    let pid = group.pid();
     tokio::select! {
-        status = child.wait() => {
-            let status = status.map_err(|e| CtlError::Io(format!("waiting for `{program}`: {e}")))?;
-            Ok(exit_code(status))
+        status = group.wait() => {
+            let code = exit_code(status?);
+            // Anything the command left running in its group must not outlive the lock.
+            group.terminate(grace).await;
+            Ok(code)
         }
         reason = guard.lost() => {
-            let _ = child.kill().await;
-            say(json, json!({"event": "lost", "reason": reason.to_string(), "killed": program}),
-                &format!("LOCK LOST ({reason}): killed `{program}`"));
+            say(json, json!({"event": "lost", "reason": reason.to_string(), "pid": pid}),
+                &format!("LOCK LOST ({reason}): stopping the command (process group {pid}: SIGTERM, then SIGKILL after {} ms)", grace.as_millis()));
+            group.terminate(grace).await;
             Ok(EXIT_LOCK_LOST)
         }
-        () = ctrl_c() => {
-            let _ = child.kill().await;
-            Ok(EXIT_INTERRUPTED)
+        code = signals.next() => {
+            say(json, json!({"event": "signalled", "exit": code, "pid": pid}),
+                &format!("signalled: stopping the command (process group {pid}), then releasing the lock"));
+            group.terminate(grace).await;
+            Ok(code)
         }
     }
 }
@@ -178,22 +350,46 @@ pub async fn watch(
     client: &Client,
     namespace: &str,
     prefix: &str,
-    from: u64,
+    from: Option<u64>,
     json: bool,
 ) -> Result<u8, CtlError> {
-    let mut watcher = client.watch(Some(namespace), prefix, from);
+    let mut watcher = match from {
+        Some(from) => client.watch(Some(namespace), prefix, from),
+        None => client.watch_from_now(Some(namespace), prefix),
+    };
+    let mut backoff = WATCH_BACKOFF_MIN;
     loop {
         tokio::select! {
-            page = watcher.next_page() => {
-                for event in page? {
-                    if json {
-                        println!("{}", render::event_json(&event));
-                    } else {
-                        println!("{}", render::event_words(&event));
+            page = watcher.next_page() => match page {
+                Ok(events) => {
+                    backoff = WATCH_BACKOFF_MIN;
+                    for event in events {
+                        if json {
+                            println!("{}", render::event_json(&event));
+                        } else {
+                            println!("{}", render::event_words(&event));
+                        }
                     }
                 }
-            }
+                // History is gone, or the request is refused: retrying cannot help.
+                Err(error @ (ClientError::Compacted { .. } | ClientError::Refused { .. })) => {
+                    return Err(error.into())
+                }
+                Err(error) => {
+                    // An outage: keep trying from where the stream broke.
+                    say(json, json!({"event": "reconnecting", "resume_from": watcher.resume_from(),
+                                     "retry_in_ms": backoff.as_millis() as u64, "error": error.to_string()}),
+                        &format!("cluster unreachable ({error}); reconnecting in {} ms from revision {}",
+                                 backoff.as_millis(), watcher.resume_from()));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(WATCH_BACKOFF_MAX);
+                }
+            },
             () = ctrl_c() => return Ok(EXIT_OK),
         }
     }
 }
+
+/// Waits between reconnection attempts of `watch` (doubling up to the max).
+const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(10);

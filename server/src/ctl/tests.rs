@@ -210,6 +210,8 @@ fn inspect_json_has_the_fields_an_operator_needs() {
 #[derive(Clone)]
 struct FakeAdmin {
     fenced: bool,
+    /// The class's kind now (in Inspect and the listing's `fenced_now`).
+    fenced_now: bool,
     approvals: Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>,
 }
 
@@ -233,6 +235,11 @@ impl Admin for FakeAdmin {
                 ..Default::default()
             }),
             queue_depth: 2,
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                fenced: self.fenced_now,
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }
@@ -283,6 +290,7 @@ impl Admin for FakeAdmin {
             released_token: 31,
             next: None,
             session_revoked: Some(9),
+            fenced: self.fenced,
         }))
     }
     async fn deny_force_release(
@@ -306,6 +314,7 @@ impl Admin for FakeAdmin {
                 reason: "hung".into(),
                 revoke_session: true,
                 fenced: self.fenced,
+                fenced_now: Some(self.fenced_now),
                 ..Default::default()
             }],
         }))
@@ -319,12 +328,21 @@ impl Admin for FakeAdmin {
 }
 
 async fn fake_admin(fenced: bool) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
+    fake_admin_now(fenced, fenced).await
+}
+
+/// A request made for a `fenced` class whose kind is `fenced_now` at approval.
+async fn fake_admin_now(
+    fenced: bool,
+    fenced_now: bool,
+) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
     let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
         .expect("bind loopback");
     let addr = incoming.local_addr().unwrap();
     let approvals = Arc::new(Mutex::new(Vec::new()));
     let service = FakeAdmin {
         fenced,
+        fenced_now,
         approvals: approvals.clone(),
     };
     tokio::spawn(
@@ -495,4 +513,211 @@ fn a_tls_mismatch_is_explained_with_the_flag_to_use() {
     let refused = CtlError::Refused("no".into());
     assert_eq!(refused.hint(), None);
     assert!(render::error_json(&refused).get("hint").is_none());
+}
+/// Issue 16, finding 2: the class went from fenced to advisory between request and approval;
+/// `approve --ack fenced` went through and its output said ADVISORY in one block and FENCED in
+/// the next.
+#[tokio::test]
+async fn approving_a_request_whose_class_kind_changed_is_refused_and_names_both_kinds() {
+    let (client, approvals) = fake_admin_now(true, false).await;
+    for ack in [Some(Ack::Fenced), Some(Ack::Advisory), None] {
+        let error = approve(&client, 5, ack).await.unwrap_err();
+        let CtlError::Refused(message) = &error else {
+            panic!("not refused by picketctl: {error}");
+        };
+        assert!(
+            message.contains("requested when its class was fenced; the class is advisory now"),
+            "{message}"
+        );
+        assert!(message.contains("make a new request"), "{message}");
+        // One kind only is asserted as true: the current one.
+        assert!(!message.contains("FENCED:"), "{message}");
+        assert_eq!(error.exit(), super::EXIT_REFUSED);
+    }
+    assert!(approvals.lock().unwrap().is_empty(), "nothing sent");
+}
+
+/// The approval's output says the kind once, as the server applied it, and what the holder
+/// learns when its session is not revoked.
+#[tokio::test]
+async fn the_approval_output_never_contradicts_itself() {
+    let (client, _) = fake_admin(false).await;
+    let report = approve(&client, 5, Some(Ack::Advisory)).await.unwrap();
+    assert!(report.human.contains("ADVISORY"), "{}", report.human);
+    assert!(!report.human.contains("FENCED"), "{}", report.human);
+    assert_eq!(report.json["fenced"], false);
+    assert!(report.json["holder_learns"]
+        .as_str()
+        .unwrap()
+        .contains("revoked"));
+}
+
+#[test]
+fn the_listing_marks_stale_requests_and_says_who_asked_with_what_role() {
+    let request = proto::ForceReleaseInfo {
+        id: 5,
+        namespace: "orders".into(),
+        key: "invoice/42".into(),
+        token: 31,
+        requester: "alice".into(),
+        requester_roles: vec![proto::Role::OnCall as i32],
+        fenced: true,
+        fenced_now: Some(false),
+        holder_changed: true,
+        expires_at_ms: 1_764_583_445_000,
+        ..Default::default()
+    };
+    let report = render::force_release_list(&[request]);
+    for part in [
+        "alice (on-call)",
+        "STALE: the key's holder or token changed",
+        "STALE: the class is advisory now (was fenced)",
+        "expires 2025-12-01T10:04:05.000Z",
+    ] {
+        assert!(
+            report.human.contains(part),
+            "lacks {part:?}:\n{}",
+            report.human
+        );
+    }
+    assert_eq!(report.json["requests"][0]["holder_changed"], true);
+    assert_eq!(report.json["requests"][0]["fenced_now"], false);
+}
+
+/// Issue 16, finding 6: the audit text had no time, fenced flag, roles, floor or next holder.
+#[test]
+fn the_audit_text_shows_time_kind_people_roles_floor_next_and_revocation() {
+    let record = proto::AuditRecord {
+        revision: 50,
+        time_ms: 1_764_583_445_123,
+        actor: "bob".into(),
+        actor_roles: vec![proto::Role::IncidentCommander as i32],
+        action: proto::AuditAction::ForceReleaseApproved as i32,
+        namespace: "orders".into(),
+        key: "invoice/42".into(),
+        token: Some(31),
+        fenced: Some(false),
+        session_id: Some(9),
+        force_release_id: Some(40),
+        reason: "INC-7".into(),
+        requester: "alice".into(),
+        requester_roles: vec![proto::Role::OnCall as i32],
+        floor: Some(50),
+        next: Some(proto::Grant {
+            session_id: 12,
+            token: 50,
+        }),
+        revoke_session: Some(false),
+    };
+    let report = render::audit(&proto::QueryAuditResponse {
+        records: vec![record],
+        compacted_through: 0,
+    });
+    for part in [
+        "rev 50 2025-12-01T10:04:05.123Z force-release approved orders/invoice/42",
+        "by bob (incident-commander)",
+        "requested by alice (on-call)",
+        "token 31 of session 9",
+        "advisory",
+        "floor 50",
+        "next holder session 12 token 50",
+        "revoke session: no",
+        "reason \"INC-7\"",
+    ] {
+        assert!(
+            report.human.contains(part),
+            "lacks {part:?}:\n{}",
+            report.human
+        );
+    }
+    assert_eq!(report.json["records"][0]["requester"], "alice");
+    assert_eq!(report.json["records"][0]["floor"], 50);
+}
+
+#[test]
+fn watch_text_shows_log_time_and_who() {
+    let event = proto::Event {
+        revision: 7,
+        time_ms: 0,
+        namespace: "orders".into(),
+        key: "k".into(),
+        identity: Some(proto::Identity {
+            name: "batch".into(),
+            host: "web-1".into(),
+            pid: 4242,
+            principal: "svc".into(),
+        }),
+        kind: Some(proto::event::Kind::Granted(proto::event::Granted {
+            session_id: 3,
+            token: 7,
+        })),
+    };
+    let words = render::event_words(&event);
+    assert_eq!(
+        words,
+        "rev 7        1970-01-01T00:00:00.000Z orders/k granted to session 3 with token 7 — batch@web-1 pid 4242 (svc)"
+    );
+    assert_eq!(render::event_json(&event)["identity"]["pid"], 4242);
+}
+
+#[test]
+fn lock_flags_parse_durations_and_watch_starts_now_by_default() {
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "lock",
+        "orders",
+        "k",
+        "--timeout",
+        "2s",
+        "--kill-grace",
+        "500ms",
+        "--name",
+        "nightly",
+        "--",
+        "true",
+    ])
+    .unwrap();
+    match cli.command {
+        Command::Lock {
+            timeout,
+            kill_grace,
+            name,
+            ..
+        } => {
+            assert_eq!(timeout, Some(std::time::Duration::from_secs(2)));
+            assert_eq!(kill_grace, Some(std::time::Duration::from_millis(500)));
+            assert_eq!(name.as_deref(), Some("nightly"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = Cli::try_parse_from(["picketctl", "lock", "orders", "k", "--timeout", "soon"]);
+    assert!(bad.unwrap_err().to_string().contains("not a duration"));
+    let cli = Cli::try_parse_from(["picketctl", "watch", "orders"]).unwrap();
+    assert!(matches!(cli.command, Command::Watch { from: None, .. }));
+    // Distinct exit statuses, documented in --help.
+    let codes = [
+        super::EXIT_ERROR,
+        super::EXIT_REFUSED,
+        super::EXIT_LOCK_LOST,
+        super::EXIT_TIMED_OUT,
+        super::EXIT_BUSY,
+        super::EXIT_UNREACHABLE,
+    ];
+    let distinct: std::collections::BTreeSet<_> = codes.iter().collect();
+    assert_eq!(distinct.len(), codes.len());
+    let mut command = Cli::command();
+    let help = command
+        .find_subcommand_mut("lock")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    for part in [
+        "3 lock lost",
+        "4 wait timed out",
+        "5 busy",
+        "6 unreachable",
+        "--kill-grace",
+    ] {
+        assert!(help.contains(part), "lock --help lacks {part:?}:\n{help}");
+    }
 }

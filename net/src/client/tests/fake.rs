@@ -60,6 +60,8 @@ pub struct State {
     /// Answer errors as servers before the standard form did: a bare `ErrorDetail` as the whole
     /// status details, and no `picket-leader-address` (a mixed-version cluster).
     pub old_form_errors: bool,
+    /// session -> the holds it lost to force-release, carried in every keepalive answer.
+    pub holds_lost: BTreeMap<u64, Vec<proto::LostHold>>,
 }
 
 impl State {
@@ -110,6 +112,26 @@ impl State {
         };
         self.replies.insert(id, reply);
         reply
+    }
+
+    /// Force-releases `key` without revoking its holder's session: the holder's keepalive
+    /// answers report it from now on.
+    pub fn force_release(&mut self, key: &str, force_release_id: u64) {
+        let (session, token) = self
+            .holders
+            .remove(key)
+            .expect("force-releasing a held key");
+        let revision = self.next_revision();
+        self.holds_lost
+            .entry(session)
+            .or_default()
+            .push(proto::LostHold {
+                namespace: "orders".into(),
+                key: key.into(),
+                token,
+                revision,
+                force_release_id,
+            });
     }
 
     fn release(
@@ -199,7 +221,9 @@ impl Replica {
         let state = self.state();
         match state.sessions.get(&session) {
             Some(true) if state.secrets.get(&session).map(Vec::as_slice) == Some(secret) => Ok(()),
-            Some(true) => Err(state.in_form(refusal(tonic::Code::PermissionDenied, "session_not_yours"))),
+            Some(true) => {
+                Err(state.in_form(refusal(tonic::Code::PermissionDenied, "session_not_yours")))
+            }
             _ => Err(state.in_form(refusal(tonic::Code::NotFound, "unknown_session"))),
         }
     }
@@ -278,6 +302,11 @@ impl Lock for Replica {
                                 ttl_ms: 3_000,
                                 lost: !alive,
                                 error,
+                                lost_holds: state
+                                    .holds_lost
+                                    .get(&keepalive.session_id)
+                                    .cloned()
+                                    .unwrap_or_default(),
                             })
                         }
                     }
