@@ -251,6 +251,10 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     metrics: Arc<Metrics>,
     /// When the namespace series are recomputed next.
     stats_next: Instant,
+    /// Simulation only: a group commit written whose fsync the buggify point made slow; `run`
+    /// waits this long before it acknowledges the persist (`crate::buggify::slow_fsync`).
+    #[cfg(madsim)]
+    slow_fsync: Option<(paxos::PersistId, Duration)>,
 }
 
 /// Why the driver stopped with an error.
@@ -315,6 +319,8 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             counters: DriverCounters::default(),
             metrics: parts.metrics,
             stats_next: Instant::ZERO,
+            #[cfg(madsim)]
+            slow_fsync: None,
         }
     }
 
@@ -342,6 +348,14 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DriverError> {
         loop {
             self.process_actions()?;
+            #[cfg(madsim)]
+            if let Some((last, stall)) = self.slow_fsync.take() {
+                // Blocked in the fsync, as the real driver thread would be; then acknowledged.
+                tokio::time::sleep(stall).await;
+                self.node
+                    .step(self.clock.now(), Input::Persisted { id: last })?;
+                continue;
+            }
             if *shutdown.borrow() {
                 return Ok(());
             }
@@ -654,6 +668,11 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             let started = std::time::Instant::now();
             self.store.persist(&ops)?;
             self.metrics.observe_fsync(started.elapsed());
+            #[cfg(madsim)]
+            if let Some(stall) = crate::buggify::slow_fsync() {
+                self.slow_fsync = Some((last, stall));
+                return Ok(());
+            }
             self.node
                 .step(self.clock.now(), Input::Persisted { id: last })?;
         }

@@ -16,6 +16,8 @@
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
 pub mod auth;
+#[cfg(madsim)]
+pub mod buggify;
 pub mod clock;
 pub mod config;
 #[cfg(not(madsim))]

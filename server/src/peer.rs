@@ -250,36 +250,19 @@ impl proto::peer_server::Peer for PeerService {
     }
 }
 
-/// **Simulation only** (`--cfg madsim`, compiled out of picketd): buggify points of the peer
-/// transport, drawn from the simulator's seeded RNG when the harness switches them on for a run
-/// (`docs/simulation.md`). madsim's gRPC streams never lose, duplicate or reorder a message,
-/// so this is where a seed gets lossy links: each received message is dropped with 1%
-/// probability or delivered twice with 2%, and 5% of batches arrive reversed. Paxos must shrug
-/// all of it off (it re-sends what matters).
+/// **Simulation only** (`--cfg madsim`, compiled out of picketd): the buggify points of the peer
+/// transport (switched by [`crate::buggify`]). madsim's gRPC streams never lose, duplicate or
+/// reorder a message, so this is where a seed gets lossy links: each received message is dropped
+/// with 1% probability or delivered twice with 2%, and 5% of batches arrive reversed. Paxos must
+/// shrug all of it off (it re-sends what matters).
 #[cfg(madsim)]
 pub mod buggify {
-    use std::cell::Cell;
-
-    use madsim::rand::Rng;
-
+    use crate::buggify::{fire, on};
     use crate::driver::NodeMessage;
-
-    thread_local! {
-        static ON: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Switches the peer buggify points for the run that starts now.
-    pub fn set(on: bool) {
-        ON.with(|on_now| on_now.set(on));
-    }
-
-    fn fire(probability: f64) -> bool {
-        ON.with(Cell::get) && madsim::rand::thread_rng().gen_bool(probability)
-    }
 
     /// A received batch as a lossy, duplicating, reordering link would deliver it.
     pub(crate) fn mangle(messages: Vec<NodeMessage>) -> Vec<NodeMessage> {
-        if !ON.with(Cell::get) {
+        if !on() {
             return messages;
         }
         let mut out = Vec::with_capacity(messages.len());

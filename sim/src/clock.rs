@@ -16,14 +16,6 @@ impl DriftClock {
         let scaled = i128::from(true_ms) * (1_000_000 + i128::from(self.ppm)) / 1_000_000;
         Instant::from_millis(u64::try_from(scaled.max(0)).unwrap_or(u64::MAX))
     }
-
-    /// True milliseconds until this clock reads `ms_ahead` more than it reads at `true_ms`
-    /// (rounded up, at least 1).
-    pub fn true_ms_for(&self, ms_ahead: u64) -> u64 {
-        let rate = 1_000_000 + i128::from(self.ppm);
-        let t = (i128::from(ms_ahead) * 1_000_000 + rate - 1) / rate.max(1);
-        u64::try_from(t.max(1)).unwrap_or(u64::MAX)
-    }
 }
 
 #[cfg(test)]
@@ -42,7 +34,5 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
-        assert!(fast.true_ms_for(1_010) <= 1_000);
-        assert!(slow.true_ms_for(990) >= 1_000);
     }
 }

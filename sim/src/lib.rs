@@ -1,9 +1,9 @@
 //! Whole-cluster simulation of Picket under madsim (`docs/simulation.md`).
 //!
 //! Always built (and unit-tested in the normal workspace build): the [`history`] a run records,
-//! the [`checkers`] that judge it, the nemesis [`plan`] drawn from the seed, the replica's
-//! durable [`store`] on a `SimDisk`, and the drifting [`clock`]. Only under `--cfg madsim`: the
-//! simulated cluster itself ([`cluster`]), run by `tests/sim.rs` and `scripts/sim`.
+//! the [`checkers`] that judge it, the nemesis [`plan`] drawn from the seed, and the drifting
+//! [`clock`]. Only under `--cfg madsim`: the simulated cluster itself ([`cluster`]: the real
+//! server node and client library on madsim), run by `tests/sim.rs` and `scripts/sim`.
 
 pub mod checkers;
 pub mod clock;
@@ -11,7 +11,6 @@ pub mod clock;
 pub mod cluster;
 pub mod history;
 pub mod plan;
-pub mod store;
 
 /// The fenced resource's gRPC service (`proto/picket/sim/v1/resource.proto`).
 pub mod proto {

@@ -63,6 +63,9 @@ pub enum Fault {
     Pause { node: usize },
     /// The replica's next fsync fails (its store stops; the harness restarts it at heal).
     FailSync { replica: usize },
+    /// The replica's disk is replaced by an empty one: it is killed and every file removed; its
+    /// restart without `--rejoin` must be refused; at heal it restarts with `--rejoin`.
+    WipeDisk { replica: usize },
 }
 
 impl Fault {
@@ -77,6 +80,7 @@ impl Fault {
             Fault::KillClient { .. } => "kill-client",
             Fault::Pause { .. } => "pause",
             Fault::FailSync { .. } => "fail-sync",
+            Fault::WipeDisk { .. } => "wipe-disk",
         }
     }
 }
@@ -130,9 +134,19 @@ fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
     rng.next_u64() % n.max(1)
 }
 
+/// Seeds the stream the wiped disks are drawn from (apart from the rest of the plan).
+const WIPE_STREAM: u64 = 0x5749_5045;
+
 impl Plan {
     /// Draws the plan of `seed` (the same seed, the same plan).
     pub fn draw(seed: u64, scenario: Scenario, config: PlanConfig) -> Plan {
+        let mut plan = Self::draw_without_wipe(seed, scenario, config);
+        plan.draw_wipe(seed);
+        plan
+    }
+
+    /// The plan as drawn before wiped disks existed (every step but a wipe is this one's).
+    fn draw_without_wipe(seed: u64, scenario: Scenario, config: PlanConfig) -> Plan {
         assert!(
             config.replicas >= 3,
             "a cluster needs 3 replicas, got {}",
@@ -223,8 +237,30 @@ impl Plan {
         }
     }
 
-    /// Damage is on a minority only: at most one corrupted disk per run, so a quorum always
-    /// keeps the acknowledged state.
+    /// A third of the `mixed` and `crashes` plans without a corrupted disk have one of their
+    /// steps, at random, replaced by a wiped disk. Drawn from a stream of its own, so the
+    /// steps before it are the ones the seed drew before wipes existed (and so are the runs,
+    /// up to the wipe).
+    fn draw_wipe(&mut self, seed: u64) {
+        let damaged = self
+            .steps
+            .iter()
+            .any(|s| matches!(s.fault, Fault::KillReplica { corrupt: true, .. }));
+        if damaged || !matches!(self.scenario, Scenario::Mixed | Scenario::Crashes) {
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ WIPE_STREAM);
+        if self.steps.is_empty() || below(&mut rng, 3) != 0 {
+            return;
+        }
+        let at = below(&mut rng, self.steps.len() as u64) as usize;
+        self.steps[at].fault = Fault::WipeDisk {
+            replica: below(&mut rng, self.replicas as u64) as usize,
+        };
+    }
+
+    /// Damage is on a minority only: at most one corrupted disk per run (and no wiped one with
+    /// it, [`Self::draw_wipe`]), so a quorum always keeps the acknowledged state.
     fn keep_one_corruption(&mut self) {
         let mut seen = false;
         for step in &mut self.steps {
@@ -295,12 +331,20 @@ mod tests {
                 .drift_ppm
                 .iter()
                 .all(|d| d.unsigned_abs() <= config.drift_bound_ppm));
-            let corrupt = plan
+            let damaged = plan
                 .steps
                 .iter()
-                .filter(|s| matches!(s.fault, Fault::KillReplica { corrupt: true, .. }))
+                .filter(|s| {
+                    matches!(
+                        s.fault,
+                        Fault::KillReplica { corrupt: true, .. } | Fault::WipeDisk { .. }
+                    )
+                })
                 .count();
-            assert!(corrupt <= 1, "seed {seed}: {corrupt} corrupted disks");
+            assert!(
+                damaged <= 1,
+                "seed {seed}: {damaged} corrupted or wiped disks"
+            );
             for step in &plan.steps {
                 if let Fault::Split { side } = &step.fault {
                     assert!(side.len() * 2 < config.replicas, "seed {seed}: {side:?}");
@@ -344,6 +388,7 @@ mod tests {
             "kill-client",
             "pause",
             "fail-sync",
+            "wipe-disk",
             "buggify",
         ] {
             assert!(
@@ -351,6 +396,40 @@ mod tests {
                 "{kind} never drawn: {kinds:?}"
             );
         }
+    }
+
+    /// A wiped disk takes the place of one step; every other step is what the seed drew before
+    /// wipes existed (so old seeds replay as before up to the wipe).
+    #[test]
+    fn a_wipe_replaces_one_step_and_leaves_the_others() {
+        let config = PlanConfig::default();
+        let mut wiped = 0;
+        for seed in 0..300 {
+            for scenario in Scenario::ALL {
+                let plan = Plan::draw(seed, scenario, config);
+                let before = Plan::draw_without_wipe(seed, scenario, config);
+                assert_eq!(plan.steps.len(), before.steps.len());
+                let changed: Vec<usize> = (0..plan.steps.len())
+                    .filter(|i| plan.steps[*i] != before.steps[*i])
+                    .collect();
+                match changed[..] {
+                    [] => {}
+                    [i] => {
+                        assert!(
+                            matches!(plan.steps[i].fault, Fault::WipeDisk { replica } if replica < config.replicas)
+                        );
+                        assert_eq!(plan.steps[i].gap_ms, before.steps[i].gap_ms);
+                        assert!(matches!(scenario, Scenario::Mixed | Scenario::Crashes));
+                        wiped += 1;
+                    }
+                    _ => panic!("seed {seed}: steps {changed:?} changed"),
+                }
+            }
+        }
+        assert!(
+            wiped > 50,
+            "only {wiped} wiped disks in 600 mixed and crashes plans"
+        );
     }
 
     #[test]

@@ -1,26 +1,20 @@
 //! The simulation's entry points (only under `--cfg madsim`; `scripts/sim` drives them):
 //!
 //! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
-//!   `mixed`) on `PICKET_SIM_DRIVER` (`sim`, default, or `server`) with `PICKET_SIM_REPLICAS`
-//!   replicas (3, default, or 5), optionally broken
-//!   (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and
-//!   fails with the replay command if a checker found a violation;
-//! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`, on both drivers;
+//!   `mixed`) with `PICKET_SIM_REPLICAS` replicas (3, default, or 5), optionally broken
+//!   (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and fails with the replay command
+//!   if a checker found a violation;
+//! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
 //! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
 #![cfg(madsim)]
 
 use madsim::runtime::Runtime;
 use madsim::Config;
-use picket_sim::cluster::{run, Break, DriverKind, RunConfig, RunReport};
+use picket_sim::cluster::{run, Break, RunConfig, RunReport};
 use picket_sim::history::{AckedOp, Checker};
 use picket_sim::plan::{PlanConfig, Scenario};
 
-fn run_seed_on(
-    seed: u64,
-    scenario: Scenario,
-    broken: Option<Break>,
-    driver: DriverKind,
-) -> RunReport {
+fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
     let runtime = Runtime::with_seed_and_config(seed, Config::default());
     runtime.block_on(run(RunConfig {
         seed,
@@ -30,7 +24,6 @@ fn run_seed_on(
             replicas: env_replicas(),
             ..PlanConfig::default()
         },
-        driver,
     }))
 }
 
@@ -42,7 +35,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -61,6 +54,8 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .count(),
         report.history.writes.len(),
         report.history.final_replicas.len(),
+        report.counters.get("rejoined").copied().unwrap_or(0),
+        report.counters.get("slow-fsync").copied().unwrap_or(0),
         mix.join(","),
         report.violations.len()
     )
@@ -95,23 +90,16 @@ fn seed_run() {
         .ok()
         .filter(|b| !b.is_empty())
         .map(|b| Break::parse(&b).unwrap_or_else(|| panic!("unknown break `{b}`")));
-    let driver = std::env::var("PICKET_SIM_DRIVER")
-        .ok()
-        .filter(|d| !d.is_empty())
-        .map_or(DriverKind::SimLocal, |d| {
-            DriverKind::parse(&d).unwrap_or_else(|| panic!("unknown driver `{d}`"))
-        });
-    let report = run_seed_on(seed, scenario, broken, driver);
-    println!("{} driver={}", summary(seed, &report), driver.name());
+    let report = run_seed_on(seed, scenario, broken);
+    println!("{}", summary(seed, &report));
     for v in &report.violations {
         println!("VIOLATION {v}");
     }
     assert!(
         report.violations.is_empty(),
-        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --driver {} --replicas {} --trace",
+        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --replicas {} --trace",
         report.violations.len(),
         scenario.name(),
-        driver.name(),
         report.plan.replicas
     );
     // The run did something: grants acknowledged, writes accepted, the probe granted.
@@ -142,18 +130,14 @@ fn regression_seeds() {
             .next()
             .and_then(Scenario::parse)
             .unwrap_or(Scenario::Mixed);
-        // Every regression seed on both drivers: a bug found on one may live in code both run.
-        for driver in [DriverKind::SimLocal, DriverKind::Server] {
-            let report = run_seed_on(seed, scenario, None, driver);
-            println!("{} driver={}", summary(seed, &report), driver.name());
-            assert!(
-                report.violations.is_empty(),
-                "regression seed {seed} ({}, driver {}): {:?}",
-                scenario.name(),
-                driver.name(),
-                report.violations
-            );
-        }
+        let report = run_seed_on(seed, scenario, None);
+        println!("{}", summary(seed, &report));
+        assert!(
+            report.violations.is_empty(),
+            "regression seed {seed} ({}): {:?}",
+            scenario.name(),
+            report.violations
+        );
     }
 }
 
@@ -169,29 +153,17 @@ fn checkers_bite() {
         (Break::FastClock, Checker::SessionKept),
         (Break::NoHeal, Checker::Liveness),
     ];
-    // Every switch on both drivers: the sim-local one and the real server node and client
-    // library.
-    let all = cases
-        .iter()
-        .map(|&(b, c)| (b, c, DriverKind::Server))
-        .chain(cases.iter().map(|&(b, c)| (b, c, DriverKind::SimLocal)));
-    for (broken, checker, driver) in all {
+    for (broken, checker) in cases {
         let caught = (1..=SEEDS_MAX).find(|seed| {
-            let report = run_seed_on(*seed, Scenario::Mixed, Some(broken), driver);
-            println!(
-                "{} break={} driver={}",
-                summary(*seed, &report),
-                broken.name(),
-                driver.name()
-            );
+            let report = run_seed_on(*seed, Scenario::Mixed, Some(broken));
+            println!("{} break={}", summary(*seed, &report), broken.name());
             report.violations.iter().any(|v| v.checker == checker)
         });
         assert!(
             caught.is_some(),
-            "{} was not caught by {} within {SEEDS_MAX} seeds on the {} driver",
+            "{} was not caught by {} within {SEEDS_MAX} seeds",
             broken.name(),
-            checker.name(),
-            driver.name()
+            checker.name()
         );
     }
 }

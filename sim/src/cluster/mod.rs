@@ -1,27 +1,27 @@
-//! The simulated cluster (only under `--cfg madsim`): replicas, clients, the fenced resource and
-//! the nemesis, run from one seed; at the end the [`History`] goes through the checkers.
+//! The simulated cluster (only under `--cfg madsim`): replicas running the real server node,
+//! clients on the real client library, the fenced resource and the nemesis, run from one seed;
+//! at the end the [`History`] goes through the checkers.
 //!
 //! Timeline of a run: start everything; let a leader emerge; apply the plan's faults one after
 //! another (each healed before the next); heal; probe liveness; stop the clients (their
 //! sessions expire); crash and restart **every** replica at once; probe again and let every
 //! replica catch up; check.
 
-mod client;
+mod addr;
 mod lying_disk;
 mod real;
-mod replica;
 mod resource;
 mod shared;
-mod wire;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use picket_core::paxos::NodeId;
-use picket_storage::SimDisk;
+use picket_server::durable::EmptyDataDir;
+use picket_storage::{Disk, SimDisk};
 
 pub use shared::Break;
 
@@ -29,37 +29,12 @@ use crate::checkers::check_all;
 use crate::clock::DriftClock;
 use crate::history::{FinalReplica, History, Violation};
 use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
-use client::{client_main, probe, ClientCtx, CLIENT_PORT_USED};
-use replica::{replica_main, ReplicaCtx};
+use addr::{client_ip, operator_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
+use real::{ClientCtx, ReplicaCtx};
 use shared::{lock, Shared, SharedRef};
-use wire::{client_ip, operator_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
 
 /// How long after the heal the probe must be granted (checker 6).
 pub const LIVENESS_BOUND_MS: u64 = 20_000;
-
-/// Which node code the replicas and clients run (docs/simulation.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DriverKind {
-    /// The sim-local driver and client around the real core (all six checkers observed).
-    SimLocal,
-    /// The real server node (driver, store, gRPC services) and the real client library.
-    Server,
-}
-
-impl DriverKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            DriverKind::SimLocal => "sim",
-            DriverKind::Server => "server",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<DriverKind> {
-        [DriverKind::SimLocal, DriverKind::Server]
-            .into_iter()
-            .find(|d| d.name() == name)
-    }
-}
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +43,6 @@ pub struct RunConfig {
     pub scenario: Scenario,
     pub broken: Option<Break>,
     pub plan: PlanConfig,
-    pub driver: DriverKind,
 }
 
 /// What a run produced.
@@ -93,19 +67,18 @@ struct Cluster {
     members: Vec<NodeId>,
     disks: Vec<SimDisk>,
     clients: Vec<NodeHandle>,
-    client_clocks: Vec<DriftClock>,
     probes: u8,
-    driver: DriverKind,
+    /// Replicas whose disk was wiped in this run: each must rejoin (checked at the end).
+    wiped: BTreeSet<NodeId>,
 }
 
 /// Runs one seed inside the current madsim runtime.
 pub async fn run(config: RunConfig) -> RunReport {
     let plan = Plan::draw(config.seed, config.scenario, config.plan);
     set_core_faults(config.broken);
-    // The real server's peer buggify points (lossy, duplicating, reordering links).
-    picket_server::peer::buggify::set(plan.buggify && config.driver == DriverKind::Server);
+    // The real server's buggify points (lossy, duplicating, reordering links; slow fsyncs).
+    picket_server::buggify::set(plan.buggify);
     let shared = Shared::new(config.broken);
-    lock(&shared).buggify = plan.buggify;
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
     let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -132,11 +105,9 @@ pub async fn run(config: RunConfig) -> RunReport {
 
     // Clients stop and abandon their sessions: they expire (checker 5 watches the timing).
     lock(&shared).clients_stop = true;
-    if cluster.driver == DriverKind::Server {
-        // The library closes a session whose last handle is dropped; crashed clients do not.
-        for client in &cluster.clients {
-            cluster.handle.kill(client.id());
-        }
+    // The library closes a session whose last handle is dropped; crashed clients do not.
+    for client in &cluster.clients {
+        cluster.handle.kill(client.id());
     }
     tokio::time::sleep(Duration::from_millis(3 * plan.session_ttl_ms)).await;
 
@@ -151,6 +122,8 @@ pub async fn run(config: RunConfig) -> RunReport {
     cluster.collect_final().await;
 
     let mut s = lock(&shared);
+    let slow_fsyncs = picket_server::buggify::slow_fsyncs();
+    s.counters.insert("slow-fsync", slow_fsyncs);
     let history = s.history.clone();
     let violations = check_all(&history);
     for v in &violations {
@@ -179,7 +152,7 @@ fn set_core_faults(broken: Option<Break>) {
 
 impl Cluster {
     fn start(config: RunConfig, plan: Plan, shared: SharedRef) -> Cluster {
-        let (seed, broken, driver) = (config.seed, config.broken, config.driver);
+        let (seed, broken) = (config.seed, config.broken);
         let ttl_ms = plan.session_ttl_ms;
         let handle = Handle::current();
         let net = NetSim::current();
@@ -198,7 +171,6 @@ impl Cluster {
             let ctx = ReplicaCtx {
                 id: *id,
                 members: members.clone(),
-                seed,
                 disk: disks[index].clone(),
                 clock: DriftClock { ppm },
                 shared: shared.clone(),
@@ -207,15 +179,7 @@ impl Cluster {
                 .create_node()
                 .name(format!("replica-{}", id.0))
                 .ip(replica_ip(*id))
-                .init(move || {
-                    let ctx = ctx.clone();
-                    async move {
-                        match driver {
-                            DriverKind::SimLocal => replica_main(ctx).await,
-                            DriverKind::Server => real::real_replica_main(ctx, ttl_ms).await,
-                        }
-                    }
-                })
+                .init(move || real::real_replica_main(ctx.clone(), ttl_ms))
                 .build();
             replicas.push(node);
         }
@@ -227,18 +191,10 @@ impl Cluster {
             .init(move || resource::resource_main(resource_shared.clone()))
             .build();
         let mut clients = Vec::new();
-        let mut client_clocks = Vec::new();
         for index in 0..plan.clients {
-            let clock = DriftClock {
-                ppm: plan.drift_ppm[plan.replicas + index],
-            };
-            client_clocks.push(clock);
             let ctx = ClientCtx {
                 id: index as u64 + 1,
-                addr: SocketAddr::new(client_ip(index), CLIENT_PORT_USED),
                 replicas: members.clone(),
-                clock,
-                drift_bound_ppm: plan.drift_bound_ppm,
                 ttl_ms: plan.session_ttl_ms,
                 shared: shared.clone(),
             };
@@ -246,51 +202,25 @@ impl Cluster {
                 .create_node()
                 .name(format!("client-{}", index + 1))
                 .ip(client_ip(index))
-                .init(move || {
-                    let ctx = ctx.clone();
-                    async move {
-                        match driver {
-                            DriverKind::SimLocal => client_main(ctx).await,
-                            DriverKind::Server => real::real_client_main(ctx).await,
-                        }
-                    }
-                })
+                .init(move || real::real_client_main(ctx.clone()))
                 .build();
             clients.push(node);
         }
-        let operator = ClientCtx {
-            id: 99,
-            addr: SocketAddr::new(operator_ip(), CLIENT_PORT_USED),
-            replicas: members.clone(),
-            clock: DriftClock { ppm: 0 },
-            drift_bound_ppm: plan.drift_bound_ppm,
-            ttl_ms: plan.session_ttl_ms,
-            shared: shared.clone(),
-        };
+        let (operator_members, operator_shared) = (members.clone(), shared.clone());
         handle
             .create_node()
             .name("operator")
             .ip(operator_ip())
-            .init(move || {
-                let ctx = operator.clone();
-                async move {
-                    match driver {
-                        DriverKind::SimLocal => client::operator_main(ctx).await,
-                        DriverKind::Server => real::operator_main(ctx.replicas, ctx.shared).await,
-                    }
-                }
-            })
+            .init(move || real::operator_main(operator_members.clone(), operator_shared.clone()))
             .build();
-        if driver == DriverKind::Server {
-            for id in &members {
-                let (id, shared) = (*id, shared.clone());
-                handle
-                    .create_node()
-                    .name(format!("watcher-{}", id.0))
-                    .ip(watcher_ip(id))
-                    .init(move || real::watcher_main(id, shared.clone()))
-                    .build();
-            }
+        for id in &members {
+            let (id, shared) = (*id, shared.clone());
+            handle
+                .create_node()
+                .name(format!("watcher-{}", id.0))
+                .ip(watcher_ip(id))
+                .init(move || real::watcher_main(id, shared.clone()))
+                .build();
         }
         Cluster {
             handle,
@@ -301,9 +231,8 @@ impl Cluster {
             members,
             disks,
             clients,
-            client_clocks,
             probes: 0,
-            driver,
+            wiped: BTreeSet::new(),
         }
     }
 
@@ -371,12 +300,14 @@ impl Cluster {
             Fault::KillClient { client } => self.handle.kill(self.clients[*client].id()),
             Fault::Pause { node } => self.handle.pause(self.node_id(*node)),
             Fault::FailSync { replica } => self.disks[*replica].fail_next_syncs(1),
+            Fault::WipeDisk { replica } => self.wipe_replica(*replica),
         }
         tokio::time::sleep(Duration::from_millis(step.duration_ms)).await;
         match &step.fault {
             Fault::KillReplica { replica, .. } => self.handle.restart(replica_ids[*replica]),
             Fault::KillClient { client } => self.handle.restart(self.clients[*client].id()),
             Fault::Pause { node } => self.handle.resume(self.node_id(*node)),
+            Fault::WipeDisk { replica } => self.rejoin_replica(*replica),
             _ => {}
         }
         self.heal_all();
@@ -415,19 +346,71 @@ impl Cluster {
         }
     }
 
+    /// Replaces replica `index`'s disk by an empty one: killed (its disk crashes), every file
+    /// removed for good, then restarted as a supervisor restarts `picketd run`, without
+    /// `--rejoin`: the start must refuse the empty data directory and create nothing
+    /// ([`Cluster::rejoin_replica`] asserts it at the heal).
+    fn wipe_replica(&mut self, index: usize) {
+        self.kill_replica(index, false);
+        let disk = &self.disks[index];
+        let files = disk.paths();
+        let dirs: BTreeSet<PathBuf> = files
+            .iter()
+            .filter_map(|f| f.parent().map(PathBuf::from))
+            .collect();
+        for file in &files {
+            disk.remove_file(file)
+                .expect("a listed file can be removed");
+        }
+        for dir in &dirs {
+            disk.sync_dir(dir).expect("syncs do not fail after a kill");
+        }
+        disk.crash();
+        assert!(disk.paths().is_empty(), "the wiped disk still has files");
+        let id = self.members[index];
+        self.trace(&format!(
+            "wiped the disk of replica {} ({} files)",
+            id.0,
+            files.len()
+        ));
+        self.wiped.insert(id);
+        lock(&self.shared).start_as.insert(id, EmptyDataDir::Refuse);
+        self.handle.restart(self.replicas[index].id());
+    }
+
+    /// The heal of a wiped disk: the start without `--rejoin` was refused and wrote nothing;
+    /// the replica restarts with `--rejoin` (it starts with its durable state lost and
+    /// re-learns it from the others before it votes).
+    fn rejoin_replica(&mut self, index: usize) {
+        let id = self.members[index];
+        let (boot, refused) = {
+            let s = lock(&self.shared);
+            (s.boots.get(&id).copied(), s.refused.get(&id).copied())
+        };
+        assert!(
+            boot.is_some() && refused == boot,
+            "replica {} restarted on a wiped disk without --rejoin was not refused (boot              {boot:?}, last refused boot {refused:?})",
+            id.0
+        );
+        let left = self.disks[index].paths();
+        assert!(
+            left.is_empty(),
+            "the refused start of replica {} wrote {left:?}",
+            id.0
+        );
+        self.trace(&format!("replica {} rejoins", id.0));
+        lock(&self.shared).count("rejoined");
+        self.handle.kill(self.replicas[index].id());
+        lock(&self.shared).start_as.insert(id, EmptyDataDir::Rejoin);
+        self.handle.restart(self.replicas[index].id());
+    }
+
     /// Runs a probe acquire on a fresh node; `Some((token, granted_at_ms))` if granted in time.
     async fn probe(&mut self, within_ms: u64) -> Option<(u64, u64)> {
         self.probes += 1;
         let ctx = ClientCtx {
             id: 100 + u64::from(self.probes),
-            addr: SocketAddr::new(probe_ip(self.probes), CLIENT_PORT_USED),
             replicas: self.members.clone(),
-            clock: self
-                .client_clocks
-                .first()
-                .copied()
-                .unwrap_or(DriftClock { ppm: 0 }),
-            drift_bound_ppm: self.plan.drift_bound_ppm,
             ttl_ms: self.plan.session_ttl_ms,
             shared: self.shared.clone(),
         };
@@ -439,16 +422,8 @@ impl Cluster {
             .build();
         let key = format!("probe-{}", self.probes);
         let within = Duration::from_millis(within_ms);
-        let token = match self.driver {
-            DriverKind::SimLocal => {
-                let task = node.spawn(probe(ctx, key));
-                tokio::time::timeout(within, task).await.ok()?.ok()?
-            }
-            DriverKind::Server => {
-                let task = node.spawn(real::real_probe(ctx, key));
-                tokio::time::timeout(within, task).await.ok()?.ok()?
-            }
-        };
+        let task = node.spawn(real::real_probe(ctx, key));
+        let token = tokio::time::timeout(within, task).await.ok()?.ok()?;
         let at = lock(&self.shared).now_ms();
         self.trace(&format!("probe granted token {token}"));
         Some((token, at))
@@ -464,13 +439,7 @@ impl Cluster {
         for _ in 0..200 {
             let all_caught_up = {
                 let s = lock(&self.shared);
-                let watched = |m: &NodeId| {
-                    self.driver == DriverKind::SimLocal
-                        || s.watched.get(m).is_some_and(|r| *r > token)
-                };
-                self.members
-                    .iter()
-                    .all(|m| s.applied.get(m).is_some_and(|r| *r >= token) && watched(m))
+                self.members.iter().all(|m| caught_up(&s, m, token))
             };
             if all_caught_up {
                 break;
@@ -480,10 +449,7 @@ impl Cluster {
         let mut s = lock(&self.shared);
         let mut finals = Vec::new();
         for m in &self.members {
-            let caught_up = s.applied.get(m).is_some_and(|r| *r >= token)
-                && (self.driver == DriverKind::SimLocal
-                    || s.watched.get(m).is_some_and(|r| *r > token));
-            if let (true, Some(be)) = (caught_up, s.boot_events.get(m)) {
+            if let (true, Some(be)) = (caught_up(&s, m, token), s.boot_events.get(m)) {
                 finals.push(FinalReplica {
                     node: m.0,
                     revision: s.applied[m],
@@ -493,5 +459,18 @@ impl Cluster {
             }
         }
         s.history.final_replicas = finals;
+        for id in &self.wiped {
+            assert!(
+                caught_up(&s, id, token),
+                "replica {} rejoined after its disk was wiped but did not catch up after the \
+                 final restart",
+                id.0
+            );
+        }
     }
+}
+
+/// Replica `m` applied the probe's grant `token` and its watcher read past it.
+fn caught_up(s: &Shared, m: &NodeId, token: u64) -> bool {
+    s.applied.get(m).is_some_and(|r| *r >= token) && s.watched.get(m).is_some_and(|r| *r > token)
 }

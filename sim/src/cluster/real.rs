@@ -1,7 +1,8 @@
-//! Phase 2: the **real** node — `picket_server::server::start` (the driver, its durable store,
-//! the gRPC `Lock`/`Admin`/`Peer` services) on the harness's `SimDisk` and a drifting clock —
-//! and clients built on the **real client library** (`picket_net::client`). Observation goes
-//! through the public API and two small hooks of the real code:
+//! The nodes of a run: replicas running the **real** node — `picket_server::server::start` (the
+//! driver, its durable store, the gRPC `Lock`/`Admin`/`Peer` services) on the harness's
+//! `SimDisk` and a drifting clock — and clients built on the **real client library**
+//! (`picket_net::client`). Observation goes through the public API and two small hooks of the
+//! real code:
 //!
 //! - a watcher per replica follows that replica's lock log (checkers 1, 2 and 4), the driver's
 //!   status gives the applied revision and the leader;
@@ -23,14 +24,15 @@ use picket_core::time::Instant;
 use picket_net::client::{Client, ClientConfig, KeepAliveAck, Session};
 use picket_net::proto;
 use picket_server::driver::{DriverHandle, Request};
-use picket_storage::Disk;
+use picket_server::durable::{EmptyDataDir, StoreError};
+use picket_server::server::StartError;
+use picket_storage::{Disk, SimDisk};
 use tokio::sync::{broadcast, watch};
 
-use super::client::{ClientCtx, KEYS, NAMESPACE};
+use super::addr::{replica_ip, REPLICA_PORT};
 use super::lying_disk::NoSyncDisk;
-use super::replica::ReplicaCtx;
+use super::resource::{write_as, ResourceConn};
 use super::shared::{lock, BootEvents, Break, SharedRef};
-use super::wire::{replica_ip, REPLICA_PORT};
 use crate::clock::DriftClock;
 use crate::history::{
     AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, SessionGone,
@@ -41,6 +43,31 @@ const STATUS_POLL_MS: u64 = 50;
 
 /// Peer port of a real replica (clients use `REPLICA_PORT`).
 pub const PEER_PORT: u16 = 7001;
+
+/// The workload's namespace and how many keys it takes (`sim/k0..k2`).
+pub const NAMESPACE: &str = "sim";
+pub const KEYS: usize = 3;
+
+/// What a replica's `init` closure captures (cloned for every start).
+#[derive(Clone)]
+pub struct ReplicaCtx {
+    pub id: NodeId,
+    pub members: Vec<NodeId>,
+    /// Owned by the harness: it outlives the replica's kills (and is crashed, damaged or wiped
+    /// by the nemesis).
+    pub disk: SimDisk,
+    pub clock: DriftClock,
+    pub shared: SharedRef,
+}
+
+/// What a client, the probe or the operator captures.
+#[derive(Clone)]
+pub struct ClientCtx {
+    pub id: u64,
+    pub replicas: Vec<NodeId>,
+    pub ttl_ms: u64,
+    pub shared: SharedRef,
+}
 
 /// The server's `Clock`, drifting at the node's rate from the run's start.
 pub struct SimClock {
@@ -75,14 +102,44 @@ fn config_text(ctx: &ReplicaCtx, ttl_ms: u64) -> String {
     text
 }
 
+/// A replica whose store failed stops (after a failed fsync the files are in an unknown state)
+/// and waits for the nemesis to restart it.
+async fn wedge(ctx: &ReplicaCtx, why: &str) {
+    {
+        let mut s = lock(&ctx.shared);
+        s.trace(&format!("replica {} wedged: {why}", ctx.id.0));
+        s.wedged.insert(ctx.id);
+    }
+    std::future::pending::<()>().await;
+}
+
+/// A start that refused an empty data directory: the harness checks it was refused.
+fn record_refusal(ctx: &ReplicaCtx, boot: u64, error: &StartError) {
+    let mut s = lock(&ctx.shared);
+    s.trace(&format!(
+        "real replica {} refused to start: {error}",
+        ctx.id.0
+    ));
+    s.refused.insert(ctx.id, boot);
+}
+
 /// A real replica's `init` future: starts the server's node, then reports its status to the
 /// harness until the driver stops (a failed store: the replica is wedged until restarted).
+///
+/// Its first start is `picketd run --init` (a new cluster); a restart is plain `picketd run`
+/// (an empty data directory is refused), unless the harness set `Shared::start_as` (a wiped
+/// disk: refused, then `--rejoin`).
 pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
-    let boot = {
+    let (boot, empty) = {
         let mut s = lock(&ctx.shared);
         let boot = s.boots.entry(ctx.id).or_insert(0);
         *boot += 1;
         let boot = *boot;
+        let empty = s.start_as.remove(&ctx.id).unwrap_or(if boot == 1 {
+            EmptyDataDir::Init
+        } else {
+            EmptyDataDir::Refuse
+        });
         s.applied.insert(ctx.id, 0);
         s.boot_events.insert(
             ctx.id,
@@ -91,8 +148,11 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
                 events: Vec::new(),
             },
         );
-        s.trace(&format!("real replica {} boot {boot}", ctx.id.0));
-        boot
+        s.trace(&format!(
+            "real replica {} boot {boot} ({empty:?})",
+            ctx.id.0
+        ));
+        (boot, empty)
     };
     let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms))
         .expect("the simulated replica's configuration is valid");
@@ -105,9 +165,10 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
         start,
     });
     if broken == Some(Break::AckBeforeSync) {
-        serve_replica(&ctx, boot, &config, NoSyncDisk(ctx.disk.clone()), clock).await;
+        let disk = NoSyncDisk(ctx.disk.clone());
+        serve_replica(&ctx, boot, &config, disk, clock, empty).await;
     } else {
-        serve_replica(&ctx, boot, &config, ctx.disk.clone(), clock).await;
+        serve_replica(&ctx, boot, &config, ctx.disk.clone(), clock, empty).await;
     }
 }
 
@@ -118,13 +179,23 @@ async fn serve_replica<D: Disk + Clone + 'static>(
     config: &picket_server::config::Config,
     disk: D,
     clock: Arc<SimClock>,
+    empty: EmptyDataDir,
 ) {
-    // The simulation never wipes a whole data directory: a first start is a new replica.
-    let empty = picket_server::durable::EmptyDataDir::Init;
     let running = match picket_server::server::start(config, disk, clock, empty).await {
         Ok(running) => running,
+        Err(
+            error @ StartError::Store {
+                source: StoreError::Uninitialized { .. },
+                ..
+            },
+        ) => {
+            // What `picketd run` does on an empty data directory without --init or --rejoin.
+            record_refusal(ctx, boot, &error);
+            std::future::pending::<()>().await;
+            return;
+        }
         Err(error) => {
-            super::replica::wedge(ctx, &format!("start failed (boot {boot}): {error}")).await;
+            wedge(ctx, &format!("start failed (boot {boot}): {error}")).await;
             return;
         }
     };
@@ -137,7 +208,7 @@ async fn serve_replica<D: Disk + Clone + 'static>(
     let mut role = None;
     loop {
         if running.driver_finished() {
-            super::replica::wedge(ctx, "driver stopped (store failure)").await;
+            wedge(ctx, "driver stopped (store failure)").await;
         }
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
@@ -328,11 +399,7 @@ pub async fn real_client_main(ctx: ClientCtx) {
     std::future::pending::<()>().await;
 }
 
-async fn run_session(
-    ctx: &ClientCtx,
-    session: &Session,
-    resource: &mut Option<super::client::ResourceConn>,
-) {
+async fn run_session(ctx: &ClientCtx, session: &Session, resource: &mut Option<ResourceConn>) {
     let mut failures = 0;
     while !lock(&ctx.shared).clients_stop && session.is_alive() && failures < 5 {
         let key = format!("k{}", thread_rng().gen_range(0..KEYS));
@@ -359,7 +426,7 @@ async fn run_session(
                 break;
             }
             tokio::select! {
-                () = super::client::write_as(ctx.id, resource, &gate_key, token) => {}
+                () = write_as(ctx.id, resource, &gate_key, token) => {}
                 _ = guard.lost() => break,
             }
             let pause = thread_rng().gen_range(30..150);
@@ -371,13 +438,13 @@ async fn run_session(
                 token,
             });
         }
-        if lock(&ctx.shared).broken == Some(super::shared::Break::GateBypass) {
+        if lock(&ctx.shared).broken == Some(Break::GateBypass) {
             // Ignores the lost-lock signal: one more write with the old token, later.
             let id = ctx.id;
             tokio::spawn(async move {
                 let later = thread_rng().gen_range(200..800);
                 tokio::time::sleep(Duration::from_millis(later)).await;
-                super::client::write_as(id, &mut None, &gate_key, token).await;
+                write_as(id, &mut None, &gate_key, token).await;
             });
         }
     }

@@ -1,12 +1,17 @@
 //! The fenced resource: a tiny gRPC service (`proto/picket/sim/v1/resource.proto`) guarded by
-//! `picket_net::FencingGate`, recording every write it accepts in the history (checker 2).
+//! `picket_net::FencingGate`, recording every write it accepts in the history (checker 2), and
+//! the clients' side of it ([`write_as`]).
+
+use std::time::Duration;
 
 use picket_core::locks::Token;
 use picket_net::FencingGate;
 use tonic::{Request, Response, Status};
 
+use super::addr::{resource_ip, RESOURCE_PORT};
 use super::shared::{lock, Break, SharedRef};
 use crate::history::WriteAccepted;
+use crate::proto::resource_client::ResourceClient;
 use crate::proto::resource_server::{Resource, ResourceServer};
 use crate::proto::{WriteRequest, WriteResponse};
 
@@ -62,7 +67,7 @@ impl Resource for FencedResource {
 
 /// The resource node's `init` future: serves forever.
 pub async fn resource_main(shared: SharedRef) {
-    let addr = std::net::SocketAddr::new(super::wire::resource_ip(), super::wire::RESOURCE_PORT);
+    let addr = std::net::SocketAddr::new(resource_ip(), RESOURCE_PORT);
     let service = FencedResource {
         gate: FencingGate::new(1_024),
         shared,
@@ -75,4 +80,28 @@ pub async fn resource_main(shared: SharedRef) {
         panic!("fenced resource stopped serving: {error}");
     }
     std::future::pending::<()>().await;
+}
+
+/// A connection to the fenced resource (opened on first use, dropped after a failure).
+pub type ResourceConn = ResourceClient<tonic::transport::Channel>;
+
+/// Writes to the fenced resource with `token` as client `client_id`.
+pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+    if resource.is_none() {
+        let url = format!("http://{}:{RESOURCE_PORT}", resource_ip());
+        *resource = ResourceClient::connect(url).await.ok();
+    }
+    let Some(client) = resource.as_mut() else {
+        return;
+    };
+    let request = WriteRequest {
+        key: key.to_string(),
+        token,
+        client_id,
+        payload: Vec::new(),
+    };
+    let sent = tokio::time::timeout(Duration::from_millis(500), client.write(request)).await;
+    if !matches!(sent, Ok(Ok(_))) {
+        *resource = None;
+    }
 }

@@ -6,21 +6,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use picket_core::paxos::NodeId;
+use picket_server::durable::EmptyDataDir;
 
 use crate::history::{FinalKind, Fnv, History};
 
 /// A deliberately broken build, to show that each checker bites (`docs/simulation.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Break {
-    /// A replica reports its grants with lowered tokens after a restart (a leader reusing
-    /// tokens): checker 1.
+    /// Fresh grants take a token that wraps every 64 revisions (core fault `token_wrap`): a
+    /// key's tokens stop rising, checker 1.
     TokenReuse,
     /// The resource's gate is bypassed and clients ignore the lost-lock signal (they write again
     /// with their old token after release): checker 2.
     GateBypass,
-    /// Replica 1 reports a mutated state digest: checker 3.
+    /// Replica 1 applies each batch at its own clock instead of the leader's stamp (core fault
+    /// `apply_with_local_clock`): its state digest diverges, checker 3.
     DigestMutation,
-    /// The acceptor acknowledges log writes without fsync: checker 4.
+    /// The replicas' disk answers fsync without making anything durable (`NoSyncDisk`), so
+    /// the driver acknowledges what a crash loses: checker 4.
     AckBeforeSync,
     /// Replica clocks run 50% fast, beyond the drift bound: checker 5.
     FastClock,
@@ -74,11 +77,14 @@ pub struct Shared {
     /// Applied revision per replica.
     pub applied: BTreeMap<NodeId, u64>,
     pub boot_events: BTreeMap<NodeId, BootEvents>,
-    /// Real-driver runs: starts per replica, and how far each replica's watcher has read.
+    /// Starts per replica, and how far each replica's watcher has read.
     pub boots: BTreeMap<NodeId, u64>,
     pub watched: BTreeMap<NodeId, u64>,
-    /// The plan's buggify points are on (see [`buggify`]).
-    pub buggify: bool,
+    /// What the next start of a replica does with an empty data directory (set by the nemesis
+    /// for a wiped disk; taken by the start). Absent: `--init` at the first start, refuse after.
+    pub start_as: BTreeMap<NodeId, EmptyDataDir>,
+    /// The boot of each replica whose start refused an empty data directory (the last one).
+    pub refused: BTreeMap<NodeId, u64>,
     /// Clients stop their workload (and abandon their sessions).
     pub clients_stop: bool,
     /// Counters for the summary.
@@ -101,8 +107,9 @@ impl Shared {
             boot_events: BTreeMap::new(),
             boots: BTreeMap::new(),
             watched: BTreeMap::new(),
+            start_as: BTreeMap::new(),
+            refused: BTreeMap::new(),
             clients_stop: false,
-            buggify: false,
             counters: BTreeMap::new(),
         }))
     }
@@ -132,14 +139,4 @@ impl Shared {
 pub fn lock(shared: &SharedRef) -> MutexGuard<'_, Shared> {
     // A poisoned lock means a node task panicked; the run is failing anyway.
     shared.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A buggify point of the harness: true with probability `p` when the plan enables buggify.
-///
-/// madsim's own `buggify::enable()` is not used: it also turns on the simulator's network
-/// buggify, which stalls 10% of an endpoint's receives for 1-5 s *in line*, so every message
-/// behind it waits too, and no election completes.
-pub fn buggify(shared: &SharedRef, p: f64) -> bool {
-    use madsim::rand::Rng;
-    lock(shared).buggify && madsim::rand::thread_rng().gen_bool(p)
 }
