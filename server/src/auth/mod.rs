@@ -284,16 +284,26 @@ impl Authenticator {
     /// `UNAUTHENTICATED` (no or bad credentials) or `PERMISSION_DENIED` (`missing_role`, naming
     /// the role). Without them (dev): open; the principal is the dev metadata's, else
     /// `unauthenticated` (logged as insecure at start-up).
-    pub async fn lock_caller<T>(
+    ///
+    /// Everything is read from `request` before the returned future first waits, so it is
+    /// `Send` even for a streaming request whose body is not `Sync` (the simulator's).
+    pub fn lock_caller<T>(
         &self,
         request: &tonic::Request<T>,
         namespace: Option<&str>,
-    ) -> Result<String, Status> {
-        if !self.is_on() {
-            return self.client_principal(request.metadata()).await;
+    ) -> impl std::future::Future<Output = Result<String, Status>> + Send + '_ {
+        let metadata = request.metadata().clone();
+        let certificate = self.certificate_caller(request);
+        let namespace = namespace.map(str::to_owned);
+        async move {
+            if !self.is_on() {
+                return self.client_principal(&metadata).await;
+            }
+            let caller = self.caller_with(&metadata, certificate?).await?;
+            caller
+                .require_lock_role(namespace.as_deref())
+                .map_err(Status::from)
         }
-        let caller = self.caller(request).await?;
-        caller.require_lock_role(namespace).map_err(Status::from)
     }
 
     /// Admits a read (inspection, holds, classes, audit, pending force-releases, `Watch`): with
