@@ -10,15 +10,23 @@
 //! - The recovered log re-opens (after a crash of the disk: recovery made its repairs durable)
 //!   with the same records and nothing left to repair, and accepts an append after that.
 //! - Stronger, where the damage allows a precise answer: an undamaged log recovers whole; a log
-//!   whose last segment was only cut recovers a prefix (or, for the documented embedded-frame
-//!   limitation, reports corruption in the tail); one flipped byte in a segment before the last is
-//!   corruption.
+//!   whose last segment was only cut recovers a prefix (or reports the cut as damage below the
+//!   synced end, or, for the documented embedded-frame limitation, corruption in the tail); one
+//!   flipped byte in a segment before the last is corruption; so is one flipped byte in the
+//!   records of the last segment (format version 2: synced and closed by commit records), never
+//!   a torn tail that loses a record.
+//!
+//! Raw files come in both segment format versions (1: header and records; 2: header, marker
+//! slots, records and commit records); real logs are written in version 2.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use picket_storage::format::{encode_record, encode_segment_header};
+use picket_storage::format::{
+    encode_commit, encode_marker, encode_record, encode_segment_header, encode_segment_header_v2,
+    Marker, SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN_V2,
+};
 use picket_storage::{CorruptionKind, Disk, DiskFile, Error, Log, LogConfig, SimDisk};
 
 const DIR: &str = "/log";
@@ -59,6 +67,14 @@ enum RawContent {
     Header(Vec<u8>),
     /// A valid header, well-framed records, then bytes as given.
     Records(Vec<Vec<u8>>, Vec<u8>),
+    /// A version 2 header, groups of records each closed by a commit record, a synced-end
+    /// marker in slot `seq % 2` at `synced_end` bytes of data (possibly wrong), then bytes.
+    RecordsV2 {
+        groups: Vec<Vec<Vec<u8>>>,
+        seq: u8,
+        synced_end: u16,
+        tail: Vec<u8>,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -73,7 +89,7 @@ enum RawName {
 
 fn config(u: &mut Unstructured) -> Result<LogConfig> {
     Ok(LogConfig {
-        segment_size_bytes: u.int_in_range(40..=1024)?,
+        segment_size_bytes: u.int_in_range(120..=1024)?,
         record_size_max: u.int_in_range(0..=300)?,
         preallocate_bytes: u.int_in_range(0..=96)?,
         ..LogConfig::default()
@@ -86,18 +102,34 @@ fn segment_name(first_index: u64) -> String {
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
-    let mut u = Unstructured::new(data);
-    let _ = run_inner(&mut u);
+    let _ = reaches(data);
 }
 
-fn run_inner(u: &mut Unstructured) -> Result<()> {
+/// What an input exercised of format version 2 (the seed corpus picks inputs that reach each).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reached {
+    /// A raw file built as a version 2 segment (commit records, a marker).
+    pub raw_v2: bool,
+    /// A real log with one flipped byte in the records of its last segment.
+    pub flip_in_synced: bool,
+}
+
+/// Runs one input (as [`run`]) and says what it reached.
+pub fn reaches(data: &[u8]) -> Reached {
+    let mut u = Unstructured::new(data);
+    let mut reached = Reached::default();
+    let _ = run_inner(&mut u, &mut reached);
+    reached
+}
+
+fn run_inner(u: &mut Unstructured, reached: &mut Reached) -> Result<()> {
     let config = config(u)?;
     let disk = SimDisk::new(u.arbitrary()?);
     let dir = Path::new(DIR);
     let expect = if u.arbitrary()? {
-        real_log_damaged(u, &disk, dir, &config)?
+        real_log_damaged(u, &disk, dir, &config, reached)?
     } else {
-        raw_files(u, &disk, dir)?;
+        raw_files(u, &disk, dir, reached)?;
         Expect::Any
     };
     check_recovery(&disk, dir, &config, &expect);
@@ -112,7 +144,7 @@ enum Expect {
     Whole(Vec<Vec<u8>>),
     /// Only the last segment was cut: a prefix of these, or corruption in the tail.
     PrefixOf(Vec<Vec<u8>>),
-    /// One byte of a segment before the last was changed.
+    /// One byte of a segment before the last, or of the records of the last, was changed.
     Corrupt,
 }
 
@@ -121,6 +153,7 @@ fn real_log_damaged(
     disk: &SimDisk,
     dir: &Path,
     config: &LogConfig,
+    reached: &mut Reached,
 ) -> Result<Expect> {
     let records: Vec<Vec<u8>> = u.arbitrary_iter()?.take(40).collect::<Result<_>>()?;
     let records: Vec<Vec<u8>> = records
@@ -145,6 +178,8 @@ fn real_log_damaged(
     let last = names.len() - 1;
     let mut only_last_cut = true;
     let mut flips_before_last = 0;
+    let mut flips_in_last_records = 0;
+    let last_data_end = data_end(&files[&names[last]]);
     for d in &damage {
         let file = |f: u8| f as usize % names.len();
         match d {
@@ -159,12 +194,16 @@ fn real_log_damaged(
                 mask,
             } => {
                 let bytes = files.get_mut(&names[file(*f)]).expect("listed");
-                if let Some(b) = bytes.get_mut(*offset as usize) {
+                // Inside the file whatever the offset (a flip past the end did nothing).
+                let at = *offset as usize % bytes.len().max(1);
+                if let Some(b) = bytes.get_mut(at) {
                     *b ^= mask;
                     if *mask != 0 {
                         only_last_cut = false;
                         if file(*f) != last {
                             flips_before_last += 1;
+                        } else if (SEGMENT_HEADER_LEN_V2..last_data_end).contains(&at) {
+                            flips_in_last_records += 1;
                         }
                     }
                 }
@@ -203,14 +242,20 @@ fn real_log_damaged(
         Expect::Whole(records)
     } else if only_last_cut {
         Expect::PrefixOf(records)
-    } else if damage.len() == 1 && flips_before_last == 1 {
+    } else if damage.len() == 1 && (flips_before_last == 1 || flips_in_last_records == 1) {
+        reached.flip_in_synced |= flips_in_last_records == 1;
         Expect::Corrupt
     } else {
         Expect::Any
     })
 }
 
-fn raw_files(u: &mut Unstructured, disk: &SimDisk, dir: &Path) -> Result<()> {
+fn raw_files(
+    u: &mut Unstructured,
+    disk: &SimDisk,
+    dir: &Path,
+    reached: &mut Reached,
+) -> Result<()> {
     let mut files = BTreeMap::new();
     let count = u.int_in_range(0..=4)?;
     for _ in 0..count {
@@ -235,8 +280,36 @@ fn raw_files(u: &mut Unstructured, disk: &SimDisk, dir: &Path) -> Result<()> {
             (_, None) => unreachable!("Small and Any carry an index"),
         };
         let content: RawContent = u.arbitrary()?;
+        reached.raw_v2 |= matches!(content, RawContent::RecordsV2 { .. });
         let header = encode_segment_header(first_index.unwrap_or(1));
         let bytes = match content {
+            RawContent::RecordsV2 {
+                groups,
+                seq,
+                synced_end,
+                tail,
+            } => {
+                let first = first_index.unwrap_or(1);
+                let mut out = encode_segment_header_v2(first).to_vec();
+                let mut next = first;
+                for group in &groups {
+                    for r in group {
+                        encode_record(&mut out, r);
+                    }
+                    next = next.wrapping_add(group.len() as u64);
+                    encode_commit(&mut out, next);
+                }
+                if seq > 0 {
+                    let marker = Marker {
+                        seq: u64::from(seq),
+                        synced_end: SEGMENT_HEADER_LEN_V2 as u64 + u64::from(synced_end),
+                    };
+                    let at = SEGMENT_HEADER_LEN + 32 * usize::from(seq % 2);
+                    out[at..at + 32].copy_from_slice(&encode_marker(marker));
+                }
+                out.extend_from_slice(&tail);
+                out
+            }
             RawContent::Bytes(b) => b,
             RawContent::Header(tail) => [&header[..], &tail].concat(),
             RawContent::Records(records, tail) => {
@@ -302,6 +375,7 @@ fn check_recovery(disk: &SimDisk, dir: &Path, config: &LogConfig, expect: &Expec
                         kind,
                         CorruptionKind::BadRecordBeforeValid { .. }
                             | CorruptionKind::TailUnverified { .. }
+                            | CorruptionKind::SyncedRecordDamaged { .. }
                     ),
                     "a log whose last segment was only cut reported {kind:?}"
                 ),
@@ -334,7 +408,7 @@ fn check_recovery(disk: &SimDisk, dir: &Path, config: &LogConfig, expect: &Expec
             all.starts_with(&records),
             "a cut log is not a prefix of what was written"
         ),
-        Expect::Corrupt => panic!("a flipped byte before the last segment went unnoticed"),
+        Expect::Corrupt => panic!("a flipped byte in synced records went unnoticed"),
         Expect::Any => {}
     }
     let first = log.first_index();
@@ -375,12 +449,14 @@ pub fn reference_reader(
             continue;
         };
         first.get_or_insert(index);
-        if !header_ok(bytes, index) {
+        let Some(version) = header_version(bytes, index) else {
             continue;
-        }
-        let mut off = 32;
-        while let Some((payload, end)) = record_at(bytes, off, record_len_max) {
-            out.push(payload.to_vec());
+        };
+        let mut off = if version == 1 { 32 } else { 96 };
+        while let Some((payload, end)) = frame_at(bytes, off, record_len_max, version) {
+            if let Some(payload) = payload {
+                out.push(payload.to_vec());
+            }
             off = end;
         }
     }
@@ -391,13 +467,47 @@ fn u32_le(b: &[u8]) -> u32 {
     u32::from_le_bytes(b.try_into().expect("4 bytes"))
 }
 
-fn header_ok(bytes: &[u8], index: u64) -> bool {
-    bytes.len() >= 32
+/// The segment's format version if its header is good (version 2 needs its marker slots).
+fn header_version(bytes: &[u8], index: u64) -> Option<u32> {
+    let fixed = bytes.len() >= 32
         && &bytes[0..8] == b"PICKTLOG"
-        && u32_le(&bytes[8..12]) == 1
         && bytes[12..20] == index.to_le_bytes()
         && bytes[20..28] == [0; 8]
-        && crc32fast::hash(&bytes[0..28]) == u32_le(&bytes[28..32])
+        && crc32fast::hash(&bytes[0..28]) == u32_le(&bytes[28..32]);
+    match u32_le(bytes.get(8..12)?) {
+        1 if fixed => Some(1),
+        2 if fixed && bytes.len() >= 96 => Some(2),
+        _ => None,
+    }
+}
+
+/// The frame at `off`: `Some(payload)` for a data record, `None` for a commit record
+/// (`u32::MAX | crc | 8 bytes`, version 2 only).
+fn frame_at(
+    bytes: &[u8],
+    off: usize,
+    len_max: u32,
+    version: u32,
+) -> Option<(Option<&[u8]>, usize)> {
+    let header = bytes.get(off..off + 8)?;
+    if version == 2 && u32_le(&header[0..4]) == u32::MAX {
+        let body = bytes.get(off + 8..off + 16)?;
+        let mut h = crc32fast::Hasher::new();
+        h.update(&header[0..4]);
+        h.update(body);
+        return (h.finalize() == u32_le(&header[4..8])).then_some((None, off + 16));
+    }
+    let (payload, end) = record_at(bytes, off, len_max)?;
+    Some((Some(payload), end))
+}
+
+/// Where the frames of a real (version 2) segment end: its synced data.
+fn data_end(bytes: &[u8]) -> usize {
+    let mut off = SEGMENT_HEADER_LEN_V2;
+    while let Some((_, end)) = frame_at(bytes, off, u32::MAX - 64, 2) {
+        off = end;
+    }
+    off
 }
 
 fn record_at(bytes: &[u8], off: usize, len_max: u32) -> Option<(&[u8], usize)> {

@@ -22,8 +22,9 @@ use picket_net::convert::paxos::{
 use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
 use picket_net::{proto, DecodeError};
 use picket_storage::format::{
-    check_record, decode_blob, decode_segment_header, encode_blob, encode_segment_header,
-    scan_for_valid_record, ScanAhead, HARD_STATE_MAGIC, SNAPSHOT_MAGIC,
+    check_frame, check_record, decode_blob, decode_segment_header, encode_blob,
+    encode_segment_header, scan_for_valid_record, ScanAhead, HARD_STATE_MAGIC, SEGMENT_VERSION_1,
+    SEGMENT_VERSION_2, SNAPSHOT_MAGIC,
 };
 use prost::Message;
 
@@ -254,11 +255,19 @@ fn scan(bytes: &[u8]) {
         .into_iter()
         .filter(|f| *f <= buf.len())
     {
-        if let ScanAhead::Valid(at) = scan_for_valid_record(buf, from, max) {
+        if let ScanAhead::Valid(at) = scan_for_valid_record(buf, from, max, SEGMENT_VERSION_1) {
             assert!(at >= from, "found {at} before {from}");
             assert!(
                 check_record(buf, at, max).is_ok(),
                 "scan found a bad record"
+            );
+        }
+        // Version 2 also counts commit records as valid frames after the bad one.
+        if let ScanAhead::Valid(at) = scan_for_valid_record(buf, from, max, SEGMENT_VERSION_2) {
+            assert!(at >= from, "found {at} before {from}");
+            assert!(
+                check_frame(buf, at, max, SEGMENT_VERSION_2).is_ok(),
+                "scan found a bad frame"
             );
         }
     }

@@ -28,7 +28,8 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
         "record_decode" => record_decode(),
         "peer_message_decode" => peer_message_decode(),
         "api_request_decode" => api_request_decode(),
-        "log_recovery" | "core_steps" | "lock_commands" => random_inputs(target),
+        "log_recovery" => [random_inputs(target), log_recovery_v2()].concat(),
+        "core_steps" | "lock_commands" => random_inputs(target),
         other => panic!("no seeds for unknown target {other}"),
     };
     list.into_iter()
@@ -53,6 +54,39 @@ fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
             (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
         })
         .collect()
+}
+
+/// Inputs that reach segment format version 2: the first pseudo-random inputs (a fixed search,
+/// so the seeds are reproducible) that build a raw version 2 segment, and that flip one byte of
+/// the synced records of a real log's last segment.
+fn log_recovery_v2() -> Vec<Vec<u8>> {
+    use crate::log_recovery::reaches;
+    let mut raw_v2 = Vec::new();
+    let mut flips = Vec::new();
+    for k in 0..20_000u64 {
+        if raw_v2.len() >= 2 && flips.len() >= 2 {
+            break;
+        }
+        // Bytes reduced modulo a small bound give small offsets, counts and choices.
+        let modulus = [256u16, 64, 16][(k % 3) as usize];
+        let input: Vec<u8> = pseudo_random(7_000 + k, 64 + (k % 4) as usize * 256)
+            .into_iter()
+            .map(|b| (u16::from(b) % modulus) as u8)
+            .collect();
+        let reached = reaches(&input);
+        if reached.raw_v2 && raw_v2.len() < 2 {
+            raw_v2.push(input);
+        } else if reached.flip_in_synced && flips.len() < 2 {
+            flips.push(input);
+        }
+    }
+    assert!(
+        raw_v2.len() == 2 && flips.len() == 2,
+        "the seed search found {} raw version 2 and {} synced-flip inputs",
+        raw_v2.len(),
+        flips.len()
+    );
+    [raw_v2, flips].concat()
 }
 
 fn random_inputs(target: &str) -> Vec<Vec<u8>> {

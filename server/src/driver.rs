@@ -34,7 +34,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
 use crate::clock::Clock;
-use crate::durable::{DurableStore, PersistOp, StoreError};
+use crate::durable::{is_fsync_error, DurableStore, PersistOp, StorageCondition, StoreError};
 use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 
 /// A Paxos message of the node.
@@ -127,6 +127,8 @@ pub struct NodeStatus {
     pub slot_applied: u64,
     pub boot: u64,
     pub counters: DriverCounters,
+    /// How recovery ended and whether the durable state is still lost.
+    pub storage: StorageCondition,
 }
 
 /// Counters for metrics and tests.
@@ -255,6 +257,12 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     /// waits this long before it acknowledges the persist (`crate::buggify::slow_fsync`).
     #[cfg(madsim)]
     slow_fsync: Option<(paxos::PersistId, Duration)>,
+    /// How this start's recovery ended; `durable_state_lost` follows the core.
+    storage: StorageCondition,
+    /// When the driver was built (the durable-state-lost time runs from it).
+    started: std::time::Instant,
+    /// Time spent with the durable state lost, fixed once it is re-learned.
+    lost_for: Option<std::time::Duration>,
 }
 
 /// Why the driver stopped with an error.
@@ -321,7 +329,36 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             stats_next: Instant::ZERO,
             #[cfg(madsim)]
             slow_fsync: None,
+            storage: StorageCondition::default(),
+            started: std::time::Instant::now(),
+            lost_for: None,
         }
+    }
+
+    /// Sets the storage condition recovery produced (`/healthz`'s `storage`, the storage
+    /// metrics); the lost flag then follows the core.
+    pub fn with_storage(mut self, storage: StorageCondition) -> Driver<D, C> {
+        self.storage = storage;
+        self.report_storage();
+        self
+    }
+
+    /// The durable-state-lost gauge and time: lost while the core is amnesiac.
+    fn report_storage(&mut self) {
+        let lost = self.node.replica().is_amnesiac();
+        if self.storage.durable_state_lost && !lost && self.lost_for.is_none() {
+            self.lost_for = Some(self.started.elapsed());
+            tracing::info!(node = %self.handle.id, "durable state re-learned from the other replicas");
+        }
+        self.storage.durable_state_lost = lost;
+        let lost_for = self.lost_for.unwrap_or_else(|| {
+            if lost {
+                self.started.elapsed()
+            } else {
+                std::time::Duration::ZERO
+            }
+        });
+        self.metrics.set_durable_state_lost(lost, lost_for);
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -438,6 +475,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             .set_namespace_stats(&namespace_stats(state, now));
         self.metrics.set_sessions(state.session_count());
         self.report_paxos();
+        self.report_storage();
     }
 
     fn on_time(&mut self) {
@@ -599,6 +637,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             slot_applied: self.node.replica().slot_applied().0,
             boot: self.boot,
             counters: self.counters.clone(),
+            storage: self.storage.clone(),
         }
     }
 
@@ -656,6 +695,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                         tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
                             "role changed");
                         self.report_paxos();
+                        self.report_storage();
                     }
                     Action::Applied { revision } => self.on_applied(revision),
                 }
@@ -666,8 +706,18 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             self.counters.persist_ops += ops.len() as u64;
             self.counters.group_commits += 1;
             let started = std::time::Instant::now();
-            self.store.persist(&ops)?;
+            if let Err(error) = self.store.persist(&ops) {
+                if is_fsync_error(&error) {
+                    self.metrics.inc_fsync_errors();
+                }
+                return Err(error.into());
+            }
             self.metrics.observe_fsync(started.elapsed());
+            if ops.iter().any(|op| op.snapshot.is_some()) {
+                if let Some(took) = self.store.counters().compaction_last {
+                    self.metrics.set_compaction(took);
+                }
+            }
             #[cfg(madsim)]
             if let Some(stall) = crate::buggify::slow_fsync() {
                 self.slow_fsync = Some((last, stall));

@@ -91,6 +91,84 @@ pub struct Recovered {
     pub lost_reason: Option<String>,
     /// The data directory held no state of the replica (a first start, or `--rejoin`).
     pub was_empty: bool,
+    /// How recovery ended (`picket_storage_recoveries_total{outcome}`).
+    pub outcome: RecoveryOutcome,
+    /// Bytes of a torn log tail that recovery cut (0: none).
+    pub torn_tail_bytes: u64,
+    /// The damaged generation directory left behind for inspection, when corruption moved the
+    /// replica to a new one (docs/runbooks/replace-disk.md).
+    pub damaged_dir: Option<PathBuf>,
+    /// Wall time of opening and replaying the storage.
+    pub duration: std::time::Duration,
+}
+
+/// A replica's storage condition, as `/healthz` shows it (`storage`): how this start's
+/// recovery ended and whether the durable state is still being re-learned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StorageCondition {
+    /// `clean`, `torn_tail_cut` or `durable_state_lost` (empty before recovery).
+    pub recovery: String,
+    /// Wall milliseconds of opening and replaying the storage.
+    pub recovery_ms: u64,
+    /// Bytes of a torn tail cut (never synced, so never acknowledged).
+    pub torn_tail_bytes: u64,
+    /// Why the durable state was lost, when it was.
+    pub lost_reason: Option<String>,
+    /// The durable state is lost *now*: the replica neither votes nor accepts until it has
+    /// re-learned its state from the other replicas.
+    pub durable_state_lost: bool,
+    /// The storage generation directory in use.
+    pub generation_dir: String,
+    /// A damaged generation directory recovery left behind (docs/runbooks/replace-disk.md).
+    pub damaged_dir: Option<String>,
+}
+
+impl StorageCondition {
+    /// The condition right after recovery, with the store it produced.
+    pub fn after(recovered: &Recovered, generation_dir: &Path) -> StorageCondition {
+        StorageCondition {
+            recovery: recovered.outcome.name().to_owned(),
+            recovery_ms: u64::try_from(recovered.duration.as_millis()).unwrap_or(u64::MAX),
+            torn_tail_bytes: recovered.torn_tail_bytes,
+            lost_reason: recovered.lost_reason.clone(),
+            durable_state_lost: recovered.durable.lost,
+            generation_dir: generation_dir.display().to_string(),
+            damaged_dir: recovered
+                .damaged_dir
+                .as_ref()
+                .map(|d| d.display().to_string()),
+        }
+    }
+}
+
+/// How a start's recovery ended (docs/storage.md, "The decision table").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// Nothing to repair.
+    Clean,
+    /// A torn tail (never synced, so never acknowledged) was cut, or a torn segment creation
+    /// rewritten.
+    TornTailCut,
+    /// The durable state is gone (corruption, a vanished generation, `--rejoin`): the replica
+    /// re-learns it from the others before it votes or accepts.
+    DurableStateLost,
+}
+
+impl RecoveryOutcome {
+    pub const ALL: [RecoveryOutcome; 3] = [
+        RecoveryOutcome::Clean,
+        RecoveryOutcome::TornTailCut,
+        RecoveryOutcome::DurableStateLost,
+    ];
+
+    /// The `outcome` label value and the status's `recovery` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryOutcome::Clean => "clean",
+            RecoveryOutcome::TornTailCut => "torn_tail_cut",
+            RecoveryOutcome::DurableStateLost => "durable_state_lost",
+        }
+    }
 }
 
 /// Counters for metrics and tests.
@@ -105,6 +183,8 @@ pub struct StoreCounters {
     pub snapshots_saved: u64,
     pub records_appended: u64,
     pub segments_dropped: u64,
+    /// Wall time of the last snapshot save and log compaction (encode, write, fsyncs, drop).
+    pub compaction_last: Option<std::time::Duration>,
 }
 
 /// The replica's storage, written only by the driver task.
@@ -142,6 +222,7 @@ impl<D: Disk + Clone> DurableStore<D> {
         config: StorageConfig,
         empty: EmptyDataDir,
     ) -> Result<(DurableStore<D>, Recovered), StoreError> {
+        let started = std::time::Instant::now();
         let boot_record = data_dir
             .join("boot")
             .join(picket_storage::blob::HARD_STATE_FILE);
@@ -184,9 +265,13 @@ impl<D: Disk + Clone> DurableStore<D> {
                 data_dir.display()
             ));
         }
+        let mut torn_tail_bytes = 0;
         let opened = if lost_reason.is_none() {
             match Self::try_open(disk.clone(), &root, config.clone()) {
-                Ok(opened) => Some(opened),
+                Ok((store, durable, torn)) => {
+                    torn_tail_bytes = torn;
+                    Some((store, durable))
+                }
                 Err(Recovery::Corrupt(why)) => {
                     lost_reason = Some(why);
                     None
@@ -196,10 +281,12 @@ impl<D: Disk + Clone> DurableStore<D> {
         } else {
             None
         };
+        let mut damaged_dir = None;
         let (store, durable) = match opened {
             Some(opened) => opened,
             None => {
                 if existed {
+                    damaged_dir = Some(root.clone());
                     generation += 1;
                     root = generation_dir(data_dir, generation);
                 }
@@ -215,6 +302,13 @@ impl<D: Disk + Clone> DurableStore<D> {
             }
         };
         boot_file.save(&encode_boot(boot, generation))?;
+        let outcome = if durable.lost {
+            RecoveryOutcome::DurableStateLost
+        } else if torn_tail_bytes > 0 {
+            RecoveryOutcome::TornTailCut
+        } else {
+            RecoveryOutcome::Clean
+        };
         Ok((
             store,
             Recovered {
@@ -222,6 +316,10 @@ impl<D: Disk + Clone> DurableStore<D> {
                 boot,
                 lost_reason,
                 was_empty: is_empty,
+                outcome,
+                torn_tail_bytes,
+                damaged_dir,
+                duration: started.elapsed(),
             },
         ))
     }
@@ -242,12 +340,16 @@ impl<D: Disk + Clone> DurableStore<D> {
         disk: D,
         root: &Path,
         config: StorageConfig,
-    ) -> Result<(DurableStore<D>, NodeDurable), Recovery> {
+    ) -> Result<(DurableStore<D>, NodeDurable, u64), Recovery> {
         let (storage, report) = Storage::open(disk, root, config)?;
         if let Some(torn) = &report.torn_tail {
             tracing::warn!(file = %torn.file.display(), offset = torn.offset, bytes = torn.bytes,
-                "recovery cut a torn log tail (a crash mid-write; nothing acknowledged was lost)");
+                "recovery cut a torn log tail (past the synced end: a crash mid-write; nothing \
+                 acknowledged was lost)");
         }
+        // A torn segment creation is reported at offset 0 with the bytes it replaced (possibly
+        // none); count it as a cut of at least one byte so the outcome says a repair happened.
+        let torn_tail_bytes = report.torn_tail.as_ref().map_or(0, |t| t.bytes.max(1));
         let hard = match storage.hard_state.load()? {
             Some(bytes) => decode_hard_state(&bytes).map_err(|e| decoded("hard state", &e))?,
             None => HardState::default(),
@@ -294,7 +396,7 @@ impl<D: Disk + Clone> DurableStore<D> {
             incarnations: store.hard.incarnations.clone(),
             lost: store.hard.lost,
         };
-        Ok((store, durable))
+        Ok((store, durable, torn_tail_bytes))
     }
 
     /// Writes every op (in order) and makes all of them durable with one log fdatasync (group
@@ -343,6 +445,7 @@ impl<D: Disk + Clone> DurableStore<D> {
             self.hard = hard;
             self.save_hard_state()?;
         }
+        let compaction_started = snapshot.map(|_| std::time::Instant::now());
         if let Some((slot, state)) = snapshot {
             let bytes = snapshot_to_wire((*slot, state.clone())).encode_to_vec();
             self.storage.snapshots.save(slot.0, &bytes)?;
@@ -355,6 +458,9 @@ impl<D: Disk + Clone> DurableStore<D> {
         }
         if let Some((slot, _)) = snapshot {
             self.compact(*slot)?;
+        }
+        if let Some(started) = compaction_started {
+            self.counters.compaction_last = Some(started.elapsed());
         }
         self.counters.commits += 1;
         Ok(())
@@ -417,6 +523,12 @@ impl<D: Disk + Clone> DurableStore<D> {
     pub fn root(&self) -> &Path {
         &self.root
     }
+}
+
+/// Whether a store error is a failed fsync (of a file or a directory): the
+/// `picket_storage_fsync_errors_total` counter.
+pub fn is_fsync_error(error: &StoreError) -> bool {
+    matches!(error, StoreError::Storage(StorageError::Io { op, .. }) if op.contains("sync"))
 }
 
 enum Recovery {

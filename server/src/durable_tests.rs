@@ -4,7 +4,7 @@ use picket_core::locks::{Command, Identity};
 use picket_core::node::{NodeCommand, NodeDurable, ProposalId};
 use picket_core::paxos::{Ballot, NodeId, Slot, Value};
 use picket_core::time::Instant;
-use picket_storage::{CrashMode, LogConfig, SimDisk, StorageConfig};
+use picket_storage::{CrashMode, DiskFile, LogConfig, SimDisk, StorageConfig};
 
 use super::*;
 
@@ -175,13 +175,16 @@ fn corruption_starts_the_replica_with_its_durable_state_lost() {
         .find(|p| p.starts_with(&root) && p.extension().is_some_and(|e| e == "seg"))
         .unwrap();
     // Damage the first record (the second stays whole): corruption, not a torn tail.
-    disk.corrupt(&segment, 32 + 8 + 2).unwrap();
+    let first_record = picket_storage::format::SEGMENT_HEADER_LEN_V2 as u64;
+    disk.corrupt(&segment, first_record + 8 + 2).unwrap();
     let (mut store, recovered) =
         DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
     assert!(
         recovered.lost_reason.is_some(),
         "corruption must be reported"
     );
+    assert_eq!(recovered.outcome, RecoveryOutcome::DurableStateLost);
+    assert_eq!(recovered.damaged_dir.as_deref(), Some(root.as_path()));
     assert!(recovered.durable.lost);
     assert!(recovered.durable.accepted.is_empty());
     assert_ne!(store.root(), root.as_path(), "a new generation directory");
@@ -248,4 +251,73 @@ fn an_empty_data_directory_is_refused_unless_init_or_rejoin() {
         assert_eq!(again.durable.promised, ballot(2), "{empty:?}");
         assert_eq!(again.durable.accepted.len(), 1, "{empty:?}");
     }
+}
+
+/// Issue 17: the last record, synced and then damaged while the replica was down, after a power
+/// loss (unsynced writes gone): the replica starts with its durable state lost, never as an
+/// ordinary acceptor without its acknowledged acceptance of that slot.
+#[test]
+fn a_damaged_last_synced_record_is_durable_state_lost_not_a_torn_tail() {
+    for seed in 0..16 {
+        let disk = SimDisk::new(seed);
+        let root;
+        {
+            let (mut store, _) =
+                DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+            store.persist(&[op(1, Some(1), &[(1, 1)])]).unwrap();
+            store.persist(&[op(2, None, &[(2, 1), (3, 1)])]).unwrap();
+            root = store.root().to_path_buf();
+        }
+        disk.crash();
+        disk.damage_synced_record(&root.join("log")).unwrap();
+        let (_, recovered) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        assert_eq!(
+            recovered.outcome,
+            RecoveryOutcome::DurableStateLost,
+            "seed {seed}"
+        );
+        assert!(recovered.durable.lost);
+        assert_eq!(recovered.damaged_dir.as_deref(), Some(root.as_path()));
+        let condition = StorageCondition::after(&recovered, Path::new("/gen"));
+        assert_eq!(condition.recovery, "durable_state_lost");
+        assert!(condition.durable_state_lost);
+        assert!(condition.damaged_dir.is_some());
+    }
+}
+
+/// A torn, never-synced tail is cut and the replica starts as an ordinary acceptor, reported as
+/// `torn_tail_cut`; an undamaged restart is `clean`.
+#[test]
+fn torn_tail_and_clean_outcomes() {
+    let disk = SimDisk::new(9);
+    let root;
+    {
+        let (mut store, recovered) =
+            DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+        assert_eq!(recovered.outcome, RecoveryOutcome::Clean);
+        store.persist(&[op(1, Some(1), &[(1, 1)])]).unwrap();
+        root = store.root().to_path_buf();
+    }
+    let (_, recovered) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(recovered.outcome, RecoveryOutcome::Clean);
+    assert_eq!(recovered.torn_tail_bytes, 0);
+    // Half a record after the synced data, as a crash mid-append leaves it.
+    let segment = disk
+        .paths()
+        .into_iter()
+        .find(|p| p.starts_with(&root) && p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let bytes = disk.read_file(&segment).unwrap();
+    let mut end = picket_storage::format::SEGMENT_HEADER_LEN_V2;
+    while let Ok(frame) = picket_storage::format::check_frame(&bytes, end, u32::MAX - 64, 2) {
+        end = frame.end();
+    }
+    let mut f = disk.open(&segment).unwrap();
+    f.write_all_at(&[7, 0, 0, 0, 1, 2, 3], end as u64).unwrap();
+    f.sync_data().unwrap();
+    let (_, recovered) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(recovered.outcome, RecoveryOutcome::TornTailCut);
+    assert!(recovered.torn_tail_bytes > 0);
+    assert!(!recovered.durable.lost);
+    assert_eq!(recovered.durable.accepted.len(), 1);
 }

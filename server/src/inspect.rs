@@ -97,6 +97,7 @@ impl InspectSource for DriverInspect {
                         leader_node_id: status.leader.map(|l| l.0),
                         slot_applied: status.slot_applied,
                         detail,
+                        storage: status.storage,
                     }
                 }
                 Err(status) => Health {
@@ -106,6 +107,7 @@ impl InspectSource for DriverInspect {
                     leader_node_id: None,
                     slot_applied: 0,
                     detail: status.message().to_owned(),
+                    storage: Default::default(),
                 },
             }
         })

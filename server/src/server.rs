@@ -20,7 +20,7 @@ use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
-use crate::durable::{DurableStore, EmptyDataDir, StoreError};
+use crate::durable::{DurableStore, EmptyDataDir, StorageCondition, StoreError};
 use crate::metrics::Metrics;
 use crate::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
 use crate::service::{AdminService, Api, LockService, ServiceLimits};
@@ -163,7 +163,9 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             "DURABLE STATE LOST: this replica starts amnesiac; it will not vote or accept until \
              it has re-learned its state from the other replicas (this needs all of them up)");
     }
+    let storage_condition = StorageCondition::after(&recovered, store.root());
     tracing::info!(node = %id, boot = recovered.boot, promised = %recovered.durable.promised,
+        outcome = recovered.outcome.name(), recovery_ms = storage_condition.recovery_ms,
         accepted = recovered.durable.accepted.len(),
         snapshot_slot = ?recovered.durable.snapshot.as_ref().map(|(s, _)| s.0),
         lost = recovered.durable.lost, "recovered");
@@ -195,6 +197,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .collect();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::with_external_url(config.external_url()));
+    metrics.set_recovery(recovered.outcome, recovered.duration, recovered.boot);
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();
     let mut peers_out = BTreeMap::new();
@@ -232,7 +235,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         endpoints,
         peers_out,
         metrics: metrics.clone(),
-    });
+    })
+    .with_storage(storage_condition);
     let handle = driver.handle();
     let driver_task = tokio::spawn(driver.run(shutdown_rx.clone()));
     let auth = authenticator(config).await?;

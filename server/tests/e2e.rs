@@ -456,7 +456,9 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
         .unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
     assert!(bytes.len() > 200, "the segment holds several records");
-    bytes[32 + 8 + 2] ^= 0x5a; // inside the first record's payload; later records are whole
+    // Inside the first record's payload (after the header and marker slots); later records are
+    // whole.
+    bytes[picket_storage::format::SEGMENT_HEADER_LEN_V2 + 8 + 2] ^= 0x5a;
     std::fs::write(&segment, bytes).unwrap();
     cluster.spawn(victim);
     // It says so, catches up with the others, and votes and accepts again.
@@ -469,6 +471,57 @@ async fn a_replica_with_a_corrupt_log_starts_amnesiac_and_rejoins() {
         .join("replica-2")
         .exists());
     commits_through(&mut cluster, leader, victim, s, last).await;
+}
+
+/// Issue 17's experiment: the leader's last, fsynced log record is cut short while it is down.
+/// That is not a torn write (the segment's synced-end marker covers it), so the old leader starts
+/// amnesiac in a new generation, re-learns, and is part of a quorum again; it never restarts as
+/// an ordinary acceptor without its acknowledged acceptance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_last_synced_record_was_cut_starts_amnesiac() {
+    use picket_storage::format::{check_frame, decode_segment_header_any};
+    let mut cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let eps = cluster.endpoints.clone();
+    let s = create_session(&eps[leader], "svc", 20_000).await;
+    let last = hold_keys(&eps, leader, s, 20).await;
+    cluster.terminate(leader);
+    let log_dir = cluster
+        .dir
+        .path()
+        .join(format!("node-{}/replica-1/log", leader + 1));
+    let mut segments: Vec<_> = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    let segment = segments.last().unwrap();
+    let bytes = std::fs::read(segment).unwrap();
+    let header = decode_segment_header_any(&bytes).unwrap();
+    let mut end = header.data_start;
+    while let Ok(frame) = check_frame(&bytes, end, u32::MAX - 64, header.version) {
+        end = frame.end();
+    }
+    assert!(end > header.data_start, "the segment holds records");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .unwrap();
+    file.set_len(end as u64 - 3).unwrap();
+    drop(file);
+    // The others elect a new leader meanwhile; the old one comes back amnesiac.
+    cluster.spawn(leader);
+    let other = (leader + 1) % 3;
+    wait_amnesiac_recovers(&cluster, leader, "synced end", "k19", last).await;
+    assert!(log_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("replica-2")
+        .exists());
+    commits_through(&mut cluster, other, leader, s, last).await;
 }
 
 /// A replica whose disk was replaced: `picketd run` refuses the empty data directory and names

@@ -179,6 +179,12 @@ impl InspectSource for Fake {
                 leader_node_id: Some(1),
                 slot_applied: 120,
                 detail: String::new(),
+                storage: picket_server::durable::StorageCondition {
+                    recovery: "torn_tail_cut".to_owned(),
+                    torn_tail_bytes: 17,
+                    generation_dir: "/data/replica-1".to_owned(),
+                    ..Default::default()
+                },
             }
         })
     }
@@ -494,4 +500,10 @@ async fn metrics_and_health_are_served() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["ready"], true);
     assert_eq!(v["role"], "leader");
+    // The storage condition (docs/http.md): how recovery ended, the lost flag, the directories.
+    assert_eq!(v["storage"]["recovery"], "torn_tail_cut");
+    assert_eq!(v["storage"]["torn_tail_bytes"], 17);
+    assert_eq!(v["storage"]["durable_state_lost"], false);
+    assert_eq!(v["storage"]["damaged_dir"], Value::Null);
+    assert_eq!(v["storage"]["generation_dir"], "/data/replica-1");
 }

@@ -148,6 +148,25 @@ pub fn no_acked_loss(history: &History) -> Vec<Violation> {
             "no replica caught up after the final restart of every node".to_string(),
         ));
     }
+    // At the acceptor: a replica whose synced (acknowledged) log record was damaged while it was
+    // down must restart with its durable state lost, never as an ordinary acceptor that forgot
+    // the acceptance (the cluster survives that only while the others hold the slot).
+    for damage in &history.synced_damage {
+        let seen = history
+            .recoveries
+            .iter()
+            .find(|r| r.node == damage.node && r.boot == damage.boot);
+        if let Some(r) = seen.filter(|r| r.outcome != "durable_state_lost") {
+            found.push(violation(
+                Checker::NoAckedLoss,
+                format!(
+                    "node {} (boot {}) restarted as an ordinary acceptor ({}) after a synced log \
+                     record was damaged: it forgot an acknowledged acceptance",
+                    r.node, r.boot, r.outcome
+                ),
+            ));
+        }
+    }
     for replica in &history.final_replicas {
         let events: BTreeSet<(&str, FinalKind, u64)> = replica
             .events

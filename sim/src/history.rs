@@ -119,6 +119,28 @@ pub struct History {
     pub drift_bound_ppm: u64,
     /// Liveness bound: the probe must be granted this long after the heal at most.
     pub liveness_bound_ms: u64,
+    /// Real-driver runs: a synced log record of `node` was damaged while it was down, before
+    /// its start number `boot`.
+    pub synced_damage: Vec<SyncedDamage>,
+    /// Real-driver runs: how each start's storage recovery ended (`/healthz`'s
+    /// `storage.recovery`: `clean`, `torn_tail_cut`, `durable_state_lost`).
+    pub recoveries: Vec<RecoverySeen>,
+}
+
+/// A synced record damaged on a replica's disk while it was down (the nemesis).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncedDamage {
+    pub node: u64,
+    /// The start that recovers from the damage.
+    pub boot: u64,
+}
+
+/// How one start of a replica recovered its storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoverySeen {
+    pub node: u64,
+    pub boot: u64,
+    pub outcome: String,
 }
 
 /// A broken rule, named by its checker.

@@ -152,6 +152,7 @@ fn checkers_bite() {
         (Break::AckBeforeSync, Checker::NoAckedLoss),
         (Break::FastClock, Checker::SessionKept),
         (Break::NoHeal, Checker::Liveness),
+        (Break::CutSynced, Checker::NoAckedLoss),
     ];
     for (broken, checker) in cases {
         let caught = (1..=SEEDS_MAX).find(|seed| {

@@ -145,6 +145,18 @@ pub enum CorruptionKind {
         /// Why the record at the reported offset is bad.
         reason: &'static str,
     },
+    /// A bad record (or a file that ends) below the synced end of the last segment (format
+    /// version 2): it was written, synced, and then damaged, so it is never cut as a torn write.
+    /// The replica's acknowledged state is gone (the server starts in durable-state-lost mode).
+    #[error(
+        "bad record ({reason}) below the synced end {synced_end}: written, synced, then damaged"
+    )]
+    SyncedRecordDamaged {
+        /// What is wrong.
+        reason: &'static str,
+        /// The segment's synced end (from its marker).
+        synced_end: u64,
+    },
     /// A payload whose checksum does not match (hard state, snapshot, or a record found on read).
     #[error("checksum mismatch")]
     Checksum,

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::{self, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::format::{
+    self, Marker, COMMIT_FRAME_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN_V2, SEGMENT_VERSION_2,
+};
 use crate::recovery::{self, RecoveryReport};
 
 /// Limits and sizes of a [`Log`].
@@ -47,7 +49,7 @@ impl Default for LogConfig {
 impl LogConfig {
     /// Checks the configuration, naming the first value out of range.
     pub fn validate(&self) -> Result<()> {
-        let min = (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN) as u64;
+        let min = (SEGMENT_HEADER_LEN_V2 + RECORD_HEADER_LEN + COMMIT_FRAME_LEN) as u64;
         if self.segment_size_bytes < min || self.segment_size_bytes > u64::from(u32::MAX) {
             return Err(Error::Config(format!(
                 "segment_size_bytes {} must be in [{min}, {}]",
@@ -72,8 +74,8 @@ impl LogConfig {
     /// The longest segment file this configuration can produce: a full segment, or a header and
     /// one maximal record. Recovery rejects longer files as corruption rather than reading them.
     pub fn segment_len_max(&self) -> u64 {
-        let one_record =
-            (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN) as u64 + u64::from(self.record_size_max);
+        let one_record = (SEGMENT_HEADER_LEN_V2 + RECORD_HEADER_LEN + COMMIT_FRAME_LEN) as u64
+            + u64::from(self.record_size_max);
         self.segment_size_bytes.max(one_record)
     }
 }
@@ -85,8 +87,19 @@ pub(crate) struct Segment<F> {
     pub first_index: u64,
     pub path: PathBuf,
     pub file: F,
+    /// The segment's format version: 2 for every segment this code creates; a version 1
+    /// segment is only ever last again after `truncate_suffix` removed the segments after it.
+    pub version: u32,
+    /// Where the records start (after the header and, in version 2, the marker slots).
+    pub data_start: u64,
+    /// Version 2: the synced-end marker last written to the header (`seq` 0: none yet, and
+    /// `synced_end` is `data_start`). Never above `end`.
+    pub marker: Marker,
+    /// Version 2: records were written after the last commit record (the next sync closes
+    /// them with one).
+    pub uncommitted: bool,
     /// Byte offset of each record's frame: `offsets[i]` holds index `first_index + i`.
-    /// Strictly increasing, all `>= SEGMENT_HEADER_LEN` and `< end`.
+    /// Strictly increasing, all `>= data_start` and `< end`.
     pub offsets: Vec<u32>,
     /// Bytes of the segment in use (header and whole records); the next record goes here.
     pub end: u64,
@@ -100,8 +113,30 @@ impl<F> Segment<F> {
         self.first_index + self.offsets.len() as u64
     }
 
+    /// Where the frames after record `i` start: record `i + 1`, or the end. In version 2 a
+    /// commit record may lie between the two.
     fn frame_end(&self, i: usize) -> u64 {
         self.offsets.get(i + 1).map_or(self.end, |&o| u64::from(o))
+    }
+
+    /// A new, empty version 2 segment whose header is on disk.
+    pub(crate) fn empty_v2(first_index: u64, path: PathBuf, file: F) -> Segment<F> {
+        let data_start = SEGMENT_HEADER_LEN_V2 as u64;
+        Segment {
+            first_index,
+            path,
+            file,
+            version: SEGMENT_VERSION_2,
+            data_start,
+            marker: Marker {
+                seq: 0,
+                synced_end: data_start,
+            },
+            uncommitted: false,
+            offsets: Vec::new(),
+            end: data_start,
+            len: data_start,
+        }
     }
 }
 
@@ -141,6 +176,7 @@ impl<D: Disk> Log<D> {
         if segments.is_empty() {
             segments.push(create_segment(&disk, dir, 1, &config)?);
         }
+        upgrade_last_segment(&disk, dir, &config, &mut segments)?;
         let mut log = Log {
             disk,
             dir: dir.to_path_buf(),
@@ -263,7 +299,9 @@ impl<D: Disk> Log<D> {
             let seg = self.last_segment();
             let at = seg.end + buf.len() as u64;
             let has_records = !seg.offsets.is_empty() || !pending.is_empty();
-            if has_records && at + frame > self.config.segment_size_bytes {
+            // Room for the frame and the commit record that will close it.
+            let needed = frame + COMMIT_FRAME_LEN as u64;
+            if has_records && at + needed > self.config.segment_size_bytes {
                 result = self.flush_and_roll(&buf, &mut pending);
                 if result.is_err() {
                     break;
@@ -296,7 +334,9 @@ impl<D: Disk> Log<D> {
             .map_err(Error::io("write", &seg.path))?;
         seg.end += buf.len() as u64;
         seg.len = seg.len.max(seg.end);
+        let wrote_records = !pending.is_empty();
         seg.offsets.append(pending);
+        seg.uncommitted |= wrote_records && seg.version >= SEGMENT_VERSION_2;
         self.dirty = true;
         if prealloc > seg.len {
             // Zeros after the data: a crash that keeps them is a clean end, not a torn tail.
@@ -330,9 +370,10 @@ impl<D: Disk> Log<D> {
         }
     }
 
-    /// Finishes the last segment (write, fdatasync) and starts a new one after it.
+    /// Finishes the last segment (write, commit record, fdatasync) and starts a new one after it.
     fn flush_and_roll(&mut self, buf: &[u8], pending: &mut Vec<u32>) -> Result<()> {
         self.write_pending(buf, pending)?;
+        self.write_commit()?;
         // Segments before the last end exactly at their last record (recovery checks it).
         let seg = self
             .segments
@@ -363,7 +404,63 @@ impl<D: Disk> Log<D> {
         result
     }
 
+    /// Closes the records written since the last commit record with one (version 2): a damaged
+    /// last record then has a valid frame after it, and recovery knows it was written whole.
+    fn write_commit(&mut self) -> Result<()> {
+        let next_index = self.next_index();
+        let seg = self.last_segment();
+        if !seg.uncommitted {
+            return Ok(());
+        }
+        let mut frame = Vec::with_capacity(COMMIT_FRAME_LEN);
+        format::encode_commit(&mut frame, next_index);
+        let prealloc = self.preallocate_to(seg.end + frame.len() as u64);
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        seg.file
+            .write_all_at(&frame, seg.end)
+            .map_err(Error::io("write", &seg.path))?;
+        seg.end += frame.len() as u64;
+        seg.len = seg.len.max(seg.end);
+        seg.uncommitted = false;
+        self.dirty = true;
+        if prealloc > seg.len {
+            write_zeros(&mut seg.file, &seg.path, seg.len, prealloc)?;
+            seg.len = prealloc;
+        }
+        Ok(())
+    }
+
+    /// Writes the synced-end marker of the last segment (version 2) into its next slot, after an
+    /// fdatasync made everything below `end` durable. The write itself is not synced: the next
+    /// group commit's fdatasync (or the kernel's writeback) makes it durable, and until then the
+    /// previous slot still holds an older, true synced end.
+    fn write_marker(&mut self, synced_end: u64) -> Result<()> {
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        if seg.version < SEGMENT_VERSION_2 || seg.marker.synced_end == synced_end {
+            return Ok(());
+        }
+        let marker = Marker {
+            seq: seg.marker.seq + 1,
+            synced_end,
+        };
+        seg.file
+            .write_all_at(
+                &format::encode_marker(marker),
+                format::marker_slot_offset(marker.seq),
+            )
+            .map_err(Error::io("write", &seg.path))?;
+        seg.marker = marker;
+        Ok(())
+    }
+
     fn sync_inner(&mut self) -> Result<()> {
+        self.write_commit()?;
         if self.dirty {
             let seg = self
                 .segments
@@ -375,7 +472,8 @@ impl<D: Disk> Log<D> {
             self.dirty = false;
         }
         self.synced_index = self.last_index();
-        Ok(())
+        let end = self.last_segment().end;
+        self.write_marker(end)
     }
 
     fn check_range(&self, index: u64) -> Result<()> {
@@ -431,11 +529,17 @@ impl<D: Disk> Log<D> {
                         CorruptionKind::Checksum,
                     )
                 };
-                match format::check_record(&chunk[..frame_end], off, self.config.record_size_max) {
-                    Ok(e) if e == frame_end => {}
+                // In version 2 a commit record may follow the record before `frame_end`.
+                let record_end = match format::check_record(
+                    &chunk[..frame_end],
+                    off,
+                    self.config.record_size_max,
+                ) {
+                    Ok(e) if e == frame_end => e,
+                    Ok(e) if seg.version >= SEGMENT_VERSION_2 => e,
                     _ => return Err(bad()),
-                }
-                let payload = &chunk[off + RECORD_HEADER_LEN..frame_end];
+                };
+                let payload = &chunk[off + RECORD_HEADER_LEN..record_end];
                 if !out.is_empty() && bytes + payload.len() as u64 > bytes_max {
                     return Ok(out);
                 }
@@ -486,6 +590,25 @@ impl<D: Disk> Log<D> {
         let keep = (after + 1 - seg.first_index) as usize;
         if keep < seg.offsets.len() {
             let new_end = u64::from(seg.offsets[keep]);
+            if seg.marker.synced_end > new_end {
+                // The marker must never claim bytes the file no longer has: lowered durably
+                // before the cut, so a crash in between leaves records above a true marker.
+                let marker = Marker {
+                    seq: seg.marker.seq + 1,
+                    synced_end: new_end,
+                };
+                seg.file
+                    .write_all_at(
+                        &format::encode_marker(marker),
+                        format::marker_slot_offset(marker.seq),
+                    )
+                    .map_err(Error::io("write", &seg.path))?;
+                seg.file
+                    .sync_data()
+                    .map_err(Error::io("fdatasync", &seg.path))?;
+                seg.marker = marker;
+            }
+            seg.uncommitted = keep > 0 && seg.version >= SEGMENT_VERSION_2;
             seg.offsets.truncate(keep);
             seg.end = new_end;
             seg.len = new_end;
@@ -599,8 +722,15 @@ impl<D: Disk> Log<D> {
             );
         }
         assert!(
-            last.end >= SEGMENT_HEADER_LEN as u64,
-            "segment end {} inside its header",
+            last.end >= last.data_start,
+            "segment end {} inside its header (data starts at {})",
+            last.end,
+            last.data_start
+        );
+        assert!(
+            last.marker.synced_end <= last.end,
+            "synced-end marker {} past the segment end {}",
+            last.marker.synced_end,
             last.end
         );
         if let Some(&o) = last.offsets.last() {
@@ -635,23 +765,61 @@ pub(crate) fn create_segment<D: Disk>(
 ) -> Result<Segment<D::File>> {
     let path = dir.join(segment_file_name(first_index));
     let mut file = disk.create(&path).map_err(Error::io("create", &path))?;
-    file.write_all_at(&format::encode_segment_header(first_index), 0)
+    file.write_all_at(&format::encode_segment_header_v2(first_index), 0)
         .map_err(Error::io("write", &path))?;
-    let header_len = SEGMENT_HEADER_LEN as u64;
+    let header_len = SEGMENT_HEADER_LEN_V2 as u64;
     let len = (header_len + config.preallocate_bytes)
         .min(config.segment_size_bytes)
         .max(header_len);
     write_zeros(&mut file, &path, header_len, len)?;
     file.sync_data().map_err(Error::io("fdatasync", &path))?;
     disk.sync_dir(dir).map_err(Error::io("fsync dir", dir))?;
-    Ok(Segment {
-        first_index,
-        path,
-        file,
-        offsets: Vec::new(),
-        end: header_len,
-        len,
-    })
+    let mut seg = Segment::empty_v2(first_index, path, file);
+    seg.len = len;
+    Ok(seg)
+}
+
+/// After recovery: a last segment in format version 1 is closed (cut to its last record and
+/// synced) and a version 2 segment started after it, so that every new record is covered by
+/// commit records and a synced-end marker. An empty version 1 last segment is rewritten in
+/// place as version 2 (a crash part-way leaves a torn header, which recovery rewrites).
+fn upgrade_last_segment<D: Disk>(
+    disk: &D,
+    dir: &Path,
+    config: &LogConfig,
+    segments: &mut Vec<Segment<D::File>>,
+) -> Result<()> {
+    let seg = segments.last_mut().expect("a log always has a segment");
+    if seg.version >= SEGMENT_VERSION_2 {
+        return Ok(());
+    }
+    if seg.offsets.is_empty() {
+        let first_index = seg.first_index;
+        seg.file
+            .set_len(0)
+            .map_err(Error::io("set_len", &seg.path))?;
+        let path = seg.path.clone();
+        let old = segments.pop().expect("checked above");
+        drop(old.file);
+        let mut file = disk.open(&path).map_err(Error::io("open", &path))?;
+        file.write_all_at(&format::encode_segment_header_v2(first_index), 0)
+            .map_err(Error::io("write", &path))?;
+        file.sync_data().map_err(Error::io("fdatasync", &path))?;
+        segments.push(Segment::empty_v2(first_index, path, file));
+        return Ok(());
+    }
+    if seg.len > seg.end {
+        seg.file
+            .set_len(seg.end)
+            .map_err(Error::io("set_len", &seg.path))?;
+        seg.len = seg.end;
+    }
+    seg.file
+        .sync_data()
+        .map_err(Error::io("fdatasync", &seg.path))?;
+    let next = seg.next_index();
+    segments.push(create_segment(disk, dir, next, config)?);
+    Ok(())
 }
 
 /// Zero-filled space ahead of the data is topped up in steps of `preallocate_bytes / this`.

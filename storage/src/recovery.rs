@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::{self, ScanAhead, SEGMENT_HEADER_LEN};
+use crate::format::{self, Frame, ScanAhead};
 use crate::log::{LogConfig, Segment};
 
 /// What recovery repaired. Everything it did not repair was an error.
@@ -141,41 +141,109 @@ fn scan_segment<D: Disk>(
     file.read_exact_at(buf, 0)
         .map_err(Error::io("read", path))?;
 
-    let header_index = match format::decode_segment_header(buf) {
-        Ok(index) => index,
-        Err(_) if is_last && (buf.len() < SEGMENT_HEADER_LEN || buf.iter().all(|&b| b == 0)) => {
+    let header = match format::decode_segment_header_any(buf) {
+        Ok(header) => header,
+        Err(_) if is_last && format::is_torn_segment_header(buf) => {
             return repair_torn_header(disk, path, name_index, len, report);
         }
         Err(why) => return Err(Error::corruption(path, 0, CorruptionKind::BadHeader(why))),
     };
-    if header_index != name_index {
+    if header.first_index != name_index {
         return Err(Error::corruption(
             path,
             0,
             CorruptionKind::NameMismatch {
-                header: header_index,
+                header: header.first_index,
                 name: name_index,
             },
         ));
     }
+    let version = header.version;
+    let data_start = header.data_start;
+    // Below the synced end every byte was durable once: damage there is never a torn write.
+    // (The `--break cut-synced` build of the simulation restores the version 1 rule: no
+    // synced end, and commit records do not count as valid data after a bad record.)
+    let old_rule = fault_injection::old_tail_rule();
+    let marker = header.marker.filter(|_| !old_rule);
+    let synced_end = marker.map_or(data_start as u64, |m| m.synced_end);
+    let scan_version = if old_rule {
+        format::SEGMENT_VERSION_1
+    } else {
+        version
+    };
+    if synced_end < data_start as u64 || synced_end > len {
+        let reason = if synced_end > len {
+            "the file ends before its synced end"
+        } else {
+            "synced end inside the header"
+        };
+        return Err(Error::corruption(
+            path,
+            synced_end.min(len),
+            CorruptionKind::SyncedRecordDamaged { reason, synced_end },
+        ));
+    }
+    let synced_end = synced_end as usize;
 
     let mut offsets = Vec::new();
-    let mut off = SEGMENT_HEADER_LEN;
+    let mut off = data_start;
     let mut file_len = len;
+    let mut uncommitted = false;
     while off < buf.len() {
-        match format::check_record(buf, off, config.record_size_max) {
-            Ok(end) => {
-                // The record's index is `header_index + offsets.len()`; a segment whose records
-                // would pass u64::MAX cannot have been written by this log.
-                if header_index.checked_add(offsets.len() as u64 + 1).is_none() {
+        match format::check_frame(buf, off, config.record_size_max, version) {
+            Ok(frame) => {
+                if off < synced_end && frame.end() > synced_end {
                     return Err(Error::corruption(
                         path,
                         off as u64,
-                        CorruptionKind::BadRecord("record index past u64::MAX"),
+                        CorruptionKind::SyncedRecordDamaged {
+                            reason: "a record crosses the synced end",
+                            synced_end: synced_end as u64,
+                        },
                     ));
                 }
-                offsets.push(u32::try_from(off).expect("segment length bounded by u32"));
-                off = end;
+                match frame {
+                    Frame::Record { .. } => {
+                        // The record's index is `first_index + offsets.len()`; a segment whose
+                        // records would pass u64::MAX cannot have been written by this log.
+                        if header
+                            .first_index
+                            .checked_add(offsets.len() as u64 + 1)
+                            .is_none()
+                        {
+                            return Err(Error::corruption(
+                                path,
+                                off as u64,
+                                CorruptionKind::BadRecord("record index past u64::MAX"),
+                            ));
+                        }
+                        offsets.push(u32::try_from(off).expect("segment length bounded by u32"));
+                        uncommitted = true;
+                    }
+                    Frame::Commit { next_index, .. } => {
+                        if next_index != header.first_index + offsets.len() as u64 {
+                            return Err(Error::corruption(
+                                path,
+                                off as u64,
+                                CorruptionKind::BadRecord(
+                                    "commit record names another index than the records before it",
+                                ),
+                            ));
+                        }
+                        uncommitted = false;
+                    }
+                }
+                off = frame.end();
+            }
+            Err(reason) if off < synced_end => {
+                return Err(Error::corruption(
+                    path,
+                    off as u64,
+                    CorruptionKind::SyncedRecordDamaged {
+                        reason,
+                        synced_end: synced_end as u64,
+                    },
+                ));
             }
             Err(why) if !is_last => {
                 return Err(Error::corruption(
@@ -195,7 +263,9 @@ fn scan_segment<D: Disk>(
                 break;
             }
             Err(why) => {
-                let kind = match format::scan_for_valid_record(buf, off, config.record_size_max) {
+                let scan =
+                    format::scan_for_valid_record(buf, off, config.record_size_max, scan_version);
+                let kind = match scan {
                     ScanAhead::NoneFound => None,
                     ScanAhead::Valid(valid_at) => Some(CorruptionKind::BadRecordBeforeValid {
                         reason: why,
@@ -222,9 +292,16 @@ fn scan_segment<D: Disk>(
         }
     }
     Ok(Segment {
-        first_index: header_index,
+        first_index: header.first_index,
         path: path.to_path_buf(),
         file,
+        version,
+        data_start: data_start as u64,
+        marker: marker.unwrap_or(format::Marker {
+            seq: 0,
+            synced_end: data_start as u64,
+        }),
+        uncommitted: uncommitted && version >= format::SEGMENT_VERSION_2,
         offsets,
         end: off as u64,
         len: file_len,
@@ -232,7 +309,7 @@ fn scan_segment<D: Disk>(
 }
 
 /// The last segment's creation was torn (short or zero header): rewrite the header from the
-/// file name, durably, and report it.
+/// file name (in the current format), durably, and report it.
 fn repair_torn_header<D: Disk>(
     disk: &D,
     path: &Path,
@@ -242,7 +319,7 @@ fn repair_torn_header<D: Disk>(
 ) -> Result<Segment<D::File>> {
     let mut file = disk.open(path).map_err(Error::io("open", path))?;
     file.set_len(0).map_err(Error::io("set_len", path))?;
-    file.write_all_at(&format::encode_segment_header(name_index), 0)
+    file.write_all_at(&format::encode_segment_header_v2(name_index), 0)
         .map_err(Error::io("write", path))?;
     file.sync_data().map_err(Error::io("fdatasync", path))?;
     report.torn_tail = Some(TornTail {
@@ -250,12 +327,31 @@ fn repair_torn_header<D: Disk>(
         offset: 0,
         bytes: len,
     });
-    Ok(Segment {
-        first_index: name_index,
-        path: path.to_path_buf(),
-        file,
-        offsets: Vec::new(),
-        end: SEGMENT_HEADER_LEN as u64,
-        len: SEGMENT_HEADER_LEN as u64,
-    })
+    Ok(Segment::empty_v2(name_index, path.to_path_buf(), file))
+}
+
+/// The `cut-synced` broken build of the simulation (`--cfg madsim` only): recovery forgets what
+/// was synced and cuts a damaged last record as if it were torn, as version 1 did. Off in every
+/// shipped build (the function is a constant `false` outside madsim).
+pub mod fault_injection {
+    #[cfg(madsim)]
+    static OLD_TAIL_RULE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Turns the old cut-silently rule on or off (simulation only).
+    #[cfg(madsim)]
+    pub fn set_old_tail_rule(on: bool) {
+        OLD_TAIL_RULE.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether recovery uses the old rule.
+    pub fn old_tail_rule() -> bool {
+        #[cfg(madsim)]
+        {
+            OLD_TAIL_RULE.load(std::sync::atomic::Ordering::Relaxed)
+        }
+        #[cfg(not(madsim))]
+        {
+            false
+        }
+    }
 }

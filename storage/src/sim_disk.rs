@@ -26,6 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::disk::{Disk, DiskFile};
+use crate::format::{self, Frame};
 
 /// What a crash keeps of the unsynced writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +102,34 @@ fn write_at(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
         data.resize(end, 0);
     }
     data[start..end].copy_from_slice(bytes);
+}
+
+/// `(start, end)` of the last data record of a segment's bytes that a group commit covers: in
+/// version 2 the last record a commit record closes (a record after the last commit record was
+/// never synced: `sync` writes the commit record before its fdatasync); in version 1, which has
+/// no commit records, the last record that checks out.
+fn last_record_span(bytes: &[u8]) -> Option<(usize, usize)> {
+    let header = format::decode_segment_header_any(bytes).ok()?;
+    let mut off = header.data_start;
+    let (mut last, mut closed) = (None, None);
+    while off < bytes.len() {
+        match format::check_frame(bytes, off, u32::MAX - 64, header.version) {
+            Ok(Frame::Record { end }) => {
+                last = Some((off, end));
+                off = end;
+            }
+            Ok(Frame::Commit { end, .. }) => {
+                closed = last;
+                off = end;
+            }
+            Err(_) => break,
+        }
+    }
+    if header.version >= format::SEGMENT_VERSION_2 {
+        closed
+    } else {
+        last
+    }
 }
 
 fn to_usize(n: u64) -> usize {
@@ -219,6 +248,31 @@ impl SimDisk {
             inode.durable[at] ^= mask;
         }
         Ok(mask)
+    }
+
+    /// Damages the **last synced data record** of the log in `log_dir` (media damage after a
+    /// group commit, not a torn write): in the durable contents of its newest segment, a byte of
+    /// the last record a commit record closes is flipped (live contents too). Returns the file and the
+    /// offset damaged, or `None` if no segment there holds a durable record. Recovery must not
+    /// take this for a torn tail (`docs/storage.md`, "Recovery rules").
+    pub fn damage_synced_record(&self, log_dir: &Path) -> Option<(PathBuf, u64)> {
+        let (path, offset) = {
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            let path = st
+                .entries
+                .keys()
+                .filter(|p| p.parent() == Some(log_dir))
+                .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+                .max()?
+                .clone();
+            let durable = &st.inodes[&st.entries[&path]].durable;
+            let (start, end) = last_record_span(durable)?;
+            let pick = st.rng.next_u64() % (end - start) as u64;
+            (path, start as u64 + pick)
+        };
+        self.corrupt(&path, offset).ok()?;
+        Some((path, offset))
     }
 
     /// The next `n` calls to `sync_data` or `sync_dir` fail (and make nothing durable).

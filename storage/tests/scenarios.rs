@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use picket_storage::{
-    CrashMode, Disk, Error, Log, LogConfig, RealDisk, SimDisk, SnapshotStore, Storage,
-    StorageConfig,
+    CorruptionKind, CrashMode, Disk, Error, Log, LogConfig, RealDisk, SimDisk, SnapshotStore,
+    Storage, StorageConfig,
 };
 
 const ROOT: &str = "/node";
@@ -71,7 +71,7 @@ fn read_verifies_checksums_and_names_the_damaged_record() {
     st.log.append(1, &recs(1..4)).expect("append");
     st.log.sync().expect("sync");
     let seg = Path::new(ROOT).join("log/00000000000000000001.seg");
-    let second = 32 + 8 + rec(1).len() as u64;
+    let second = picket_storage::format::SEGMENT_HEADER_LEN_V2 as u64 + 8 + rec(1).len() as u64;
     disk.corrupt(&seg, second + 10).expect("flip");
     assert_eq!(
         st.log.read(1..2, u64::MAX).expect("first is fine"),
@@ -502,37 +502,66 @@ fn real_disk_round_trip_roll_over_torn_tail_and_corruption() {
     );
     drop(st);
 
-    // Tear the last record of the last segment.
+    // The data ends before the preallocated zeros (records and commit records).
     let mut names = RealDisk.list_files(&root.join("log")).expect("list");
     names.sort();
     let last = root.join("log").join(names.last().expect("segments"));
-    // The data ends before the preallocated zeros: cut 3 bytes off the last record.
     let bytes = std::fs::read(&last).expect("read");
-    let mut data_end = picket_storage::format::SEGMENT_HEADER_LEN;
-    while let Ok(end) = picket_storage::format::check_record(&bytes, data_end, 1000) {
-        data_end = end;
+    let version = picket_storage::format::decode_segment_header_any(&bytes)
+        .expect("header")
+        .version;
+    let mut data_end = picket_storage::format::SEGMENT_HEADER_LEN_V2;
+    while let Ok(frame) = picket_storage::format::check_frame(&bytes, data_end, 1000, version) {
+        data_end = frame.end();
     }
+
+    // A torn append after the synced data (half a record): cut, nothing synced lost.
+    let mut partial = Vec::new();
+    picket_storage::format::encode_record(&mut partial, b"never synced");
+    let mut torn = bytes[..data_end].to_vec();
+    torn.extend_from_slice(&partial[..10]);
+    std::fs::write(&last, &torn).expect("write");
+    let (st, report) = Storage::open(RealDisk, root, small()).expect("recover");
+    assert_eq!(all(&st.log), recs(1..41));
+    let cut = report.torn_tail.expect("torn tail");
+    assert_eq!(
+        (cut.file.as_path(), cut.offset),
+        (last.as_path(), data_end as u64)
+    );
+    assert_eq!(std::fs::metadata(&last).expect("stat").len(), cut.offset);
+    drop(st);
+
+    // Cut 3 bytes off the synced data (the issue 17 experiment): the synced-end marker says it
+    // was durable, so this is damage, not a torn write, and the file is left as it was.
+    let bytes = std::fs::read(&last).expect("read");
     std::fs::OpenOptions::new()
         .write(true)
         .open(&last)
-        .and_then(|f| f.set_len(data_end as u64 - 3))
+        .and_then(|f| f.set_len(bytes.len() as u64 - 3))
         .expect("truncate");
-    let (st, report) = Storage::open(RealDisk, root, small()).expect("recover");
-    assert_eq!(all(&st.log), recs(1..40));
-    let torn = report.torn_tail.expect("torn tail");
-    assert_eq!(torn.file, last);
-    assert_eq!(std::fs::metadata(&last).expect("stat").len(), torn.offset);
-    drop(st);
+    match Storage::open(RealDisk, root, small()) {
+        Err(Error::Corruption {
+            file,
+            kind: CorruptionKind::SyncedRecordDamaged { .. },
+            ..
+        }) => assert_eq!(file, last),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        std::fs::metadata(&last).expect("stat").len(),
+        bytes.len() as u64 - 3
+    );
+    std::fs::write(&last, &bytes).expect("restore");
 
     // Flip a byte in the first segment: corruption, and the file is left as it was.
     let first = root.join("log").join(&names[0]);
     let mut bytes = std::fs::read(&first).expect("read");
-    bytes[40] ^= 0x55;
+    bytes[100] ^= 0x55; // in the first record (the header and marker slots end at 96)
     std::fs::write(&first, &bytes).expect("write");
     match Storage::open(RealDisk, root, small()) {
         Err(Error::Corruption { file, offset, .. }) => {
             assert_eq!(file, first);
-            assert!(offset <= 40);
+            assert!(offset <= 100);
         }
         other => panic!("{other:?}"),
     }

@@ -85,6 +85,8 @@ pub struct Health {
     pub slot_applied: u64,
     /// Why not ready, in words (empty when ready).
     pub detail: String,
+    /// How this start's storage recovery ended and whether the durable state is lost now.
+    pub storage: crate::durable::StorageCondition,
 }
 
 #[derive(Clone)]

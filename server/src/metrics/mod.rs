@@ -15,6 +15,13 @@
 //! | `picket_paxos_ballot_round`, `picket_paxos_ballot_node_id` | gauge | | same |
 //! | `picket_paxos_slot_chosen`, `picket_paxos_slot_applied` | gauge | | same |
 //! | `picket_storage_fsync_seconds` | histogram | | [`Metrics::observe_fsync`] |
+//! | `picket_storage_fsync_errors_total` | counter | | [`Metrics::inc_fsync_errors`] |
+//! | `picket_storage_recoveries_total` | counter (1 for this start's outcome) | outcome | [`Metrics::set_recovery`] |
+//! | `picket_storage_recovery_seconds` | gauge | | same |
+//! | `picket_replica_starts_total` | counter (the data directory's boot count) | | same |
+//! | `picket_storage_durable_state_lost` | gauge (1 while re-learning) | | [`Metrics::set_durable_state_lost`] |
+//! | `picket_storage_durable_state_lost_seconds` | gauge | | same |
+//! | `picket_storage_compaction_seconds` | gauge (the last one) | | [`Metrics::set_compaction`] |
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
 //!
@@ -127,6 +134,11 @@ struct RoleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     method: String,
     code: &'static str,
@@ -176,6 +188,7 @@ pub struct Metrics {
     slot_chosen: Gauge,
     slot_applied: Gauge,
     fsync: Histogram,
+    storage: StorageMetrics,
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<RequestLabels, Histogram, LatencyHistogram>,
     /// The `method` label values seen so far (at most [`METHODS_MAX`]).
@@ -183,6 +196,67 @@ pub struct Metrics {
     /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
     /// half-replaced set.
     namespace_lock: Mutex<()>,
+}
+
+/// The storage condition series (issue 17: storage faults are visible).
+struct StorageMetrics {
+    fsync_errors: Counter,
+    recoveries: Family<OutcomeLabels, Counter>,
+    recovery_seconds: FloatGauge,
+    starts: Counter,
+    lost: Gauge,
+    lost_seconds: FloatGauge,
+    compaction_seconds: FloatGauge,
+}
+
+impl StorageMetrics {
+    fn register(registry: &mut Registry) -> StorageMetrics {
+        let m = StorageMetrics {
+            fsync_errors: Counter::default(),
+            recoveries: Family::default(),
+            recovery_seconds: FloatGauge::default(),
+            starts: Counter::default(),
+            lost: Gauge::default(),
+            lost_seconds: FloatGauge::default(),
+            compaction_seconds: FloatGauge::default(),
+        };
+        registry.register(
+            "picket_storage_fsync_errors",
+            "Failed file or directory fsyncs of the durable store (the replica stops after one)",
+            m.fsync_errors.clone(),
+        );
+        registry.register(
+            "picket_storage_recoveries",
+            "Storage recoveries at start, by outcome: clean, torn_tail_cut, durable_state_lost",
+            m.recoveries.clone(),
+        );
+        registry.register(
+            "picket_storage_recovery_seconds",
+            "Time this start spent opening and replaying the durable store",
+            m.recovery_seconds.clone(),
+        );
+        registry.register(
+            "picket_replica_starts",
+            "Starts of this data directory (its boot count): increase() counts restarts",
+            m.starts.clone(),
+        );
+        registry.register(
+            "picket_storage_durable_state_lost",
+            "1 while the replica's durable state is lost and it re-learns it from the others",
+            m.lost.clone(),
+        );
+        registry.register(
+            "picket_storage_durable_state_lost_seconds",
+            "Time this start has spent with its durable state lost (re-learning)",
+            m.lost_seconds.clone(),
+        );
+        registry.register(
+            "picket_storage_compaction_seconds",
+            "Duration of the last snapshot save and log compaction",
+            m.compaction_seconds.clone(),
+        );
+        m
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -290,6 +364,7 @@ impl Metrics {
             "Latency of the log's group-commit fsync",
             fsync.clone(),
         );
+        let storage = StorageMetrics::register(&mut registry);
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "picket_grpc_requests",
@@ -317,6 +392,7 @@ impl Metrics {
             slot_chosen,
             slot_applied,
             fsync,
+            storage,
             requests,
             request_seconds,
             methods: Mutex::new(BTreeSet::new()),
@@ -423,6 +499,46 @@ impl Metrics {
     /// One group-commit fsync took `duration`.
     pub fn observe_fsync(&self, duration: Duration) {
         self.fsync.observe(duration.as_secs_f64());
+    }
+
+    /// A group commit's fsync (of a file or directory) failed.
+    pub fn inc_fsync_errors(&self) {
+        self.storage.fsync_errors.inc();
+    }
+
+    /// This start's storage recovery: its outcome (one of [`crate::durable::RecoveryOutcome`]'s
+    /// names; every outcome's series exists, this one at 1), how long it took, and the boot
+    /// number of this start.
+    pub fn set_recovery(
+        &self,
+        outcome: crate::durable::RecoveryOutcome,
+        took: Duration,
+        boot: u64,
+    ) {
+        for o in crate::durable::RecoveryOutcome::ALL {
+            let counter = self
+                .storage
+                .recoveries
+                .get_or_create(&OutcomeLabels { outcome: o.name() });
+            if o == outcome {
+                counter.inc();
+            }
+        }
+        self.storage.recovery_seconds.set(took.as_secs_f64());
+        self.storage
+            .starts
+            .inc_by(boot.saturating_sub(self.storage.starts.get()));
+    }
+
+    /// Whether the durable state is lost right now, and the time spent so with it this start.
+    pub fn set_durable_state_lost(&self, lost: bool, for_time: Duration) {
+        self.storage.lost.set(i64::from(lost));
+        self.storage.lost_seconds.set(for_time.as_secs_f64());
+    }
+
+    /// The last snapshot save and log compaction took `duration`.
+    pub fn set_compaction(&self, duration: Duration) {
+        self.storage.compaction_seconds.set(duration.as_secs_f64());
     }
 
     /// A gRPC call to `method` (e.g. `"/picket.v1.Admin/Inspect"`, the request path) was

@@ -187,3 +187,43 @@ fn request_methods_are_bounded() {
         text.contains("picket_grpc_requests_total{method=\"/probe/0\",code=\"Unimplemented\"} 2\n")
     );
 }
+
+#[test]
+fn storage_condition_series() {
+    use crate::durable::RecoveryOutcome;
+    let metrics = Metrics::new();
+    metrics.set_recovery(
+        RecoveryOutcome::DurableStateLost,
+        Duration::from_millis(250),
+        7,
+    );
+    metrics.set_durable_state_lost(true, Duration::from_secs(90));
+    metrics.inc_fsync_errors();
+    metrics.set_compaction(Duration::from_millis(80));
+    let text = metrics.encode();
+    let mut recoveries = lines_with(&text, "picket_storage_recoveries_total{");
+    recoveries.sort_unstable();
+    assert_eq!(
+        recoveries,
+        [
+            "picket_storage_recoveries_total{outcome=\"clean\"} 0",
+            "picket_storage_recoveries_total{outcome=\"durable_state_lost\"} 1",
+            "picket_storage_recoveries_total{outcome=\"torn_tail_cut\"} 0",
+        ]
+    );
+    for line in [
+        "picket_storage_recovery_seconds 0.25\n",
+        "picket_replica_starts_total 7\n",
+        "picket_storage_durable_state_lost 1\n",
+        "picket_storage_durable_state_lost_seconds 90.0\n",
+        "picket_storage_fsync_errors_total 1\n",
+        "picket_storage_compaction_seconds 0.08\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    // Re-learned: the gauge drops, the time spent stays.
+    metrics.set_durable_state_lost(false, Duration::from_secs(95));
+    let text = metrics.encode();
+    assert!(text.contains("picket_storage_durable_state_lost 0\n"));
+    assert!(text.contains("picket_storage_durable_state_lost_seconds 95.0\n"));
+}

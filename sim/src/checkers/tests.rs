@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::history::{
-    DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, SessionGone, WriteAccepted,
+    DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, RecoverySeen, SessionGone,
+    SyncedDamage, WriteAccepted,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -104,7 +105,29 @@ fn good() -> History {
         probe_granted_at_ms: Some(12_000),
         drift_bound_ppm: 10_000,
         liveness_bound_ms: 30_000,
+        synced_damage: vec![SyncedDamage { node: 2, boot: 3 }],
+        recoveries: vec![RecoverySeen {
+            node: 2,
+            boot: 3,
+            outcome: "durable_state_lost".into(),
+        }],
     }
+}
+
+/// A replica that restarts as an ordinary acceptor after a synced record of it was damaged has
+/// forgotten an acknowledged acceptance (the cut-silently rule of issue 17).
+#[test]
+fn a_replica_restarting_normally_after_synced_damage_breaks_durability() {
+    let mut h = good();
+    h.recoveries[0].outcome = "torn_tail_cut".into();
+    let found = check_all(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].checker, Checker::NoAckedLoss);
+    assert!(found[0].detail.contains("node 2"), "{}", found[0].detail);
+    // Never seen to start (it did not come back within the run): nothing to judge.
+    let mut h = good();
+    h.recoveries.clear();
+    assert_eq!(check_all(&h), Vec::new());
 }
 
 #[test]

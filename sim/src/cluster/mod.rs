@@ -111,10 +111,15 @@ pub async fn run(config: RunConfig) -> RunReport {
     }
     tokio::time::sleep(Duration::from_millis(3 * plan.session_ttl_ms)).await;
 
-    // Every replica crashes at once (unsynced writes lost) and restarts.
+    // Every replica crashes at once (unsynced writes lost) and restarts; on the real driver
+    // the leader's last synced log record is damaged while it is down.
     lock(&shared).trace("final restart");
+    let damaged = cluster.leader_index();
     for index in 0..cluster.replicas.len() {
         cluster.kill_replica(index, false);
+        if index == damaged {
+            cluster.damage_synced_record(index);
+        }
     }
     for index in 0..cluster.replicas.len() {
         cluster.handle.restart(cluster.replicas[index].id());
@@ -148,6 +153,7 @@ fn set_core_faults(broken: Option<Break>) {
         apply_with_local_clock: (broken == Some(Break::DigestMutation)).then_some(NodeId(1)),
         token_wrap: broken == Some(Break::TokenReuse),
     });
+    picket_storage::recovery::fault_injection::set_old_tail_rule(broken == Some(Break::CutSynced));
 }
 
 impl Cluster {
@@ -274,6 +280,39 @@ impl Cluster {
             }
         }
         lock(&self.shared).wedged.remove(&self.members[index]);
+    }
+
+    /// Damages the last synced record of replica `index`'s log (its newest generation) while it
+    /// is down, and records that the start that follows must find it (checker 4).
+    fn damage_synced_record(&mut self, index: usize) {
+        let disk = &self.disks[index];
+        let generation = disk
+            .paths()
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+            .filter_map(|p| {
+                let dir = p.parent()?.parent()?;
+                let n = dir.file_name()?.to_str()?.strip_prefix("replica-")?;
+                Some((n.parse::<u64>().ok()?, dir.join("log")))
+            })
+            .max();
+        let Some((_, log_dir)) = generation else {
+            return;
+        };
+        if let Some((file, offset)) = disk.damage_synced_record(&log_dir) {
+            let node = self.members[index];
+            self.trace(&format!(
+                "damaged a synced record of replica {} in {} at {offset}",
+                node.0,
+                file.display()
+            ));
+            let mut s = lock(&self.shared);
+            s.count("synced-record-damaged");
+            let boot = s.boots.get(&node).copied().unwrap_or(0) + 1;
+            s.history
+                .synced_damage
+                .push(crate::history::SyncedDamage { node: node.0, boot });
+        }
     }
 
     async fn apply(&mut self, step: &Step) {

@@ -213,6 +213,22 @@ async fn serve_replica<D: Disk + Clone + 'static>(
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
             s.applied.insert(ctx.id, status.revision.0);
+            let seen = s
+                .history
+                .recoveries
+                .iter()
+                .any(|r| r.node == ctx.id.0 && r.boot == boot);
+            if !seen {
+                s.trace(&format!(
+                    "real replica {} boot {boot} recovery {}",
+                    ctx.id.0, status.storage.recovery
+                ));
+                s.history.recoveries.push(crate::history::RecoverySeen {
+                    node: ctx.id.0,
+                    boot,
+                    outcome: status.storage.recovery.clone(),
+                });
+            }
             if role != Some(status.role) {
                 role = Some(status.role);
                 s.trace(&format!("real replica {} role {:?}", ctx.id.0, status.role));

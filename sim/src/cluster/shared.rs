@@ -29,16 +29,20 @@ pub enum Break {
     FastClock,
     /// The nemesis leaves a majority cut off at the end: checker 6.
     NoHeal,
+    /// Log recovery forgets what was synced and cuts a damaged last record as a torn tail (the
+    /// rule before segment format version 2): checker 4. Real-driver runs only.
+    CutSynced,
 }
 
 impl Break {
-    pub const ALL: [Break; 6] = [
+    pub const ALL: [Break; 7] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
         Break::AckBeforeSync,
         Break::FastClock,
         Break::NoHeal,
+        Break::CutSynced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +53,7 @@ impl Break {
             Break::AckBeforeSync => "ack-before-sync",
             Break::FastClock => "fast-clock",
             Break::NoHeal => "no-heal",
+            Break::CutSynced => "cut-synced",
         }
     }
 
