@@ -74,7 +74,7 @@ impl SessionSecret {
     pub fn from_hex(text: &str) -> Result<SessionSecret, ConvertError> {
         let text = text.trim();
         let bad = || ConvertError::new("session secret", "must be hex digits (two per byte)");
-        if text.len() % 2 != 0 {
+        if !text.len().is_multiple_of(2) {
             return Err(bad());
         }
         let bytes = (0..text.len())
