@@ -697,8 +697,12 @@ mod example_tests {
         assert_eq!(config.client_listen, Some("0.0.0.0:7401".parse().unwrap()));
         assert_eq!(
             config.external_url().as_deref(),
-            Some("http://picket.internal:7480")
+            Some("https://picket.internal:7480")
         );
-        assert_eq!(config.http_endpoints()[&2], "http://picket-2.internal:7480");
+        // `[tls] http = true`: the HTTP port serves HTTPS, so its links and hints say so.
+        assert_eq!(
+            config.http_endpoints()[&2],
+            "https://picket-2.internal:7480"
+        );
     }
 }

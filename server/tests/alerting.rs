@@ -279,7 +279,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     let mut config = ClientConfig::new(cluster.endpoints.clone(), "ledger-writer");
     config.session_ttl = Some(Duration::from_secs(3));
     config.credentials = Credentials {
-        bearer: Some(cluster.token("svc-ledger-writer", &[])),
+        bearer: Some(cluster.token("svc-ledger-writer", &["picket-client"])),
         ..Credentials::default()
     };
     let session = Client::new(config).unwrap().create_session().await.unwrap();

@@ -765,7 +765,7 @@ async fn picketctl_lock_holder(
     u64,
     u64,
 ) {
-    let svc = cluster.token(&format!("svc-{name}"), &[]);
+    let svc = cluster.token(&format!("svc-{name}"), &["picket-client"]);
     let sleep_file = cluster.dir.path().join(format!("{name}.sleep"));
     let script = format!("sleep 601 & echo $! > {}; wait", sleep_file.display());
     let (child, mut lines) = cluster.picketctl_stream(

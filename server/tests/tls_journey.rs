@@ -280,7 +280,8 @@ async fn wrong_transport_or_missing_certificate_or_role_is_refused_with_the_flag
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // Exit 6: no replica could be reached (docs/client.md, exit statuses).
+    assert_eq!(output.status.code(), Some(6), "{stderr}");
     assert!(
         stderr.contains("hint:") && stderr.contains("https://") && stderr.contains("--ca"),
         "{stderr}"
@@ -290,13 +291,13 @@ async fn wrong_transport_or_missing_certificate_or_role_is_refused_with_the_flag
     let mut args = quick.to_vec();
     args.extend(["holds", NS]);
     let (code, _, stderr) = cluster.picketctl_plain(None, None, &args).await;
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 6, "{stderr}");
     assert!(
         stderr.contains("hint:") && stderr.contains("--cert") && stderr.contains("--key"),
         "{stderr}"
     );
     let refused = cluster.picketctl_cert(None, None, &args).await;
-    assert_eq!(refused.code, 1, "{refused:?}");
+    assert_eq!(refused.code, 6, "{refused:?}");
     assert!(
         refused.json["hint"].as_str().unwrap().contains("--cert"),
         "{refused:?}"

@@ -289,10 +289,6 @@ impl Node {
                 results.push(Err(NodeProposeError::LeaderOnlyCommand));
                 continue;
             }
-            if let Err(refused) = self.check_proof(&command) {
-                results.push(Err(refused));
-                continue;
-            }
             let refused = match &room {
                 Err(error) => Some(error.clone()),
                 Ok(room) if entries.len() >= *room => Some(ProposeError::Busy {
@@ -303,6 +299,13 @@ impl Node {
             };
             if let Some(error) = refused {
                 results.push(Err(error.into()));
+                continue;
+            }
+            // After the leader check: a follower answers `not_leader` whatever the proof, so a
+            // client always learns where to go first (the leader then checks the proof again
+            // at apply time, against the state as it is then).
+            if let Err(refused) = self.check_proof(&command) {
+                results.push(Err(refused));
                 continue;
             }
             let proposal = ProposalId(self.proposal_next);

@@ -222,6 +222,8 @@ impl TlsMismatch {
             "unknownca",
             "handshakefailure",
             "connection closed",
+            "broken pipe",
+            "connection reset",
         ]) {
             return Some(TlsMismatch::ClientCertificateRequired);
         }

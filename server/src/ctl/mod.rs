@@ -411,6 +411,8 @@ impl Global {
             roles: self.roles.clone(),
             bearer: self.auth_token.clone(),
         };
+        // Bad TLS flags are refused once, by `execute`, before any client is built.
+        config.tls = self.tls().unwrap_or(None);
         config
     }
 }
@@ -481,9 +483,8 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Session { ttl_ms, .. } => *ttl_ms,
         _ => None,
     };
-    let mut config = cli.global.client_config(ttl_ms);
-    config.tls = cli.global.tls()?;
-    let client = Client::new(config)?;
+    cli.global.tls()?;
+    let client = Client::new(cli.global.client_config(ttl_ms))?;
     let json = cli.global.json;
     let out = |report: render::Report| {
         report.print(json);
