@@ -150,7 +150,10 @@ def leader(cluster):
 
 @pytest.fixture(scope="module")
 def session(cluster, leader):
-    return stub(cluster.addresses[leader]).CreateSession(create_session_request(), timeout=5).session_id
+    """A session opened without a secret: the replica draws one and returns it once."""
+    created = stub(cluster.addresses[leader]).CreateSession(create_session_request(), timeout=5)
+    assert len(created.session_secret) >= 16
+    return created
 
 
 def test_not_leader_hint_is_a_grpcio_target_to_follow(cluster, leader):
@@ -180,14 +183,22 @@ def test_not_leader_hint_is_a_grpcio_target_to_follow(cluster, leader):
 
 def test_not_leader_on_a_stream_arrives_in_the_trailers(cluster, leader, session):
     follower = cluster.addresses[(leader + 1) % 3]
-    requests = iter([lock_pb2.KeepAliveRequest(session_id=session, seq=1)])
+    requests = iter(
+        [lock_pb2.KeepAliveRequest(session_id=session.session_id, seq=1, session_secret=session.session_secret)]
+    )
     error, _, detail, _ = refusal(lambda: stub(follower).KeepAlive(requests, timeout=5))
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert detail.rule == "not_leader"
 
 
 def test_bad_namespace_names_rule_and_field(cluster, leader, session):
-    request = lock_pb2.AcquireRequest(session_id=session, request_id=1, namespace="Orders", key="k")
+    request = lock_pb2.AcquireRequest(
+        session_id=session.session_id,
+        request_id=1,
+        namespace="Orders",
+        key="k",
+        session_secret=session.session_secret,
+    )
     error, _, detail, info = refusal(lambda: stub(cluster.addresses[leader]).Acquire(request, timeout=5))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert detail.rule == "invalid_argument"
@@ -196,11 +207,21 @@ def test_bad_namespace_names_rule_and_field(cluster, leader, session):
 
 
 def test_unknown_session(cluster, leader):
-    request = lock_pb2.CloseSessionRequest(session_id=999_999_999)
+    request = lock_pb2.CloseSessionRequest(session_id=999_999_999, session_secret=b"s" * 32)
     error, _, detail, info = refusal(lambda: stub(cluster.addresses[leader]).CloseSession(request, timeout=5))
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert detail.rule == "unknown_session"
     assert info.reason == "unknown_session"
+
+
+def test_a_wrong_session_secret_is_session_not_yours(cluster, leader, session):
+    request = lock_pb2.AcquireRequest(
+        session_id=session.session_id, request_id=7, namespace=NS, key="k", session_secret=b"x" * 32
+    )
+    error, _, detail, info = refusal(lambda: stub(cluster.addresses[leader]).Acquire(request, timeout=5))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert detail.rule == "session_not_yours" and info.reason == "session_not_yours"
+    assert session.session_secret.hex() not in detail.message
 
 
 def test_busy_when_a_bound_is_hit(cluster, leader):
