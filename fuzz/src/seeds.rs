@@ -117,6 +117,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: false,
+            wait_timeout_ms: None,
         },
         Command::Acquire {
             session: SessionId(2),
@@ -124,6 +125,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: true,
+            wait_timeout_ms: None,
         },
         Command::Acquire {
             session: SessionId(2),
@@ -131,6 +133,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "jobs".into(),
             key: "nightly".into(),
             wait: false,
+            wait_timeout_ms: None,
         },
         Command::RequestForceRelease {
             actor: Actor::new("bob", &[Role::OnCall]),
@@ -168,6 +171,7 @@ fn sample_commands() -> Vec<Command> {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: true,
+            wait_timeout_ms: None,
         },
         Command::Release {
             session: SessionId(1),

@@ -48,6 +48,7 @@ fn harness(batch_commands_max: usize) -> Harness {
                 locks: LockConfig::default(),
                 boot: recovered.boot,
                 compact_every_slots: 0,
+                waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
             },
             recovered.durable,
         )
@@ -181,6 +182,7 @@ fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
         namespace: "orders".into(),
         key: "k".into(),
         wait,
+        wait_timeout_ms: None,
     }
 }
 
@@ -353,6 +355,7 @@ impl Harness {
                 locks: LockConfig::default(),
                 boot: 7,
                 compact_every_slots: 0,
+                waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
             },
             recovered.durable,
         )

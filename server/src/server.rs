@@ -184,6 +184,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             locks: config.lock_config(),
             boot: recovered.boot,
             compact_every_slots: config.storage.snapshot_every_slots,
+            waits_pending_max: config.limits.waits_max,
         },
         recovered.durable,
     )?;

@@ -222,6 +222,7 @@ async fn run_session(
             namespace: NAMESPACE.to_string(),
             key: key.clone(),
             wait: false,
+            wait_timeout_ms: None,
         };
         match conn.propose(command, 10).await {
             Some(Ok(Reply::Acquire(AcquireReply::Granted { token }))) => {
@@ -413,6 +414,7 @@ pub async fn probe(ctx: ClientCtx, key: String) -> u64 {
                     namespace: NAMESPACE.to_string(),
                     key: key.clone(),
                     wait: false,
+                    wait_timeout_ms: None,
                 };
                 if let Some(Ok(Reply::Acquire(AcquireReply::Granted { token }))) =
                     conn.propose(command, 10).await

@@ -96,6 +96,7 @@ pub async fn replica_main(ctx: ReplicaCtx) {
         locks: lock_config(),
         boot,
         compact_every_slots: 64,
+        waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
     };
     let node = Node::new(cfg, recovered.durable).expect("valid simulated configuration");
     let ep = Endpoint::bind(replica_addr(ctx.id))
