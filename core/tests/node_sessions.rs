@@ -894,6 +894,20 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
         );
         assert_eq!(node.session_remaining_ms(now, session), before);
     }
+    // A command with the wrong secret is refused before it reaches the log.
+    let revision = node.state().revision();
+    let release = Command::CloseSession {
+        session,
+        proof: SessionProof::new(SecretHash([6; 32]), "alice"),
+    };
+    assert_eq!(
+        node.propose(now, release),
+        Err(NodeProposeError::NotYours {
+            session,
+            why: NotYours::WrongSecret
+        })
+    );
+    assert_eq!(node.state().revision(), revision);
     let accepted = node.keepalive(now, session, &SessionProof::new(secret, "alice"));
     assert_eq!(accepted, Ok(TTL_MS));
     assert_eq!(node.session_remaining_ms(now, session), Some(TTL_MS));

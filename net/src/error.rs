@@ -44,6 +44,17 @@ impl ConvertError {
         ConvertError { field, ..self }
     }
 
+    /// The `ErrorDetail` of this error (rule `invalid_argument`, the field), e.g. for one
+    /// refused entry of the `KeepAlive` stream.
+    pub fn detail(&self) -> proto::ErrorDetail {
+        proto::ErrorDetail {
+            rule: rule::INVALID_ARGUMENT.to_owned(),
+            message: self.to_string(),
+            field: self.field.clone(),
+            ..proto::ErrorDetail::default()
+        }
+    }
+
     /// Places the error under element `index` of the repeated field `parent`.
     #[must_use]
     pub fn at(self, parent: &str, index: usize) -> ConvertError {

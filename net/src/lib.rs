@@ -10,12 +10,13 @@
 //! - [`status`]: `LockError` -> gRPC status codes, the `ErrorDetail` in status details, the
 //!   leader hint of a non-leader.
 //! - [`fencing`]: [`FencingGate`], which refuses a write whose token is below the highest seen.
+//! - [`secret`]: [`secret::SessionSecret`], drawn by the client (or the server), hashed here so
+//!   that only the hash reaches the log.
 //!
 //! The API, error mapping, leader-hint and idempotency rules are described in `docs/api.md`.
 //!
 //! ```
 //! use picket_net::proto;
-//! use picket_core::locks::Command;
 //!
 //! let request = proto::AcquireRequest {
 //!     session_id: 7,
@@ -23,8 +24,10 @@
 //!     namespace: "Orders".into(),
 //!     key: "invoice/42".into(),
 //!     wait_ms: 0,
+//!     session_secret: vec![0x5a; 32],
+//!     wait_timeout_ms: 0,
 //! };
-//! let error = Command::try_from(request).unwrap_err();
+//! let error = request.into_command("svc-billing").unwrap_err();
 //! assert_eq!(error.field, "acquire.namespace");
 //! let status = tonic::Status::from(error);
 //! assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -35,6 +38,7 @@ pub mod client;
 pub mod convert;
 pub mod error;
 pub mod fencing;
+pub mod secret;
 pub mod status;
 
 pub use error::{ConvertError, DecodeError};

@@ -28,6 +28,7 @@ pub mod rule {
     pub const COMPACTED: &str = "compacted";
     pub const NOT_READY: &str = "not_ready";
     pub const LEADER_ONLY_COMMAND: &str = "leader_only_command";
+    pub const SESSION_NOT_YOURS: &str = "session_not_yours";
 }
 
 /// The rule name and status code of each lock-state-machine error.
@@ -40,6 +41,9 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         E::BadClass { .. } => (Code::InvalidArgument, "bad_class"),
         E::SessionTtlOutOfBounds { .. } => (Code::InvalidArgument, "session_ttl_out_of_bounds"),
         E::UnknownSession { .. } => (Code::NotFound, "unknown_session"),
+        E::SessionNotYours { .. } => (Code::PermissionDenied, rule::SESSION_NOT_YOURS),
+        E::SessionSecretInUse { .. } => (Code::AlreadyExists, "session_secret_in_use"),
+        E::RequestIdReused { .. } => (Code::FailedPrecondition, "request_id_reused"),
         E::UnknownClass { .. } => (Code::NotFound, "unknown_class"),
         E::UnknownForceRelease { .. } => (Code::NotFound, "unknown_force_release"),
         E::TooManySessions { .. } => (Code::ResourceExhausted, "too_many_sessions"),
@@ -54,6 +58,10 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         }
         E::RequestTooOld { .. } => (Code::FailedPrecondition, "request_too_old"),
         E::NotHolder { .. } => (Code::FailedPrecondition, "not_holder"),
+        E::WaitTimeoutOutOfBounds { .. } => (Code::InvalidArgument, "wait_timeout_out_of_bounds"),
+        E::WaitExpired { .. } => (Code::DeadlineExceeded, "wait_expired"),
+        E::WaitCancelled { .. } => (Code::Aborted, "wait_cancelled"),
+        E::WaitEnded { .. } => (Code::FailedPrecondition, "wait_ended"),
         E::WrongToken { .. } => (Code::FailedPrecondition, "wrong_token"),
         E::NotHeld { .. } => (Code::FailedPrecondition, "not_held"),
         E::FencedNotAcknowledged { .. } => (Code::FailedPrecondition, "fenced_not_acknowledged"),
@@ -151,15 +159,24 @@ pub fn node_propose_error_status(
             };
             detail_status(Code::InvalidArgument, detail, None)
         }
+        NodeProposeError::TooManyWaits { .. } => busy_status(&error.to_string()),
+        NodeProposeError::NotYours { session, why } => {
+            lock_error_status(&LockError::SessionNotYours {
+                session: *session,
+                why: why.clone(),
+            })
+        }
     }
 }
 
 /// The answer to one keepalive on the `KeepAlive` stream.
 ///
 /// A lost session (unknown, or expiring because it missed its deadline) is an ordinary answer
-/// with `lost = true`, so the stream goes on serving the process's other sessions. A node that
-/// is not the leader ends the stream with [`not_leader_status`]; a new leader still catching up
-/// ends it with `UNAVAILABLE`, rule `not_ready`, retryable (the client reconnects and resends).
+/// with `lost = true`, so the stream goes on serving the process's other sessions; so is a
+/// keepalive that does not prove it owns the session (`error` with rule `session_not_yours`,
+/// see also [`keepalive_refused`]). A node that is not the leader ends the stream with
+/// [`not_leader_status`]; a new leader still catching up ends it with `UNAVAILABLE`, rule
+/// `not_ready`, retryable (the client reconnects and resends).
 pub fn keepalive_answer(
     session: SessionId,
     seq: u64,
@@ -171,11 +188,20 @@ pub fn keepalive_answer(
         seq,
         ttl_ms,
         lost,
+        error: None,
     };
     match result {
         Ok(ttl_ms) => Ok(answer(ttl_ms, false)),
         Err(KeepAliveError::UnknownSession { .. } | KeepAliveError::Expiring { .. }) => {
             Ok(answer(0, true))
+        }
+        Err(error @ KeepAliveError::NotYours { .. }) => {
+            let detail = proto::ErrorDetail {
+                rule: rule::SESSION_NOT_YOURS.to_owned(),
+                message: error.to_string(),
+                ..proto::ErrorDetail::default()
+            };
+            Ok(keepalive_refused(session.0, seq, detail))
         }
         Err(KeepAliveError::NotLeader { leader_hint }) => Err(not_leader_status(
             &LeaderHint::for_node(leader_hint, endpoint_of),
@@ -189,6 +215,22 @@ pub fn keepalive_answer(
             };
             Err(detail_status(Code::Unavailable, detail, None))
         }
+    }
+}
+
+/// The answer to one keepalive entry refused on its own (malformed, or not the session's
+/// owner): `error` says why; the stream and its other sessions go on.
+pub fn keepalive_refused(
+    session_id: u64,
+    seq: u64,
+    error: proto::ErrorDetail,
+) -> proto::KeepAliveResponse {
+    proto::KeepAliveResponse {
+        session_id,
+        seq,
+        ttl_ms: 0,
+        lost: false,
+        error: Some(error),
     }
 }
 

@@ -24,8 +24,9 @@ fn all_decoders(bytes: &[u8]) {
     if let Ok(batch) = proto::PeerBatch::decode(bytes) {
         let _ = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(batch, "", NodeId(0));
     }
-    let _ = proto::AcquireRequest::decode(bytes).map(Command::try_from);
-    let _ = proto::ReleaseRequest::decode(bytes).map(Command::try_from);
+    let _ = proto::AcquireRequest::decode(bytes).map(|r| r.into_command("p"));
+    let _ = proto::ReleaseRequest::decode(bytes).map(|r| r.into_command("p"));
+    let _ = proto::CloseSessionRequest::decode(bytes).map(|r| r.into_command("p"));
     let _ = proto::CreateSessionRequest::decode(bytes).map(|r| r.into_command("p"));
     let _ = proto::KeyInfo::decode(bytes).map(picket_core::locks::KeyInfo::try_from);
 }
@@ -44,10 +45,11 @@ proptest! {
     ) {
         let command = Command::Acquire {
             session: picket_core::locks::SessionId(session),
+            proof: picket_core::locks::SessionProof::new(picket_core::locks::SecretHash([3; 32]), "p"),
             request: picket_core::locks::RequestId(1),
             namespace: "orders".into(),
             key: "k".into(),
-            wait: true,
+            wait: true, wait_timeout_ms: None,
         };
         let mut entry = proto::LogEntry {
             slot: 1,

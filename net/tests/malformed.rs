@@ -32,7 +32,32 @@ fn acquire() -> proto::AcquireRequest {
         namespace: "orders".into(),
         key: "invoice/42".into(),
         wait_ms: 0,
+        session_secret: SECRET.to_vec(),
+        wait_timeout_ms: 0,
     }
+}
+
+const SECRET: [u8; 32] = [0x5a; 32];
+
+/// The lock-request conversions, for a caller authenticated as `alice`.
+trait IntoCommand {
+    fn convert(self) -> Result<Command, ConvertError>;
+}
+
+impl IntoCommand for proto::AcquireRequest {
+    fn convert(self) -> Result<Command, ConvertError> {
+        self.into_command("alice")
+    }
+}
+
+impl IntoCommand for proto::ReleaseRequest {
+    fn convert(self) -> Result<Command, ConvertError> {
+        self.into_command("alice")
+    }
+}
+
+fn into_command(request: impl IntoCommand) -> Result<Command, ConvertError> {
+    request.convert()
 }
 
 fn operator() -> Actor {
@@ -41,14 +66,102 @@ fn operator() -> Actor {
 
 #[test]
 fn a_good_acquire_converts() {
-    let command = Command::try_from(proto::AcquireRequest {
+    let command = into_command(proto::AcquireRequest {
         wait_ms: 5_000,
         ..acquire()
     })
     .unwrap();
     assert!(matches!(command, Command::Acquire { wait: true, .. }));
-    let command = Command::try_from(acquire()).unwrap();
+    let command = into_command(acquire()).unwrap();
     assert!(matches!(command, Command::Acquire { wait: false, .. }));
+}
+
+#[test]
+fn every_call_on_a_session_needs_its_secret() {
+    let missing = |error: ConvertError, field: &str| assert_refused(error, field, "required");
+    let acquire_without = proto::AcquireRequest {
+        session_secret: Vec::new(),
+        ..acquire()
+    };
+    missing(
+        into_command(acquire_without).unwrap_err(),
+        "acquire.session_secret",
+    );
+    let release = proto::ReleaseRequest {
+        session_id: 3,
+        request_id: 2,
+        namespace: "orders".into(),
+        key: "k".into(),
+        token: 9,
+        session_secret: Vec::new(),
+    };
+    missing(into_command(release).unwrap_err(), "release.session_secret");
+    let close = proto::CloseSessionRequest {
+        session_id: 3,
+        session_secret: Vec::new(),
+    };
+    missing(
+        close.into_command("alice").unwrap_err(),
+        "close_session.session_secret",
+    );
+    let keepalive = proto::KeepAliveRequest {
+        session_id: 3,
+        seq: 1,
+        session_secret: Vec::new(),
+    };
+    missing(
+        KeepAlive::parse(keepalive, "alice").unwrap_err(),
+        "keep_alive.session_secret",
+    );
+    let short = proto::AcquireRequest {
+        session_secret: vec![1; 15],
+        ..acquire()
+    };
+    assert_refused(
+        into_command(short).unwrap_err(),
+        "acquire.session_secret",
+        "15 bytes",
+    );
+    // The command carries the hash and the caller's principal, never the secret.
+    let Command::Acquire { proof, .. } = into_command(acquire()).unwrap() else {
+        panic!("not an acquire")
+    };
+    let hash = picket_net::secret::SessionSecret::from_request(&SECRET, "s")
+        .unwrap()
+        .hash();
+    assert_eq!(proof, picket_core::locks::SessionProof::new(hash, "alice"));
+}
+
+#[test]
+fn a_session_secret_is_drawn_when_the_request_brings_none() {
+    let request = proto::CreateSessionRequest {
+        ttl_ms: None,
+        identity: Some(proto::ClientIdentity {
+            name: "billing".into(),
+            host: "h".into(),
+            pid: 1,
+        }),
+        session_secret: Vec::new(),
+    };
+    let (command, drawn) = request.clone().into_command("alice").unwrap();
+    let drawn = drawn.expect("the server drew a secret");
+    assert!(matches!(
+        command,
+        Command::CreateSession { secret_hash: Some(hash), .. } if hash == drawn.hash()
+    ));
+    let chosen = proto::CreateSessionRequest {
+        session_secret: SECRET.to_vec(),
+        ..request
+    };
+    let (command, drawn) = chosen.into_command("alice").unwrap();
+    assert!(drawn.is_none());
+    let hash = picket_net::secret::SessionSecret::from_request(&SECRET, "s")
+        .unwrap()
+        .hash();
+    assert!(matches!(
+        command,
+        Command::CreateSession { secret_hash: Some(h), .. } if h == hash
+    ));
 }
 
 #[test]
@@ -58,25 +171,26 @@ fn bad_namespaces_are_named() {
             namespace: bad.to_owned(),
             ..acquire()
         };
-        let error = Command::try_from(request).unwrap_err();
+        let error = into_command(request).unwrap_err();
         assert_refused(error, "acquire.namespace", "[a-z0-9][a-z0-9-]{0,62}");
     }
 }
 
 #[test]
 fn oversize_and_empty_keys_are_named() {
-    let error = Command::try_from(proto::AcquireRequest {
+    let error = into_command(proto::AcquireRequest {
         key: "k".repeat(513),
         ..acquire()
     })
     .unwrap_err();
     assert_refused(error, "acquire.key", "513 bytes");
-    let error = Command::try_from(proto::ReleaseRequest {
+    let error = into_command(proto::ReleaseRequest {
         session_id: 3,
         request_id: 2,
         namespace: "orders".into(),
         key: String::new(),
         token: 9,
+        session_secret: SECRET.to_vec(),
     })
     .unwrap_err();
     assert_refused(error, "release.key", "empty");
@@ -93,7 +207,7 @@ fn oversize_and_empty_keys_are_named() {
 fn zero_ids_are_missing_ids() {
     let cases: Vec<(ConvertError, &str)> = vec![
         (
-            Command::try_from(proto::AcquireRequest {
+            into_command(proto::AcquireRequest {
                 session_id: 0,
                 ..acquire()
             })
@@ -101,7 +215,7 @@ fn zero_ids_are_missing_ids() {
             "acquire.session_id",
         ),
         (
-            Command::try_from(proto::AcquireRequest {
+            into_command(proto::AcquireRequest {
                 request_id: 0,
                 ..acquire()
             })
@@ -109,25 +223,35 @@ fn zero_ids_are_missing_ids() {
             "acquire.request_id",
         ),
         (
-            Command::try_from(proto::ReleaseRequest {
+            into_command(proto::ReleaseRequest {
                 session_id: 3,
                 request_id: 2,
                 namespace: "orders".into(),
                 key: "k".into(),
                 token: 0,
+                session_secret: SECRET.to_vec(),
             })
             .unwrap_err(),
             "release.token",
         ),
         (
-            Command::try_from(proto::CloseSessionRequest { session_id: 0 }).unwrap_err(),
+            proto::CloseSessionRequest {
+                session_id: 0,
+                session_secret: SECRET.to_vec(),
+            }
+            .into_command("alice")
+            .unwrap_err(),
             "close_session.session_id",
         ),
         (
-            KeepAlive::try_from(proto::KeepAliveRequest {
-                session_id: 0,
-                seq: 1,
-            })
+            KeepAlive::parse(
+                proto::KeepAliveRequest {
+                    session_id: 0,
+                    seq: 1,
+                    session_secret: SECRET.to_vec(),
+                },
+                "alice",
+            )
             .unwrap_err(),
             "keep_alive.session_id",
         ),
@@ -151,6 +275,7 @@ fn missing_required_messages_are_named() {
     let error = proto::CreateSessionRequest {
         ttl_ms: None,
         identity: None,
+        session_secret: Vec::new(),
     }
     .into_command("svc")
     .unwrap_err();
@@ -175,6 +300,7 @@ fn session_identity_rules() {
     let error = proto::CreateSessionRequest {
         ttl_ms: None,
         identity: Some(identity("", "h")),
+        session_secret: Vec::new(),
     }
     .into_command("svc")
     .unwrap_err();
@@ -182,6 +308,7 @@ fn session_identity_rules() {
     let error = proto::CreateSessionRequest {
         ttl_ms: None,
         identity: Some(identity("billing", &"h".repeat(300))),
+        session_secret: Vec::new(),
     }
     .into_command("svc")
     .unwrap_err();
@@ -189,6 +316,7 @@ fn session_identity_rules() {
     let error = proto::CreateSessionRequest {
         ttl_ms: Some(0),
         identity: Some(identity("billing", "h")),
+        session_secret: Vec::new(),
     }
     .into_command("svc")
     .unwrap_err();
@@ -197,10 +325,15 @@ fn session_identity_rules() {
     let command = proto::CreateSessionRequest {
         ttl_ms: Some(5_000),
         identity: Some(identity("billing", "h")),
+        session_secret: Vec::new(),
     }
     .into_command("svc-billing")
-    .unwrap();
-    let Command::CreateSession { identity, ttl_ms } = command else {
+    .unwrap()
+    .0;
+    let Command::CreateSession {
+        identity, ttl_ms, ..
+    } = command
+    else {
         panic!("{command:?}")
     };
     assert_eq!(identity.principal, "svc-billing");
@@ -264,7 +397,7 @@ fn admin_request_rules() {
     .unwrap_err();
     assert_refused(error, "watch.namespace", "[a-z0-9]");
 
-    let error = Command::try_from(proto::AcquireRequest {
+    let error = into_command(proto::AcquireRequest {
         wait_ms: 24 * 3_600_000,
         ..acquire()
     })

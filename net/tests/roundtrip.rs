@@ -2,9 +2,11 @@
 
 mod strategies;
 
+use std::collections::BTreeMap;
+
 use picket_core::locks::{
     AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockSnapshot,
-    LockStateMachine, Reply, RequestId, SessionId,
+    LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof,
 };
 use picket_core::time::Instant;
 use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
@@ -101,10 +103,14 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(ops: &[Op]) -> LockStateMachine {
     let mut sm = LockStateMachine::new(LockConfig::default());
     let mut sessions: Vec<SessionId> = Vec::new();
+    let mut secrets: BTreeMap<SessionId, SecretHash> = BTreeMap::new();
     let mut request = 0u64;
     for (step, op) in ops.iter().enumerate() {
         let now = Instant::from_millis(1_000 + 10 * step as u64);
         let pick = |i: usize| sessions.get(i % sessions.len().max(1)).copied();
+        let proof = |session: SessionId| SessionProof::new(secrets[&session], "p");
+        let mut step_hash = [0; 32];
+        step_hash[..8].copy_from_slice(&(step as u64).to_le_bytes());
         let command = match *op {
             Op::Create => Command::CreateSession {
                 ttl_ms: None,
@@ -114,6 +120,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                     pid: 1,
                     principal: "p".into(),
                 },
+                secret_hash: Some(SecretHash(step_hash)),
             },
             Op::Acquire { session, key, wait } => {
                 let Some(session) = pick(session) else {
@@ -122,10 +129,12 @@ fn run(ops: &[Op]) -> LockStateMachine {
                 request += 1;
                 Command::Acquire {
                     session,
+                    proof: proof(session),
                     request: RequestId(request),
                     namespace: "orders".into(),
                     key: format!("k{key}"),
                     wait,
+                    wait_timeout_ms: None,
                 }
             }
             Op::Release { session, key } => {
@@ -139,6 +148,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                 request += 1;
                 Command::Release {
                     session,
+                    proof: proof(session),
                     request: RequestId(request),
                     namespace: "orders".into(),
                     key: format!("k{key}"),
@@ -149,11 +159,15 @@ fn run(ops: &[Op]) -> LockStateMachine {
                 let Some(session) = pick(session) else {
                     continue;
                 };
-                Command::CloseSession { session }
+                Command::CloseSession {
+                    session,
+                    proof: proof(session),
+                }
             }
         };
         if let Ok(Reply::SessionCreated { session, .. }) = sm.apply(now, command) {
             sessions.push(session);
+            secrets.insert(session, SecretHash(step_hash));
         }
     }
     sm

@@ -6,7 +6,7 @@
 
 use std::pin::Pin;
 
-use picket_core::locks::{AcquireReply, Command, Revision, Token};
+use picket_core::locks::{AcquireReply, Revision, Token};
 use picket_net::proto::lock_client::LockClient;
 use picket_net::proto::lock_server::{Lock, LockServer};
 use picket_net::proto::{self, acquire_reply};
@@ -30,6 +30,7 @@ impl Lock for Toy {
         Ok(Response::new(proto::CreateSessionResponse {
             session_id: 1,
             ttl_ms: 10_000,
+            session_secret: Vec::new(),
         }))
     }
 
@@ -37,7 +38,7 @@ impl Lock for Toy {
         &self,
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        Command::try_from(request.into_inner())?;
+        request.into_inner().into_command("svc")?;
         Ok(Response::new(proto::CloseSessionResponse::default()))
     }
 
@@ -48,12 +49,13 @@ impl Lock for Toy {
         request: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let answers = request.into_inner().map(|item| {
-            let keepalive = picket_net::convert::api::KeepAlive::try_from(item?)?;
+            let keepalive = picket_net::convert::api::KeepAlive::parse(item?, "svc")?;
             Ok(proto::KeepAliveResponse {
                 session_id: keepalive.session.0,
                 seq: keepalive.seq,
                 ttl_ms: 10_000,
                 lost: false,
+                error: None,
             })
         });
         Ok(Response::new(Box::pin(answers)))
@@ -70,7 +72,7 @@ impl Lock for Toy {
                 endpoint: Some("http://10.0.0.3:7100".into()),
             }));
         }
-        Command::try_from(request)?;
+        request.into_command("svc")?;
         Ok(Response::new(proto::AcquireResponse::new(
             AcquireReply::Granted { token: Token(7) },
             Revision(7),
@@ -81,8 +83,16 @@ impl Lock for Toy {
         &self,
         request: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
-        Command::try_from(request.into_inner())?;
+        request.into_inner().into_command("svc")?;
         Ok(Response::new(proto::ReleaseResponse::default()))
+    }
+
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        request.into_inner().into_command("svc")?;
+        Ok(Response::new(proto::CancelWaitResponse::default()))
     }
 
     type WatchStream = BoxStream<proto::WatchResponse>;
@@ -120,6 +130,8 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
         namespace: "orders".into(),
         key: "k".into(),
         wait_ms: 0,
+        session_secret: vec![7; 32],
+        wait_timeout_ms: 0,
     };
     let reply = client.acquire(good.clone()).await.unwrap().into_inner();
     assert_eq!(
@@ -151,8 +163,11 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
     let hint = leader_hint(&status).unwrap();
     assert_eq!(hint.node_id, Some(3));
 
-    let keepalives =
-        tokio_stream::iter((1..=3u64).map(|seq| proto::KeepAliveRequest { session_id: 1, seq }));
+    let keepalives = tokio_stream::iter((1..=3u64).map(|seq| proto::KeepAliveRequest {
+        session_id: 1,
+        seq,
+        session_secret: vec![7; 32],
+    }));
     let mut answers = client.keep_alive(keepalives).await.unwrap().into_inner();
     let mut seqs = Vec::new();
     while let Some(answer) = answers.next().await {

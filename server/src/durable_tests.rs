@@ -33,6 +33,7 @@ fn value(n: u64) -> Value<NodeCommand> {
             boot: 1,
             proposal: ProposalId(n),
             command: Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: Some(5_000),
                 identity: Identity {
                     name: format!("svc-{n}"),

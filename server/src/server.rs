@@ -225,7 +225,6 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         clock,
         limits: DriverLimits {
             requests_queued_max: config.limits.requests_queued_max,
-            waits_max: config.limits.waits_max,
             ..DriverLimits::default()
         },
         boot: recovered.boot,

@@ -13,7 +13,9 @@ use picket_net::convert::api::{
     AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart, WrongReply,
 };
 use picket_net::proto;
-use picket_net::status::{busy_status, keepalive_answer, lock_error_status, watch_error_status};
+use picket_net::status::{
+    busy_status, keepalive_answer, keepalive_refused, lock_error_status, watch_error_status,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::server::stopped;
@@ -154,16 +156,22 @@ impl proto::lock_server::Lock for LockService {
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
         let principal = self.0.auth.client_principal(request.metadata()).await?;
-        let command = request.into_inner().into_command(&principal)?;
+        let (command, drawn) = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
-        Ok(Response::new(reply_as(reply)?))
+        let mut response: proto::CreateSessionResponse = reply_as(reply)?;
+        // A secret drawn here is returned this once; only its hash was logged.
+        if let Some(secret) = drawn {
+            response.session_secret = secret.as_bytes().to_vec();
+        }
+        Ok(Response::new(response))
     }
 
     async fn close_session(
         &self,
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let command = Command::try_from(request.into_inner())?;
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let command = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
     }
@@ -174,6 +182,7 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
         let slot = StreamSlot::take(
             &self.0.keepalives,
             self.0.limits.keepalive_streams_max,
@@ -194,10 +203,12 @@ impl proto::lock_server::Lock for LockService {
                     Ok(Some(next)) => next,
                     Ok(None) | Err(_) => return,
                 };
-                let answer = match KeepAlive::try_from(next) {
+                let (session_id, seq) = (next.session_id, next.seq);
+                let answer = match KeepAlive::parse(next, &principal) {
                     Ok(ka) => match driver
                         .ask(|reply| DriverRequest::KeepAlive {
                             session: ka.session,
+                            proof: ka.proof,
                             reply,
                         })
                         .await
@@ -207,7 +218,8 @@ impl proto::lock_server::Lock for LockService {
                         }
                         Err(status) => Err(status),
                     },
-                    Err(error) => Err(Status::from(error)),
+                    // A malformed entry is answered on its own: the stream goes on.
+                    Err(error) => Ok(keepalive_refused(session_id, seq, error.detail())),
                 };
                 let end = answer.is_err();
                 if tx.send(answer).await.is_err() || end {
@@ -222,9 +234,10 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
         let request = request.into_inner();
         let wait_ms = request.wait_ms;
-        let command = Command::try_from(request)?;
+        let command = request.into_command(&principal)?;
         let (reply, revision) = self.0.propose(command, wait_ms).await?;
         match reply {
             Reply::Acquire(reply) => {
@@ -241,9 +254,21 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
-        let command = Command::try_from(request.into_inner())?;
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let command = request.into_inner().into_command(&principal)?;
         let (reply, _) = self.0.propose(command, 0).await?;
         Ok(Response::new(reply_as(reply)?))
+    }
+
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let command = request.into_inner().into_command(&principal)?;
+        let (reply, revision) = self.0.propose(command, 0).await?;
+        let response = proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)?;
+        Ok(Response::new(response))
     }
 
     type WatchStream = ChannelStream<Result<proto::WatchResponse, Status>>;

@@ -216,6 +216,7 @@ async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
             tx.send(proto::KeepAliveRequest {
                 session_id: live,
                 seq,
+                session_secret: secret_of(&ka_at, live),
             })
             .await
             .unwrap();

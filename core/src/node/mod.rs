@@ -170,6 +170,11 @@ pub enum NodeProposeError {
     LeaderOnlyCommand,
     #[error("{max} waiting acquires are pending on this node, at most {max}: retry later")]
     TooManyWaits { max: usize },
+    /// The command's proof does not own its session, by the applied state: refused before it
+    /// reaches the log (a session's secret and principal never change, so the log would refuse
+    /// it too). The revision does not move.
+    #[error("session {session} is not yours: {why}")]
+    NotYours { session: SessionId, why: NotYours },
 }
 
 /// Why a keepalive was not accepted.
@@ -328,6 +333,10 @@ impl Node {
                 results.push(Err(NodeProposeError::LeaderOnlyCommand));
                 continue;
             }
+            if let Err(refused) = self.check_proof(&command) {
+                results.push(Err(refused));
+                continue;
+            }
             let waits = matches!(command, Command::Acquire { wait: true, .. });
             let waits_max = self.cfg.waits_pending_max;
             if waits && self.waits.len() + self.pending_waiting + waits_new >= waits_max {
@@ -407,6 +416,24 @@ impl Node {
         self.leases.extend(session, self.now.add_ms(info.ttl_ms));
         self.counters.keepalives_accepted += 1;
         Ok(info.ttl_ms)
+    }
+
+    /// Refuses a command whose proof does not own its (applied, live) session. A session not
+    /// applied yet, or gone, is left to the log to answer.
+    fn check_proof(&self, command: &Command) -> Result<(), NodeProposeError> {
+        let (session, proof) = match command {
+            Command::CloseSession { session, proof }
+            | Command::Acquire { session, proof, .. }
+            | Command::CancelWait { session, proof, .. }
+            | Command::Release { session, proof, .. } => (*session, proof),
+            _ => return Ok(()),
+        };
+        match self.sm.check_session_proof(session, proof) {
+            Err(LockError::SessionNotYours { session, why }) => {
+                Err(NodeProposeError::NotYours { session, why })
+            }
+            Ok(()) | Err(_) => Ok(()),
+        }
     }
 
     /// Starts a linearizable read; the answer comes back as `Action::ReadReply`.

@@ -25,6 +25,10 @@ pub enum LostReason {
     /// The client closed the session ([`crate::client::Session::close`] or its last handle was
     /// dropped).
     Closed,
+    /// The server refused the session's keepalive on its own (e.g. `session_not_yours`: the
+    /// caller's principal is not the one that opened the session). The client stops claiming
+    /// the session's locks at once; the server will expire the session.
+    KeepAliveRefused { rule: String, message: String },
 }
 
 impl fmt::Display for LostReason {
@@ -37,6 +41,9 @@ impl fmt::Display for LostReason {
                 "no keepalive was acknowledged within the session TTL of {ttl_ms} ms (counted from the last acknowledged send)"
             ),
             LostReason::Closed => write!(f, "the session was closed by this client"),
+            LostReason::KeepAliveRefused { rule, message } => {
+                write!(f, "the server refused the session's keepalive ({rule}): {message}")
+            }
         }
     }
 }
@@ -116,6 +123,13 @@ pub enum ClientError {
         holder_session_id: u64,
         token: u64,
     },
+    /// `lock_within` did not get the key in time; the server removed the wait.
+    #[error("`{namespace}`/`{key}` was not granted within {timeout_ms} ms: the wait was removed")]
+    WaitTimedOut {
+        namespace: String,
+        key: String,
+        timeout_ms: u64,
+    },
     /// The server's answer lacked something it must carry (a server bug).
     #[error("{what}: the server's answer has no `{field}`")]
     BadAnswer {
@@ -156,6 +170,11 @@ impl ClientError {
 pub const UNKNOWN_SESSION: &str = "unknown_session";
 /// The rule of a request id that fell out of the session's dedup window.
 pub const REQUEST_TOO_OLD: &str = "request_too_old";
+/// The rule of a wait removed at its deadline.
+pub const WAIT_EXPIRED: &str = "wait_expired";
+/// The rule of a retried `Acquire` whose wait is gone (timed out, cancelled, or granted and
+/// released since).
+pub const WAIT_ENDED: &str = "wait_ended";
 
 /// How the retry loop treats a failed attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use super::cluster::Cluster;
 use super::error::{classify, LostReason, Retry, UNKNOWN_SESSION};
 use crate::proto::{self, lock_client::LockClient};
+use crate::secret::SessionSecret;
 use crate::status::error_detail;
 
 /// Keepalives in flight on one stream (unanswered); more means the stream is stuck.
@@ -131,13 +132,18 @@ impl Liveness {
 
 /// Runs until the session is lost (by any cause). Marks it lost when the deadline passes or the
 /// server says so.
-pub(crate) async fn run(cluster: Arc<Cluster>, session_id: u64, liveness: Arc<Liveness>) {
+pub(crate) async fn run(
+    cluster: Arc<Cluster>,
+    session_id: u64,
+    secret: SessionSecret,
+    liveness: Arc<Liveness>,
+) {
     let mut lost = liveness.lost.subscribe();
     tokio::select! {
         () = watch_deadline(&liveness) => {
             liveness.lose(liveness.expired_ttl_ms());
         }
-        reason = keep_alive(&cluster, session_id, &liveness) => {
+        reason = keep_alive(&cluster, session_id, &secret, &liveness) => {
             liveness.lose(reason);
         }
         _ = lost.wait_for(Option::is_some) => {}
@@ -164,12 +170,18 @@ enum StreamEnd {
 
 /// Keeps streams open, one after the other; returns only when the server says the session is
 /// gone.
-async fn keep_alive(cluster: &Cluster, session_id: u64, liveness: &Liveness) -> LostReason {
+async fn keep_alive(
+    cluster: &Cluster,
+    session_id: u64,
+    secret: &SessionSecret,
+    liveness: &Liveness,
+) -> LostReason {
     let mut seq = 0u64;
     let mut backoff = cluster.config.backoff_min;
     loop {
         let (index, _, channel) = cluster.current();
-        match run_stream(cluster, channel, session_id, liveness, &mut seq).await {
+        let session = (session_id, secret);
+        match run_stream(cluster, channel, session, liveness, &mut seq).await {
             StreamEnd::Lost(reason) => return reason,
             StreamEnd::Redirect(hint) => {
                 cluster.follow(index, &hint);
@@ -187,21 +199,22 @@ async fn keep_alive(cluster: &Cluster, session_id: u64, liveness: &Liveness) -> 
 async fn run_stream(
     cluster: &Cluster,
     channel: tonic::transport::Channel,
-    session_id: u64,
+    (session_id, secret): (u64, &SessionSecret),
     liveness: &Liveness,
     seq: &mut u64,
 ) -> StreamEnd {
+    let keepalive = |seq| proto::KeepAliveRequest {
+        session_id,
+        seq,
+        session_secret: secret.as_bytes().to_vec(),
+    };
     let rpc_timeout = cluster.config.rpc_timeout;
     let (sender, receiver) = mpsc::channel(KEEPALIVES_IN_FLIGHT_MAX);
     let mut in_flight: VecDeque<(u64, Instant)> = VecDeque::new();
     // The first keepalive goes out with the stream's opening.
     *seq += 1;
     in_flight.push_back((*seq, Instant::now()));
-    let first = proto::KeepAliveRequest {
-        session_id,
-        seq: *seq,
-    };
-    if sender.try_send(first).is_err() {
+    if sender.try_send(keepalive(*seq)).is_err() {
         return StreamEnd::Broken;
     }
     let mut request = cluster.request(ReceiverStream::new(receiver), rpc_timeout);
@@ -227,7 +240,7 @@ async fn run_stream(
                 }
                 *seq += 1;
                 in_flight.push_back((*seq, now));
-                if sender.try_send(proto::KeepAliveRequest { session_id, seq: *seq }).is_err() {
+                if sender.try_send(keepalive(*seq)).is_err() {
                     return StreamEnd::Broken;
                 }
             }
@@ -238,6 +251,10 @@ async fn run_stream(
                     }
                     if answer.lost {
                         return StreamEnd::Lost(LostReason::Revoked);
+                    }
+                    if let Some(error) = answer.error {
+                        let (rule, message) = (error.rule, error.message);
+                        return StreamEnd::Lost(LostReason::KeepAliveRefused { rule, message });
                     }
                     // Acknowledges `seq` and everything sent before it.
                     while let Some(&(sent_seq, sent_at)) = in_flight.front() {

@@ -7,14 +7,15 @@
 //! edge check only makes the common mistakes cheap and precise.
 //!
 //! Fields the server derives from authentication are never read from the request: the
-//! principal of a new session's identity, and the [`Actor`] (principal and roles) of an admin
-//! command. The server passes them in.
+//! principal of a new session's identity, the caller's principal in a [`SessionProof`], and the
+//! [`Actor`] (principal and roles) of an admin command. The server passes them in. A session's
+//! secret is hashed here ([`SessionSecret::hash`]): commands carry only the hash.
 
 use picket_core::locks::LockError;
 use picket_core::locks::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, AcquireReply, Actor,
     AuditPage, AuditQuery, ClassSpec, Command, ForceReleaseId, Identity, Reply, RequestId,
-    Revision, SessionId, Token, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
+    Revision, SessionId, SessionProof, Token, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
     IDENTITY_FIELD_LEN_MAX, KEY_LEN_MAX, OWNER_LEN_MAX, REASON_LEN_MAX, RUNBOOK_URL_LEN_MAX,
 };
 use picket_core::node::{Answer, Query};
@@ -24,6 +25,7 @@ use super::command::grant_to_wire;
 use super::{from_usize, required};
 use crate::error::ConvertError;
 use crate::proto;
+use crate::secret::SessionSecret;
 use crate::status::lock_error_status;
 
 /// Longest time an `Acquire` call may be held open waiting for a grant.
@@ -92,9 +94,21 @@ fn class(value: proto::ClassSpec, field: &str) -> Result<ClassSpec, ConvertError
     ClassSpec::try_from(value).map_err(|e| e.within(field))
 }
 
+/// The proof of a caller who sent `secret` in `field` (required), as `principal`.
+fn proof(secret: &[u8], field: &str, principal: &str) -> Result<SessionProof, ConvertError> {
+    let secret = SessionSecret::from_request(secret, field)?;
+    Ok(SessionProof::new(secret.hash(), principal))
+}
+
 impl proto::CreateSessionRequest {
-    /// The `CreateSession` command for an authenticated `principal`.
-    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+    /// The `CreateSession` command for an authenticated `principal`, and the secret drawn here
+    /// when the request brought none (returned once to the caller, in the response).
+    pub fn into_command(
+        self,
+        principal: &str,
+    ) -> Result<(Command, Option<SessionSecret>), ConvertError> {
+        let chosen =
+            SessionSecret::optional(&self.session_secret, "create_session.session_secret")?;
         let identity = required(self.identity, "create_session.identity")?;
         if identity.name.is_empty() {
             return Err(ConvertError::new(
@@ -114,7 +128,14 @@ impl proto::CreateSessionRequest {
                 "must be non-zero (leave it out for the cluster default)",
             ));
         }
-        Ok(Command::CreateSession {
+        let (secret, drawn) = match chosen {
+            Some(secret) => (secret, None),
+            None => {
+                let secret = SessionSecret::generate();
+                (secret.clone(), Some(secret))
+            }
+        };
+        let command = Command::CreateSession {
             ttl_ms: self.ttl_ms,
             identity: Identity {
                 name: identity.name,
@@ -122,42 +143,53 @@ impl proto::CreateSessionRequest {
                 pid: identity.pid,
                 principal: principal.to_owned(),
             },
-        })
+            secret_hash: Some(secret.hash()),
+        };
+        Ok((command, drawn))
     }
 }
 
-impl TryFrom<proto::CloseSessionRequest> for Command {
-    type Error = ConvertError;
-    fn try_from(v: proto::CloseSessionRequest) -> Result<Self, ConvertError> {
+impl proto::CloseSessionRequest {
+    /// The `CloseSession` command of a caller authenticated as `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
         Ok(Command::CloseSession {
-            session: SessionId(nonzero(v.session_id, "close_session.session_id")?),
+            session: SessionId(nonzero(self.session_id, "close_session.session_id")?),
+            proof: proof(
+                &self.session_secret,
+                "close_session.session_secret",
+                principal,
+            )?,
         })
     }
 }
 
 /// A validated keepalive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeepAlive {
     pub session: SessionId,
     pub seq: u64,
+    pub proof: SessionProof,
 }
 
-impl TryFrom<proto::KeepAliveRequest> for KeepAlive {
-    type Error = ConvertError;
-    fn try_from(v: proto::KeepAliveRequest) -> Result<Self, ConvertError> {
+impl KeepAlive {
+    /// The keepalive of a caller authenticated as `principal`.
+    pub fn parse(v: proto::KeepAliveRequest, principal: &str) -> Result<KeepAlive, ConvertError> {
         Ok(KeepAlive {
             session: SessionId(nonzero(v.session_id, "keep_alive.session_id")?),
             seq: v.seq,
+            proof: proof(&v.session_secret, "keep_alive.session_secret", principal)?,
         })
     }
 }
 
 /// `Acquire` with `wait = wait_ms > 0`; the server reads `wait_ms` (checked here to be at most
 /// [`ACQUIRE_WAIT_MS_MAX`]) to bound how long it holds the call.
-impl TryFrom<proto::AcquireRequest> for Command {
-    type Error = ConvertError;
-    fn try_from(v: proto::AcquireRequest) -> Result<Self, ConvertError> {
+impl proto::AcquireRequest {
+    /// The `Acquire` command of a caller authenticated as `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+        let v = self;
         let session = SessionId(nonzero(v.session_id, "acquire.session_id")?);
+        let proof = proof(&v.session_secret, "acquire.session_secret", principal)?;
         let request = RequestId(nonzero(v.request_id, "acquire.request_id")?);
         namespace(&v.namespace, "acquire.namespace")?;
         key(&v.key, "acquire.key")?;
@@ -167,25 +199,53 @@ impl TryFrom<proto::AcquireRequest> for Command {
                 format!("{} ms: at most {ACQUIRE_WAIT_MS_MAX} ms", v.wait_ms),
             ));
         }
+        if v.wait_timeout_ms > 0 && v.wait_ms == 0 {
+            return Err(ConvertError::new(
+                "acquire.wait_timeout_ms",
+                "set without wait_ms: a try (wait_ms = 0) does not wait",
+            ));
+        }
         Ok(Command::Acquire {
             session,
+            proof,
             request,
             namespace: v.namespace,
             key: v.key,
             wait: v.wait_ms > 0,
+            wait_timeout_ms: (v.wait_timeout_ms > 0).then_some(v.wait_timeout_ms),
         })
     }
 }
 
-impl TryFrom<proto::ReleaseRequest> for Command {
-    type Error = ConvertError;
-    fn try_from(v: proto::ReleaseRequest) -> Result<Self, ConvertError> {
+impl proto::CancelWaitRequest {
+    /// The `CancelWait` command of a caller authenticated as `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+        let v = self;
+        let session = SessionId(nonzero(v.session_id, "cancel_wait.session_id")?);
+        let proof = proof(&v.session_secret, "cancel_wait.session_secret", principal)?;
+        namespace(&v.namespace, "cancel_wait.namespace")?;
+        key(&v.key, "cancel_wait.key")?;
+        Ok(Command::CancelWait {
+            session,
+            proof,
+            namespace: v.namespace,
+            key: v.key,
+        })
+    }
+}
+
+impl proto::ReleaseRequest {
+    /// The `Release` command of a caller authenticated as `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+        let v = self;
         let session = SessionId(nonzero(v.session_id, "release.session_id")?);
+        let proof = proof(&v.session_secret, "release.session_secret", principal)?;
         let request = RequestId(nonzero(v.request_id, "release.request_id")?);
         namespace(&v.namespace, "release.namespace")?;
         key(&v.key, "release.key")?;
         Ok(Command::Release {
             session,
+            proof,
             request,
             namespace: v.namespace,
             key: v.key,
@@ -409,9 +469,11 @@ impl TryFrom<Reply> for proto::CreateSessionResponse {
     type Error = WrongReply;
     fn try_from(v: Reply) -> Result<Self, WrongReply> {
         match v {
+            // The server sets `session_secret` when it drew the secret.
             Reply::SessionCreated { session, ttl_ms } => Ok(proto::CreateSessionResponse {
                 session_id: session.0,
                 ttl_ms,
+                session_secret: Vec::new(),
             }),
             other => Err(wrong("SessionCreated", other)),
         }
@@ -452,6 +514,20 @@ impl TryFrom<Reply> for proto::ReleaseResponse {
                 next: grant_to_wire(next),
             }),
             other => Err(wrong("Released", other)),
+        }
+    }
+}
+
+impl proto::CancelWaitResponse {
+    /// The answer to `CancelWait` from the state machine's reply and the revision that gave it.
+    pub fn new(reply: Reply, revision: Revision) -> Result<proto::CancelWaitResponse, WrongReply> {
+        match reply {
+            Reply::WaitCancelled { removed, held } => Ok(proto::CancelWaitResponse {
+                removed,
+                held_token: held.map(|t| t.0),
+                revision: revision.0,
+            }),
+            other => Err(wrong("WaitCancelled", other)),
         }
     }
 }

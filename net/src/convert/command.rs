@@ -1,7 +1,8 @@
 //! Log commands and the state machine's replies (records: decoded structurally, losslessly).
 
 use picket_core::locks::{
-    AcquireReply, ClassSpec, Command, ForceReleaseId, Reply, RequestId, Revision, SessionId, Token,
+    AcquireReply, ClassSpec, Command, ForceReleaseId, Reply, RequestId, Revision, SecretHash,
+    SessionId, SessionProof, Token, SECRET_HASH_LEN,
 };
 use picket_core::time::Instant;
 
@@ -14,33 +15,57 @@ use crate::proto::reply as pr;
 impl From<Command> for proto::Command {
     fn from(v: Command) -> Self {
         let kind = match v {
-            Command::CreateSession { ttl_ms, identity } => {
-                pc::Kind::CreateSession(pc::CreateSession {
-                    ttl_ms,
-                    identity: Some(identity.into()),
-                })
-            }
-            Command::CloseSession { session } => pc::Kind::CloseSession(pc::CloseSession {
+            Command::CreateSession {
+                ttl_ms,
+                identity,
+                secret_hash,
+            } => pc::Kind::CreateSession(pc::CreateSession {
+                ttl_ms,
+                identity: Some(identity.into()),
+                secret_hash: hash_to_wire(secret_hash),
+            }),
+            Command::CloseSession { session, proof } => pc::Kind::CloseSession(pc::CloseSession {
                 session_id: session.0,
+                secret_hash: hash_to_wire(proof.secret_hash),
+                principal: proof.principal,
             }),
             Command::ExpireSessions { sessions } => pc::Kind::ExpireSessions(pc::ExpireSessions {
                 session_ids: sessions.into_iter().map(|s| s.0).collect(),
             }),
             Command::Acquire {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
                 wait,
+                wait_timeout_ms,
             } => pc::Kind::Acquire(pc::Acquire {
                 session_id: session.0,
                 request_id: request.0,
                 namespace,
                 key,
                 wait,
+                secret_hash: hash_to_wire(proof.secret_hash),
+                principal: proof.principal,
+                wait_timeout_ms,
             }),
+            Command::CancelWait {
+                session,
+                proof,
+                namespace,
+                key,
+            } => pc::Kind::CancelWait(pc::CancelWait {
+                session_id: session.0,
+                namespace,
+                key,
+                secret_hash: hash_to_wire(proof.secret_hash),
+                principal: proof.principal,
+            }),
+            Command::ExpireWaits => pc::Kind::ExpireWaits(pc::ExpireWaits {}),
             Command::Release {
                 session,
+                proof,
                 request,
                 namespace,
                 key,
@@ -51,6 +76,8 @@ impl From<Command> for proto::Command {
                 namespace,
                 key,
                 token: token.0,
+                secret_hash: hash_to_wire(proof.secret_hash),
+                principal: proof.principal,
             }),
             Command::PutClass {
                 actor,
@@ -114,27 +141,82 @@ impl TryFrom<proto::Command> for Command {
     }
 }
 
+/// A secret hash on the wire: 32 bytes, or empty for none (a legacy record).
+pub(crate) fn hash_to_wire(hash: Option<SecretHash>) -> Vec<u8> {
+    hash.map(|h| h.0.to_vec()).unwrap_or_default()
+}
+
+pub(crate) fn hash_from_wire(
+    bytes: &[u8],
+    field: &str,
+) -> Result<Option<SecretHash>, ConvertError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let hash: [u8; SECRET_HASH_LEN] = bytes.try_into().map_err(|_| {
+        ConvertError::new(
+            field,
+            format!(
+                "{} bytes: a secret hash has {SECRET_HASH_LEN} (or none, in a legacy record)",
+                bytes.len()
+            ),
+        )
+    })?;
+    Ok(Some(SecretHash(hash)))
+}
+
+/// A legacy record has neither hash nor principal; a principal without a hash is malformed.
+fn proof_from_wire(
+    hash: &[u8],
+    principal: String,
+    command: &str,
+) -> Result<SessionProof, ConvertError> {
+    let secret_hash = hash_from_wire(hash, &format!("{command}.secret_hash"))?;
+    if secret_hash.is_none() && !principal.is_empty() {
+        return Err(ConvertError::new(
+            format!("{command}.principal"),
+            "set without a secret hash",
+        ));
+    }
+    Ok(SessionProof {
+        secret_hash,
+        principal,
+    })
+}
+
 fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
     Ok(match kind {
         pc::Kind::CreateSession(c) => Command::CreateSession {
             ttl_ms: c.ttl_ms,
             identity: nested(c.identity, "create_session.identity")?,
+            secret_hash: hash_from_wire(&c.secret_hash, "create_session.secret_hash")?,
         },
         pc::Kind::CloseSession(c) => Command::CloseSession {
             session: SessionId(c.session_id),
+            proof: proof_from_wire(&c.secret_hash, c.principal, "close_session")?,
         },
         pc::Kind::ExpireSessions(c) => Command::ExpireSessions {
             sessions: c.session_ids.into_iter().map(SessionId).collect(),
         },
         pc::Kind::Acquire(c) => Command::Acquire {
             session: SessionId(c.session_id),
+            proof: proof_from_wire(&c.secret_hash, c.principal, "acquire")?,
             request: RequestId(c.request_id),
             namespace: c.namespace,
             key: c.key,
             wait: c.wait,
+            wait_timeout_ms: c.wait_timeout_ms,
         },
+        pc::Kind::CancelWait(c) => Command::CancelWait {
+            session: SessionId(c.session_id),
+            proof: proof_from_wire(&c.secret_hash, c.principal, "cancel_wait")?,
+            namespace: c.namespace,
+            key: c.key,
+        },
+        pc::Kind::ExpireWaits(_) => Command::ExpireWaits,
         pc::Kind::Release(c) => Command::Release {
             session: SessionId(c.session_id),
+            proof: proof_from_wire(&c.secret_hash, c.principal, "release")?,
             request: RequestId(c.request_id),
             namespace: c.namespace,
             key: c.key,
@@ -266,6 +348,13 @@ impl From<Reply> for proto::Reply {
                 session_revoked: session_revoked.map(|s| s.0),
             }),
             Reply::ForceReleaseDenied => pr::Kind::ForceReleaseDenied(pr::ForceReleaseDenied {}),
+            Reply::WaitCancelled { removed, held } => pr::Kind::WaitCancelled(pr::WaitCancelled {
+                removed,
+                held_token: held.map(|t| t.0),
+            }),
+            Reply::WaitsExpired { removed } => pr::Kind::WaitsExpired(pr::WaitsExpired {
+                removed: from_usize(removed),
+            }),
         };
         proto::Reply { kind: Some(kind) }
     }
@@ -311,6 +400,13 @@ impl TryFrom<proto::Reply> for Reply {
                 session_revoked: r.session_revoked.map(SessionId),
             },
             pr::Kind::ForceReleaseDenied(_) => Reply::ForceReleaseDenied,
+            pr::Kind::WaitCancelled(r) => Reply::WaitCancelled {
+                removed: r.removed,
+                held: r.held_token.map(Token),
+            },
+            pr::Kind::WaitsExpired(r) => Reply::WaitsExpired {
+                removed: to_usize(r.removed, "waits_expired.removed")?,
+            },
         })
     }
 }

@@ -5,12 +5,13 @@
 
 use picket_core::locks::{
     AcquireReply, ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry,
-    RememberedReply, Reply, RequestId, Revision, SessionId, SessionSnapshot, Token, WaiterSnapshot,
+    Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision, SessionId,
+    SessionSnapshot, Token, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use prost::Message;
 
-use super::command::{grant_from_wire, grant_to_wire};
+use super::command::{grant_from_wire, grant_to_wire, hash_from_wire, hash_to_wire};
 use super::{each, from_usize, nested, required, to_usize};
 use crate::error::{ConvertError, DecodeError};
 use crate::proto;
@@ -68,17 +69,19 @@ impl From<SessionSnapshot> for proto::SessionRecord {
             ttl_ms: v.ttl_ms,
             created_at_ms: v.created_at.as_millis(),
             request_newest: v.request_newest.map(|r| r.0),
-            replies: v
-                .replies
-                .into_iter()
-                .map(|(request, reply)| remembered_to_wire(request, reply))
-                .collect(),
+            replies: v.replies.into_iter().map(remembered_to_wire).collect(),
+            secret_hash: hash_to_wire(v.secret_hash),
         }
     }
 }
 
-fn remembered_to_wire(request: RequestId, reply: RememberedReply) -> proto::RememberedReply {
+fn remembered_to_wire(remembered: Remembered) -> proto::RememberedReply {
     use proto::remembered_reply::Kind;
+    let Remembered {
+        request,
+        reply,
+        target,
+    } = remembered;
     let kind = match reply {
         RememberedReply::Acquire(reply) => Kind::Acquire(reply.into()),
         RememberedReply::Released { token, next } => Kind::Released(proto::reply::Released {
@@ -89,10 +92,14 @@ fn remembered_to_wire(request: RequestId, reply: RememberedReply) -> proto::Reme
     proto::RememberedReply {
         request_id: request.0,
         kind: Some(kind),
+        target: target.map(|t| proto::RequestTarget {
+            namespace: t.namespace,
+            key: t.key,
+        }),
     }
 }
 
-impl TryFrom<proto::RememberedReply> for (RequestId, RememberedReply) {
+impl TryFrom<proto::RememberedReply> for Remembered {
     type Error = ConvertError;
     fn try_from(v: proto::RememberedReply) -> Result<Self, ConvertError> {
         use proto::remembered_reply::Kind;
@@ -105,7 +112,14 @@ impl TryFrom<proto::RememberedReply> for (RequestId, RememberedReply) {
                 next: grant_from_wire(released.next),
             },
         };
-        Ok((RequestId(v.request_id), reply))
+        Ok(Remembered {
+            request: RequestId(v.request_id),
+            reply,
+            target: v.target.map(|t| RequestTarget {
+                namespace: t.namespace,
+                key: t.key,
+            }),
+        })
     }
 }
 
@@ -115,6 +129,7 @@ impl TryFrom<proto::SessionRecord> for SessionSnapshot {
         Ok(SessionSnapshot {
             id: SessionId(v.session_id),
             identity: nested(v.identity, "identity")?,
+            secret_hash: hash_from_wire(&v.secret_hash, "secret_hash")?,
             ttl_ms: v.ttl_ms,
             created_at: Instant::from_millis(v.created_at_ms),
             request_newest: v.request_newest.map(RequestId),
@@ -139,6 +154,7 @@ impl From<LockSnapshotEntry> for proto::LockRecord {
                 .map(|w| proto::WaiterRecord {
                     session_id: w.session.0,
                     queued_at_ms: w.queued_at.as_millis(),
+                    deadline_ms: w.deadline.map(Instant::as_millis),
                 })
                 .collect(),
             floor: v.floor.0,
@@ -163,6 +179,7 @@ impl TryFrom<proto::WaiterRecord> for WaiterSnapshot {
         Ok(WaiterSnapshot {
             session: SessionId(v.session_id),
             queued_at: Instant::from_millis(v.queued_at_ms),
+            deadline: v.deadline_ms.map(Instant::from_millis),
         })
     }
 }

@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockSnapshot, LockSnapshotEntry, ReleaseCause, RememberedReply, Reply, RequestId, Revision,
-    Role, SessionId, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+    LockSnapshot, LockSnapshotEntry, ReleaseCause, Remembered, RememberedReply, Reply, RequestId,
+    RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof, SessionSnapshot, Token,
+    WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -78,24 +79,63 @@ pub fn class() -> impl Strategy<Value = ClassSpec> {
         )
 }
 
+pub fn secret_hash() -> impl Strategy<Value = Option<SecretHash>> {
+    option::of(any::<[u8; 32]>().prop_map(SecretHash))
+}
+
+/// A proof as records hold it: legacy (no hash, no principal) or a hash and a principal.
+pub fn proof() -> impl Strategy<Value = SessionProof> {
+    prop_oneof![
+        Just(SessionProof::legacy()),
+        (any::<[u8; 32]>(), text()).prop_map(|(h, p)| SessionProof::new(SecretHash(h), &p)),
+    ]
+}
+
 pub fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        (option::of(any::<u64>()), identity())
-            .prop_map(|(ttl_ms, identity)| Command::CreateSession { ttl_ms, identity }),
-        session().prop_map(|session| Command::CloseSession { session }),
-        vec(session(), 0..4).prop_map(|sessions| Command::ExpireSessions { sessions }),
-        (session(), any::<u64>(), text(), text(), any::<bool>()).prop_map(
-            |(session, request, namespace, key, wait)| Command::Acquire {
-                session,
-                request: RequestId(request),
-                namespace,
-                key,
-                wait
+        (option::of(any::<u64>()), identity(), secret_hash()).prop_map(
+            |(ttl_ms, identity, secret_hash)| Command::CreateSession {
+                ttl_ms,
+                identity,
+                secret_hash
             }
         ),
-        (session(), any::<u64>(), text(), text(), token()).prop_map(
-            |(session, request, namespace, key, token)| Command::Release {
+        (session(), proof()).prop_map(|(session, proof)| Command::CloseSession { session, proof }),
+        vec(session(), 0..4).prop_map(|sessions| Command::ExpireSessions { sessions }),
+        (
+            session(),
+            any::<u64>(),
+            text(),
+            text(),
+            (any::<bool>(), option::of(any::<u64>())),
+            proof()
+        )
+            .prop_map(
+                |(session, request, namespace, key, (wait, wait_timeout_ms), proof)| {
+                    Command::Acquire {
+                        session,
+                        proof,
+                        request: RequestId(request),
+                        namespace,
+                        key,
+                        wait,
+                        wait_timeout_ms,
+                    }
+                }
+            ),
+        (session(), text(), text(), proof()).prop_map(|(session, namespace, key, proof)| {
+            Command::CancelWait {
                 session,
+                proof,
+                namespace,
+                key,
+            }
+        }),
+        Just(Command::ExpireWaits),
+        (session(), any::<u64>(), text(), text(), token(), proof()).prop_map(
+            |(session, request, namespace, key, token, proof)| Command::Release {
+                session,
+                proof,
                 request: RequestId(request),
                 namespace,
                 key,
@@ -185,6 +225,9 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             }
         ),
         Just(Reply::ForceReleaseDenied),
+        (any::<bool>(), option::of(token()))
+            .prop_map(|(removed, held)| Reply::WaitCancelled { removed, held }),
+        (0..1_000usize).prop_map(|removed| Reply::WaitsExpired { removed }),
     ]
 }
 
@@ -201,6 +244,8 @@ fn cause() -> impl Strategy<Value = ReleaseCause> {
         Just(ReleaseCause::SessionClosed),
         Just(ReleaseCause::SessionExpired),
         Just(ReleaseCause::SessionRevoked),
+        Just(ReleaseCause::WaitExpired),
+        Just(ReleaseCause::WaitCancelled),
     ]
 }
 
@@ -405,25 +450,43 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
         (session(), identity(), any::<u64>(), instant()),
         (
             option::of(any::<u64>()),
-            vec((any::<u64>(), remembered_reply()), 0..3),
+            vec(
+                (
+                    any::<u64>(),
+                    remembered_reply(),
+                    option::of((text(), text())),
+                ),
+                0..3,
+            ),
+            secret_hash(),
         ),
     )
         .prop_map(
-            |((id, identity, ttl_ms, created_at), (newest, replies))| SessionSnapshot {
-                id,
-                identity,
-                ttl_ms,
-                created_at,
-                request_newest: newest.map(RequestId),
-                replies: replies
-                    .into_iter()
-                    .map(|(r, reply)| (RequestId(r), reply))
-                    .collect(),
+            |((id, identity, ttl_ms, created_at), (newest, replies, secret_hash))| {
+                SessionSnapshot {
+                    id,
+                    identity,
+                    secret_hash,
+                    ttl_ms,
+                    created_at,
+                    request_newest: newest.map(RequestId),
+                    replies: replies
+                        .into_iter()
+                        .map(|(r, reply, target)| Remembered {
+                            request: RequestId(r),
+                            reply,
+                            target: target.map(|(namespace, key)| RequestTarget { namespace, key }),
+                        })
+                        .collect(),
+                }
             },
         );
     let lock = (
         (text(), text(), session(), token(), instant()),
-        (vec((session(), instant()), 0..3), any::<u64>()),
+        (
+            vec((session(), instant(), option::of(instant())), 0..3),
+            any::<u64>(),
+        ),
     )
         .prop_map(
             |((namespace, key, session, token, granted_at), (waiters, floor))| LockSnapshotEntry {
@@ -436,7 +499,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 },
                 waiters: waiters
                     .into_iter()
-                    .map(|(session, queued_at)| WaiterSnapshot { session, queued_at })
+                    .map(|(session, queued_at, deadline)| WaiterSnapshot {
+                        session,
+                        queued_at,
+                        deadline,
+                    })
                     .collect(),
                 floor: Revision(floor),
             },

@@ -40,7 +40,7 @@ pub const PRINCIPAL_METADATA: &str = "x-picket-principal";
 /// `picket-operator:orders`, ...).
 pub const ROLES_METADATA: &str = "x-picket-roles";
 /// The principal of a lock client that presented no credentials.
-pub const UNAUTHENTICATED_PRINCIPAL: &str = "unauthenticated";
+pub const UNAUTHENTICATED_PRINCIPAL: &str = picket_core::locks::UNAUTHENTICATED_PRINCIPAL;
 
 #[derive(Clone)]
 enum Mode {

@@ -5,6 +5,7 @@ use std::io::IsTerminal as _;
 
 use picket_net::client::Client;
 use picket_net::proto;
+use picket_net::secret::SessionSecret;
 use serde_json::json;
 
 use super::confirm::Confirm;
@@ -18,7 +19,12 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
             key,
             session,
             token,
-        } => unlock(client, &namespace, &key, session, token).await,
+            secret,
+        } => {
+            let secret = SessionSecret::from_hex(&secret)
+                .map_err(|e| CtlError::Refused(format!("--secret: {}", e.rule)))?;
+            unlock(client, (&namespace, &key), session, &secret, token).await
+        }
         Command::Inspect {
             namespace,
             key,
@@ -73,14 +79,15 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
     }
 }
 
-/// Releases another session's hold. The request id is taken from the clock (milliseconds since
-/// the epoch), above any id the session's own client has used unless it sent more than one
-/// request per millisecond of its life, so it is not mistaken for one of its retries.
+/// Releases a hold of the caller's own session (proved by its secret). The request id is taken
+/// from the clock (milliseconds since the epoch), above any id the session's own client has used
+/// unless it sent more than one request per millisecond of its life, so it is not mistaken for
+/// one of its retries.
 async fn unlock(
     client: &Client,
-    namespace: &str,
-    key: &str,
+    (namespace, key): (&str, &str),
     session: u64,
+    secret: &SessionSecret,
     token: u64,
 ) -> Result<Report, CtlError> {
     let request_id = std::time::SystemTime::now()
@@ -95,6 +102,7 @@ async fn unlock(
             namespace: namespace.to_owned(),
             key: key.to_owned(),
             token,
+            session_secret: secret.as_bytes().to_vec(),
         })
         .await?;
     let next = response.next.as_ref();

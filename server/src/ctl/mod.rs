@@ -85,7 +85,8 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create a session and print it; with --keep, keep it alive until ctrl-c.
+    /// Create a session and print it, with its secret (shown once: whoever has it can act on
+    /// the session, e.g. `unlock` its holds); with --keep, keep it alive until ctrl-c.
     Session {
         /// Session TTL in milliseconds (default: the class/cluster default).
         #[arg(long)]
@@ -112,7 +113,12 @@ pub enum Command {
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// Release a hold of a session whose owner is gone (needs its session id and token).
+    /// Release a hold of your own session (needs its id, its secret and the hold's token).
+    ///
+    /// Only the session's owner can: the server refuses a wrong or missing secret
+    /// (`session_not_yours`), and, for a session opened with an OIDC token, any other principal.
+    /// Releasing somebody else's lock goes only through the two-person `force-release`
+    /// (request, then a second person approves).
     Unlock {
         namespace: String,
         key: String,
@@ -121,6 +127,10 @@ pub enum Command {
         /// The token of the hold.
         #[arg(long)]
         token: u64,
+        /// The session's secret, in hex, as `picketctl session` printed it (or
+        /// `Session::secret()` of the client library gives it).
+        #[arg(long, env = "PICKET_SESSION_SECRET", hide_env_values = true)]
+        secret: String,
     },
     /// Everything about one key: holder, token, age, TTL, queue, class (fenced?), floor.
     Inspect {

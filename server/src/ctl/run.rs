@@ -27,11 +27,19 @@ async fn ctrl_c() {
 pub async fn session(client: &Client, keep: bool, json: bool) -> Result<u8, CtlError> {
     let session = client.create_session().await?;
     let ttl_ms = u64::try_from(session.ttl().as_millis()).unwrap_or(u64::MAX);
-    let value = json!({"session_id": session.id(), "ttl_ms": ttl_ms, "kept_alive": keep});
+    // Printed this once: the secret is what `unlock` (and any raw call) must present.
+    let secret = session.secret().to_hex();
+    let value = json!({
+        "session_id": session.id(),
+        "ttl_ms": ttl_ms,
+        "kept_alive": keep,
+        "session_secret": secret,
+    });
     if json {
         println!("{value}");
     } else {
         println!("session {} (ttl {ttl_ms} ms)", session.id());
+        println!("session secret (SECRET, shown once; `unlock --secret` needs it): {secret}");
     }
     if !keep {
         // Not kept alive: the session expires after its TTL unless something keeps it alive.

@@ -62,7 +62,7 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
 mod tests {
     use super::*;
     use picket_core::locks::{
-        Actor, ClassSpec, Command, Identity, LockConfig, RequestId, Role, SessionId,
+        Actor, ClassSpec, Command, Identity, LockConfig, RequestId, Role, SessionId, SessionProof,
     };
 
     fn session(sm: &mut LockStateMachine, t: u64, name: &str) -> SessionId {
@@ -73,6 +73,7 @@ mod tests {
         let reply = sm.apply(
             Instant::from_millis(t),
             Command::CreateSession {
+                secret_hash: None,
                 ttl_ms: None,
                 identity,
             },
@@ -86,6 +87,7 @@ mod tests {
             Instant::from_millis(t),
             Command::Acquire {
                 session: s,
+                proof: SessionProof::legacy(),
                 request: RequestId(r),
                 namespace: ns.to_owned(),
                 key: key.to_owned(),

@@ -6,8 +6,10 @@ mod prom;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use picket_net::proto;
@@ -70,10 +72,11 @@ impl Cluster {
             std::fs::write(&path, text).unwrap();
             configs.push(path);
         }
-        let endpoints = ports
+        let endpoints: Vec<String> = ports
             .iter()
             .map(|(client, _)| format!("{scheme}://127.0.0.1:{client}"))
             .collect();
+        register_cluster(&endpoints);
         let mut cluster = Cluster {
             dir,
             configs,
@@ -240,15 +243,49 @@ pub async fn admin(endpoint: &str) -> Result<AdminClient<Channel>, tonic::transp
     Ok(AdminClient::new(channel(endpoint).await?))
 }
 
+/// endpoint -> its cluster (the first endpoint of the cluster), so that a session created at
+/// one replica is found when a helper is called at another.
+static CLUSTERS: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+/// (cluster, session id) -> the secret the helpers created the session with.
+static SECRETS: Mutex<BTreeMap<(String, u64), Vec<u8>>> = Mutex::new(BTreeMap::new());
+
+fn register_cluster(endpoints: &[String]) {
+    let mut clusters = CLUSTERS.lock().unwrap();
+    for endpoint in endpoints {
+        clusters.insert(endpoint.clone(), endpoints[0].clone());
+    }
+}
+
+fn cluster_of(endpoint: &str) -> String {
+    let clusters = CLUSTERS.lock().unwrap();
+    clusters
+        .get(endpoint)
+        .cloned()
+        .unwrap_or_else(|| endpoint.to_owned())
+}
+
+/// The secret `create_session` used for `session` of the cluster behind `endpoint` (a session
+/// the helpers did not create gets a secret nobody has).
+pub fn secret_of(endpoint: &str, session: u64) -> Vec<u8> {
+    SECRETS
+        .lock()
+        .unwrap()
+        .get(&(cluster_of(endpoint), session))
+        .cloned()
+        .unwrap_or_else(|| vec![0xee; 32])
+}
+
 pub async fn create_session(endpoint: &str, name: &str, ttl_ms: u64) -> u64 {
     try_create_session(endpoint, name, ttl_ms).await.unwrap()
 }
 
+/// Creates a session with a fresh secret, remembered for the helpers below (`secret_of`).
 pub async fn try_create_session(endpoint: &str, name: &str, ttl_ms: u64) -> Result<u64, Status> {
     let mut client = lock(endpoint)
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    Ok(client
+    let secret = picket_net::secret::SessionSecret::generate();
+    let session = client
         .create_session(proto::CreateSessionRequest {
             ttl_ms: Some(ttl_ms),
             identity: Some(proto::ClientIdentity {
@@ -256,10 +293,17 @@ pub async fn try_create_session(endpoint: &str, name: &str, ttl_ms: u64) -> Resu
                 host: "test".into(),
                 pid: std::process::id(),
             }),
+            session_secret: secret.as_bytes().to_vec(),
         })
         .await?
         .into_inner()
-        .session_id)
+        .session_id;
+    let key = (cluster_of(endpoint), session);
+    SECRETS
+        .lock()
+        .unwrap()
+        .insert(key, secret.as_bytes().to_vec());
+    Ok(session)
 }
 
 /// Calls `f` with an endpoint, following `not_leader` hints (or trying the next member) for up
@@ -305,6 +349,8 @@ pub async fn acquire(
             namespace: ns.into(),
             key: key.into(),
             wait_ms,
+            session_secret: secret_of(endpoint, session),
+            wait_timeout_ms: 0,
         })
         .await
         .map(|r| r.into_inner())
@@ -328,6 +374,7 @@ pub async fn release(
             namespace: ns.into(),
             key: key.into(),
             token,
+            session_secret: secret_of(endpoint, session),
         })
         .await
         .map(|r| r.into_inner())
@@ -342,6 +389,7 @@ pub async fn keepalive(endpoint: &str, session: u64) -> Result<proto::KeepAliveR
     tx.send(proto::KeepAliveRequest {
         session_id: session,
         seq: 1,
+        session_secret: secret_of(endpoint, session),
     })
     .await
     .unwrap();

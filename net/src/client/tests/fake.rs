@@ -1,6 +1,7 @@
 //! A fake `Lock` service: a few replicas on loopback sharing one toy lock table, one of them
 //! the leader. Enough of the real rules (leader hints, dedup by request id, FIFO waits with
-//! held calls, keepalive acks) to test the client, and knobs to misbehave.
+//! held calls, keepalive acks, the session's secret on every call) to test the client, and
+//! knobs to misbehave.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
@@ -36,6 +37,8 @@ pub struct State {
     pub leader: usize,
     pub revision: u64,
     pub sessions: BTreeMap<u64, bool>, // id -> alive
+    /// id -> the secret the session was created with (every call must present it).
+    pub secrets: BTreeMap<u64, Vec<u8>>,
     pub session_next: u64,
     /// key -> (session, token)
     pub holders: BTreeMap<String, (u64, u64)>,
@@ -45,6 +48,7 @@ pub struct State {
     pub acquires: Vec<AcquireSeen>,
     pub creates: Vec<usize>,
     pub releases: Vec<(u64, u64, u64)>, // session, request id, token
+    pub cancels: Vec<(u64, String)>,    // session, key
     pub keepalive_mode: Option<KeepAliveMode>,
     /// How long the leader takes to answer a keepalive after receiving it.
     pub keepalive_answer_delay: Duration,
@@ -166,9 +170,11 @@ impl Replica {
         }))
     }
 
-    fn check_session(&self, session: u64) -> Result<(), Status> {
-        match self.state().sessions.get(&session) {
-            Some(true) => Ok(()),
+    fn check_session(&self, session: u64, secret: &[u8]) -> Result<(), Status> {
+        let state = self.state();
+        match state.sessions.get(&session) {
+            Some(true) if state.secrets.get(&session).map(Vec::as_slice) == Some(secret) => Ok(()),
+            Some(true) => Err(refusal(tonic::Code::PermissionDenied, "session_not_yours")),
             _ => Err(refusal(tonic::Code::NotFound, "unknown_session")),
         }
     }
@@ -181,15 +187,23 @@ impl Lock for Replica {
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
         self.check_leader()?;
-        let ttl_ms = request.into_inner().ttl_ms.unwrap_or(10_000);
+        let request = request.into_inner();
+        let ttl_ms = request.ttl_ms.unwrap_or(10_000);
+        assert_eq!(
+            request.session_secret.len(),
+            32,
+            "the client draws 32 bytes"
+        );
         let mut state = self.state();
         state.creates.push(self.index);
         state.session_next += 1;
         let session_id = state.session_next;
         state.sessions.insert(session_id, true);
+        state.secrets.insert(session_id, request.session_secret);
         Ok(Response::new(proto::CreateSessionResponse {
             session_id,
             ttl_ms,
+            session_secret: Vec::new(),
         }))
     }
 
@@ -198,8 +212,9 @@ impl Lock for Replica {
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
         self.check_leader()?;
-        let session = request.into_inner().session_id;
-        self.check_session(session)?;
+        let request = request.into_inner();
+        let session = request.session_id;
+        self.check_session(session, &request.session_secret)?;
         self.state().revoke(session);
         Ok(Response::new(proto::CloseSessionResponse::default()))
     }
@@ -219,6 +234,13 @@ impl Lock for Replica {
                 let answer = {
                     let mut state = replica.state();
                     let alive = state.sessions.get(&keepalive.session_id) == Some(&true);
+                    let ours =
+                        state.secrets.get(&keepalive.session_id) == Some(&keepalive.session_secret);
+                    let error = (!ours).then(|| proto::ErrorDetail {
+                        rule: "session_not_yours".into(),
+                        message: "fake: session_not_yours".into(),
+                        ..Default::default()
+                    });
                     match state.keepalive_mode() {
                         KeepAliveMode::Silent => None,
                         KeepAliveMode::Answer => {
@@ -230,6 +252,7 @@ impl Lock for Replica {
                                 seq: keepalive.seq,
                                 ttl_ms: 3_000,
                                 lost: !alive,
+                                error,
                             })
                         }
                     }
@@ -252,7 +275,7 @@ impl Lock for Replica {
     ) -> Result<Response<proto::AcquireResponse>, Status> {
         self.check_leader()?;
         let request = request.into_inner();
-        self.check_session(request.session_id)?;
+        self.check_session(request.session_id, &request.session_secret)?;
         self.state().acquires.push((
             self.index,
             request.session_id,
@@ -294,7 +317,7 @@ impl Lock for Replica {
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
         self.check_leader()?;
         let request = request.into_inner();
-        self.check_session(request.session_id)?;
+        self.check_session(request.session_id, &request.session_secret)?;
         let mut state = self.state();
         state
             .releases
@@ -303,6 +326,32 @@ impl Lock for Replica {
         Ok(Response::new(proto::ReleaseResponse {
             token: request.token,
             next,
+        }))
+    }
+
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        self.check_leader()?;
+        let request = request.into_inner();
+        self.check_session(request.session_id, &request.session_secret)?;
+        let mut state = self.state();
+        let session = request.session_id;
+        state.cancels.push((session, request.key.clone()));
+        let held_token = state
+            .holders
+            .get(&request.key)
+            .filter(|(holder, _)| *holder == session)
+            .map(|(_, token)| *token);
+        let queue = state.queues.entry(request.key).or_default();
+        let removed = queue.contains(&session);
+        queue.retain(|s| *s != session);
+        let revision = state.next_revision();
+        Ok(Response::new(proto::CancelWaitResponse {
+            removed,
+            held_token,
+            revision,
         }))
     }
 
