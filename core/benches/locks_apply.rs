@@ -34,6 +34,7 @@ fn acquire(session: SessionId, request: u64, key: String, wait: bool) -> Command
         namespace: "orders".into(),
         key,
         wait,
+        wait_timeout_ms: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn main() {
                 namespace: "orders".into(),
                 key: format!("invoice/{i:06}-{h}"),
                 wait: false,
+                wait_timeout_ms: None,
             };
             sm.apply(Instant::from_millis(2), command).expect("acquire");
         }

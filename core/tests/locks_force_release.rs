@@ -54,6 +54,7 @@ impl World {
             namespace: "orders".into(),
             key: key.into(),
             wait,
+            wait_timeout_ms: None,
         };
         match self.apply(command) {
             Ok(Reply::Acquire(reply)) => reply,
@@ -873,7 +874,7 @@ mod random {
                 let command = match &op {
                     Op::Acquire { session, key, wait } => {
                         w.request += 1;
-                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait }
+                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait , wait_timeout_ms: None}
                     }
                     Op::Release { session, key } => {
                         w.request += 1;

@@ -36,6 +36,7 @@ fn acquire(ns: &str, session: SessionId, request: u64, key: &str) -> Command {
         namespace: ns.into(),
         key: key.into(),
         wait: true,
+        wait_timeout_ms: None,
     }
 }
 
@@ -141,6 +142,7 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     s.locks[0].waiters.push(picket_core::locks::WaiterSnapshot {
         session: holder,
         queued_at: Instant::ZERO,
+        deadline: None,
     });
     refuse(s, "holds or waits twice");
     let mut s = good.clone();

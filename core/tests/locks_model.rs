@@ -1,7 +1,7 @@
 //! Model-based property test of the lock state machine: random command sequences are applied to
 //! the state machine and to a plain, obviously-correct model of sessions (owned by a secret and a
 //! principal; wrong secrets, other principals, retried creations and reused request ids are
-//! generated), holds and FIFO queues
+//! generated), holds, FIFO queues and waits that end (deadlines, `ExpireWaits`, `CancelWait`)
 //! (`picket_core::testkit::lock_model`, shared with the `lock_commands` fuzzer); both must give the same answers, and the invariants must hold after every
 //! command. Also, after every command: an error changed nothing but the revision, and the state
 //! survives a snapshot round trip.
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use picket_core::locks::{LockSnapshot, LockStateMachine, Revision};
 use picket_core::testkit::lock_model::{
     assert_same_state, config, Driver, LockKey, Model, Op, KEYS, NAMESPACES, PRINCIPALS, SECRETS,
-    TTLS,
+    TTLS, WAIT_TIMEOUTS,
 };
 use picket_core::time::Instant;
 use proptest::prelude::*;
@@ -22,8 +22,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(ttl, secret, principal)| Op::Create { ttl, secret, principal }),
         1 => (0..8usize, 0..6usize).prop_map(|(session, proof)| Op::Close { session, proof }),
         1 => prop::collection::vec(0..8usize, 0..3).prop_map(|sessions| Op::Expire { sessions }),
-        6 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>(), 0..6usize)
-            .prop_map(|(session, ns, key, wait, proof)| Op::Acquire { session, ns, key, wait, proof }),
+        6 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>(), 0..WAIT_TIMEOUTS.len(), 0..6usize)
+            .prop_map(|(session, ns, key, wait, timeout, proof)| Op::Acquire { session, ns, key, wait, timeout, proof }),
+        1 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), 0..6usize)
+            .prop_map(|(session, ns, key, proof)| Op::Cancel { session, ns, key, proof }),
+        1 => Just(Op::ExpireWaits),
         4 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), prop::bool::weighted(0.85), 0..6usize)
             .prop_map(|(session, ns, key, right_token, proof)| Op::Release { session, ns, key, right_token, proof }),
         2 => (0..8usize, 0..4usize).prop_map(|(session, back)| Op::Retry { session, back }),
@@ -51,6 +54,7 @@ proptest! {
             let command = driver.command(op, &model);
             let before = sm.snapshot();
             let stamp = Instant::from_millis(1_000 + step as u64);
+            model.time_ms = stamp.as_millis();
             let outcome = sm.apply(stamp, command.clone());
             let expected = model.apply(&command);
             prop_assert_eq!(&outcome, &expected, "step {} command {:?}", step, command);

@@ -59,6 +59,7 @@ fn acquire(session: SessionId, proof: &SessionProof, request: u64, key: &str) ->
         namespace: "orders".into(),
         key: key.into(),
         wait: true,
+        wait_timeout_ms: None,
     }
 }
 

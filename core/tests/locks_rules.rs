@@ -38,6 +38,7 @@ fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
         namespace: "ns".into(),
         key: key.into(),
         wait,
+        wait_timeout_ms: None,
     }
 }
 
@@ -179,6 +180,7 @@ fn retries_are_idempotent() {
         namespace: "BAD".into(),
         key: "k".into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     assert!(matches!(apply(&mut sm, 9, bad), Err(LockError::BadName(_))));
     assert!(matches!(
@@ -372,6 +374,7 @@ fn every_lock_error_names_its_rule() {
         namespace: "ns".into(),
         key: "".into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     assert_eq!(
         apply(&mut sm, 1, empty_key),
@@ -529,6 +532,7 @@ fn holds_are_listed_by_age_and_the_longest_per_namespace() {
         namespace: "other".into(),
         key: "x".into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     apply(&mut sm, 300, other).unwrap();
     let holds = sm

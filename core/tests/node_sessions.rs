@@ -59,6 +59,7 @@ fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
         locks: LockConfig::default(),
         boot,
         compact_every_slots: 50,
+        waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
     }
 }
 
@@ -209,10 +210,17 @@ impl Sim {
 
     /// Proposes at the leader until applied; retries (same command) across leader changes.
     fn commit(&mut self, command: Command) -> Outcome {
+        self.commit_held(command, None)
+    }
+
+    /// [`Self::commit`], with the hold time of a waiting `Acquire` (`Some(0)`: answered
+    /// `Queued` as soon as it is applied).
+    fn commit_held(&mut self, command: Command, hold_ms: Option<u64>) -> Outcome {
         for _ in 0..20 {
             let leader = self.wait_for_leader();
             let node = self.nodes[leader].as_mut().unwrap();
-            let Ok(proposal) = node.propose(self.now, command.clone()) else {
+            let held = vec![(command.clone(), hold_ms)];
+            let Ok(proposal) = node.propose_batch_held(self.now, held).pop().unwrap() else {
                 self.run_for(10);
                 continue;
             };
@@ -306,6 +314,7 @@ fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
         namespace: "ns".into(),
         key: key.into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
@@ -415,14 +424,16 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
             let session = create_session(&mut sim, "gone");
             let other = create_session(&mut sim, "waiting");
             acquire(&mut sim, session, "k");
-            let queued = sim.commit(Command::Acquire {
+            let waiting = Command::Acquire {
                 session: other,
                 proof: SessionProof::legacy(),
                 request: RequestId(1),
                 namespace: "ns".into(),
                 key: "k".into(),
                 wait: true,
-            });
+                wait_timeout_ms: None,
+            };
+            let queued = sim.commit_held(waiting, Some(0));
             assert_eq!(
                 queued,
                 Ok(Reply::Acquire(AcquireReply::Queued { position: 1 }))
@@ -592,6 +603,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         namespace: "ns".into(),
         key: "k".into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     let proposal = sim.nodes[leader]
         .as_mut()
@@ -691,6 +703,7 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
         namespace: "ns".into(),
         key: key.into(),
         wait: false,
+        wait_timeout_ms: None,
     };
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
@@ -899,4 +912,317 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
     assert_eq!(accepted, Ok(TTL_MS));
     assert_eq!(node.session_remaining_ms(now, session), Some(TTL_MS));
     assert!(before < Some(TTL_MS), "{before:?}");
+}
+
+// ---- waiting acquires: the node answers each once, when its wait ends ----
+
+fn waiting(session: SessionId, request: u64, key: &str, timeout_ms: Option<u64>) -> Command {
+    Command::Acquire {
+        session,
+        proof: SessionProof::legacy(),
+        request: RequestId(request),
+        namespace: "ns".into(),
+        key: key.into(),
+        wait: true,
+        wait_timeout_ms: timeout_ms,
+    }
+}
+
+/// Proposes at the ready leader without waiting for the answer: (leader, proposal).
+fn propose_waiting(sim: &mut Sim, command: Command) -> (usize, u64) {
+    let leader = sim.wait_for_leader();
+    let now = sim.now;
+    let proposal = sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose(now, command)
+        .unwrap();
+    sim.drain(leader);
+    (leader, proposal.0)
+}
+
+/// Every reply node `at` gave to `proposal` so far.
+fn replies_to(sim: &Sim, at: usize, proposal: u64) -> Vec<Outcome> {
+    sim.replies
+        .iter()
+        .filter(|(i, p, _)| *i == at && *p == proposal)
+        .map(|(_, _, outcome)| outcome.clone())
+        .collect()
+}
+
+/// Keeps `sessions` alive for `ms`.
+fn keep_all_alive_for(sim: &mut Sim, sessions: &[SessionId], ms: u64) {
+    let end = sim.now.add_ms(ms);
+    while sim.now < end {
+        for session in sessions {
+            sim.keepalive(*session).unwrap();
+        }
+        sim.run_for(100.min(end.ms_since(sim.now)).max(1));
+    }
+}
+
+fn release(sim: &mut Sim, session: SessionId, request: u64, key: &str, token: Token) -> Outcome {
+    sim.commit(Command::Release {
+        session,
+        proof: SessionProof::legacy(),
+        request: RequestId(request),
+        namespace: "ns".into(),
+        key: key.into(),
+        token,
+    })
+}
+
+#[test]
+fn a_waiting_acquire_is_answered_once_when_it_is_granted() {
+    for seed in 60..=62 {
+        let mut sim = Sim::new(seed);
+        let holder = create_session(&mut sim, "holder");
+        let waiter = create_session(&mut sim, "waiter");
+        let token = acquire(&mut sim, holder, "k");
+        let (leader, proposal) = propose_waiting(&mut sim, waiting(waiter, 1, "k", None));
+        keep_all_alive_for(&mut sim, &[holder, waiter], 1_000);
+        // Queued in the state machine, but the node holds the answer.
+        assert!(replies_to(&sim, leader, proposal).is_empty(), "seed {seed}");
+        assert_eq!(sim.nodes[leader].as_ref().unwrap().waits_pending(), 1);
+        let released = release(&mut sim, holder, 2, "k", token);
+        let Ok(Reply::Released {
+            next: Some((next, granted)),
+            ..
+        }) = released
+        else {
+            panic!("seed {seed}: {released:?}")
+        };
+        assert_eq!(next, waiter);
+        keep_all_alive_for(&mut sim, &[waiter], 500);
+        assert_eq!(
+            replies_to(&sim, leader, proposal),
+            vec![Ok(Reply::Acquire(AcquireReply::Granted { token: granted }))],
+            "seed {seed}: one reply, the grant"
+        );
+        assert_eq!(sim.nodes[leader].as_ref().unwrap().waits_pending(), 0);
+    }
+}
+
+#[test]
+fn a_wait_deadline_removes_the_wait_in_log_time_and_answers_it() {
+    for seed in 63..=66 {
+        for crash_leader in [false, true] {
+            let mut sim = Sim::new(seed);
+            let holder = create_session(&mut sim, "holder");
+            let quick = create_session(&mut sim, "quick");
+            let patient = create_session(&mut sim, "patient");
+            let token = acquire(&mut sim, holder, "k");
+            let (leader, proposal) = propose_waiting(&mut sim, waiting(quick, 1, "k", Some(800)));
+            let queued = sim.commit_held(waiting(patient, 1, "k", None), Some(0));
+            assert_eq!(
+                queued,
+                Ok(Reply::Acquire(AcquireReply::Queued { position: 2 }))
+            );
+            if crash_leader {
+                // The deadline is replicated: the next leader enforces it; the deposed
+                // leader's held wait is gone with it.
+                sim.crash(leader);
+            }
+            keep_all_alive_for(
+                &mut sim,
+                &[holder, quick, patient],
+                800 + 2 * ELECTION_MS_MAX + 500,
+            );
+            for node in sim.live() {
+                let info = node.state().inspect("ns", "k", sim.now).unwrap();
+                let waiters: Vec<SessionId> = info.waiters.iter().map(|w| w.session).collect();
+                assert_eq!(waiters, vec![patient], "seed {seed} crash {crash_leader}");
+                let events = node
+                    .state()
+                    .watch(
+                        picket_core::locks::Revision(1),
+                        &WatchFilter::default(),
+                        100,
+                    )
+                    .unwrap()
+                    .events;
+                let removed = EventKind::WaitRemoved {
+                    session: quick,
+                    cause: ReleaseCause::WaitExpired,
+                };
+                assert!(events.iter().any(|e| e.kind == removed), "seed {seed}");
+                // Removed at or after its deadline in log time.
+                let at = events.iter().find(|e| e.kind == removed).unwrap().time;
+                let queued_at = events
+                    .iter()
+                    .find(
+                        |e| matches!(e.kind, EventKind::Queued { session, .. } if session == quick),
+                    )
+                    .unwrap()
+                    .time;
+                assert!(
+                    at.ms_since(queued_at) >= 800,
+                    "seed {seed}: removed at {at}"
+                );
+            }
+            if !crash_leader {
+                let expired = picket_core::locks::LockError::WaitExpired {
+                    session: quick,
+                    namespace: "ns".into(),
+                    key: "k".into(),
+                    timeout_ms: 800,
+                };
+                assert_eq!(replies_to(&sim, leader, proposal), vec![Err(expired)]);
+            }
+            // The holder releases: the patient waiter is next, the expired one never granted.
+            let released = release(&mut sim, holder, 2, "k", token);
+            assert!(
+                matches!(released, Ok(Reply::Released { next: Some((s, _)), .. }) if s == patient),
+                "seed {seed}: {released:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cancel_answers_the_waiting_acquire_and_after_a_grant_answers_the_grant() {
+    let mut sim = Sim::new(67);
+    let holder = create_session(&mut sim, "holder");
+    let waiter = create_session(&mut sim, "waiter");
+    let token = acquire(&mut sim, holder, "k");
+    let (leader, proposal) = propose_waiting(&mut sim, waiting(waiter, 1, "k", None));
+    let cancel = Command::CancelWait {
+        session: waiter,
+        proof: SessionProof::legacy(),
+        namespace: "ns".into(),
+        key: "k".into(),
+    };
+    let removed = Ok(Reply::WaitCancelled {
+        removed: true,
+        held: None,
+    });
+    assert_eq!(sim.commit(cancel.clone()), removed);
+    let not_waiting = Ok(Reply::WaitCancelled {
+        removed: false,
+        held: None,
+    });
+    assert_eq!(sim.commit(cancel.clone()), not_waiting, "idempotent");
+    sim.run_for(50);
+    let cancelled = picket_core::locks::LockError::WaitCancelled {
+        session: waiter,
+        namespace: "ns".into(),
+        key: "k".into(),
+    };
+    assert_eq!(replies_to(&sim, leader, proposal), vec![Err(cancelled)]);
+    // A retry of the cancelled request is told the wait ended, not `Queued`.
+    let retried = sim.commit_held(waiting(waiter, 1, "k", None), Some(0));
+    assert!(
+        matches!(
+            retried,
+            Err(picket_core::locks::LockError::WaitEnded { .. })
+        ),
+        "{retried:?}"
+    );
+    // Queue again, get the key, then cancel: the cancel raced the grant and answers it.
+    let queued = sim.commit_held(waiting(waiter, 2, "k", None), Some(0));
+    assert_eq!(
+        queued,
+        Ok(Reply::Acquire(AcquireReply::Queued { position: 1 }))
+    );
+    let Ok(Reply::Released {
+        next: Some((_, granted)),
+        ..
+    }) = release(&mut sim, holder, 2, "k", token)
+    else {
+        panic!("no hand-off")
+    };
+    assert_eq!(
+        sim.commit(cancel),
+        Ok(Reply::WaitCancelled {
+            removed: false,
+            held: Some(granted)
+        })
+    );
+}
+
+#[test]
+fn a_deposed_leaders_waits_fail_and_the_retry_answers_the_same_wait() {
+    let mut sim = Sim::new(68);
+    let holder = create_session(&mut sim, "holder");
+    let waiter = create_session(&mut sim, "waiter");
+    acquire(&mut sim, holder, "k");
+    let (old, proposal) = propose_waiting(&mut sim, waiting(waiter, 1, "k", None));
+    sim.run_for(50);
+    assert_eq!(sim.nodes[old].as_ref().unwrap().waits_pending(), 1);
+    sim.isolated = Some(old);
+    sim.run_for(2 * ELECTION_MS_MAX + 100);
+    assert!(sim.failed.contains(&(old, proposal)), "{:?}", sim.failed);
+    assert!(replies_to(&sim, old, proposal).is_empty());
+    assert_eq!(sim.nodes[old].as_ref().unwrap().waits_pending(), 0);
+    // The same request at the new leader: still queued first, not queued twice.
+    let retried = sim.commit_held(waiting(waiter, 1, "k", None), Some(0));
+    assert_eq!(
+        retried,
+        Ok(Reply::Acquire(AcquireReply::Queued { position: 1 }))
+    );
+    let new = sim.wait_for_leader();
+    let info = sim.nodes[new]
+        .as_ref()
+        .unwrap()
+        .state()
+        .inspect("ns", "k", sim.now)
+        .unwrap();
+    assert_eq!(info.queue_depth, 1);
+}
+
+#[test]
+fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
+    let mut sim = Sim::new(69);
+    let leader = sim.wait_for_leader();
+    let mut cfg = config(leader, 69, 1);
+    cfg.waits_pending_max = 1;
+    let holder = create_session(&mut sim, "holder");
+    let first = create_session(&mut sim, "first");
+    let second = create_session(&mut sim, "second");
+    acquire(&mut sim, holder, "k");
+    // Restart the leader with a bound of one pending wait.
+    sim.crash(leader);
+    sim.boots[leader] += 1;
+    let node = Node::new(cfg, sim.durable[leader].clone()).unwrap();
+    sim.nodes[leader] = Some(node);
+    sim.drain(leader);
+    let mut bounded = None;
+    for _ in 0..100 {
+        match sim.leader() {
+            Some(l) if l == leader => {
+                bounded = Some(leader);
+                break;
+            }
+            // Another node leads: depose it so that the bounded node can take over.
+            Some(other) => {
+                sim.isolated = Some(other);
+                sim.run_for(2 * ELECTION_MS_MAX);
+                sim.isolated = None;
+            }
+            None => sim.run_for(50),
+        }
+    }
+    let leader = bounded.expect("the bounded node leads at some point");
+    keep_all_alive_for(&mut sim, &[holder, first, second], 100);
+    let (_, _) = propose_waiting(&mut sim, waiting(first, 1, "k", None));
+    let now = sim.now;
+    let refused = sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose(now, waiting(second, 1, "k", None));
+    assert_eq!(refused, Err(NodeProposeError::TooManyWaits { max: 1 }));
+    // A try (no wait) is not a wait and is not refused.
+    let tried = sim.nodes[leader].as_mut().unwrap().propose(
+        now,
+        Command::Acquire {
+            session: second,
+            proof: SessionProof::legacy(),
+            request: RequestId(2),
+            namespace: "ns".into(),
+            key: "k".into(),
+            wait: false,
+            wait_timeout_ms: None,
+        },
+    );
+    assert!(tried.is_ok(), "{tried:?}");
 }

@@ -248,6 +248,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
             wait: *wait,
+            wait_timeout_ms: None,
         },
         WideOp::Release {
             session: s,

@@ -154,6 +154,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: false,
+            wait_timeout_ms: None,
         },
         Command::Acquire {
             session: SessionId(2),
@@ -162,6 +163,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: true,
+            wait_timeout_ms: None,
         },
         Command::Acquire {
             session: SessionId(2),
@@ -170,6 +172,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "jobs".into(),
             key: "nightly".into(),
             wait: false,
+            wait_timeout_ms: None,
         },
         Command::RequestForceRelease {
             actor: Actor::new("bob", &[Role::OnCall]),
@@ -209,6 +212,7 @@ fn sample_commands() -> Vec<Command> {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             wait: true,
+            wait_timeout_ms: None,
         },
         Command::Release {
             session: SessionId(1),

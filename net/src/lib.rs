@@ -25,6 +25,7 @@
 //!     key: "invoice/42".into(),
 //!     wait_ms: 0,
 //!     session_secret: vec![0x5a; 32],
+//!     wait_timeout_ms: 0,
 //! };
 //! let error = request.into_command("svc-billing").unwrap_err();
 //! assert_eq!(error.field, "acquire.namespace");

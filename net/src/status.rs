@@ -79,6 +79,10 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         }
         E::RequestTooOld { .. } => (Code::FailedPrecondition, "request_too_old"),
         E::NotHolder { .. } => (Code::FailedPrecondition, "not_holder"),
+        E::WaitTimeoutOutOfBounds { .. } => (Code::InvalidArgument, "wait_timeout_out_of_bounds"),
+        E::WaitExpired { .. } => (Code::DeadlineExceeded, "wait_expired"),
+        E::WaitCancelled { .. } => (Code::Aborted, "wait_cancelled"),
+        E::WaitEnded { .. } => (Code::FailedPrecondition, "wait_ended"),
         E::WrongToken { .. } => (Code::FailedPrecondition, "wrong_token"),
         E::NotHeld { .. } => (Code::FailedPrecondition, "not_held"),
         E::FencedNotAcknowledged { .. } => (Code::FailedPrecondition, "fenced_not_acknowledged"),
@@ -190,6 +194,7 @@ pub fn node_propose_error_status(
             };
             detail_status(Code::InvalidArgument, detail, None)
         }
+        NodeProposeError::TooManyWaits { .. } => busy_status(&error.to_string()),
         NodeProposeError::NotYours { session, why } => {
             lock_error_status(&LockError::SessionNotYours {
                 session: *session,

@@ -49,7 +49,7 @@ proptest! {
             request: picket_core::locks::RequestId(1),
             namespace: "orders".into(),
             key: "k".into(),
-            wait: true,
+            wait: true, wait_timeout_ms: None,
         };
         let mut entry = proto::LogEntry {
             slot: 1,

@@ -33,6 +33,7 @@ fn acquire() -> proto::AcquireRequest {
         key: "invoice/42".into(),
         wait_ms: 0,
         session_secret: SECRET.to_vec(),
+        wait_timeout_ms: 0,
     }
 }
 

@@ -134,6 +134,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                     namespace: "orders".into(),
                     key: format!("k{key}"),
                     wait,
+                    wait_timeout_ms: None,
                 }
             }
             Op::Release { session, key } => {

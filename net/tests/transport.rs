@@ -88,6 +88,14 @@ impl Lock for Toy {
         Ok(Response::new(proto::ReleaseResponse::default()))
     }
 
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        request.into_inner().into_command("svc")?;
+        Ok(Response::new(proto::CancelWaitResponse::default()))
+    }
+
     type WatchStream = BoxStream<proto::WatchResponse>;
 
     async fn watch(
@@ -124,6 +132,7 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
         key: "k".into(),
         wait_ms: 0,
         session_secret: vec![7; 32],
+        wait_timeout_ms: 0,
     };
     let reply = client.acquire(good.clone()).await.unwrap().into_inner();
     assert_eq!(

@@ -11,17 +11,17 @@
 //!   [`crate::peer`]);
 //! - replies go back to the waiting gRPC handlers through oneshot channels.
 //!
-//! `Acquire` with a wait: the node answers `Queued`; the driver then holds the call until a
-//! `Granted` event for that session and key appears among the applied events, or until the
-//! deadline, when it answers what is true then (granted, or queued at its position).
+//! `Acquire` with a wait: the node itself holds the proposal until the wait ends (granted,
+//! cancelled, expired, the session ended) or `wait_ms` passes (then `Queued`), and answers it
+//! with one `Reply`; the driver passes that on like any other reply.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::locks::{
-    AcquireReply, Command, EventKind, LockError, LockSnapshot, LostHold, Outcome, Reply, Revision,
-    SessionId, SessionProof, WatchError, WatchFilter, WatchPage,
+    AcquireReply, Command, LockSnapshot, LostHold, Outcome, Reply, Revision, SessionId,
+    SessionProof, WatchError, WatchFilter, WatchPage,
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeCommand, ProposalId, Query};
 use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
@@ -42,8 +42,6 @@ pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
 
 /// Inputs taken from a channel in one turn at most (the rest wait for the next turn).
 const INPUTS_PER_TURN_MAX: usize = 4_096;
-/// Events read per page when matching grants for held `Acquire` calls.
-const GRANT_SCAN_EVENTS: usize = 100_000;
 /// Digests queued for a subscriber of [`DriverHandle::subscribe_digests`] at most.
 const DIGESTS_QUEUED_MAX: usize = 1_024;
 /// How often the namespace series (longest hold, holds, waiters) and the session count are
@@ -53,10 +51,9 @@ const STATS_EVERY_MS: u64 = 1_000;
 /// Bounds of the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DriverLimits {
-    /// Client requests queued for the driver at most (beyond: `busy`).
+    /// Client requests queued for the driver at most (beyond: `busy`). (The bound of waiting
+    /// `Acquire` calls is the node's: `NodeConfig::waits_pending_max`.)
     pub requests_queued_max: usize,
-    /// `Acquire` calls held open waiting for a grant at most (beyond: `busy`).
-    pub waits_max: usize,
     /// Peer messages queued for the driver at most (beyond: dropped and counted).
     pub peer_inbound_max: usize,
 }
@@ -65,7 +62,6 @@ impl Default for DriverLimits {
     fn default() -> Self {
         DriverLimits {
             requests_queued_max: 10_000,
-            waits_max: 10_000,
             peer_inbound_max: 16_384,
         }
     }
@@ -141,8 +137,6 @@ pub struct DriverCounters {
     /// Outbound messages dropped because a peer's queue was full.
     pub messages_dropped_out: u64,
     pub proposals: u64,
-    pub waits_granted: u64,
-    pub waits_timed_out: u64,
 }
 
 /// A peer message for the driver.
@@ -213,18 +207,10 @@ impl DriverHandle {
     }
 }
 
-struct Waiter {
-    session: SessionId,
-    namespace: String,
-    key: String,
-    deadline: Instant,
-    reply: Reply1<Answered>,
-}
-
 struct PendingProposal {
     reply: Reply1<Answered>,
-    wait_ms: u64,
-    acquire: Option<(SessionId, String, String)>,
+    /// How long the node holds a waiting `Acquire` before answering `Queued`.
+    hold_ms: Option<u64>,
 }
 
 /// The driver task's state.
@@ -232,7 +218,6 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     node: Node,
     store: DurableStore<D>,
     clock: Arc<C>,
-    limits: DriverLimits,
     boot: u64,
     handle: DriverHandle,
     requests: mpsc::Receiver<Request>,
@@ -243,12 +228,6 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     /// Commands taken this turn, proposed together at its end (they share slots).
     to_propose: Vec<(Command, PendingProposal)>,
     reads: BTreeMap<ReadId, Reply1<(Revision, Answer)>>,
-    waiters: BTreeMap<u64, Waiter>,
-    waiters_by_key: BTreeMap<(SessionId, String, String), Vec<u64>>,
-    waiter_deadlines: BTreeSet<(Instant, u64)>,
-    waiter_next: u64,
-    /// Events up to this revision were matched against waiters.
-    grant_cursor: Revision,
     counters: DriverCounters,
     metrics: Arc<Metrics>,
     /// When the namespace series are recomputed next.
@@ -309,7 +288,6 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             node: parts.node,
             store: parts.store,
             clock: parts.clock,
-            limits: parts.limits,
             boot: parts.boot,
             handle,
             requests,
@@ -319,11 +297,6 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             proposals: BTreeMap::new(),
             to_propose: Vec::new(),
             reads: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            waiters_by_key: BTreeMap::new(),
-            waiter_deadlines: BTreeSet::new(),
-            waiter_next: 1,
-            grant_cursor: revision,
             counters: DriverCounters::default(),
             metrics: parts.metrics,
             stats_next: Instant::ZERO,
@@ -443,11 +416,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
     }
 
     fn next_wakeup(&self) -> Option<Instant> {
-        let waiter = self.waiter_deadlines.first().map(|(at, _)| *at);
-        let next = match (self.node.poll_timeout(), waiter) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = self.node.poll_timeout();
         Some(next.map_or(self.stats_next, |at| at.min(self.stats_next)))
     }
 
@@ -485,17 +454,6 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             // A timeout cannot acknowledge a persist, so the only StepError is impossible here.
             let stepped = self.node.step(now, Input::Timeout);
             assert!(stepped.is_ok(), "timeout step failed: {stepped:?}");
-        }
-        while let Some(&(at, id)) = self.waiter_deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.waiter_deadlines.pop_first();
-            if let Some(waiter) = self.take_waiter(id) {
-                self.counters.waits_timed_out += 1;
-                let answer = self.wait_answer_now(&waiter);
-                let _ = waiter.reply.send(answer);
-            }
         }
         self.report_stats(now);
     }
@@ -564,34 +522,10 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
     }
 
     fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Reply1<Answered>) {
-        let acquire = match &command {
-            Command::Acquire {
-                session,
-                namespace,
-                key,
-                wait: true,
-                ..
-            } if wait_ms > 0 => {
-                if self.waiters.len() >= self.limits.waits_max {
-                    let _ = reply.send(Err(busy_status(&format!(
-                        "{} acquire calls are waiting, at most {}",
-                        self.waiters.len(),
-                        self.limits.waits_max
-                    ))));
-                    return;
-                }
-                Some((*session, namespace.clone(), key.clone()))
-            }
-            _ => None,
-        };
-        self.to_propose.push((
-            command,
-            PendingProposal {
-                reply,
-                wait_ms,
-                acquire,
-            },
-        ));
+        let waits = matches!(command, Command::Acquire { wait: true, .. });
+        let hold_ms = (waits && wait_ms > 0).then_some(wait_ms);
+        self.to_propose
+            .push((command, PendingProposal { reply, hold_ms }));
     }
 
     /// Proposes the commands taken this turn in one batch (see [`Node::propose_batch`]).
@@ -599,9 +533,12 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         if self.to_propose.is_empty() {
             return;
         }
-        let (commands, pending): (Vec<Command>, Vec<PendingProposal>) =
-            std::mem::take(&mut self.to_propose).into_iter().unzip();
-        let results = self.node.propose_batch(self.clock.now(), commands);
+        let (commands, pending): (Vec<(Command, Option<u64>)>, Vec<PendingProposal>) =
+            std::mem::take(&mut self.to_propose)
+                .into_iter()
+                .map(|(command, pending)| ((command, pending.hold_ms), pending))
+                .unzip();
+        let results = self.node.propose_batch_held(self.clock.now(), commands);
         for (result, pending) in results.into_iter().zip(pending) {
             match result {
                 Ok(proposal) => {
@@ -615,7 +552,10 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                     let status = picket_net::status::node_propose_error_status(&error, |_| None);
                     let _ = pending.reply.send(Err(status));
                 }
-                Err(error @ picket_core::node::NodeProposeError::NotYours { .. }) => {
+                Err(
+                    error @ (picket_core::node::NodeProposeError::NotYours { .. }
+                    | picket_core::node::NodeProposeError::TooManyWaits { .. }),
+                ) => {
                     let status = node_propose_error_status(&error, |n| self.handle.endpoint_of(n));
                     let _ = pending.reply.send(Err(status));
                 }
@@ -742,195 +682,22 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
         let Some(pending) = self.proposals.remove(&proposal) else {
             return;
         };
-        let revision = self.node.state().revision();
-        let queued = matches!(outcome, Ok(Reply::Acquire(AcquireReply::Queued { .. })));
-        match pending.acquire {
-            Some((session, namespace, key)) if queued => {
-                let deadline = self.clock.now().add_ms(pending.wait_ms);
-                let id = self.waiter_next;
-                self.waiter_next += 1;
-                self.waiters_by_key
-                    .entry((session, namespace.clone(), key.clone()))
-                    .or_default()
-                    .push(id);
-                self.waiter_deadlines.insert((deadline, id));
-                self.waiters.insert(
-                    id,
-                    Waiter {
-                        session,
-                        namespace,
-                        key,
-                        deadline,
-                        reply: pending.reply,
-                    },
-                );
-            }
-            _ => {
-                // A grant's token is the revision that granted it.
-                let revision = match &outcome {
-                    Ok(Reply::Acquire(AcquireReply::Granted { token })) => Revision(token.0),
-                    _ => revision,
-                };
-                let _ = pending.reply.send(Ok(Answered { outcome, revision }));
-            }
-        }
+        // A grant's token is the revision that granted it (a waiter is answered after the
+        // revision that handed it the key, maybe with later commands of the batch applied).
+        let revision = match &outcome {
+            Ok(Reply::Acquire(AcquireReply::Granted { token })) => Revision(token.0),
+            _ => self.node.state().revision(),
+        };
+        let _ = pending.reply.send(Ok(Answered { outcome, revision }));
     }
 
     fn on_applied(&mut self, revision: Revision) {
-        if !self.waiters.is_empty() && revision > self.grant_cursor {
-            self.match_grants(revision);
-        }
-        self.grant_cursor = revision;
         self.applied_tx.send_replace(revision);
         if self.handle.digests.receiver_count() > 0 {
             let state = self.node.state();
             let _ = self.handle.digests.send((state.revision(), state.digest()));
         }
         self.report_paxos();
-    }
-
-    /// Answers the held `Acquire` calls whose grant appears in the events after the cursor.
-    fn match_grants(&mut self, revision: Revision) {
-        let from = Revision(self.grant_cursor.0 + 1);
-        let page = self
-            .node
-            .state()
-            .watch(from, &WatchFilter::default(), GRANT_SCAN_EVENTS);
-        // (session, namespace, key, the grant's revision, or None: the wait was removed).
-        let ends: Vec<(SessionId, String, String, Option<Revision>)> = match page {
-            Ok(page) if page.resume_from > revision => page
-                .events
-                .iter()
-                .filter_map(|e| {
-                    let (session, granted) = match e.kind {
-                        EventKind::Granted { session, .. } => (session, Some(e.revision)),
-                        EventKind::WaitRemoved { session, .. } => (session, None),
-                        _ => return None,
-                    };
-                    Some((session, e.namespace.to_string(), e.key.to_string(), granted))
-                })
-                .collect(),
-            // Too many events to scan (or some dropped): look at every waiter's key instead.
-            _ => {
-                self.recheck_all_waiters();
-                return;
-            }
-        };
-        for (session, namespace, key, granted) in ends {
-            let Some(ids) = self.waiters_by_key.remove(&(session, namespace, key)) else {
-                continue;
-            };
-            for id in ids {
-                let Some(waiter) = self.waiters.remove(&id) else {
-                    continue;
-                };
-                self.waiter_deadlines.remove(&(waiter.deadline, id));
-                let answer = match granted {
-                    Some(at) => {
-                        self.counters.waits_granted += 1;
-                        Ok(Answered {
-                            outcome: Ok(Reply::Acquire(AcquireReply::Granted {
-                                token: picket_core::locks::Token(at.0),
-                            })),
-                            revision: at,
-                        })
-                    }
-                    // The session was closed, expired or revoked while waiting.
-                    None => self.wait_answer_now(&waiter),
-                };
-                let _ = waiter.reply.send(answer);
-            }
-        }
-    }
-
-    fn recheck_all_waiters(&mut self) {
-        let ids: Vec<u64> = self.waiters.keys().copied().collect();
-        for id in ids {
-            let granted = {
-                let w = &self.waiters[&id];
-                self.holder_token(w.session, &w.namespace, &w.key).is_some()
-            };
-            if granted {
-                if let Some(waiter) = self.take_waiter(id) {
-                    self.waiter_deadlines.remove(&(waiter.deadline, id));
-                    self.counters.waits_granted += 1;
-                    let answer = self.wait_answer_now(&waiter);
-                    let _ = waiter.reply.send(answer);
-                }
-            }
-        }
-    }
-
-    fn take_waiter(&mut self, id: u64) -> Option<Waiter> {
-        let waiter = self.waiters.remove(&id)?;
-        let key = (waiter.session, waiter.namespace.clone(), waiter.key.clone());
-        if let Some(ids) = self.waiters_by_key.get_mut(&key) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                self.waiters_by_key.remove(&key);
-            }
-        }
-        Some(waiter)
-    }
-
-    fn holder_token(&self, session: SessionId, namespace: &str, key: &str) -> Option<u64> {
-        let info = self
-            .node
-            .state()
-            .inspect(namespace, key, self.clock.now())
-            .ok()?;
-        info.holder
-            .filter(|h| h.session == session)
-            .map(|h| h.token.0)
-    }
-
-    /// The answer to a held `Acquire` from the state as applied now: granted, or still queued
-    /// at its position, or the session is gone.
-    fn wait_answer_now(&self, waiter: &Waiter) -> Result<Answered, Status> {
-        let sm = self.node.state();
-        let revision = sm.revision();
-        let info = sm
-            .inspect(&waiter.namespace, &waiter.key, self.clock.now())
-            .map_err(|e| picket_net::status::lock_error_status(&e))?;
-        if let Some(hold) = info.holder.as_ref().filter(|h| h.session == waiter.session) {
-            return Ok(Answered {
-                outcome: Ok(Reply::Acquire(AcquireReply::Granted { token: hold.token })),
-                revision: Revision(hold.token.0),
-            });
-        }
-        if let Some(w) = info.waiters.iter().find(|w| w.session == waiter.session) {
-            return Ok(Answered {
-                outcome: Ok(Reply::Acquire(AcquireReply::Queued {
-                    position: w.position,
-                })),
-                revision,
-            });
-        }
-        let gone = LockError::UnknownSession {
-            session: waiter.session,
-        };
-        if sm.session(waiter.session).is_none() {
-            return Ok(Answered {
-                outcome: Err(gone),
-                revision,
-            });
-        }
-        // The session lives but neither holds nor waits: its hold was released or
-        // force-released while the call was held. Say so as "not held".
-        let detail = picket_net::proto::ErrorDetail {
-            rule: "not_held".to_owned(),
-            message: format!(
-                "session {} no longer waits for {}/{}: the lock was granted and released (or \
-                 force-released) while the call was held",
-                waiter.session.0, waiter.namespace, waiter.key
-            ),
-            ..picket_net::proto::ErrorDetail::default()
-        };
-        Err(picket_net::status::detail_status(
-            tonic::Code::FailedPrecondition,
-            detail,
-            None,
-        ))
     }
 }
 

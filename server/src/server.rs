@@ -186,6 +186,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             locks: config.lock_config(),
             boot: recovered.boot,
             compact_every_slots: config.storage.snapshot_every_slots,
+            waits_pending_max: config.limits.waits_max,
         },
         recovered.durable,
     )?;
@@ -227,7 +228,6 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         clock,
         limits: DriverLimits {
             requests_queued_max: config.limits.requests_queued_max,
-            waits_max: config.limits.waits_max,
             ..DriverLimits::default()
         },
         boot: recovered.boot,

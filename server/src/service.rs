@@ -270,6 +270,17 @@ impl proto::lock_server::Lock for LockService {
         Ok(Response::new(reply_as(reply)?))
     }
 
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let command = request.into_inner().into_command(&principal)?;
+        let (reply, revision) = self.0.propose(command, 0).await?;
+        let response = proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)?;
+        Ok(Response::new(response))
+    }
+
     type WatchStream = ChannelStream<Result<proto::WatchResponse, Status>>;
 
     async fn watch(

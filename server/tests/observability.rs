@@ -196,6 +196,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
                 namespace: NS.into(),
                 key: KEY.into(),
                 wait_ms: 0,
+                wait_timeout_ms: 0,
                 session_secret: secret.clone(),
             },
             &svc,

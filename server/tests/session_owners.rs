@@ -168,6 +168,7 @@ async fn open_victim(caller: Caller) -> Victim {
             namespace: NS.into(),
             key: KEY.into(),
             wait_ms: 0,
+            wait_timeout_ms: 0,
             session_secret: secret.clone(),
         }))
         .await
@@ -234,6 +235,7 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
                 namespace: NS.into(),
                 key: key.into(),
                 wait_ms: 0,
+                wait_timeout_ms: 0,
                 session_secret: secret.clone(),
             }))
             .await;

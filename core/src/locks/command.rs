@@ -70,6 +70,9 @@ pub enum Command {
     /// Proposed by the leader when sessions' deadlines passed. Unknown ids are skipped.
     ExpireSessions { sessions: Vec<SessionId> },
     /// Takes `key` in `namespace`, or queues for it (`wait`), or answers `Busy`.
+    /// `wait_timeout_ms`: with `wait`, the wait's deadline is the log time of queueing plus
+    /// this; `ExpireWaits` removes the wait once it passed. `None`: no deadline (the wait ends
+    /// with a grant, a `CancelWait` or the session). Ignored without `wait`.
     Acquire {
         session: SessionId,
         proof: SessionProof,
@@ -77,7 +80,19 @@ pub enum Command {
         namespace: String,
         key: String,
         wait: bool,
+        wait_timeout_ms: Option<u64>,
     },
+    /// Leaves the queue of `key`. Idempotent: a session that does not wait changes nothing;
+    /// one that already holds the key (the cancel raced the grant) is answered the grant.
+    CancelWait {
+        session: SessionId,
+        proof: SessionProof,
+        namespace: String,
+        key: String,
+    },
+    /// Proposed by the leader when wait deadlines passed: removes every wait whose deadline is
+    /// at or before the log time (the earliest first, at most [`super::EXPIRE_WAITS_BATCH_MAX`]).
+    ExpireWaits,
     /// Releases a hold; the next waiter (if any) is granted in this revision.
     Release {
         session: SessionId,
@@ -148,6 +163,16 @@ pub enum Reply {
         expired: Vec<SessionId>,
     },
     Acquire(AcquireReply),
+    /// `CancelWait`: `removed` if the session was waiting; `held`: the session holds the key
+    /// (granted before the cancel), with this token, so it can release it.
+    WaitCancelled {
+        removed: bool,
+        held: Option<Token>,
+    },
+    /// `ExpireWaits`: how many waits were removed.
+    WaitsExpired {
+        removed: usize,
+    },
     Released {
         token: Token,
         /// The waiter granted in the same revision, if any.

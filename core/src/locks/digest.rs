@@ -74,6 +74,7 @@ mod tests {
             namespace: "ns".into(),
             key: key.into(),
             wait: false,
+            wait_timeout_ms: None,
         }
     }
 

@@ -62,6 +62,27 @@ pub enum LockError {
         key: String,
         max: usize,
     },
+    #[error("wait timeout {given} ms is outside [1, {max}] ms (omit it to wait until granted or the session ends)")]
+    WaitTimeoutOutOfBounds { given: u64, max: u64 },
+    #[error("session {session} no longer waits for `{namespace}/{key}`: its wait timed out after {timeout_ms} ms (log time) and was removed")]
+    WaitExpired {
+        session: SessionId,
+        namespace: String,
+        key: String,
+        timeout_ms: u64,
+    },
+    #[error("session {session} no longer waits for `{namespace}/{key}`: the wait was cancelled")]
+    WaitCancelled {
+        session: SessionId,
+        namespace: String,
+        key: String,
+    },
+    #[error("session {session} neither holds nor waits for `{namespace}/{key}` any more: the wait of this request ended (timed out, cancelled, or granted and released since)")]
+    WaitEnded {
+        session: SessionId,
+        namespace: String,
+        key: String,
+    },
     #[error("session {session} does not hold `{namespace}/{key}`")]
     NotHolder {
         namespace: String,

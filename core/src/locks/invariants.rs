@@ -76,6 +76,7 @@ impl LockStateMachine {
     }
 
     fn check_locks(&self) -> Result<(), String> {
+        let mut deadlines = 0;
         for (namespace, ns) in &self.namespaces {
             ensure!(!ns.is_empty(), "empty namespace `{namespace}` kept");
             ensure!(
@@ -97,8 +98,25 @@ impl LockStateMachine {
                     entry.holder.token
                 );
                 self.check_entry(namespace, key, entry)?;
+                for waiter in &entry.waiters {
+                    let Some(deadline) = waiter.deadline else {
+                        continue;
+                    };
+                    deadlines += 1;
+                    let indexed = (deadline, waiter.session, namespace.clone(), key.clone());
+                    ensure!(
+                        self.wait_deadlines.contains(&indexed),
+                        "`{namespace}/{key}`: deadline {deadline} of waiter {} not indexed",
+                        waiter.session
+                    );
+                }
             }
         }
+        ensure!(
+            self.wait_deadlines.len() == deadlines,
+            "{} wait deadlines indexed, {deadlines} waiters with a deadline",
+            self.wait_deadlines.len()
+        );
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SessionProof;
 use super::session::{check_request, set_insert, set_remove, Session};
+use super::wait::{WaitEnd, WaitEndKind, WAIT_TIMEOUT_MS_MAX};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
 use crate::time::Instant;
@@ -73,6 +74,8 @@ pub(crate) struct Waiter {
     pub session: SessionId,
     /// Log time of queueing.
     pub queued_at: Instant,
+    /// Log time after which `ExpireWaits` removes the wait (`None`: never).
+    pub deadline: Option<Instant>,
 }
 
 /// How a hold ends.
@@ -106,7 +109,7 @@ impl LockStateMachine {
         request: RequestId,
         namespace: String,
         key: String,
-        wait: bool,
+        wait: Option<Option<u64>>,
     ) -> Result<Reply, LockError> {
         let state = self
             .sessions
@@ -115,10 +118,18 @@ impl LockStateMachine {
         state.check_proof(session, proof)?;
         let this = ("Acquire", namespace.as_str(), key.as_str(), None);
         if let Some(reply) = check_request(state, session, request, this)? {
-            return Ok(self.refresh_acquire(session, &namespace, &key, reply));
+            return self.refresh_acquire(session, &namespace, &key, reply);
         }
         validate_namespace(&namespace)?;
         validate_key(&key)?;
+        if let Some(Some(given)) = wait {
+            if !(1..=WAIT_TIMEOUT_MS_MAX).contains(&given) {
+                return Err(LockError::WaitTimeoutOutOfBounds {
+                    given,
+                    max: WAIT_TIMEOUT_MS_MAX,
+                });
+            }
+        }
         let target = RequestTarget {
             namespace: namespace.clone(),
             key: key.clone(),
@@ -136,29 +147,38 @@ impl LockStateMachine {
     }
 
     /// A retried acquire answers what is true now if the session still holds or waits for the
-    /// key (a queued request may have been granted since), else the reply it got then.
+    /// key (a queued request may have been granted since), else the reply it got then; but a
+    /// `Queued` reply whose wait is gone (timed out, cancelled, or granted and released since)
+    /// is `WaitEnded`, never a `Queued` that is no longer true.
     fn refresh_acquire(
         &self,
         session: SessionId,
         namespace: &str,
         key: &str,
         cached: RememberedReply,
-    ) -> Reply {
+    ) -> Result<Reply, LockError> {
         let entry = self
             .namespaces
             .get(namespace)
             .and_then(|ns| ns.locks.get(key));
         if let Some(entry) = entry {
             if entry.holder.session == session {
-                return Reply::Acquire(AcquireReply::Granted {
+                return Ok(Reply::Acquire(AcquireReply::Granted {
                     token: entry.holder.token,
-                });
+                }));
             }
             if let Some(position) = waiter_position(entry, session) {
-                return Reply::Acquire(AcquireReply::Queued { position });
+                return Ok(Reply::Acquire(AcquireReply::Queued { position }));
             }
         }
-        cached.to_reply()
+        if let RememberedReply::Acquire(AcquireReply::Queued { .. }) = cached {
+            return Err(LockError::WaitEnded {
+                session,
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        Ok(cached.to_reply())
     }
 
     /// Acquire after the request id and names were checked. One search of the key table: the
@@ -168,7 +188,7 @@ impl LockStateMachine {
         session: SessionId,
         namespace: String,
         key: String,
-        wait: bool,
+        wait: Option<Option<u64>>,
     ) -> Result<AcquireReply, LockError> {
         let (revision, time) = (self.revision, self.time);
         let state = self.sessions.get_mut(&session).expect("caller checked");
@@ -227,12 +247,12 @@ impl LockStateMachine {
         if let Some(position) = waiter_position(entry, session) {
             return Ok(AcquireReply::Queued { position });
         }
-        if !wait {
+        let Some(timeout_ms) = wait else {
             return Ok(AcquireReply::Busy {
                 holder: entry.holder.session,
                 token: entry.holder.token,
             });
-        }
+        };
         let class = class_of(Some(classes), &self.default_class, &key);
         admit(session, state, class, &self.config)?;
         if entry.waiters.len() >= self.config.waiters_per_key_max {
@@ -242,10 +262,16 @@ impl LockStateMachine {
                 max: self.config.waiters_per_key_max,
             });
         }
+        let deadline = timeout_ms.map(|ms| time.add_ms(ms));
         entry.waiters.push_back(Waiter {
             session,
             queued_at: time,
+            deadline,
         });
+        if let Some(deadline) = deadline {
+            let indexed = (deadline, session, namespace.clone(), key.clone());
+            self.wait_deadlines.insert(indexed);
+        }
         let position = u32::try_from(entry.waiters.len()).expect("waiters are bounded");
         set_insert(&mut state.waits, &namespace, &key);
         state.holds_and_waits += 1;
@@ -393,6 +419,14 @@ impl LockStateMachine {
             }
             return Ok(None);
         };
+        if let Some(deadline) = waiter.deadline {
+            let indexed = (deadline, waiter.session, namespace.clone(), key.clone());
+            let removed = self.wait_deadlines.remove(&indexed);
+            assert!(
+                removed,
+                "deadline of a waiter of `{namespace}/{key}` not indexed"
+            );
+        }
         let token = Token::at(revision);
         entry.holder = Hold {
             session: waiter.session,
@@ -420,6 +454,12 @@ impl LockStateMachine {
             EventKind::Granted { session, token },
             &state.identity,
         );
+        self.wait_ends.0.push(WaitEnd {
+            session,
+            namespace,
+            key,
+            kind: WaitEndKind::Granted { token },
+        });
         Ok(Some((session, token)))
     }
 
@@ -453,13 +493,26 @@ impl LockStateMachine {
                         .get_mut(&**namespace)
                         .and_then(|ns| ns.locks.get_mut(&**key))
                         .expect("a waited-for key is held");
-                    let before = entry.waiters.len();
-                    entry.waiters.retain(|waiter| waiter.session != *session);
-                    assert_eq!(
-                        entry.waiters.len() + 1,
-                        before,
-                        "session waits once per key"
-                    );
+                    let index = entry
+                        .waiters
+                        .iter()
+                        .position(|waiter| waiter.session == *session)
+                        .expect("a recorded wait is queued");
+                    let waiter = entry.waiters.remove(index).expect("index in range");
+                    if let Some(deadline) = waiter.deadline {
+                        let indexed = (deadline, *session, namespace.clone(), key.clone());
+                        let removed = self.wait_deadlines.remove(&indexed);
+                        assert!(
+                            removed,
+                            "deadline of a waiter of `{namespace}/{key}` not indexed"
+                        );
+                    }
+                    self.wait_ends.0.push(WaitEnd {
+                        session: *session,
+                        namespace: namespace.clone(),
+                        key: key.clone(),
+                        kind: WaitEndKind::Removed { cause },
+                    });
                     let kind = EventKind::WaitRemoved {
                         session: *session,
                         cause,

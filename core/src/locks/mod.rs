@@ -20,7 +20,7 @@
 //! let Ok(Reply::SessionCreated { session, .. }) = created else { panic!("{created:?}") };
 //! let acquire = Command::Acquire {
 //!     session, proof: SessionProof::new(secret_hash, "svc-billing"), request: RequestId(1),
-//!     namespace: "orders".into(), key: "invoice/42".into(), wait: false,
+//!     namespace: "orders".into(), key: "invoice/42".into(), wait: false, wait_timeout_ms: None,
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
@@ -43,9 +43,10 @@ mod owner;
 mod query;
 mod session;
 mod snapshot;
+mod wait;
 mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
@@ -71,6 +72,7 @@ pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
     HoldSnapshot, LockSnapshot, LockSnapshotEntry, SessionSnapshot, SnapshotError, WaiterSnapshot,
 };
+pub use wait::{WaitEnd, WaitEndKind, EXPIRE_WAITS_BATCH_MAX, WAIT_TIMEOUT_MS_MAX};
 pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};
 
 use audit::AuditLog;
@@ -100,6 +102,13 @@ pub struct LockStateMachine {
     force_releases: ForceReleases,
     audit: AuditLog,
     watch: WatchLog,
+    /// (deadline, session, namespace, key) of every wait with a deadline. Mirrors the waiter
+    /// queues exactly; derived (rebuilt at restore, not in the snapshot or the digest).
+    wait_deadlines: BTreeSet<(Instant, SessionId, Arc<str>, Arc<str>)>,
+    /// The waits the last applied command ended (granted or removed), for the node to answer
+    /// its waiting proposals; cleared at the start of every apply, so it is bounded by one
+    /// command's effects.
+    wait_ends: wait::WaitEnds,
 }
 
 impl LockStateMachine {
@@ -116,6 +125,8 @@ impl LockStateMachine {
             force_releases: ForceReleases::default(),
             audit: AuditLog::new(config.audit_retention),
             watch: WatchLog::new(config.watch_retention),
+            wait_deadlines: BTreeSet::new(),
+            wait_ends: wait::WaitEnds::default(),
             config,
         }
     }
@@ -156,6 +167,7 @@ impl LockStateMachine {
                 .checked_add(1)
                 .expect("revision overflow after 2^64 commands"),
         );
+        self.wait_ends.0.clear();
         self.sweep_force_releases();
         let outcome = self.dispatch(command);
         self.check_invariants_cheap();
@@ -178,7 +190,18 @@ impl LockStateMachine {
                 namespace,
                 key,
                 wait,
-            } => self.apply_acquire(session, &proof, request, namespace, key, wait),
+                wait_timeout_ms,
+            } => {
+                let wait = wait.then_some(wait_timeout_ms);
+                self.apply_acquire(session, &proof, request, namespace, key, wait)
+            }
+            Command::CancelWait {
+                session,
+                proof,
+                namespace,
+                key,
+            } => self.apply_cancel_wait(session, &proof, namespace, key),
+            Command::ExpireWaits => Ok(self.apply_expire_waits()),
             Command::Release {
                 session,
                 proof,

@@ -76,6 +76,9 @@ pub struct HoldSnapshot {
 pub struct WaiterSnapshot {
     pub session: SessionId,
     pub queued_at: Instant,
+    /// Log time after which the wait is removed; `None`: no deadline (always so in snapshots
+    /// written before wait deadlines existed).
+    pub deadline: Option<Instant>,
 }
 
 /// A snapshot that cannot be a state this machine reached.
@@ -124,6 +127,7 @@ impl LockStateMachine {
                         .map(|w| WaiterSnapshot {
                             session: w.session,
                             queued_at: w.queued_at,
+                            deadline: w.deadline,
                         })
                         .collect(),
                     floor: entry.floor,
@@ -270,6 +274,12 @@ impl LockStateMachine {
             }
             session.holds_and_waits += 1;
         }
+        for waiter in &waiters {
+            if let Some(deadline) = waiter.deadline {
+                let indexed = (deadline, waiter.session, namespace.clone(), key.clone());
+                self.wait_deadlines.insert(indexed);
+            }
+        }
         let ns = self
             .namespaces
             .entry(namespace.clone())
@@ -288,6 +298,7 @@ impl LockStateMachine {
                 .map(|w| Waiter {
                     session: w.session,
                     queued_at: w.queued_at,
+                    deadline: w.deadline,
                 })
                 .collect(),
             floor,

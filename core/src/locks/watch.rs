@@ -21,6 +21,10 @@ pub enum ReleaseCause {
     SessionExpired,
     /// The session was revoked by a force-release (the "session revoked" event).
     SessionRevoked,
+    /// A wait's deadline passed (`ExpireWaits`); only for waits.
+    WaitExpired,
+    /// The session cancelled the wait (`CancelWait`); only for waits.
+    WaitCancelled,
 }
 
 /// What happened to a key.
@@ -39,7 +43,7 @@ pub enum EventKind {
         token: Token,
         cause: ReleaseCause,
     },
-    /// A waiter left the queue because its session ended.
+    /// A waiter left the queue: its session ended, its deadline passed or it was cancelled.
     WaitRemoved {
         session: SessionId,
         cause: ReleaseCause,

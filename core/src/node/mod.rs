@@ -27,6 +27,7 @@
 //!     locks: LockConfig::default(),
 //!     boot: 1,
 //!     compact_every_slots: 10_000,
+//!     waits_pending_max: 10_000,
 //! };
 //! let mut node = Node::new(cfg, NodeDurable::default()).unwrap();
 //! let mut durable = NodeDurable::default();
@@ -59,14 +60,15 @@
 pub mod fault_injection;
 mod leases;
 mod query;
+mod waits;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use thiserror::Error;
 
 use crate::locks::{
-    Command, LockConfig, LockError, LockSnapshot, LockStateMachine, NotYours, Outcome, Reply,
-    Revision, SessionId, SessionProof,
+    AcquireReply, Command, LockConfig, LockError, LockSnapshot, LockStateMachine, NotYours,
+    Outcome, Reply, Revision, SessionId, SessionProof,
 };
 use crate::paxos::{
     self, ConfigError, Durable, NodeId, ProposeError, ReadId, Replica, RoleKind, Slot, StepError,
@@ -76,9 +78,12 @@ use crate::time::Instant;
 
 use leases::Leases;
 pub use query::{Answer, Query};
+use waits::{waited_key, Hold, PendingWaits};
 
 /// Expired sessions proposed in one command at most.
 const EXPIRE_BATCH_MAX: usize = 1_000;
+/// Waiting `Acquire` proposals a node keeps pending by default (see [`NodeConfig::waits_pending_max`]).
+pub const WAITS_PENDING_MAX_DEFAULT: usize = 10_000;
 
 /// Identifies a client proposal on this node (unique per `boot`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,6 +118,9 @@ pub struct NodeConfig {
     pub boot: u64,
     /// Compact the log once this many slots were applied past the last snapshot (0: never).
     pub compact_every_slots: u64,
+    /// Queued `Acquire` proposals this node keeps pending (answered when the wait ends) at
+    /// most; beyond it, a waiting `Acquire` is refused with [`NodeProposeError::TooManyWaits`].
+    pub waits_pending_max: usize,
 }
 
 /// An output, from one FIFO.
@@ -158,8 +166,10 @@ pub enum Action {
 pub enum NodeProposeError {
     #[error(transparent)]
     Replica(#[from] ProposeError),
-    #[error("ExpireSessions is proposed by the leader when deadlines pass, never by a client")]
+    #[error("ExpireSessions and ExpireWaits are proposed by the leader when deadlines pass, never by a client")]
     LeaderOnlyCommand,
+    #[error("{max} waiting acquires are pending on this node, at most {max}: retry later")]
+    TooManyWaits { max: usize },
     /// The command's proof does not own its session, by the applied state: refused before it
     /// reaches the log (a session's secret and principal never change, so the log would refuse
     /// it too). The revision does not move.
@@ -197,6 +207,12 @@ pub struct NodeCounters {
     pub expiry_proposals: u64,
     pub keepalives_accepted: u64,
     pub proposals_failed: u64,
+    /// `ExpireWaits` commands proposed.
+    pub wait_expiry_proposals: u64,
+    /// Waiting proposals answered with a grant.
+    pub waits_granted: u64,
+    /// Waiting proposals answered `Queued` because their hold time passed (the wait goes on).
+    pub waits_answered_queued: u64,
 }
 
 /// One Picket replica.
@@ -215,8 +231,15 @@ pub struct Node {
     barrier: Option<ReadId>,
     /// Leader only: when to try proposing expiries again after the replica was busy.
     expiry_retry_at: Option<Instant>,
-    /// Our clients' proposals not yet applied.
-    pending: BTreeMap<ProposalId, ()>,
+    /// Our clients' proposals not yet applied, with how long a waiting `Acquire` is held.
+    pending: BTreeMap<ProposalId, Hold>,
+    /// Leader only: our clients' `Acquire` proposals applied as `Queued`, answered when the
+    /// wait ends (granted, cancelled, expired, session ended) or their hold time passes.
+    waits: PendingWaits,
+    /// How many of `pending` are waiting `Acquire`s (counted against `waits_pending_max`).
+    pending_waiting: usize,
+    /// Leader only: when to propose `ExpireWaits` again if the last one was not applied.
+    wait_expiry_retry_at: Option<Instant>,
     proposal_next: u64,
     reads: BTreeMap<ReadId, Query>,
     actions: VecDeque<Action>,
@@ -240,6 +263,9 @@ impl Node {
             barrier: None,
             expiry_retry_at: None,
             pending: BTreeMap::new(),
+            waits: PendingWaits::default(),
+            pending_waiting: 0,
+            wait_expiry_retry_at: None,
             proposal_next: 1,
             reads: BTreeMap::new(),
             actions: VecDeque::new(),
@@ -279,13 +305,31 @@ impl Node {
         now: Instant,
         commands: Vec<Command>,
     ) -> Vec<Result<ProposalId, NodeProposeError>> {
+        let held = commands.into_iter().map(|c| (c, None)).collect();
+        self.propose_batch_held(now, held)
+    }
+
+    /// [`Self::propose_batch`], with how long each waiting `Acquire` that is applied as
+    /// `Queued` is held before it is answered `Queued` (the wait goes on in the state machine;
+    /// a retry with the same request id is held again). `None`: until the wait ends. The reply
+    /// of a waiting `Acquire` is one `Action::Reply` (granted, queued when its hold time
+    /// passed, or the error that ended the wait) or one `Action::ProposalFailed`.
+    pub fn propose_batch_held(
+        &mut self,
+        now: Instant,
+        commands: Vec<(Command, Option<u64>)>,
+    ) -> Vec<Result<ProposalId, NodeProposeError>> {
         self.now = self.now.max(now);
         let room = self.replica.proposal_room();
         let max = self.cfg.replica.pending_max;
         let mut results = Vec::with_capacity(commands.len());
         let mut entries = Vec::new();
-        for command in commands {
-            if matches!(command, Command::ExpireSessions { .. }) {
+        let mut waits_new = 0;
+        for (command, hold_ms) in commands {
+            if matches!(
+                command,
+                Command::ExpireSessions { .. } | Command::ExpireWaits
+            ) {
                 results.push(Err(NodeProposeError::LeaderOnlyCommand));
                 continue;
             }
@@ -308,9 +352,18 @@ impl Node {
                 results.push(Err(refused));
                 continue;
             }
+            let waits = matches!(command, Command::Acquire { wait: true, .. });
+            let waits_max = self.cfg.waits_pending_max;
+            if waits && self.waits.len() + self.pending_waiting + waits_new >= waits_max {
+                let max = waits_max;
+                results.push(Err(NodeProposeError::TooManyWaits { max }));
+                continue;
+            }
             let proposal = ProposalId(self.proposal_next);
             self.proposal_next += 1;
-            self.pending.insert(proposal, ());
+            waits_new += usize::from(waits);
+            let hold = Hold { ms: hold_ms, waits };
+            self.pending.insert(proposal, hold);
             entries.push(NodeCommand {
                 origin: self.replica.id(),
                 boot: self.cfg.boot,
@@ -319,6 +372,7 @@ impl Node {
             });
             results.push(Ok(proposal));
         }
+        self.pending_waiting += waits_new;
         if !entries.is_empty() {
             let queued = self.replica.propose_many(self.now, entries);
             assert!(
@@ -373,6 +427,7 @@ impl Node {
         let (session, proof) = match command {
             Command::CloseSession { session, proof }
             | Command::Acquire { session, proof, .. }
+            | Command::CancelWait { session, proof, .. }
             | Command::Release { session, proof, .. } => (*session, proof),
             _ => return Ok(()),
         };
@@ -404,20 +459,32 @@ impl Node {
         self.actions.pop_front()
     }
 
-    /// When to step `Input::Timeout` next.
+    /// When to step `Input::Timeout` next: the replica's timers, and on a ready leader the
+    /// next session or wait deadline (or a retry of a refused expiry), and the end of the
+    /// earliest held wait's hold time. Changes after every input.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut next = self.replica.poll_timeout();
+        let earliest = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if self.role == RoleKind::Leader && self.ready {
             let expiry = match self.expiry_retry_at {
                 Some(retry) => Some(retry),
                 None => self.leases.next_deadline(),
             };
-            next = match (next, expiry) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+            let wait_expiry = match self.wait_expiry_retry_at {
+                Some(retry) => Some(retry),
+                None => self.sm.wait_deadline_next(),
             };
+            next = earliest(earliest(next, expiry), wait_expiry);
         }
-        next
+        earliest(next, self.waits.hold_end_next())
+    }
+
+    /// Waiting `Acquire` proposals this node holds (answered when their wait ends).
+    pub fn waits_pending(&self) -> usize {
+        self.waits.len()
     }
 
     pub fn counters(&self) -> &NodeCounters {
@@ -463,6 +530,22 @@ impl Node {
         if self.role == RoleKind::Leader {
             self.start_barrier();
             self.propose_expiries();
+            self.propose_wait_expiries();
+        }
+        self.answer_held_waits();
+        if self.role != RoleKind::Leader {
+            // Only a leader proposes, so only a leader holds waits (they fail when it steps down).
+            assert_eq!(
+                self.waits.len(),
+                0,
+                "a {:?} holds waiting proposals",
+                self.role
+            );
+            assert_eq!(
+                self.pending_waiting, 0,
+                "a {:?} has waiting proposals",
+                self.role
+            );
         }
         self.compact_if_due();
         self.drain_replica();
@@ -499,16 +582,34 @@ impl Node {
         let stamp = fault_injection::apply_stamp(id, stamp, self.now);
         for entry in commands {
             let ended = ended_session(&entry.command);
+            let waited = waited_key(&entry.command);
+            let expires_waits = matches!(entry.command, Command::ExpireWaits);
             let outcome = self.sm.apply(stamp, entry.command);
+            if expires_waits
+                && matches!(outcome, Ok(Reply::WaitsExpired { removed }) if removed > 0)
+            {
+                // Deadlines may remain passed (a full batch): propose again at once.
+                self.wait_expiry_retry_at = None;
+            }
             if self.role == RoleKind::Leader {
                 self.track_sessions(ended, &outcome);
             }
+            self.answer_ended_waits();
             let ours = entry.origin == id && entry.boot == self.cfg.boot;
-            if ours && self.pending.remove(&entry.proposal).is_some() {
-                self.actions.push_back(Action::Reply {
+            let Some(hold) = ours.then(|| self.pending.remove(&entry.proposal)).flatten() else {
+                continue;
+            };
+            self.pending_waiting -= usize::from(hold.waits);
+            let queued = matches!(outcome, Ok(Reply::Acquire(AcquireReply::Queued { .. })));
+            match waited {
+                Some(key) if queued => {
+                    let hold_end = hold.ms.map(|ms| self.now.add_ms(ms));
+                    self.waits.insert(entry.proposal, key, hold_end);
+                }
+                _ => self.actions.push_back(Action::Reply {
                     proposal: entry.proposal,
                     outcome,
-                });
+                }),
             }
         }
         self.actions.push_back(Action::Applied {
@@ -547,6 +648,7 @@ impl Node {
         };
         self.slot_applied = slot;
         self.counters.snapshots_installed += 1;
+        self.recheck_waits();
         if self.role == RoleKind::Leader {
             self.grant_grace_to_untracked();
         }
@@ -611,8 +713,15 @@ impl Node {
         self.ready = false;
         self.barrier = None;
         self.expiry_retry_at = None;
+        self.wait_expiry_retry_at = None;
         let leader_hint = self.leader;
-        for (proposal, ()) in std::mem::take(&mut self.pending) {
+        // A deposed leader no longer learns of grants in time: its held waits fail like its
+        // pending proposals, and the client's retry (same request id) at the new leader answers
+        // the wait's state there.
+        let waits = std::mem::take(&mut self.waits).into_proposals();
+        self.pending_waiting = 0;
+        let pending = std::mem::take(&mut self.pending).into_keys();
+        for proposal in pending.chain(waits) {
             self.counters.proposals_failed += 1;
             self.actions.push_back(Action::ProposalFailed {
                 proposal,

@@ -9,12 +9,21 @@ use std::collections::BTreeMap;
 use crate::locks::{
     AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NameError, NotYours,
     Outcome, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
-    UNAUTHENTICATED_PRINCIPAL,
+    UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
 };
 
 pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
 pub const KEYS: [&str; 3] = ["k1", "k2", "k/3"];
 pub const TTLS: [Option<u64>; 5] = [None, Some(999), Some(1_000), Some(60_000), Some(300_001)];
+/// Wait deadlines an `Acquire` asks for: none, out of bounds (0 and above the maximum), and
+/// a few steps of log time (the tests advance log time 1 ms per command).
+pub const WAIT_TIMEOUTS: [Option<u64>; 5] = [
+    None,
+    Some(0),
+    Some(3),
+    Some(12),
+    Some(WAIT_TIMEOUT_MS_MAX + 1),
+];
 /// Secret hashes sessions are created with: few, so that retried creations and secrets reused
 /// by another identity happen; `None` makes a legacy session.
 pub const SECRETS: [Option<SecretHash>; 5] = [
@@ -65,8 +74,19 @@ pub enum Op {
         ns: usize,
         key: usize,
         wait: bool,
+        /// Index into [`WAIT_TIMEOUTS`].
+        timeout: usize,
         proof: usize,
     },
+    /// `CancelWait` of a session's wait (or of one it does not have).
+    Cancel {
+        session: usize,
+        ns: usize,
+        key: usize,
+        proof: usize,
+    },
+    /// The leader's `ExpireWaits`.
+    ExpireWaits,
     Release {
         session: usize,
         ns: usize,
@@ -124,9 +144,13 @@ impl Sent {
 #[derive(Debug, Default)]
 pub struct Model {
     pub revision: u64,
+    /// Log time (ms) of the next command: the caller sets it to the stamp it applies with.
+    pub time_ms: u64,
     sessions: BTreeMap<u64, ModelSession>,
     holders: BTreeMap<LockKey, (u64, u64)>,
     queues: BTreeMap<LockKey, Vec<u64>>,
+    /// (key, waiting session) -> the wait's deadline (log time, ms), for waits that have one.
+    deadlines: BTreeMap<(LockKey, u64), u64>,
 }
 
 impl Model {
@@ -146,6 +170,7 @@ impl Model {
             return None;
         }
         let next = queue.remove(0);
+        self.deadlines.remove(&(key.clone(), next));
         self.holders.insert(key.clone(), (next, self.revision));
         Some((SessionId(next), Token(self.revision)))
     }
@@ -157,6 +182,7 @@ impl Model {
         for queue in self.queues.values_mut() {
             queue.retain(|s| !ended.contains(s));
         }
+        self.deadlines.retain(|(_, s), _| !ended.contains(s));
         let held: Vec<LockKey> = self
             .holders
             .iter()
@@ -314,6 +340,7 @@ impl Model {
                 namespace,
                 key,
                 wait,
+                wait_timeout_ms,
             } => {
                 self.check(session.0, proof)?;
                 let sent = Sent {
@@ -323,7 +350,46 @@ impl Model {
                     key: key.clone(),
                     token: None,
                 };
-                self.acquire(session.0, sent, *wait)
+                self.acquire(session.0, sent, wait.then_some(*wait_timeout_ms))
+            }
+            Command::CancelWait {
+                session,
+                proof,
+                namespace,
+                key,
+            } => {
+                self.check(session.0, proof)?;
+                if let Some(error) = bad_namespace(namespace) {
+                    return Err(error);
+                }
+                let k = (namespace.clone(), key.clone());
+                if let Some((_, token)) = self.holders.get(&k).filter(|(h, _)| *h == session.0) {
+                    return Ok(Reply::WaitCancelled {
+                        removed: false,
+                        held: Some(Token(*token)),
+                    });
+                }
+                let queue = self.queues.entry(k.clone()).or_default();
+                let removed = queue.contains(&session.0);
+                queue.retain(|s| *s != session.0);
+                self.deadlines.remove(&(k, session.0));
+                Ok(Reply::WaitCancelled {
+                    removed,
+                    held: None,
+                })
+            }
+            Command::ExpireWaits => {
+                let due: Vec<(LockKey, u64)> = self
+                    .deadlines
+                    .iter()
+                    .filter(|(_, at)| **at <= self.time_ms)
+                    .map(|(wait, _)| wait.clone())
+                    .collect();
+                for (k, s) in &due {
+                    self.deadlines.remove(&(k.clone(), *s));
+                    self.queues.get_mut(k).unwrap().retain(|w| w != s);
+                }
+                Ok(Reply::WaitsExpired { removed: due.len() })
             }
             Command::Release {
                 session,
@@ -347,7 +413,8 @@ impl Model {
         }
     }
 
-    fn acquire(&mut self, s: u64, sent: Sent, wait: bool) -> Outcome {
+    /// `wait`: `Some(deadline)` to queue if held.
+    fn acquire(&mut self, s: u64, sent: Sent, wait: Option<Option<u64>>) -> Outcome {
         let (ns, key) = (sent.namespace.as_str(), sent.key.as_str());
         let k = (ns.to_owned(), key.to_owned());
         let current = |model: &Model| -> Option<AcquireReply> {
@@ -365,15 +432,33 @@ impl Model {
             })
         };
         if let Some(answer) = self.dedup(s, &sent) {
-            return answer.map(|cached| current(self).map(Reply::Acquire).unwrap_or(cached));
+            let cached = answer?;
+            return match (current(self), cached) {
+                (Some(now), _) => Ok(Reply::Acquire(now)),
+                // The wait this request queued is gone.
+                (None, Reply::Acquire(AcquireReply::Queued { .. })) => Err(LockError::WaitEnded {
+                    session: SessionId(s),
+                    namespace: ns.to_owned(),
+                    key: key.to_owned(),
+                }),
+                (None, cached) => Ok(cached),
+            };
         }
         if let Some(error) = bad_namespace(ns) {
             return Err(error);
         }
+        if let Some(Some(given)) = wait {
+            if given == 0 || given > WAIT_TIMEOUT_MS_MAX {
+                return Err(LockError::WaitTimeoutOutOfBounds {
+                    given,
+                    max: WAIT_TIMEOUT_MS_MAX,
+                });
+            }
+        }
         let cfg = config();
         let reply = if let Some(reply) = current(self) {
             reply
-        } else if let (Some((holder, token)), false) = (self.holders.get(&k), wait) {
+        } else if let (Some((holder, token)), None) = (self.holders.get(&k), wait) {
             AcquireReply::Busy {
                 holder: SessionId(*holder),
                 token: Token(*token),
@@ -398,6 +483,10 @@ impl Model {
                 });
             }
             queue.push(s);
+            if let Some(Some(timeout)) = wait {
+                self.deadlines
+                    .insert((k.clone(), s), self.time_ms + timeout);
+            }
             AcquireReply::Queued {
                 position: queue.len() as u32,
             }
@@ -525,6 +614,7 @@ impl Driver {
                 ns,
                 key,
                 wait,
+                timeout,
                 proof,
             } => {
                 let session = self.session(*session);
@@ -535,10 +625,26 @@ impl Driver {
                     namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
                     key: KEYS[*key % KEYS.len()].into(),
                     wait: *wait,
+                    wait_timeout_ms: WAIT_TIMEOUTS[*timeout % WAIT_TIMEOUTS.len()],
                 };
                 self.record(session, &command);
                 command
             }
+            Op::Cancel {
+                session,
+                ns,
+                key,
+                proof,
+            } => {
+                let session = self.session(*session);
+                Command::CancelWait {
+                    session,
+                    proof: self.proof(session, *proof),
+                    namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
+                    key: KEYS[*key % KEYS.len()].into(),
+                }
+            }
+            Op::ExpireWaits => Command::ExpireWaits,
             Op::Release {
                 session,
                 ns,
@@ -656,6 +762,13 @@ pub fn assert_same_state(
                 assert!(
                     model.sessions.contains_key(waiter),
                     "waiter {waiter} is not live"
+                );
+                let deadline = sm.wait_deadline(SessionId(*waiter), ns, key);
+                let model_deadline = model.deadlines.get(&(k.clone(), *waiter)).copied();
+                assert_eq!(
+                    deadline.map(|at| at.as_millis()),
+                    model_deadline,
+                    "deadline of waiter {waiter} of {k:?}"
                 );
             }
         }

@@ -147,6 +147,13 @@ pub enum ClientError {
         holder_session_id: u64,
         token: u64,
     },
+    /// `lock_within` did not get the key in time; the server removed the wait.
+    #[error("`{namespace}`/`{key}` was not granted within {timeout_ms} ms: the wait was removed")]
+    WaitTimedOut {
+        namespace: String,
+        key: String,
+        timeout_ms: u64,
+    },
     /// The server's answer lacked something it must carry (a server bug).
     #[error("{what}: the server's answer has no `{field}`")]
     BadAnswer {
@@ -197,6 +204,11 @@ impl ClientError {
 pub const UNKNOWN_SESSION: &str = "unknown_session";
 /// The rule of a request id that fell out of the session's dedup window.
 pub const REQUEST_TOO_OLD: &str = "request_too_old";
+/// The rule of a wait removed at its deadline.
+pub const WAIT_EXPIRED: &str = "wait_expired";
+/// The rule of a retried `Acquire` whose wait is gone (timed out, cancelled, or granted and
+/// released since).
+pub const WAIT_ENDED: &str = "wait_ended";
 
 /// How the retry loop treats a failed attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -50,7 +50,9 @@ pub use cluster::{
     endpoint_uri, ClientConfig, Credentials, CLOCK_DRIFT_PPM_DEFAULT, CLOCK_DRIFT_PPM_MAX,
     ENDPOINTS_MAX, PRINCIPAL_METADATA, ROLES_METADATA,
 };
-pub use error::{ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION};
+pub use error::{
+    ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION, WAIT_ENDED, WAIT_EXPIRED,
+};
 pub use guard::LockGuard;
 pub use keepalive::KeepAliveAck;
 pub use session::{Closed, Session};

@@ -8,7 +8,7 @@ use picket_core::locks::Token;
 use tokio::sync::watch;
 
 use super::cluster::{millis, Cluster};
-use super::error::{ClientError, LostReason, REQUEST_TOO_OLD};
+use super::error::{ClientError, LostReason, REQUEST_TOO_OLD, WAIT_ENDED, WAIT_EXPIRED};
 use super::guard::LockGuard;
 use super::keepalive::{self, KeepAliveAck, Liveness};
 use crate::proto::{self, acquire_reply, lock_client::LockClient};
@@ -99,6 +99,72 @@ impl SessionInner {
         answer
             .map(|(response, _)| response)
             .map_err(|e| self.note(e))
+    }
+}
+
+impl SessionInner {
+    /// `CancelWait`, retried within the call's retry budget.
+    pub(crate) async fn cancel_wait(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<proto::CancelWaitResponse, ClientError> {
+        let request = proto::CancelWaitRequest {
+            session_id: self.id,
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            session_secret: self.secret.as_bytes().to_vec(),
+        };
+        let timeout = self.cluster.config.rpc_timeout;
+        let answer =
+            self.cluster
+                .call(
+                    "cancel_wait",
+                    request,
+                    timeout,
+                    |channel, request| async move {
+                        LockClient::new(channel).cancel_wait(request).await
+                    },
+                )
+                .await;
+        answer
+            .map(|(response, _)| response)
+            .map_err(|e| self.note(e))
+    }
+}
+
+/// Leaves the queue when a waiting `lock` is dropped or fails before it got the key: one
+/// background `CancelWait` (retried within the retry budget; the wait's server-side deadline,
+/// if any, or the session's end is the backstop), then a release of the grant it raced.
+struct CancelOnDrop {
+    inner: Arc<SessionInner>,
+    namespace: String,
+    key: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed || !self.inner.liveness.is_alive() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let (namespace, key) = (
+            std::mem::take(&mut self.namespace),
+            std::mem::take(&mut self.key),
+        );
+        runtime.spawn(async move {
+            let Ok(answer) = inner.cancel_wait(&namespace, &key).await else {
+                return;
+            };
+            if let Some(token) = answer.held_token {
+                // Granted before the cancel, to a caller who is gone: give the key back.
+                let _ = inner.release(&namespace, &key, Token(token)).await;
+            }
+        });
     }
 }
 
@@ -271,19 +337,78 @@ impl Session {
     ///
     /// The wait is one `Acquire` with `wait_ms` = the wait slice, re-issued with the **same**
     /// request id (the server answers what is true now) until it answers `Granted`. Dropping
-    /// this future while queued leaves the session in the queue: it may be granted the key later
-    /// with nobody to use it; close the session to leave the queue.
+    /// this future before it answers (or its failing) leaves the queue: a best-effort
+    /// `CancelWait` is sent in the background (and a grant it raced is released).
     pub async fn lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
-        let wait_ms = millis(self.inner.cluster.config.wait_slice);
-        tokio::select! {
-            answer = self.acquire(namespace, key, wait_ms) => answer,
+        self.lock_waiting(namespace, key, None).await
+    }
+
+    /// [`Self::lock`] that gives up after `timeout`: the server removes the wait once it has
+    /// waited that long (its deadline, in the cluster's log time), so a client that dies or is
+    /// cut off meanwhile leaves nothing queued. [`ClientError::WaitTimedOut`] when it passes.
+    /// `timeout` is at least 1 ms and at most one day.
+    pub async fn lock_within(
+        &self,
+        namespace: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, ClientError> {
+        let timeout_ms = millis(timeout).max(1);
+        self.lock_waiting(namespace, key, Some(timeout_ms)).await
+    }
+
+    async fn lock_waiting(
+        &self,
+        namespace: &str,
+        key: &str,
+        timeout_ms: Option<u64>,
+    ) -> Result<LockGuard, ClientError> {
+        let slice_ms = millis(self.inner.cluster.config.wait_slice).max(1);
+        // One held call covers the whole deadline when it fits in a slice.
+        let wait_ms = timeout_ms.map_or(slice_ms, |t| t.saturating_add(1).min(slice_ms));
+        let mut cancel = CancelOnDrop {
+            inner: self.inner.clone(),
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            armed: true,
+        };
+        let answer = tokio::select! {
+            answer = self.acquire(namespace, key, wait_ms, timeout_ms) => answer,
             reason = self.inner.lost() => Err(ClientError::SessionLost { session_id: self.id(), reason }),
+        };
+        if answer.is_ok() {
+            cancel.armed = false;
+        }
+        match (answer, timeout_ms) {
+            // The wait is gone: removed at its deadline, or (a retry arriving after that) no
+            // longer there.
+            (Err(error), Some(timeout_ms))
+                if matches!(error.rule(), Some(WAIT_EXPIRED | WAIT_ENDED)) =>
+            {
+                cancel.armed = false;
+                Err(ClientError::WaitTimedOut {
+                    namespace: namespace.to_owned(),
+                    key: key.to_owned(),
+                    timeout_ms,
+                })
+            }
+            (answer, _) => answer,
         }
     }
 
     /// Takes `namespace`/`key` if it is free; [`ClientError::Held`] if not.
     pub async fn try_lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
-        self.acquire(namespace, key, 0).await
+        self.acquire(namespace, key, 0, None).await
+    }
+
+    /// Leaves the queue of `namespace`/`key` (idempotent). If the session holds the key (the
+    /// cancel raced the grant) the answer carries the hold's token: release it, or keep it.
+    pub async fn cancel_wait(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<proto::CancelWaitResponse, ClientError> {
+        self.inner.cancel_wait(namespace, key).await
     }
 
     async fn acquire(
@@ -291,6 +416,7 @@ impl Session {
         namespace: &str,
         key: &str,
         wait_ms: u64,
+        wait_timeout_ms: Option<u64>,
     ) -> Result<LockGuard, ClientError> {
         let inner = &self.inner;
         let timeout = inner.cluster.config.rpc_timeout + Duration::from_millis(wait_ms);
@@ -301,6 +427,7 @@ impl Session {
             key: key.to_owned(),
             wait_ms,
             session_secret: inner.secret.as_bytes().to_vec(),
+            wait_timeout_ms: wait_timeout_ms.unwrap_or(0),
         };
         loop {
             if let Some(error) = inner.lost_error() {

@@ -373,3 +373,39 @@ async fn dropping_a_guard_releases_it_in_the_background() {
     }
     panic!("the dropped guard was not released");
 }
+
+#[tokio::test]
+async fn dropping_a_waiting_lock_cancels_the_wait_in_the_background() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let holder = client.create_session().await.unwrap();
+    let waiter = client.create_session().await.unwrap();
+    let _held = holder.lock("orders", "a").await.unwrap();
+    // Give up waiting after a while: the future is dropped while queued.
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(250), waiter.lock("orders", "a")).await;
+    assert!(gave_up.is_err(), "still queued when given up");
+    for _ in 0..100 {
+        let (cancels, queued) = {
+            let state = state.lock().unwrap();
+            (state.cancels.clone(), state.queues["a"].contains(&waiter.id()))
+        };
+        if cancels == vec![(waiter.id(), "a".to_owned())] {
+            assert!(!queued, "the cancel left the queue");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no CancelWait after the waiting lock was dropped");
+}
+
+#[tokio::test]
+async fn a_granted_lock_sends_no_cancel() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(state.lock().unwrap().cancels.is_empty());
+    guard.release().await.unwrap();
+}

@@ -199,6 +199,12 @@ impl proto::AcquireRequest {
                 format!("{} ms: at most {ACQUIRE_WAIT_MS_MAX} ms", v.wait_ms),
             ));
         }
+        if v.wait_timeout_ms > 0 && v.wait_ms == 0 {
+            return Err(ConvertError::new(
+                "acquire.wait_timeout_ms",
+                "set without wait_ms: a try (wait_ms = 0) does not wait",
+            ));
+        }
         Ok(Command::Acquire {
             session,
             proof,
@@ -206,6 +212,24 @@ impl proto::AcquireRequest {
             namespace: v.namespace,
             key: v.key,
             wait: v.wait_ms > 0,
+            wait_timeout_ms: (v.wait_timeout_ms > 0).then_some(v.wait_timeout_ms),
+        })
+    }
+}
+
+impl proto::CancelWaitRequest {
+    /// The `CancelWait` command of a caller authenticated as `principal`.
+    pub fn into_command(self, principal: &str) -> Result<Command, ConvertError> {
+        let v = self;
+        let session = SessionId(nonzero(v.session_id, "cancel_wait.session_id")?);
+        let proof = proof(&v.session_secret, "cancel_wait.session_secret", principal)?;
+        namespace(&v.namespace, "cancel_wait.namespace")?;
+        key(&v.key, "cancel_wait.key")?;
+        Ok(Command::CancelWait {
+            session,
+            proof,
+            namespace: v.namespace,
+            key: v.key,
         })
     }
 }
@@ -493,6 +517,20 @@ impl TryFrom<Reply> for proto::ReleaseResponse {
                 next: grant_to_wire(next),
             }),
             other => Err(wrong("Released", other)),
+        }
+    }
+}
+
+impl proto::CancelWaitResponse {
+    /// The answer to `CancelWait` from the state machine's reply and the revision that gave it.
+    pub fn new(reply: Reply, revision: Revision) -> Result<proto::CancelWaitResponse, WrongReply> {
+        match reply {
+            Reply::WaitCancelled { removed, held } => Ok(proto::CancelWaitResponse {
+                removed,
+                held_token: held.map(|t| t.0),
+                revision: revision.0,
+            }),
+            other => Err(wrong("WaitCancelled", other)),
         }
     }
 }

@@ -39,6 +39,7 @@ impl From<Command> for proto::Command {
                 namespace,
                 key,
                 wait,
+                wait_timeout_ms,
             } => pc::Kind::Acquire(pc::Acquire {
                 session_id: session.0,
                 request_id: request.0,
@@ -47,7 +48,21 @@ impl From<Command> for proto::Command {
                 wait,
                 secret_hash: hash_to_wire(proof.secret_hash),
                 principal: proof.principal,
+                wait_timeout_ms,
             }),
+            Command::CancelWait {
+                session,
+                proof,
+                namespace,
+                key,
+            } => pc::Kind::CancelWait(pc::CancelWait {
+                session_id: session.0,
+                namespace,
+                key,
+                secret_hash: hash_to_wire(proof.secret_hash),
+                principal: proof.principal,
+            }),
+            Command::ExpireWaits => pc::Kind::ExpireWaits(pc::ExpireWaits {}),
             Command::Release {
                 session,
                 proof,
@@ -190,7 +205,15 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             namespace: c.namespace,
             key: c.key,
             wait: c.wait,
+            wait_timeout_ms: c.wait_timeout_ms,
         },
+        pc::Kind::CancelWait(c) => Command::CancelWait {
+            session: SessionId(c.session_id),
+            proof: proof_from_wire(&c.secret_hash, c.principal, "cancel_wait")?,
+            namespace: c.namespace,
+            key: c.key,
+        },
+        pc::Kind::ExpireWaits(_) => Command::ExpireWaits,
         pc::Kind::Release(c) => Command::Release {
             session: SessionId(c.session_id),
             proof: proof_from_wire(&c.secret_hash, c.principal, "release")?,
@@ -327,6 +350,13 @@ impl From<Reply> for proto::Reply {
                 fenced,
             }),
             Reply::ForceReleaseDenied => pr::Kind::ForceReleaseDenied(pr::ForceReleaseDenied {}),
+            Reply::WaitCancelled { removed, held } => pr::Kind::WaitCancelled(pr::WaitCancelled {
+                removed,
+                held_token: held.map(|t| t.0),
+            }),
+            Reply::WaitsExpired { removed } => pr::Kind::WaitsExpired(pr::WaitsExpired {
+                removed: from_usize(removed),
+            }),
         };
         proto::Reply { kind: Some(kind) }
     }
@@ -373,6 +403,13 @@ impl TryFrom<proto::Reply> for Reply {
                 fenced: r.fenced,
             },
             pr::Kind::ForceReleaseDenied(_) => Reply::ForceReleaseDenied,
+            pr::Kind::WaitCancelled(r) => Reply::WaitCancelled {
+                removed: r.removed,
+                held: r.held_token.map(Token),
+            },
+            pr::Kind::WaitsExpired(r) => Reply::WaitsExpired {
+                removed: to_usize(r.removed, "waits_expired.removed")?,
+            },
         })
     }
 }

@@ -396,6 +396,8 @@ impl From<ReleaseCause> for proto::ReleaseCause {
             ReleaseCause::SessionClosed => proto::ReleaseCause::SessionClosed,
             ReleaseCause::SessionExpired => proto::ReleaseCause::SessionExpired,
             ReleaseCause::SessionRevoked => proto::ReleaseCause::SessionRevoked,
+            ReleaseCause::WaitExpired => proto::ReleaseCause::WaitExpired,
+            ReleaseCause::WaitCancelled => proto::ReleaseCause::WaitCancelled,
         }
     }
 }
@@ -407,6 +409,8 @@ fn cause_from_wire(value: i32, field: &str) -> Result<ReleaseCause, ConvertError
         P::SessionClosed => ReleaseCause::SessionClosed,
         P::SessionExpired => ReleaseCause::SessionExpired,
         P::SessionRevoked => ReleaseCause::SessionRevoked,
+        P::WaitExpired => ReleaseCause::WaitExpired,
+        P::WaitCancelled => ReleaseCause::WaitCancelled,
         P::Unspecified => unreachable!("known_enum refuses 0"),
     })
 }

@@ -156,6 +156,7 @@ impl From<LockSnapshotEntry> for proto::LockRecord {
                 .map(|w| proto::WaiterRecord {
                     session_id: w.session.0,
                     queued_at_ms: w.queued_at.as_millis(),
+                    deadline_ms: w.deadline.map(Instant::as_millis),
                 })
                 .collect(),
             floor: v.floor.0,
@@ -180,6 +181,7 @@ impl TryFrom<proto::WaiterRecord> for WaiterSnapshot {
         Ok(WaiterSnapshot {
             session: SessionId(v.session_id),
             queued_at: Instant::from_millis(v.queued_at_ms),
+            deadline: v.deadline_ms.map(Instant::from_millis),
         })
     }
 }

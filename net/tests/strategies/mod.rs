@@ -123,19 +123,31 @@ pub fn command() -> impl Strategy<Value = Command> {
             any::<u64>(),
             text(),
             text(),
-            any::<bool>(),
+            (any::<bool>(), option::of(any::<u64>())),
             proof()
         )
             .prop_map(
-                |(session, request, namespace, key, wait, proof)| Command::Acquire {
-                    session,
-                    proof,
-                    request: RequestId(request),
-                    namespace,
-                    key,
-                    wait
+                |(session, request, namespace, key, (wait, wait_timeout_ms), proof)| {
+                    Command::Acquire {
+                        session,
+                        proof,
+                        request: RequestId(request),
+                        namespace,
+                        key,
+                        wait,
+                        wait_timeout_ms,
+                    }
                 }
             ),
+        (session(), text(), text(), proof()).prop_map(|(session, namespace, key, proof)| {
+            Command::CancelWait {
+                session,
+                proof,
+                namespace,
+                key,
+            }
+        }),
+        Just(Command::ExpireWaits),
         (session(), any::<u64>(), text(), text(), token(), proof()).prop_map(
             |(session, request, namespace, key, token, proof)| Command::Release {
                 session,
@@ -237,6 +249,9 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                 }
             }),
         Just(Reply::ForceReleaseDenied),
+        (any::<bool>(), option::of(token()))
+            .prop_map(|(removed, held)| Reply::WaitCancelled { removed, held }),
+        (0..1_000usize).prop_map(|removed| Reply::WaitsExpired { removed }),
     ]
 }
 
@@ -253,6 +268,8 @@ fn cause() -> impl Strategy<Value = ReleaseCause> {
         Just(ReleaseCause::SessionClosed),
         Just(ReleaseCause::SessionExpired),
         Just(ReleaseCause::SessionRevoked),
+        Just(ReleaseCause::WaitExpired),
+        Just(ReleaseCause::WaitCancelled),
     ]
 }
 
@@ -513,7 +530,10 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
         );
     let lock = (
         (text(), text(), session(), token(), instant()),
-        (vec((session(), instant()), 0..3), any::<u64>()),
+        (
+            vec((session(), instant(), option::of(instant())), 0..3),
+            any::<u64>(),
+        ),
     )
         .prop_map(
             |((namespace, key, session, token, granted_at), (waiters, floor))| LockSnapshotEntry {
@@ -526,7 +546,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 },
                 waiters: waiters
                     .into_iter()
-                    .map(|(session, queued_at)| WaiterSnapshot { session, queued_at })
+                    .map(|(session, queued_at, deadline)| WaiterSnapshot {
+                        session,
+                        queued_at,
+                        deadline,
+                    })
                     .collect(),
                 floor: Revision(floor),
             },

@@ -94,6 +94,7 @@ mod tests {
                 namespace: ns.to_owned(),
                 key: key.to_owned(),
                 wait: true,
+                wait_timeout_ms: None,
             },
         );
         assert!(reply.is_ok(), "{reply:?}");

@@ -350,6 +350,7 @@ pub async fn acquire(
             key: key.into(),
             wait_ms,
             session_secret: secret_of(endpoint, session),
+            wait_timeout_ms: 0,
         })
         .await
         .map(|r| r.into_inner())

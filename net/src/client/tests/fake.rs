@@ -48,6 +48,7 @@ pub struct State {
     pub acquires: Vec<AcquireSeen>,
     pub creates: Vec<usize>,
     pub releases: Vec<(u64, u64, u64)>, // session, request id, token
+    pub cancels: Vec<(u64, String)>,    // session, key
     pub keepalive_mode: Option<KeepAliveMode>,
     /// How long the leader takes to answer a keepalive after receiving it.
     pub keepalive_answer_delay: Duration,
@@ -380,6 +381,32 @@ impl Lock for Replica {
         Ok(Response::new(proto::ReleaseResponse {
             token: request.token,
             next,
+        }))
+    }
+
+    async fn cancel_wait(
+        &self,
+        request: Request<proto::CancelWaitRequest>,
+    ) -> Result<Response<proto::CancelWaitResponse>, Status> {
+        self.check_leader()?;
+        let request = request.into_inner();
+        self.check_session(request.session_id, &request.session_secret)?;
+        let mut state = self.state();
+        let session = request.session_id;
+        state.cancels.push((session, request.key.clone()));
+        let held_token = state
+            .holders
+            .get(&request.key)
+            .filter(|(holder, _)| *holder == session)
+            .map(|(_, token)| *token);
+        let queue = state.queues.entry(request.key).or_default();
+        let removed = queue.contains(&session);
+        queue.retain(|s| *s != session);
+        let revision = state.next_revision();
+        Ok(Response::new(proto::CancelWaitResponse {
+            removed,
+            held_token,
+            revision,
         }))
     }
 

@@ -1,0 +1,256 @@
+//! The node's waiting `Acquire` proposals: applied as `Queued`, answered once when the wait
+//! ends (the state machine reports each ended wait: [`LockStateMachine::wait_ends`]) or when
+//! their hold time passes. Only the leader has any (its proposals fail when it steps down).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::locks::{
+    AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, SessionId,
+    WaitEnd, WaitEndKind,
+};
+use crate::time::Instant;
+
+use super::{Action, Node, NodeCommand, ProposalId};
+
+/// How long a pending proposal that turns into a wait is held before it is answered `Queued`
+/// (`None`: until the wait ends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Hold {
+    pub ms: Option<u64>,
+    /// An `Acquire` with a wait (counted against the bound of pending waits).
+    pub waits: bool,
+}
+
+/// (session, namespace, key) of a wait.
+pub(super) type WaitKey = (SessionId, String, String);
+
+/// What a waiting proposal waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Waited {
+    pub key: WaitKey,
+    /// The `Acquire`'s `wait_timeout_ms` (for the `WaitExpired` answer).
+    pub timeout_ms: Option<u64>,
+}
+
+/// The session and key an `Acquire` with a wait is for.
+pub(super) fn waited_key(command: &Command) -> Option<Waited> {
+    match command {
+        Command::Acquire {
+            session,
+            namespace,
+            key,
+            wait: true,
+            wait_timeout_ms,
+            ..
+        } => Some(Waited {
+            key: (*session, namespace.clone(), key.clone()),
+            timeout_ms: *wait_timeout_ms,
+        }),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct PendingWaits {
+    by_proposal: BTreeMap<ProposalId, (Waited, Option<Instant>)>,
+    /// Several proposals may wait for one key (a client retried with the same request id).
+    by_key: BTreeMap<WaitKey, BTreeSet<ProposalId>>,
+    hold_ends: BTreeSet<(Instant, ProposalId)>,
+}
+
+impl PendingWaits {
+    pub fn len(&self) -> usize {
+        self.by_proposal.len()
+    }
+
+    pub fn insert(&mut self, proposal: ProposalId, waited: Waited, hold_end: Option<Instant>) {
+        let inserted = self
+            .by_key
+            .entry(waited.key.clone())
+            .or_default()
+            .insert(proposal);
+        assert!(inserted, "proposal {proposal:?} waits twice");
+        if let Some(at) = hold_end {
+            self.hold_ends.insert((at, proposal));
+        }
+        let old = self.by_proposal.insert(proposal, (waited, hold_end));
+        assert!(old.is_none(), "proposal {proposal:?} waits twice");
+    }
+
+    fn remove(&mut self, proposal: ProposalId) -> Option<Waited> {
+        let (waited, hold_end) = self.by_proposal.remove(&proposal)?;
+        if let Some(at) = hold_end {
+            assert!(
+                self.hold_ends.remove(&(at, proposal)),
+                "hold end not indexed"
+            );
+        }
+        let proposals = self.by_key.get_mut(&waited.key).expect("indexed by key");
+        assert!(proposals.remove(&proposal), "proposal not indexed by key");
+        if proposals.is_empty() {
+            self.by_key.remove(&waited.key);
+        }
+        Some(waited)
+    }
+
+    /// Removes every proposal waiting for `key`.
+    fn take_key(&mut self, key: &WaitKey) -> Vec<(ProposalId, Waited)> {
+        let proposals = self.by_key.get(key).cloned().unwrap_or_default();
+        proposals
+            .into_iter()
+            .map(|p| (p, self.remove(p).expect("indexed")))
+            .collect()
+    }
+
+    pub fn hold_end_next(&self) -> Option<Instant> {
+        self.hold_ends.first().map(|(at, _)| *at)
+    }
+
+    pub fn into_proposals(self) -> impl Iterator<Item = ProposalId> {
+        self.by_proposal.into_keys()
+    }
+
+    /// Checks the indexes mirror each other (O(n): tests and debug builds).
+    fn check(&self) {
+        let by_key: usize = self.by_key.values().map(BTreeSet::len).sum();
+        assert_eq!(
+            by_key,
+            self.by_proposal.len(),
+            "waits by key vs by proposal"
+        );
+        let holds = self
+            .by_proposal
+            .values()
+            .filter(|(_, h)| h.is_some())
+            .count();
+        assert_eq!(holds, self.hold_ends.len(), "hold ends vs held waits");
+    }
+}
+
+/// The answer to a wait that `end` ended.
+fn ended_answer(end: &WaitEnd, waited: &Waited) -> Outcome {
+    let (session, namespace, key) = (end.session, end.namespace.to_string(), end.key.to_string());
+    match end.kind {
+        WaitEndKind::Granted { token } => Ok(Reply::Acquire(AcquireReply::Granted { token })),
+        WaitEndKind::Removed {
+            cause: ReleaseCause::WaitExpired,
+        } => Err(LockError::WaitExpired {
+            session,
+            namespace,
+            key,
+            timeout_ms: waited.timeout_ms.unwrap_or(0),
+        }),
+        WaitEndKind::Removed {
+            cause: ReleaseCause::WaitCancelled,
+        } => Err(LockError::WaitCancelled {
+            session,
+            namespace,
+            key,
+        }),
+        // The session was closed, expired or revoked.
+        WaitEndKind::Removed { .. } => Err(LockError::UnknownSession { session }),
+    }
+}
+
+/// What is true now of a wait: granted (its token), still queued, or ended.
+fn answer_now(sm: &LockStateMachine, key: &WaitKey) -> Option<Outcome> {
+    let (session, namespace, k) = key;
+    if let Some(token) = sm.holder_token(*session, namespace, k) {
+        return Some(Ok(Reply::Acquire(AcquireReply::Granted { token })));
+    }
+    if sm.wait_position(*session, namespace, k).is_some() {
+        return None;
+    }
+    if sm.session(*session).is_none() {
+        return Some(Err(LockError::UnknownSession { session: *session }));
+    }
+    Some(Err(LockError::WaitEnded {
+        session: *session,
+        namespace: namespace.clone(),
+        key: k.clone(),
+    }))
+}
+
+impl Node {
+    /// Answers the waiting proposals whose wait the last applied command ended.
+    pub(super) fn answer_ended_waits(&mut self) {
+        if self.waits.len() == 0 {
+            return;
+        }
+        for end in self.sm.wait_ends() {
+            let key = (end.session, end.namespace.to_string(), end.key.to_string());
+            for (proposal, waited) in self.waits.take_key(&key) {
+                let outcome = ended_answer(end, &waited);
+                if outcome.is_ok() {
+                    self.counters.waits_granted += 1;
+                }
+                self.actions.push_back(Action::Reply { proposal, outcome });
+            }
+        }
+    }
+
+    /// Answers `Queued` (at the current position) to the waiting proposals whose hold time
+    /// passed; their waits go on.
+    pub(super) fn answer_held_waits(&mut self) {
+        while let Some(at) = self.waits.hold_end_next() {
+            if at > self.now {
+                break;
+            }
+            let (_, proposal) = *self.waits.hold_ends.first().expect("not empty");
+            let waited = self.waits.remove(proposal).expect("indexed");
+            let (session, namespace, key) = &waited.key;
+            let outcome = match self.sm.wait_position(*session, namespace, key) {
+                Some(position) => Ok(Reply::Acquire(AcquireReply::Queued { position })),
+                None => answer_now(&self.sm, &waited.key).expect("not waiting"),
+            };
+            self.counters.waits_answered_queued += 1;
+            self.actions.push_back(Action::Reply { proposal, outcome });
+        }
+        if cfg!(debug_assertions) {
+            self.waits.check();
+        }
+    }
+
+    /// After a snapshot replaced the state, answers the waits that ended inside it.
+    pub(super) fn recheck_waits(&mut self) {
+        let proposals: Vec<(ProposalId, WaitKey)> = self
+            .waits
+            .by_proposal
+            .iter()
+            .map(|(p, (w, _))| (*p, w.key.clone()))
+            .collect();
+        for (proposal, key) in proposals {
+            if let Some(outcome) = answer_now(&self.sm, &key) {
+                self.waits.remove(proposal);
+                self.actions.push_back(Action::Reply { proposal, outcome });
+            }
+        }
+    }
+
+    /// Leader: proposes `ExpireWaits` once the earliest wait deadline passed.
+    pub(super) fn propose_wait_expiries(&mut self) {
+        if !self.ready || self.wait_expiry_retry_at.is_some_and(|t| t > self.now) {
+            return;
+        }
+        if self.sm.wait_deadline_next().is_none_or(|at| at > self.now) {
+            self.wait_expiry_retry_at = None;
+            return;
+        }
+        let entry = NodeCommand {
+            origin: self.replica.id(),
+            boot: self.cfg.boot,
+            proposal: ProposalId(0),
+            command: Command::ExpireWaits,
+        };
+        let cfg = self.replica.config();
+        let (heartbeat_ms, election_ms) = (cfg.heartbeat_ms, cfg.election_timeout_ms_max);
+        match self.replica.propose(self.now, entry) {
+            Ok(()) => {
+                self.counters.wait_expiry_proposals += 1;
+                // Not again until it is applied (or, if it was lost, after this).
+                self.wait_expiry_retry_at = Some(self.now.add_ms(election_ms));
+            }
+            Err(_) => self.wait_expiry_retry_at = Some(self.now.add_ms(heartbeat_ms)),
+        }
+    }
+}
