@@ -50,6 +50,9 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
         let command = driver.command(&op, &model);
         let stamp = Instant::from_millis(1_000 + step as u64);
         let outcome = checks.apply(&mut sm, stamp, command.clone());
+        // The model's log time, as the state machine's (stamps rise here): wait deadlines
+        // count from it.
+        model.time_ms = stamp.as_millis();
         let expected = model.apply(&command);
         assert_eq!(outcome, expected, "step {step} command {command:?}");
         assert_eq!(sm.revision(), Revision(model.revision));
@@ -65,7 +68,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
 /// One step of the model mode (indexes are taken modulo their vocabulary by the model's driver).
 fn model_op(u: &mut Unstructured) -> Result<Op> {
     let small = |u: &mut Unstructured| u.arbitrary::<u8>().map(usize::from);
-    Ok(match u.int_in_range(0..=6u8)? {
+    Ok(match u.int_in_range(0..=8u8)? {
         0 => Op::Create {
             ttl: small(u)?,
             secret: small(u)?,
@@ -85,6 +88,7 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             ns: small(u)?,
             key: small(u)?,
             wait: u.arbitrary()?,
+            timeout: small(u)?,
             proof: small(u)?,
         },
         4 => Op::Release {
@@ -98,6 +102,13 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             session: small(u)?,
             back: small(u)?,
         },
+        7 => Op::Cancel {
+            session: small(u)?,
+            ns: small(u)?,
+            key: small(u)?,
+            proof: small(u)?,
+        },
+        8 => Op::ExpireWaits,
         _ => Op::Reuse {
             session: small(u)?,
             back: small(u)?,

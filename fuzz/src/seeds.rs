@@ -409,6 +409,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 key: "invoice/42".into(),
                 wait_ms: 1_000,
                 session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
+                wait_timeout_ms: 5_000,
             }
             .encode_to_vec(),
         ),

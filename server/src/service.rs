@@ -274,7 +274,8 @@ impl proto::lock_server::Lock for LockService {
         &self,
         request: Request<proto::CancelWaitRequest>,
     ) -> Result<Response<proto::CancelWaitResponse>, Status> {
-        let principal = self.0.auth.client_principal(request.metadata()).await?;
+        let ns = Some(request.get_ref().namespace.as_str());
+        let principal = self.0.auth.lock_caller(&request, ns).await?;
         let command = request.into_inner().into_command(&principal)?;
         let (reply, revision) = self.0.propose(command, 0).await?;
         let response = proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)?;

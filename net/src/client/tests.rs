@@ -388,7 +388,10 @@ async fn dropping_a_waiting_lock_cancels_the_wait_in_the_background() {
     for _ in 0..100 {
         let (cancels, queued) = {
             let state = state.lock().unwrap();
-            (state.cancels.clone(), state.queues["a"].contains(&waiter.id()))
+            (
+                state.cancels.clone(),
+                state.queues["a"].contains(&waiter.id()),
+            )
         };
         if cancels == vec![(waiter.id(), "a".to_owned())] {
             assert!(!queued, "the cancel left the queue");
