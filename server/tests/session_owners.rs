@@ -4,13 +4,14 @@
 //! rule, and the victim's holds, the revision and the audit are unchanged.
 //!
 //! The attack is written against a [`Caller`] (a channel and an optional bearer token), so the
-//! same suite runs with other credentials (e.g. client certificates: a `Caller` whose channel
-//! carries the certificate) by building the attackers differently.
+//! same suite runs with OIDC tokens and, separately, with mutual TLS (a `Caller` whose channel
+//! carries a client certificate, the certificate's subject being the principal).
 
 mod common;
 
 use std::time::Duration;
 
+use common::pki::Name;
 use common::*;
 use picket_net::proto::{self, admin_client::AdminClient, lock_client::LockClient};
 use picket_net::secret::SessionSecret;
@@ -29,6 +30,29 @@ struct Caller {
 }
 
 impl Caller {
+    /// A caller over TLS that trusts the test CA and presents `cert` (or no certificate).
+    /// Lazy: a connection the server refuses shows on the first call, as a client sees it.
+    fn connect_tls(endpoint: &str, ca: &std::path::Path, cert: Option<&pki::Pem>) -> Caller {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
+            std::fs::read(ca).expect("the test CA"),
+        ));
+        if let Some(pem) = cert {
+            let (cert, key) = (std::fs::read(&pem.cert), std::fs::read(&pem.key));
+            tls = tls.identity(Identity::from_pem(cert.unwrap(), key.unwrap()));
+        }
+        let channel = Channel::from_shared(endpoint.to_owned())
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .timeout(Duration::from_secs(5))
+            .connect_lazy();
+        Caller {
+            channel,
+            bearer: None,
+        }
+    }
+
     async fn connect(endpoint: &str, bearer: Option<String>) -> Caller {
         let channel = Channel::from_shared(endpoint.to_owned())
             .unwrap()
@@ -189,11 +213,31 @@ async fn open_victim(caller: Caller) -> Victim {
 fn rule_of(result: Result<impl std::fmt::Debug, Status>, call: &str, attacker: &str) -> String {
     match result {
         Ok(answer) => panic!("{attacker}: {call} was answered: {answer:?}"),
-        Err(status) => error_detail(&status)
-            .map(|d| d.rule)
-            .unwrap_or_else(|| format!("no detail: {status:?}")),
+        Err(status) => status_rule(&status),
     }
 }
+
+/// The refusal's rule; [`REFUSED_BY_TLS`] when the TLS layer refused the connection (no gRPC
+/// answer at all, so no detail).
+fn status_rule(status: &Status) -> String {
+    match error_detail(status) {
+        Some(detail) => detail.rule,
+        // The transport's own failures (the connection was closed or never worked): never a
+        // gRPC answer.
+        None if matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+        ) =>
+        {
+            REFUSED_BY_TLS.to_owned()
+        }
+        None => format!("no detail: {status:?}"),
+    }
+}
+
+/// What a call without a client certificate meets under mutual TLS: the handshake is refused,
+/// so the call never reaches Picket's services.
+const REFUSED_BY_TLS: &str = "(refused by the TLS layer)";
 
 /// Every call an attacker can make on the victim's session, with the victim's id and token;
 /// answers (call, rule) for each.
@@ -207,9 +251,7 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
     };
     // Without credentials the stream itself is refused; otherwise the entry is answered alone.
     let rule = match caller.keepalives(vec![keepalive]).await {
-        Err(status) => picket_net::status::error_detail(&status)
-            .map(|d| d.rule)
-            .unwrap_or_default(),
+        Err(status) => status_rule(&status),
         Ok(answers) => {
             let answer = answers.first().expect("the entry is answered");
             assert_eq!(
@@ -387,4 +429,47 @@ async fn with_oidc_nobody_acts_on_another_principals_session() {
         }))
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mutual_tls_nobody_acts_on_another_principals_session() {
+    // Every verified certificate may lock (`certificate_roles` defaults to picket-client).
+    let cluster = OidcCluster::start_with(Options {
+        oidc: false,
+        tls: true,
+        mtls: true,
+        extra: String::new(),
+    });
+    let leader = cluster.leader(Duration::from_secs(20)).await;
+    let endpoint = &cluster.endpoints[leader];
+    let pki = cluster.pki.as_ref().unwrap();
+    let svc = pki.client("svc", Name::Uri("spiffe://picket.test/svc/billing"));
+    let mallory = pki.client("mallory", Name::Cn("mallory"));
+    let olivia = pki.client("olivia", Name::Dns("olivia.ops.picket.test"));
+    let owner = Caller::connect_tls(endpoint, &pki.ca, Some(&svc));
+    let victim = open_victim(owner).await;
+    let guessed = SessionSecret::generate().as_bytes().to_vec();
+    let attackers = [
+        Attacker {
+            name: "no client certificate",
+            caller: Caller::connect_tls(endpoint, &pki.ca, None),
+            secret: guessed.clone(),
+            rule: REFUSED_BY_TLS,
+        },
+        Attacker {
+            // Even with the victim's secret (leaked): another certificate's principal is refused.
+            name: "another principal's valid certificate",
+            caller: Caller::connect_tls(endpoint, &pki.ca, Some(&mallory)),
+            secret: victim.secret.clone(),
+            rule: "session_not_yours",
+        },
+        Attacker {
+            name: "the right certificate with a wrong secret",
+            caller: Caller::connect_tls(endpoint, &pki.ca, Some(&svc)),
+            secret: guessed,
+            rule: "session_not_yours",
+        },
+    ];
+    let observer = Caller::connect_tls(endpoint, &pki.ca, Some(&olivia));
+    assert_attacks_refused(&attackers, &victim, &observer).await;
 }

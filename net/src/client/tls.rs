@@ -195,6 +195,8 @@ impl TlsMismatch {
                 "invalid frame",
                 "broken pipe",
                 "connection reset",
+                // The TLS server closes on the preface before h2 reads anything back.
+                "connection closed",
             ];
             return any(&garbage).then_some(TlsMismatch::PlaintextToTls);
         }
@@ -328,7 +330,12 @@ mod tests {
             TlsMismatch::for_call(closed, true),
             Some(TlsMismatch::ClientCertificateRequired)
         );
-        assert_eq!(TlsMismatch::for_call(closed, false), None);
+        // A plaintext client sees the same words when the TLS port closes on its preface
+        // (seen in server/tests/tls_journey.rs): the hint is worded as a possibility.
+        assert_eq!(
+            TlsMismatch::for_call(closed, false),
+            Some(TlsMismatch::PlaintextToTls)
+        );
         let h2 = "transport error: http2 error: connection error detected: frame with invalid size";
         assert_eq!(
             TlsMismatch::for_call(h2, false),
