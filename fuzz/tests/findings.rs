@@ -57,3 +57,35 @@ fn segment_whose_indexes_overflow_is_refused() {
         Err(_) => panic!("Log::open panicked on a segment whose indexes overflow u64"),
     }
 }
+
+/// log_recovery (finding 9): a version-2 segment whose data is a commit record and no record
+/// was accepted; an append could not roll (the next index was the segment's name), the file grew
+/// past `segment_len_max`, and the next open refused the log. Such a segment is not one this log
+/// writes: recovery refuses it and leaves the file as it was.
+#[test]
+fn commit_record_before_any_record_is_corruption() {
+    use picket_storage::format::{encode_commit, encode_segment_header_v2};
+    let first = 48;
+    let mut bytes = encode_segment_header_v2(first).to_vec();
+    encode_commit(&mut bytes, first);
+    let name = format!("{first:020}.seg");
+    let disk = disk_with(&[(&name, bytes.clone())]);
+    match open(&disk) {
+        Err(Error::Corruption { kind, offset, .. }) => {
+            assert_eq!(
+                kind,
+                CorruptionKind::BadRecord("commit record before the segment's first record")
+            );
+            assert_eq!(offset, bytes.len() as u64 - 16, "at the commit record");
+        }
+        other => panic!(
+            "expected corruption, got {:?}",
+            other.map(|l| l.next_index())
+        ),
+    }
+    assert_eq!(
+        disk.read_file(&Path::new("/log").join(name)).unwrap(),
+        bytes,
+        "recovery that refuses a log changes nothing"
+    );
+}

@@ -221,6 +221,19 @@ fn scan_segment<D: Disk>(
                         uncommitted = true;
                     }
                     Frame::Commit { next_index, .. } => {
+                        // Every segment this log writes starts its data with a record (a commit
+                        // closes records appended to the segment). A segment of commit records
+                        // alone could not roll on append (its next index is its name) and would
+                        // grow past the longest segment recovery accepts.
+                        if offsets.is_empty() {
+                            return Err(Error::corruption(
+                                path,
+                                off as u64,
+                                CorruptionKind::BadRecord(
+                                    "commit record before the segment's first record",
+                                ),
+                            ));
+                        }
                         if next_index != header.first_index + offsets.len() as u64 {
                             return Err(Error::corruption(
                                 path,
