@@ -289,10 +289,23 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let http_addr = match config.http_listen {
         Some(addr) => {
             let https = crate::tls::http_server_config(config.tls.as_ref())?;
+            let forward_ca_pem =
+                match config.tls.as_ref().filter(|t| t.http) {
+                    Some(tls) => Some(std::fs::read(&tls.ca).map_err(|e| {
+                        StartError::Tls(format!("tls.ca: {}: {e}", tls.ca.display()))
+                    })?),
+                    None => None,
+                };
             let cluster = crate::http::HttpCluster {
                 node_id: config.node_id,
                 endpoints: config.http_endpoints(),
+                forward_ca_pem,
             };
+            if let Err(e) = cluster.forward_client() {
+                return Err(StartError::Tls(format!(
+                    "tls.ca: cannot trust it for forwarding inspection to the leader: {e}"
+                )));
+            }
             let (task, bound) = serve_http(
                 addr,
                 https,

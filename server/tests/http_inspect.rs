@@ -337,6 +337,7 @@ fn cluster(me: u64, leader: Option<String>) -> HttpCluster {
     HttpCluster {
         node_id: me,
         endpoints,
+        forward_ca_pem: None,
     }
 }
 
