@@ -408,7 +408,7 @@ pub async fn keepalive(endpoint: &str, session: u64) -> Result<proto::KeepAliveR
     .await
     .unwrap();
     let mut responses = client
-        .keep_alive(picket_server::stream::ChannelStream::new(rx))
+        .keep_alive(picket_server::api::stream::ChannelStream::new(rx))
         .await?
         .into_inner();
     let first = responses.message().await?;

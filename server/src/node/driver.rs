@@ -8,7 +8,7 @@
 //!   stepped; the actions this releases (held promises and acceptances, replies) are drained
 //!   in the same way until none is left;
 //! - `Send` actions go to the per-peer outbound queues (batched on long-lived streams by
-//!   [`crate::peer`]);
+//!   [`crate::node::peer`]);
 //! - replies go back to the waiting gRPC handlers through oneshot channels.
 //!
 //! `Acquire` with a wait: the node itself holds the proposal until the wait ends (granted,
@@ -33,9 +33,9 @@ use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
-use crate::clock::Clock;
-use crate::durable::{is_fsync_error, DurableStore, PersistOp, StorageCondition, StoreError};
 use crate::metrics::{namespace_stats, Metrics, PaxosStats};
+use crate::node::clock::Clock;
+use crate::node::durable::{is_fsync_error, DurableStore, PersistOp, StorageCondition, StoreError};
 
 /// A Paxos message of the node.
 pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
@@ -233,7 +233,7 @@ pub struct Driver<D: Disk + Clone, C: Clock> {
     /// When the namespace series are recomputed next.
     stats_next: Instant,
     /// Simulation only: a group commit written whose fsync the buggify point made slow; `run`
-    /// waits this long before it acknowledges the persist (`crate::buggify::slow_fsync`).
+    /// waits this long before it acknowledges the persist (`crate::node::buggify::slow_fsync`).
     #[cfg(madsim)]
     slow_fsync: Option<(paxos::PersistId, Duration)>,
     /// How this start's recovery ended; `durable_state_lost` follows the core.
@@ -659,7 +659,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                 }
             }
             #[cfg(madsim)]
-            if let Some(stall) = crate::buggify::slow_fsync() {
+            if let Some(stall) = crate::node::buggify::slow_fsync() {
                 self.slow_fsync = Some((last, stall));
                 return Ok(());
             }

@@ -86,7 +86,7 @@ pub struct Health {
     /// Why not ready, in words (empty when ready).
     pub detail: String,
     /// How this start's storage recovery ended and whether the durable state is lost now.
-    pub storage: crate::durable::StorageCondition,
+    pub storage: crate::node::durable::StorageCondition,
 }
 
 #[derive(Clone)]
@@ -323,15 +323,15 @@ fn answer<T, J: Serialize>(
 const RUNBOOKS: [(&str, &str); 3] = [
     (
         "stuck-lock.md",
-        include_str!("../../../docs/runbooks/stuck-lock.md"),
+        include_str!("../../../../docs/runbooks/stuck-lock.md"),
     ),
     (
         "cluster-down.md",
-        include_str!("../../../docs/runbooks/cluster-down.md"),
+        include_str!("../../../../docs/runbooks/cluster-down.md"),
     ),
     (
         "replace-disk.md",
-        include_str!("../../../docs/runbooks/replace-disk.md"),
+        include_str!("../../../../docs/runbooks/replace-disk.md"),
     ),
 ];
 

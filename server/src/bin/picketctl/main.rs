@@ -3,7 +3,7 @@
 //!
 //! Every command talks to the cluster through `picket_net::client` (leader following, retries,
 //! timeouts). Output is for people by default and JSON with `--json` (one object per command;
-//! `watch` prints one object per event).
+//! `watch` prints one object per event). See `picketctl --help` and `docs/client.md`.
 
 mod child;
 mod commands;
@@ -429,7 +429,7 @@ fn hostname() -> String {
 }
 
 /// Parses the arguments, runs the command, and answers the exit status.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
