@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use picket_core::locks::{
+use picket_core::locks::{LockMode, 
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
     LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof, Token,
 };
@@ -258,6 +258,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             request: picket_core::locks::RequestId(u64::from(*request % 16)),
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
+            mode: LockMode::Exclusive,
             wait: *wait,
             wait_timeout_ms: None,
         },
@@ -317,6 +318,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
             expected_token: Token(u64::from(*token)),
+            holder: None,
             reason: if *token % 5 == 0 { " " } else { "stuck" }.into(),
             revoke_session: *revoke,
         },

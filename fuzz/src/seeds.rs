@@ -6,7 +6,7 @@
 //! far deeper than random bytes); the schedule targets, which read their input through
 //! `arbitrary`, get a few pseudo-random inputs of several lengths.
 
-use picket_core::locks::{
+use picket_core::locks::{LockMode, 
     Actor, ClassSpec, Command, Identity, LockConfig, LockStateMachine, RequestId, Role, SessionId,
     SessionProof, Token,
 };
@@ -153,6 +153,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         },
@@ -162,6 +163,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: true,
             wait_timeout_ms: None,
         },
@@ -171,6 +173,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(2),
             namespace: "jobs".into(),
             key: "nightly".into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         },
@@ -179,6 +182,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "jobs".into(),
             key: "nightly".into(),
             expected_token: Token(6),
+            holder: None,
             reason: "stuck job".into(),
             revoke_session: false,
         },
@@ -211,6 +215,7 @@ fn sample_commands() -> Vec<Command> {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: true,
             wait_timeout_ms: None,
         },

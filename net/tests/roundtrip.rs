@@ -4,7 +4,7 @@ mod strategies;
 
 use std::collections::BTreeMap;
 
-use picket_core::locks::{
+use picket_core::locks::{LockMode, 
     AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockSnapshot,
     LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof,
 };
@@ -133,6 +133,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                     request: RequestId(request),
                     namespace: "orders".into(),
                     key: format!("k{key}"),
+                    mode: LockMode::Exclusive,
                     wait,
                     wait_timeout_ms: None,
                 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use picket_core::locks::{
+use picket_core::locks::{LockMode, 
     AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId, SessionProof,
 };
 use picket_core::node::{Node, NodeConfig};
@@ -183,6 +183,7 @@ fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
         request: RequestId(request),
         namespace: "orders".into(),
         key: "k".into(),
+        mode: LockMode::Exclusive,
         wait,
         wait_timeout_ms: None,
     }

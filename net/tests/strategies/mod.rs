@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use picket_core::locks::{
+use picket_core::locks::{LockMode, 
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
     LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply, Reply,
@@ -134,6 +134,7 @@ pub fn command() -> impl Strategy<Value = Command> {
                         request: RequestId(request),
                         namespace,
                         key,
+                        mode: LockMode::Exclusive,
                         wait,
                         wait_timeout_ms,
                     }
@@ -175,6 +176,7 @@ pub fn command() -> impl Strategy<Value = Command> {
                     namespace,
                     key,
                     expected_token,
+                    holder: None,
                     reason,
                     revoke_session,
                 }

@@ -64,7 +64,7 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
 mod tests {
     use super::*;
     use picket_core::locks::{
-        Actor, ClassSpec, Command, Identity, LockConfig, RequestId, Role, SessionId, SessionProof,
+        Actor, ClassSpec, Command, Identity, LockConfig, LockMode, RequestId, Role, SessionId, SessionProof,
     };
 
     fn session(sm: &mut LockStateMachine, t: u64, name: &str) -> SessionId {
@@ -93,6 +93,7 @@ mod tests {
                 request: RequestId(r),
                 namespace: ns.to_owned(),
                 key: key.to_owned(),
+                mode: LockMode::Exclusive,
                 wait: true,
                 wait_timeout_ms: None,
             },
