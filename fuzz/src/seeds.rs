@@ -6,9 +6,9 @@
 //! far deeper than random bytes); the schedule targets, which read their input through
 //! `arbitrary`, get a few pseudo-random inputs of several lengths.
 
-use picket_core::locks::{LockMode, 
-    Actor, ClassSpec, Command, Identity, LockConfig, LockStateMachine, RequestId, Role, SessionId,
-    SessionProof, Token,
+use picket_core::locks::{
+    Actor, ClassSpec, Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, Role,
+    SessionId, SessionProof, Token,
 };
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
@@ -415,6 +415,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 wait_ms: 1_000,
                 session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
                 wait_timeout_ms: 5_000,
+                mode: 0,
             }
             .encode_to_vec(),
         ),
@@ -454,6 +455,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 expected_token: 2,
                 reason: "stuck".into(),
                 revoke_session: true,
+                holder_session_id: 0,
             }
             .encode_to_vec(),
         ),

@@ -4,8 +4,8 @@ mod strategies;
 
 use std::collections::BTreeMap;
 
-use picket_core::locks::{LockMode, 
-    AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockSnapshot,
+use picket_core::locks::{
+    AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockMode, LockSnapshot,
     LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof,
 };
 use picket_core::time::Instant;

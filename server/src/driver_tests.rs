@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use picket_core::locks::{LockMode, 
-    AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId, SessionProof,
+use picket_core::locks::{
+    AcquireReply, Command, Identity, LockConfig, LockMode, Reply, RequestId, SessionId,
+    SessionProof,
 };
 use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, NodeId};

@@ -144,6 +144,10 @@ pub enum Command {
         /// Fail at once (exit 5) if the key is held instead of waiting.
         #[arg(long)]
         no_wait: bool,
+        /// Take the key in shared mode, together with other shared holders (waits behind an
+        /// exclusive request queued before it).
+        #[arg(long)]
+        shared: bool,
         /// Give up waiting after this long (e.g. 30s, 500ms, 2m; exit 4), leaving the queue.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
@@ -276,6 +280,10 @@ pub enum ForceRelease {
         /// The token you saw in `inspect` (the release fails if the key changed hands).
         #[arg(long)]
         token: u64,
+        /// The holder's session id, as `inspect` showed it: required for a shared key whose
+        /// holders share the token (granted together); optional otherwise (checked if given).
+        #[arg(long)]
+        session: Option<u64>,
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
@@ -497,6 +505,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             key,
             ttl_ms,
             no_wait,
+            shared,
             timeout,
             kill_grace,
             name,
@@ -507,6 +516,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
                 key,
                 ttl_ms,
                 no_wait,
+                shared,
                 timeout,
                 kill_grace,
                 name,

@@ -76,6 +76,8 @@ pub struct LockArgs {
     pub key: String,
     pub ttl_ms: Option<u64>,
     pub no_wait: bool,
+    /// Shared mode (else exclusive).
+    pub shared: bool,
     /// Give up waiting for the lock after this long (and leave the queue).
     pub timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
@@ -143,6 +145,7 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         key,
         ttl_ms,
         no_wait,
+        shared,
         timeout,
         kill_grace,
         name,
@@ -193,7 +196,12 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
     };
     let acquired = tokio::select! {
         guard = async {
-            if no_wait { session.try_lock(namespace, key).await } else { session.lock(namespace, key).await }
+            match (no_wait, shared) {
+                (true, false) => session.try_lock(namespace, key).await,
+                (false, false) => session.lock(namespace, key).await,
+                (true, true) => session.try_lock_shared(namespace, key).await,
+                (false, true) => session.lock_shared(namespace, key).await,
+            }
         } => guard.map_err(CtlError::from),
         () = wait_timeout => Err(CtlError::TimedOut(format!(
             "{namespace}/{key} was not granted within {} ms; left the queue",

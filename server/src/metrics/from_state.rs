@@ -64,7 +64,8 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
 mod tests {
     use super::*;
     use picket_core::locks::{
-        Actor, ClassSpec, Command, Identity, LockConfig, LockMode, RequestId, Role, SessionId, SessionProof,
+        Actor, ClassSpec, Command, Identity, LockConfig, LockMode, RequestId, Role, SessionId,
+        SessionProof,
     };
 
     fn session(sm: &mut LockStateMachine, t: u64, name: &str) -> SessionId {
