@@ -8,8 +8,8 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, SessionProof,
-    Token,
+    Command, Identity, LockConfig, LockMode, LockStateMachine, Reply, RequestId, SessionId,
+    SessionProof, Token,
 };
 use picket_core::time::Instant;
 
@@ -33,6 +33,7 @@ fn acquire(session: SessionId, request: u64, key: String, wait: bool) -> Command
         request: RequestId(request),
         namespace: "orders".into(),
         key,
+        mode: LockMode::Exclusive,
         wait,
         wait_timeout_ms: None,
     }

@@ -11,8 +11,8 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionId, SessionProof,
-    Token,
+    Command, Identity, LockConfig, LockMode, LockStateMachine, Reply, RequestId, SessionId,
+    SessionProof, Token,
 };
 use picket_core::time::Instant;
 
@@ -38,6 +38,7 @@ fn acquire(session: SessionId, request: u64, key: String) -> Command {
         request: RequestId(request),
         namespace: "orders".into(),
         key,
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     }

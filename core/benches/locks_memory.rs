@@ -8,7 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SessionProof,
+    Command, Identity, LockConfig, LockMode, LockStateMachine, Reply, RequestId, SessionProof,
 };
 use picket_core::time::Instant;
 
@@ -68,6 +68,7 @@ fn main() {
                 request: RequestId(h + 1),
                 namespace: "orders".into(),
                 key: format!("invoice/{i:06}-{h}"),
+                mode: LockMode::Exclusive,
                 wait: false,
                 wait_timeout_ms: None,
             };

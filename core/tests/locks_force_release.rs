@@ -2,8 +2,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, ForceReleaseId,
-    Identity, LockConfig, LockError, LockStateMachine, ReleaseCause, Reply, RequestId, Revision,
-    Role, SessionId, SessionProof, Token, WatchFilter,
+    Identity, LockConfig, LockError, LockMode, LockStateMachine, ReleaseCause, Reply, RequestId,
+    Revision, Role, SessionId, SessionProof, Token, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -53,6 +53,7 @@ impl World {
             request: RequestId(self.request),
             namespace: "orders".into(),
             key: key.into(),
+            mode: LockMode::Exclusive,
             wait,
             wait_timeout_ms: None,
         };
@@ -95,6 +96,7 @@ impl World {
             namespace: "orders".into(),
             key: key.into(),
             expected_token: token,
+            holder: None,
             reason: "holder wedged, queue of 40".into(),
             revoke_session: revoke,
         })
@@ -726,6 +728,7 @@ fn deny_roles_reasons_and_bounds() {
         namespace: "orders".into(),
         key: "k".into(),
         expected_token: token,
+        holder: None,
         reason: "  ".into(),
         revoke_session: false,
     };
@@ -874,7 +877,7 @@ mod random {
                 let command = match &op {
                     Op::Acquire { session, key, wait } => {
                         w.request += 1;
-                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), wait: *wait , wait_timeout_ms: None}
+                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), mode: LockMode::Exclusive, wait: *wait , wait_timeout_ms: None}
                     }
                     Op::Release { session, key } => {
                         w.request += 1;
@@ -894,6 +897,7 @@ mod random {
                             namespace: "orders".into(),
                             key: KEYS[*key].into(),
                             expected_token: if *stale { Token(token.0 + 1) } else { token },
+                            holder: None,
                             reason: "stuck".into(),
                             revoke_session: *revoke,
                         }

@@ -3,8 +3,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, Identity,
-    LockConfig, LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token,
-    WatchError, WatchFilter,
+    LockConfig, LockMode, LockStateMachine, Reply, RequestId, Revision, Role, SessionId,
+    SessionProof, Token, WatchError, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -35,6 +35,7 @@ fn acquire(ns: &str, session: SessionId, request: u64, key: &str) -> Command {
         request: RequestId(request),
         namespace: ns.into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait: true,
         wait_timeout_ms: None,
     }
@@ -72,6 +73,7 @@ fn busy_state() -> LockStateMachine {
         namespace: "ns".into(),
         key: "f/1".into(),
         expected_token: Token(4),
+        holder: None,
         reason: "stuck".into(),
         revoke_session: true,
     };
@@ -138,9 +140,10 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     s.sessions.push(s.sessions[0].clone());
     refuse(s, "listed twice");
     let mut s = good.clone();
-    let holder = s.locks[0].holder.session;
+    let holder = s.locks[0].holders[0].session;
     s.locks[0].waiters.push(picket_core::locks::WaiterSnapshot {
         session: holder,
+        mode: LockMode::Exclusive,
         queued_at: Instant::ZERO,
         deadline: None,
     });
@@ -152,11 +155,20 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     s.locks[0].namespace = "Bad".into();
     refuse(s, "namespace");
     let mut s = good.clone();
-    s.locks[0].holder.token = Token(1_000);
+    s.locks[0].holders[0].token = Token(1_000);
     refuse(s, "beyond revision");
     let mut s = good.clone();
-    s.locks[0].floor = Revision(s.locks[0].holder.token.0 + 1);
+    s.locks[0].floor = Revision(s.locks[0].holders[0].token.0 + 1);
     refuse(s, "below floor");
+    let mut s = good.clone();
+    s.locks[0].holders.clear();
+    refuse(s, "without a holder");
+    let mut s = good.clone();
+    let second = s.locks[0].holders[0];
+    s.locks[0].holders.push(second);
+    refuse(s.clone(), "exclusive with 2 holders");
+    s.locks[0].mode = LockMode::Shared;
+    refuse(s, "holds or waits twice");
     let mut s = good.clone();
     s.config.watch_retention = 1;
     refuse(s, "retention");

@@ -1,7 +1,7 @@
 //! Model-based property test of the lock state machine: random command sequences are applied to
 //! the state machine and to a plain, obviously-correct model of sessions (owned by a secret and a
 //! principal; wrong secrets, other principals, retried creations and reused request ids are
-//! generated), holds, FIFO queues and waits that end (deadlines, `ExpireWaits`, `CancelWait`)
+//! generated), exclusive and shared holds, FIFO queues with modes and waits that end (deadlines, `ExpireWaits`, `CancelWait`)
 //! (`picket_core::testkit::lock_model`, shared with the `lock_commands` fuzzer); both must give the same answers, and the invariants must hold after every
 //! command. Also, after every command: an error changed nothing but the revision, and the state
 //! survives a snapshot round trip.
@@ -16,23 +16,103 @@ use picket_core::testkit::lock_model::{
 use picket_core::time::Instant;
 use proptest::prelude::*;
 
+/// A session slot: mostly one of the first few sessions (so that several of them meet on a key:
+/// shared holders, a writer queued behind them, readers behind the writer), sometimes any slot.
+fn session() -> impl Strategy<Value = usize> {
+    prop_oneof![4 => 0..3usize, 1 => 0..8usize]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => (0..TTLS.len(), 0..SECRETS.len(), 0..PRINCIPALS.len())
+        4 => (0..TTLS.len(), 0..SECRETS.len(), 0..PRINCIPALS.len())
             .prop_map(|(ttl, secret, principal)| Op::Create { ttl, secret, principal }),
-        1 => (0..8usize, 0..6usize).prop_map(|(session, proof)| Op::Close { session, proof }),
+        1 => (session(), 0..6usize).prop_map(|(session, proof)| Op::Close { session, proof }),
         1 => prop::collection::vec(0..8usize, 0..3).prop_map(|sessions| Op::Expire { sessions }),
-        6 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>(), 0..WAIT_TIMEOUTS.len(), 0..6usize)
-            .prop_map(|(session, ns, key, wait, timeout, proof)| Op::Acquire { session, ns, key, wait, timeout, proof }),
-        1 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), 0..6usize)
+        6 => (session(), 0..NAMESPACES.len(), 0..KEYS.len(), any::<bool>(), 0..WAIT_TIMEOUTS.len(), 0..6usize, any::<bool>())
+            .prop_map(|(session, ns, key, wait, timeout, proof, shared)| Op::Acquire { session, ns, key, wait, timeout, proof, shared }),
+        1 => (session(), 0..NAMESPACES.len(), 0..KEYS.len(), 0..6usize)
             .prop_map(|(session, ns, key, proof)| Op::Cancel { session, ns, key, proof }),
         1 => Just(Op::ExpireWaits),
-        4 => (0..8usize, 0..NAMESPACES.len(), 0..KEYS.len(), prop::bool::weighted(0.85), 0..6usize)
+        4 => (session(), 0..NAMESPACES.len(), 0..KEYS.len(), prop::bool::weighted(0.85), 0..6usize)
             .prop_map(|(session, ns, key, right_token, proof)| Op::Release { session, ns, key, right_token, proof }),
         2 => (0..8usize, 0..4usize).prop_map(|(session, back)| Op::Retry { session, back }),
         1 => (0..8usize, 0..4usize, 0..2usize)
             .prop_map(|(session, back, key)| Op::Reuse { session, back, key }),
     ]
+}
+
+/// Ops among four live sessions on two keys of one namespace, with the right proofs: the
+/// sequences where shared holders, writers queued behind them and readers behind the writers
+/// meet (the general generator above spends most of its steps on refusals).
+fn contended_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..4usize, 0..2usize, any::<bool>(), 0..4usize, any::<bool>())
+            .prop_map(|(session, key, wait, timeout, shared)| Op::Acquire { session, ns: 0, key, wait, timeout, proof: 0, shared }),
+        5 => (0..4usize, 0..2usize, prop::bool::weighted(0.9))
+            .prop_map(|(session, key, right_token)| Op::Release { session, ns: 0, key, right_token, proof: 0 }),
+        2 => (0..4usize, 0..2usize).prop_map(|(session, key)| Op::Cancel { session, ns: 0, key, proof: 0 }),
+        2 => Just(Op::ExpireWaits),
+        1 => (0..4usize).prop_map(|session| Op::Close { session, proof: 0 }),
+        1 => (0..4usize).prop_map(|session| Op::Expire { sessions: vec![session] }),
+        1 => (0..4usize).prop_map(|secret| Op::Create { ttl: 0, secret, principal: 0 }),
+        1 => (0..4usize, 0..4usize).prop_map(|(session, back)| Op::Retry { session, back }),
+    ]
+}
+
+/// Applies `ops` to the state machine and the model and compares them after every command.
+fn run_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut sm = LockStateMachine::new(config());
+    let mut model = Model::default();
+    let mut driver = Driver::default();
+    let mut last_tokens = BTreeMap::new();
+    let mut granted_tokens: BTreeMap<LockKey, Vec<u64>> = BTreeMap::new();
+    for (step, op) in ops.iter().enumerate() {
+        let command = driver.command(op, &model);
+        let before = sm.snapshot();
+        let stamp = Instant::from_millis(1_000 + step as u64);
+        model.time_ms = stamp.as_millis();
+        let outcome = sm.apply(stamp, command.clone());
+        let expected = model.apply(&command);
+        prop_assert_eq!(&outcome, &expected, "step {} command {:?}", step, command);
+        prop_assert_eq!(sm.revision(), Revision(model.revision));
+        driver.observe(&command, &outcome);
+        sm.check_invariants();
+        assert_same_state(&sm, &model, &mut last_tokens);
+        if outcome.is_err() {
+            prop_assert_eq!(
+                without_revision(sm.snapshot()),
+                without_revision(before),
+                "an error changed the state"
+            );
+        }
+        // Fresh grants (not retries) get tokens strictly above every token of the key granted
+        // in an earlier revision (shared holders granted in one revision share their token).
+        for event in sm
+            .watch(sm.revision(), &Default::default(), usize::MAX)
+            .unwrap()
+            .events
+        {
+            if let picket_core::locks::EventKind::Granted { token, .. } = event.kind {
+                prop_assert_eq!(token.0, event.revision.0, "a token is its grant's revision");
+                let tokens = granted_tokens
+                    .entry((event.namespace.to_string(), event.key.to_string()))
+                    .or_default();
+                if let Some(last) = tokens.last() {
+                    prop_assert!(
+                        token.0 > *last || (token.0 == *last && event.revision.0 == *last),
+                        "token {} after {}",
+                        token,
+                        last
+                    );
+                }
+                tokens.push(token.0);
+            }
+        }
+        let restored = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
+        prop_assert_eq!(&restored, &sm);
+        prop_assert_eq!(restored.digest(), sm.digest());
+    }
+    Ok(())
 }
 
 /// The snapshot without revision and log time, which every command advances.
@@ -44,40 +124,15 @@ fn without_revision(mut snapshot: LockSnapshot) -> LockSnapshot {
 
 proptest! {
     #[test]
-    fn state_machine_matches_model(ops in prop::collection::vec(op(), 1..80)) {
-        let mut sm = LockStateMachine::new(config());
-        let mut model = Model::default();
-        let mut driver = Driver::default();
-        let mut last_tokens = BTreeMap::new();
-        let mut granted_tokens: BTreeMap<LockKey, Vec<u64>> = BTreeMap::new();
-        for (step, op) in ops.iter().enumerate() {
-            let command = driver.command(op, &model);
-            let before = sm.snapshot();
-            let stamp = Instant::from_millis(1_000 + step as u64);
-            model.time_ms = stamp.as_millis();
-            let outcome = sm.apply(stamp, command.clone());
-            let expected = model.apply(&command);
-            prop_assert_eq!(&outcome, &expected, "step {} command {:?}", step, command);
-            prop_assert_eq!(sm.revision(), Revision(model.revision));
-            driver.observe(&command, &outcome);
-            sm.check_invariants();
-            assert_same_state(&sm, &model, &mut last_tokens);
-            if outcome.is_err() {
-                prop_assert_eq!(without_revision(sm.snapshot()), without_revision(before), "an error changed the state");
-            }
-            // Fresh grants (not retries) get tokens strictly above every earlier token of the key.
-            for event in sm.watch(sm.revision(), &Default::default(), usize::MAX).unwrap().events {
-                if let picket_core::locks::EventKind::Granted { token, .. } = event.kind {
-                    let tokens = granted_tokens.entry((event.namespace.to_string(), event.key.to_string())).or_default();
-                    if let Some(last) = tokens.last() {
-                        prop_assert!(token.0 > *last, "token {} after {}", token, last);
-                    }
-                    tokens.push(token.0);
-                }
-            }
-            let restored = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
-            prop_assert_eq!(&restored, &sm);
-            prop_assert_eq!(restored.digest(), sm.digest());
-        }
+    fn state_machine_matches_model(ops in prop::collection::vec(op(), 1..120)) {
+        run_against_model(&ops)?;
+    }
+
+    #[test]
+    fn contended_keys_match_model(ops in prop::collection::vec(contended_op(), 1..100)) {
+        // Four sessions first, each with its own secret.
+        let mut all: Vec<Op> = (0..4).map(|secret| Op::Create { ttl: 0, secret, principal: 0 }).collect();
+        all.extend(ops);
+        run_against_model(&all)?;
     }
 }

@@ -3,7 +3,7 @@
 //! behave. Every refusal changes nothing but the revision.
 
 use picket_core::locks::{
-    AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NotYours,
+    AcquireReply, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine, NotYours,
     RememberedReply, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
     UNAUTHENTICATED_PRINCIPAL,
 };
@@ -58,6 +58,7 @@ fn acquire(session: SessionId, proof: &SessionProof, request: u64, key: &str) ->
         request: RequestId(request),
         namespace: "orders".into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait: true,
         wait_timeout_ms: None,
     }

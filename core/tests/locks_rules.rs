@@ -2,7 +2,7 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, Identity, LockConfig,
-    LockError, LockStateMachine, NameError, Reply, RequestId, Revision, Role, SessionId,
+    LockError, LockMode, LockStateMachine, NameError, Reply, RequestId, Revision, Role, SessionId,
     SessionProof, Token,
 };
 use picket_core::time::Instant;
@@ -37,6 +37,7 @@ fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait,
         wait_timeout_ms: None,
     }
@@ -179,6 +180,7 @@ fn retries_are_idempotent() {
         request: RequestId(9),
         namespace: "BAD".into(),
         key: "k".into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };
@@ -373,6 +375,7 @@ fn every_lock_error_names_its_rule() {
         request: RequestId(1),
         namespace: "ns".into(),
         key: "".into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };
@@ -531,6 +534,7 @@ fn holds_are_listed_by_age_and_the_longest_per_namespace() {
         request: RequestId(2),
         namespace: "other".into(),
         key: "x".into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };

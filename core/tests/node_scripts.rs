@@ -25,7 +25,8 @@
 //!   (the first N), without delivering what they cause.
 //! - `stabilize [verbose=true]`: delivers messages until none is left (no timeout fires).
 //! - `create-session node=I name=A [ttl=MS] [secret=B]` (secret: the hash is 32 bytes B),
-//!   `acquire node=I session=S key=K req=R [wait=true] [timeout=MS] [hold=MS] [secret=B]`,
+//!   `acquire node=I session=S key=K req=R [wait=true] [timeout=MS] [hold=MS] [shared=true]
+//!   [secret=B]`,
 //!   `release node=I session=S key=K token=T req=R [secret=B]`,
 //!   `cancel-wait node=I session=S key=K [secret=B]`, `close-session node=I session=S
 //!   [secret=B]`: propose at node I; prints `pN` (the proposal) or the refusal. The reply
@@ -45,8 +46,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockSnapshot, RequestId, SecretHash, SessionId, SessionProof,
-    Token,
+    Command, Identity, LockConfig, LockMode, LockSnapshot, RequestId, SecretHash, SessionId,
+    SessionProof, Token,
 };
 use picket_core::node::{Action, Node, NodeCommand, NodeConfig, NodeDurable};
 use picket_core::paxos::{self, Input, Message, NodeId};
@@ -383,6 +384,11 @@ impl World {
                     key: line.key(),
                     wait: line.flag("wait"),
                     wait_timeout_ms: line.opt_num("timeout"),
+                    mode: if line.flag("shared") {
+                        LockMode::Shared
+                    } else {
+                        LockMode::Exclusive
+                    },
                 };
                 self.propose(line.node(), command, line.opt_num("hold"));
             }

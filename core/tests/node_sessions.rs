@@ -4,8 +4,8 @@
 //! expired; an abandoned one is expired within TTL + one election timeout.
 
 use picket_core::locks::{
-    AcquireReply, Command, EventKind, Identity, LockConfig, NotYours, Outcome, ReleaseCause, Reply,
-    RequestId, SecretHash, SessionId, SessionProof, Token, WatchFilter,
+    AcquireReply, Command, EventKind, Identity, LockConfig, LockMode, NotYours, Outcome,
+    ReleaseCause, Reply, RequestId, SecretHash, SessionId, SessionProof, Token, WatchFilter,
 };
 use picket_core::node::{
     Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
@@ -313,6 +313,7 @@ fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
         request: RequestId(1),
         namespace: "ns".into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };
@@ -430,6 +431,7 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
                 request: RequestId(1),
                 namespace: "ns".into(),
                 key: "k".into(),
+                mode: LockMode::Exclusive,
                 wait: true,
                 wait_timeout_ms: None,
             };
@@ -602,6 +604,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         request: RequestId(7),
         namespace: "ns".into(),
         key: "k".into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };
@@ -702,6 +705,7 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait: false,
         wait_timeout_ms: None,
     };
@@ -923,6 +927,7 @@ fn waiting(session: SessionId, request: u64, key: &str, timeout_ms: Option<u64>)
         request: RequestId(request),
         namespace: "ns".into(),
         key: key.into(),
+        mode: LockMode::Exclusive,
         wait: true,
         wait_timeout_ms: timeout_ms,
     }
@@ -1220,6 +1225,7 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
             request: RequestId(2),
             namespace: "ns".into(),
             key: "k".into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         },

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use picket_core::locks::{
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
-    LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof, Token,
+    LockMode, LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof,
+    Token,
 };
 use picket_core::time::Instant;
 
@@ -90,6 +91,7 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             wait: u.arbitrary()?,
             timeout: small(u)?,
             proof: small(u)?,
+            shared: u.arbitrary()?,
         },
         4 => Op::Release {
             session: small(u)?,
@@ -135,6 +137,7 @@ enum WideOp {
         ns: u8,
         key: u8,
         wait: bool,
+        shared: bool,
     },
     Release {
         session: u8,
@@ -252,12 +255,18 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             ns,
             key,
             wait,
+            shared,
         } => Command::Acquire {
             session: session(*s),
             proof: proof(*request),
             request: picket_core::locks::RequestId(u64::from(*request % 16)),
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
+            mode: if *shared {
+                LockMode::Shared
+            } else {
+                LockMode::Exclusive
+            },
             wait: *wait,
             wait_timeout_ms: None,
         },
@@ -317,6 +326,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
             expected_token: Token(u64::from(*token)),
+            holder: None,
             reason: if *token % 5 == 0 { " " } else { "stuck" }.into(),
             revoke_session: *revoke,
         },

@@ -162,7 +162,7 @@ fn restore(snapshot: LockSnapshot) {
     let locks: Vec<_> = snapshot
         .locks
         .iter()
-        .map(|l| (l.namespace.clone(), l.key.clone(), l.holder))
+        .map(|l| (l.namespace.clone(), l.key.clone(), l.holders[0]))
         .collect();
     let stamp = Instant::from_millis(snapshot.time.as_millis().saturating_add(1));
     for (namespace, key, hold) in locks.iter().take(4) {

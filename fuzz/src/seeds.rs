@@ -7,8 +7,8 @@
 //! `arbitrary`, get a few pseudo-random inputs of several lengths.
 
 use picket_core::locks::{
-    Actor, ClassSpec, Command, Identity, LockConfig, LockStateMachine, RequestId, Role, SessionId,
-    SessionProof, Token,
+    Actor, ClassSpec, Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, Role,
+    SessionId, SessionProof, Token,
 };
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
@@ -152,6 +152,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         },
@@ -161,6 +162,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: true,
             wait_timeout_ms: None,
         },
@@ -170,6 +172,7 @@ pub fn busy_machine() -> LockStateMachine {
             request: RequestId(2),
             namespace: "jobs".into(),
             key: "nightly".into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         },
@@ -178,6 +181,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "jobs".into(),
             key: "nightly".into(),
             expected_token: Token(6),
+            holder: None,
             reason: "stuck job".into(),
             revoke_session: false,
         },
@@ -210,6 +214,7 @@ fn sample_commands() -> Vec<Command> {
             request: RequestId(1),
             namespace: "orders".into(),
             key: "invoice/1".into(),
+            mode: LockMode::Exclusive,
             wait: true,
             wait_timeout_ms: None,
         },
@@ -409,6 +414,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 wait_ms: 1_000,
                 session_secret: crate::api_request_decode::SESSION_SECRET.to_vec(),
                 wait_timeout_ms: 5_000,
+                mode: 0,
             }
             .encode_to_vec(),
         ),
@@ -448,6 +454,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 expected_token: 2,
                 reason: "stuck".into(),
                 revoke_session: true,
+                holder_session_id: 0,
             }
             .encode_to_vec(),
         ),

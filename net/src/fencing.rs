@@ -116,6 +116,36 @@ impl FencingGate {
         }
     }
 
+    /// Admits a read of `key` by a shared holder with `token`, or refuses it; records nothing.
+    /// A read is refused exactly when a write with a later token was accepted ([`Self::check`]):
+    /// a resource that accepted a writer's token refuses every earlier token, a reader's
+    /// included, while readers never refuse each other (shared holders' tokens differ; none
+    /// of them raises the gate). Readers that also write use [`Self::check`] for the writes.
+    pub fn check_read(&self, key: &str, token: Token) -> Result<(), FencingError> {
+        if key.len() > KEY_LEN_MAX_GATE {
+            return Err(FencingError::KeyTooLong {
+                len: key.len(),
+                max: KEY_LEN_MAX_GATE,
+            });
+        }
+        let state = self.lock();
+        match state.highest.get(key).copied() {
+            Some(highest) if token < highest => Err(FencingError::Stale {
+                key: key.to_owned(),
+                token,
+                highest,
+            }),
+            Some(_) => Ok(()),
+            None if token < state.floor => Err(FencingError::BelowEvictionFloor {
+                key: key.to_owned(),
+                token,
+                floor: state.floor,
+                capacity: self.capacity,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The highest token accepted for `key`, if the gate remembers it.
     pub fn highest(&self, key: &str) -> Option<Token> {
         self.lock().highest.get(key).copied()
@@ -165,6 +195,26 @@ impl GateState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writers_token_refuses_every_earlier_reader_and_readers_do_not_refuse_each_other() {
+        let gate = FencingGate::new(4);
+        // Two shared holders (tokens 5 and 6) read, in any order.
+        gate.check_read("ns/k", Token(6)).unwrap();
+        gate.check_read("ns/k", Token(5)).unwrap();
+        assert_eq!(gate.highest("ns/k"), None, "reads record nothing");
+        // The writer granted after them (token 9) writes: both readers are refused from now on.
+        gate.check("ns/k", Token(9)).unwrap();
+        for reader in [Token(5), Token(6)] {
+            assert!(matches!(
+                gate.check_read("ns/k", reader),
+                Err(FencingError::Stale { highest, .. }) if highest == Token(9)
+            ));
+        }
+        // Readers granted after the writer read.
+        gate.check_read("ns/k", Token(12)).unwrap();
+        gate.check_read("ns/k", Token(9)).unwrap();
+    }
 
     #[test]
     fn refuses_lower_admits_equal_and_higher() {

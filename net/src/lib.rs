@@ -26,6 +26,7 @@
 //!     wait_ms: 0,
 //!     session_secret: vec![0x5a; 32],
 //!     wait_timeout_ms: 0,
+//!     mode: proto::LockMode::Exclusive as i32,
 //! };
 //! let error = request.into_command("svc-billing").unwrap_err();
 //! assert_eq!(error.field, "acquire.namespace");

@@ -79,6 +79,8 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         }
         E::RequestTooOld { .. } => (Code::FailedPrecondition, "request_too_old"),
         E::NotHolder { .. } => (Code::FailedPrecondition, "not_holder"),
+        E::ModeChangeNotSupported { .. } => (Code::FailedPrecondition, "mode_change_not_supported"),
+        E::HolderAmbiguous { .. } => (Code::FailedPrecondition, "holder_ambiguous"),
         E::WaitTimeoutOutOfBounds { .. } => (Code::InvalidArgument, "wait_timeout_out_of_bounds"),
         E::WaitExpired { .. } => (Code::DeadlineExceeded, "wait_expired"),
         E::WaitCancelled { .. } => (Code::Aborted, "wait_cancelled"),

@@ -34,6 +34,7 @@ fn acquire() -> proto::AcquireRequest {
         wait_ms: 0,
         session_secret: SECRET.to_vec(),
         wait_timeout_ms: 0,
+        mode: 0,
     }
 }
 
@@ -360,6 +361,7 @@ fn admin_request_rules() {
         expected_token: 7,
         reason: "  ".into(),
         revoke_session: true,
+        holder_session_id: 0,
     }
     .into_command(operator())
     .unwrap_err();

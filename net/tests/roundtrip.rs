@@ -5,7 +5,7 @@ mod strategies;
 use std::collections::BTreeMap;
 
 use picket_core::locks::{
-    AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockSnapshot,
+    AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockMode, LockSnapshot,
     LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof,
 };
 use picket_core::time::Instant;
@@ -133,6 +133,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                     request: RequestId(request),
                     namespace: "orders".into(),
                     key: format!("k{key}"),
+                    mode: LockMode::Exclusive,
                     wait,
                     wait_timeout_ms: None,
                 }

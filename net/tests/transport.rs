@@ -133,6 +133,7 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
         wait_ms: 0,
         session_secret: vec![7; 32],
         wait_timeout_ms: 0,
+        mode: 0,
     };
     let reply = client.acquire(good.clone()).await.unwrap().into_inner();
     assert_eq!(

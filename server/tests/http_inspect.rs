@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use picket_core::locks::{
     ClassSpec, ForceReleaseId, ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LockError,
-    Revision, SessionId, Token, WaiterInfo,
+    LockMode, Revision, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
 use picket_net::status::{lock_error_status, not_leader_status, LeaderHint};
@@ -57,6 +57,7 @@ fn hold(key: &str) -> HoldInfo {
         session_ttl_ms: 10_000,
         session_remaining_ms: Some(8_500),
         hold_ms_max_expected: 600_000,
+        mode: LockMode::Exclusive,
     }
 }
 
@@ -74,6 +75,7 @@ fn key_info() -> KeyInfo {
             position: 1,
             queued_at: Instant::from_millis(5_000),
             waiting_for_ms: 896_000,
+            mode: LockMode::Exclusive,
         }],
         floor: Some(Revision(41)),
         pending_force_releases: vec![ForceReleaseRequest {
@@ -91,6 +93,8 @@ fn key_info() -> KeyInfo {
             requested_at: Instant::from_millis(800_000),
             expires_at: Instant::from_millis(1_400_000),
         }],
+        holders: vec![hold("order/17")],
+        mode: Some(LockMode::Exclusive),
     }
 }
 

@@ -198,6 +198,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
                 wait_ms: 0,
                 wait_timeout_ms: 0,
                 session_secret: secret.clone(),
+                mode: 0,
             },
             &svc,
         ))
@@ -212,6 +213,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         expected_token: t,
         reason: "holder renews but never releases".into(),
         revoke_session: true,
+        holder_session_id: 0,
     };
 
     // Metadata claims are not believed with OIDC on; a forged token is refused.

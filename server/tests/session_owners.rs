@@ -194,6 +194,7 @@ async fn open_victim(caller: Caller) -> Victim {
             wait_ms: 0,
             wait_timeout_ms: 0,
             session_secret: secret.clone(),
+            mode: 0,
         }))
         .await
         .unwrap()
@@ -279,6 +280,7 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
                 wait_ms: 0,
                 wait_timeout_ms: 0,
                 session_secret: secret.clone(),
+                mode: 0,
             }))
             .await;
         rules.push(("acquire", rule_of(acquire, "acquire", name)));

@@ -50,6 +50,32 @@ impl Actor {
     }
 }
 
+/// How an `Acquire` wants a key, and how a key is held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockMode {
+    /// One holder alone (the only mode before shared locks: a command or snapshot without a
+    /// mode means this).
+    #[default]
+    Exclusive,
+    /// Any number of shared holders together, never with an exclusive one.
+    Shared,
+}
+
+impl LockMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Shared => "shared",
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A command in the replicated log. Applying it is deterministic: same state, same command, same
 /// time -> same new state and same reply, on every replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,12 +99,14 @@ pub enum Command {
     /// `wait_timeout_ms`: with `wait`, the wait's deadline is the log time of queueing plus
     /// this; `ExpireWaits` removes the wait once it passed. `None`: no deadline (the wait ends
     /// with a grant, a `CancelWait` or the session). Ignored without `wait`.
+    /// `mode`: exclusive, or shared with other shared holders (see `docs/locks.md`).
     Acquire {
         session: SessionId,
         proof: SessionProof,
         request: RequestId,
         namespace: String,
         key: String,
+        mode: LockMode,
         wait: bool,
         wait_timeout_ms: Option<u64>,
     },
@@ -114,12 +142,15 @@ pub enum Command {
         namespace: String,
         prefix: String,
     },
-    /// First step of the two-person rule.
+    /// First step of the two-person rule. `holder`: the session whose hold is meant (`None`:
+    /// the one hold with `expected_token`; several shared holders granted together share a
+    /// token, and then the session must be named).
     RequestForceRelease {
         actor: Actor,
         namespace: String,
         key: String,
         expected_token: Token,
+        holder: Option<SessionId>,
         reason: String,
         revoke_session: bool,
     },
@@ -144,7 +175,8 @@ pub enum AcquireReply {
     Granted { token: Token },
     /// The session waits; `position` 1 is next in line.
     Queued { position: u32 },
-    /// Held by another session and the caller did not want to wait.
+    /// Held by another session and the caller did not want to wait (for a shared key, its
+    /// oldest holder).
     Busy { holder: SessionId, token: Token },
 }
 

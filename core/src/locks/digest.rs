@@ -53,7 +53,8 @@ impl LockStateMachine {
 #[cfg(test)]
 mod tests {
     use crate::locks::{
-        Command, Identity, LockConfig, LockStateMachine, RequestId, SessionId, SessionProof,
+        Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, SessionId,
+        SessionProof,
     };
     use crate::time::Instant;
 
@@ -73,6 +74,7 @@ mod tests {
             request: RequestId(request),
             namespace: "ns".into(),
             key: key.into(),
+            mode: LockMode::Exclusive,
             wait: false,
             wait_timeout_ms: None,
         }

@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use super::command::LockMode;
 use super::ids::{ForceReleaseId, RequestId, SessionId, Token};
 use super::names::NameError;
 use super::owner::NotYours;
@@ -83,6 +84,16 @@ pub enum LockError {
         namespace: String,
         key: String,
     },
+    #[error("session {session} {} `{namespace}/{key}` {has} and asked for it {asked}: a session cannot change its mode on a key (no upgrade or downgrade); release it (or cancel the wait) and acquire it again in the other mode", if *.holds { "holds" } else { "waits for" })]
+    ModeChangeNotSupported {
+        session: SessionId,
+        namespace: String,
+        key: String,
+        has: LockMode,
+        asked: LockMode,
+        /// It holds the key (else it waits for it).
+        holds: bool,
+    },
     #[error("session {session} does not hold `{namespace}/{key}`")]
     NotHolder {
         namespace: String,
@@ -122,6 +133,13 @@ pub enum LockError {
         key: String,
         expected: Token,
         current: Token,
+    },
+    #[error("`{namespace}/{key}` has {count} shared holders with token {token}: name the session whose hold to force-release")]
+    HolderAmbiguous {
+        namespace: String,
+        key: String,
+        token: Token,
+        count: usize,
     },
     #[error("too many pending force-release requests: at most {max}")]
     TooManyForceReleases { max: usize },

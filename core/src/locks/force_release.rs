@@ -14,8 +14,8 @@ use super::audit::{AuditAction, AuditRecord};
 use super::class::{check_len, ClassSpec};
 use super::command::{Actor, Reply, Role};
 use super::error::LockError;
-use super::ids::{ForceReleaseId, SessionId, Token};
-use super::lock::HoldEnd;
+use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::lock::{Hold, HoldEnd, LockEntry};
 use super::names::{validate_key, validate_namespace};
 use super::session::LostHold;
 use super::watch::ReleaseCause;
@@ -94,13 +94,58 @@ fn check_reason(reason: &str) -> Result<(), LockError> {
     check_len("reason", reason, REASON_LEN_MAX)
 }
 
+/// The hold a force-release request names: `holder`'s if given (it must hold the key with
+/// `expected`), else the one hold with token `expected` (shared holders granted together share
+/// a token: then the session must be named).
+fn named_hold(
+    entry: &LockEntry,
+    namespace: &str,
+    key: &str,
+    expected: Token,
+    holder: Option<SessionId>,
+) -> Result<Hold, LockError> {
+    let mismatch = |current: Token| LockError::TokenMismatch {
+        namespace: namespace.to_owned(),
+        key: key.to_owned(),
+        expected,
+        current,
+    };
+    if let Some(session) = holder {
+        let Some(hold) = entry.holders.get(&session) else {
+            return Err(LockError::NotHolder {
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+                session,
+            });
+        };
+        if hold.token != expected {
+            return Err(mismatch(hold.token));
+        }
+        return Ok(*hold);
+    }
+    let with_token: Vec<&Hold> = entry
+        .holders
+        .values()
+        .filter(|hold| hold.token == expected)
+        .collect();
+    match with_token.as_slice() {
+        [] => Err(mismatch(entry.oldest().token)),
+        [hold] => Ok(**hold),
+        several => Err(LockError::HolderAmbiguous {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            token: expected,
+            count: several.len(),
+        }),
+    }
+}
+
 impl LockStateMachine {
     pub(crate) fn apply_request_force_release(
         &mut self,
         actor: Actor,
         namespace: String,
-        key: String,
-        expected_token: Token,
+        (key, expected_token, holder): (String, Token, Option<SessionId>),
         reason: String,
         revoke_session: bool,
     ) -> Result<Reply, LockError> {
@@ -115,15 +160,7 @@ impl LockStateMachine {
         let Some(entry) = entry else {
             return Err(LockError::NotHeld { namespace, key });
         };
-        let hold = entry.holder;
-        if hold.token != expected_token {
-            return Err(LockError::TokenMismatch {
-                namespace,
-                key,
-                expected: expected_token,
-                current: hold.token,
-            });
-        }
+        let hold = named_hold(entry, &namespace, &key, expected_token, holder)?;
         let fenced = self.class_of(&namespace, &key).fenced;
         // One approvable request per hold: a second one would let two approvers act on two
         // different statements. A pending request whose holder, token or class kind changed can
@@ -219,9 +256,8 @@ impl LockStateMachine {
             .namespaces
             .get(request.namespace.as_str())
             .and_then(|ns| ns.locks.get(request.key.as_str()))
-            .map(|entry| entry.holder);
-        if current.is_none_or(|hold| hold.session != request.holder || hold.token != request.token)
-        {
+            .and_then(|entry| entry.holders.get(&request.holder).copied());
+        if current.is_none_or(|hold| hold.token != request.token) {
             return Err(LockError::HolderChanged {
                 id,
                 namespace: request.namespace.clone(),
@@ -264,7 +300,7 @@ impl LockStateMachine {
                 .held_key(namespace, key)
                 .expect("the holder was checked above");
             let next = self
-                .end_hold(namespace, &shared_key, end, None, None)
+                .end_hold(namespace, &shared_key, request.holder, end, None, None)
                 .expect("no token expected");
             // The session lives on: its client learns of the loss from its keepalive answers.
             let lost = LostHold {
@@ -280,9 +316,16 @@ impl LockStateMachine {
                 .note_hold_lost(lost);
             next
         };
-        self.audit_approval(&actor, &request, fenced, next);
+        // The key's floor now: this revision, unless other shared holders hold on (the floor
+        // stays, so their tokens stay valid; the next exclusive grant raises it above all).
+        let floor = self
+            .namespaces
+            .get(namespace)
+            .and_then(|ns| ns.locks.get(key))
+            .map_or(self.revision, |entry| entry.floor);
+        self.audit_approval(&actor, &request, fenced, next, floor);
         Ok(Reply::ForceReleaseApproved {
-            floor: self.revision,
+            floor,
             released_token: request.token,
             next,
             session_revoked: request.revoke_session.then_some(request.holder),
@@ -296,12 +339,13 @@ impl LockStateMachine {
         request: &ForceReleaseRequest,
         fenced: bool,
         next: Option<(SessionId, Token)>,
+        floor: Revision,
     ) {
         let mut record = AuditRecord {
             actor_roles: actor.roles.clone(),
             requester: request.requester.clone(),
             requester_roles: request.requester_roles.clone(),
-            floor: Some(self.revision),
+            floor: Some(floor),
             next,
             revoke_session: Some(request.revoke_session),
             ..AuditRecord::new(
@@ -327,11 +371,15 @@ impl LockStateMachine {
         }
     }
 
-    /// The holder of `namespace/key` if it was granted in this revision.
+    /// The first holder of `namespace/key` granted in this revision, if any.
     fn holder_granted_now(&self, namespace: &str, key: &str) -> Option<(SessionId, Token)> {
         let entry = self.namespaces.get(namespace)?.locks.get(key)?;
-        (entry.holder.token == Token::at(self.revision))
-            .then_some((entry.holder.session, entry.holder.token))
+        let now = Token::at(self.revision);
+        entry
+            .holders
+            .values()
+            .find(|hold| hold.token == now)
+            .map(|hold| (hold.session, hold.token))
     }
 
     pub(crate) fn apply_deny_force_release(

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use super::command::LockMode;
 use super::ids::{SessionId, Token};
 use super::lock::LockEntry;
 use super::LockStateMachine;
@@ -85,18 +86,21 @@ impl LockStateMachine {
                 ns.name
             );
             ns.classes.check_invariants();
+            let holds: usize = ns.locks.values().map(|e| e.holders.len()).sum();
             ensure!(
-                ns.holds_by_age.len() == ns.locks.len(),
-                "`{namespace}`: {} holds in the age index, {} held keys",
+                ns.holds_by_age.len() == holds,
+                "`{namespace}`: {} holds in the age index, {holds} holds",
                 ns.holds_by_age.len(),
-                ns.locks.len()
             );
             for (key, entry) in &ns.locks {
-                ensure!(
-                    ns.holds_by_age.contains(&(entry.holder.token, key.clone())),
-                    "`{namespace}/{key}`: hold {} missing from the age index",
-                    entry.holder.token
-                );
+                for (session, hold) in &entry.holders {
+                    ensure!(
+                        ns.holds_by_age
+                            .contains(&(hold.token, key.clone(), *session)),
+                        "`{namespace}/{key}`: hold {} of {session} missing from the age index",
+                        hold.token
+                    );
+                }
                 self.check_entry(namespace, key, entry)?;
                 for waiter in &entry.waiters {
                     let Some(deadline) = waiter.deadline else {
@@ -121,25 +125,50 @@ impl LockStateMachine {
     }
 
     fn check_entry(&self, namespace: &str, key: &str, entry: &LockEntry) -> Result<(), String> {
-        let hold = entry.holder;
         ensure!(
-            hold.token.0 <= self.revision.0,
-            "`{namespace}/{key}`: token {} beyond revision {}",
-            hold.token,
-            self.revision
+            !entry.holders.is_empty(),
+            "`{namespace}/{key}`: an entry without a holder"
         );
-        ensure!(
-            hold.token.0 >= entry.floor.0,
-            "`{namespace}/{key}`: token {} below floor {}",
-            hold.token,
-            entry.floor
-        );
-        let holder = self.sessions.get(&hold.session);
-        ensure!(
-            holder.is_some_and(|s| s.holds(namespace, key)),
-            "`{namespace}/{key}`: holder {} is not live or does not record the hold",
-            hold.session
-        );
+        if entry.mode == LockMode::Exclusive {
+            ensure!(
+                entry.holders.len() == 1,
+                "`{namespace}/{key}`: exclusive with {} holders",
+                entry.holders.len()
+            );
+        }
+        if entry.mode == LockMode::Shared {
+            // Shared waiters at the head of a shared key's queue would have been granted.
+            let head = entry.waiters.front();
+            ensure!(
+                head.is_none_or(|w| w.mode == LockMode::Exclusive),
+                "`{namespace}/{key}`: shared, with a shared waiter at the head of its queue"
+            );
+        }
+        for (session, hold) in &entry.holders {
+            ensure!(
+                hold.session == *session,
+                "`{namespace}/{key}`: hold of {} filed under {session}",
+                hold.session
+            );
+            ensure!(
+                hold.token.0 <= self.revision.0,
+                "`{namespace}/{key}`: token {} beyond revision {}",
+                hold.token,
+                self.revision
+            );
+            ensure!(
+                hold.token.0 >= entry.floor.0,
+                "`{namespace}/{key}`: token {} below floor {}",
+                hold.token,
+                entry.floor
+            );
+            let holder = self.sessions.get(&hold.session);
+            ensure!(
+                holder.is_some_and(|s| s.holds(namespace, key)),
+                "`{namespace}/{key}`: holder {} is not live or does not record the hold",
+                hold.session
+            );
+        }
         ensure!(
             entry.waiters.len() <= self.config.waiters_per_key_max,
             "`{namespace}/{key}`: {} waiters, bound {}",
@@ -149,9 +178,9 @@ impl LockStateMachine {
         let mut seen: BTreeSet<SessionId> = BTreeSet::new();
         for waiter in &entry.waiters {
             ensure!(
-                waiter.session != hold.session,
+                !entry.holders.contains_key(&waiter.session),
                 "`{namespace}/{key}`: holder {} also waits",
-                hold.session
+                waiter.session
             );
             ensure!(
                 seen.insert(waiter.session),
@@ -192,7 +221,7 @@ impl LockStateMachine {
                     count += 1;
                     let entry = self.entry(namespace, key);
                     ensure!(
-                        entry.is_some_and(|e| e.holder.session == *id),
+                        entry.is_some_and(|e| e.holders.contains_key(id)),
                         "session {id} records a hold of `{namespace}/{key}` it does not have"
                     );
                 }

@@ -3,13 +3,21 @@
 //! A key has an entry only while it is held (an entry always has a holder; waiters queue behind
 //! it). When the last hold ends with nobody waiting, the entry is dropped: every later grant is at
 //! a later revision, so its token is above every token ever given on the key anyway.
+//!
+//! A key is held in one mode: by one exclusive holder, or by one or more shared holders. A shared
+//! request joins shared holders at once only while nobody waits (so a queued exclusive request is
+//! never overtaken); whenever a hold or a wait ends, the head of the queue is granted as far as
+//! the mode allows: one exclusive waiter, or the whole run of shared waiters at the head, all in
+//! the same revision (see [`LockStateMachine::grant_from_queue`]).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::{ClassRegistry, ClassSpec};
-use super::command::{AcquireReply, Identity, Remembered, RememberedReply, Reply, RequestTarget};
+use super::command::{
+    AcquireReply, Identity, LockMode, Remembered, RememberedReply, Reply, RequestTarget,
+};
 use super::config::LockConfig;
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
@@ -30,9 +38,10 @@ pub(crate) struct NamespaceState {
     /// Only held keys have an entry. Key names are shared (`Arc<str>`) with the sessions' hold
     /// and wait sets, the age index and the watch events: one allocation per held key.
     pub locks: BTreeMap<Arc<str>, LockEntry>,
-    /// (token, key) of every hold of the namespace, so the oldest hold is the first entry.
-    /// (Several keys can share a token: one revision may hand over several keys.)
-    pub holds_by_age: BTreeSet<(Token, Arc<str>)>,
+    /// (token, key, session) of every hold of the namespace, so the oldest hold is the first
+    /// entry. (Several keys can share a token: one revision may hand over several keys; and
+    /// several shared holders of one key can share it: a run of readers granted together.)
+    pub holds_by_age: BTreeSet<(Token, Arc<str>, SessionId)>,
 }
 
 impl NamespaceState {
@@ -53,12 +62,37 @@ impl NamespaceState {
 /// A held key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LockEntry {
-    pub holder: Hold,
-    /// FIFO; each waiter's session is live, distinct, and not the holder.
+    /// How the holders hold the key.
+    pub mode: LockMode,
+    /// By session; never empty; exactly one when `mode` is exclusive.
+    pub holders: BTreeMap<SessionId, Hold>,
+    /// FIFO; each waiter's session is live, distinct, and not a holder. While the key is shared
+    /// the first waiter (if any) is exclusive: shared waiters at the head are granted at once.
     pub waiters: VecDeque<Waiter>,
-    /// Tokens below the floor are no longer valid on this key; the holder's token is at or above
-    /// it (equal when the hold was handed over or granted fresh in the floor's revision).
+    /// Tokens below the floor are no longer valid on this key; every holder's token is at or
+    /// above it. It is the revision that began the current run of holds: the exclusive grant,
+    /// or the first shared grant after the key was free or exclusive (shared requests that join
+    /// leave it where it is, so the readers before them stay valid).
     pub floor: Revision,
+}
+
+impl LockEntry {
+    /// The oldest hold (lowest token, then lowest session): the one `Busy` and single-holder
+    /// views name.
+    pub fn oldest(&self) -> Hold {
+        *self
+            .holders
+            .values()
+            .min_by_key(|hold| (hold.token, hold.session))
+            .expect("a held key has a holder")
+    }
+
+    /// The holds, oldest first.
+    pub fn holds_oldest_first(&self) -> Vec<Hold> {
+        let mut holds: Vec<Hold> = self.holders.values().copied().collect();
+        holds.sort_by_key(|hold| (hold.token, hold.session));
+        holds
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +106,8 @@ pub(crate) struct Hold {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Waiter {
     pub session: SessionId,
+    /// The mode it asked for.
+    pub mode: LockMode,
     /// Log time of queueing.
     pub queued_at: Instant,
     /// Log time after which `ExpireWaits` removes the wait (`None`: never).
@@ -109,6 +145,7 @@ impl LockStateMachine {
         request: RequestId,
         namespace: String,
         key: String,
+        mode: LockMode,
         wait: Option<Option<u64>>,
     ) -> Result<Reply, LockError> {
         let state = self
@@ -134,7 +171,7 @@ impl LockStateMachine {
             namespace: namespace.clone(),
             key: key.clone(),
         };
-        let reply = self.acquire_new(session, namespace, key, wait)?;
+        let reply = self.acquire_new(session, namespace, key, mode, wait)?;
         let remembered = Remembered {
             request,
             reply: RememberedReply::Acquire(reply),
@@ -162,10 +199,8 @@ impl LockStateMachine {
             .get(namespace)
             .and_then(|ns| ns.locks.get(key));
         if let Some(entry) = entry {
-            if entry.holder.session == session {
-                return Ok(Reply::Acquire(AcquireReply::Granted {
-                    token: entry.holder.token,
-                }));
+            if let Some(hold) = entry.holders.get(&session) {
+                return Ok(Reply::Acquire(AcquireReply::Granted { token: hold.token }));
             }
             if let Some(position) = waiter_position(entry, session) {
                 return Ok(Reply::Acquire(AcquireReply::Queued { position }));
@@ -188,6 +223,7 @@ impl LockStateMachine {
         session: SessionId,
         namespace: String,
         key: String,
+        mode: LockMode,
         wait: Option<Option<u64>>,
     ) -> Result<AcquireReply, LockError> {
         let (revision, time) = (self.revision, self.time);
@@ -202,10 +238,9 @@ impl LockStateMachine {
                 session,
                 state,
                 &mut ns_state.holds_by_age,
-                &namespace,
-                &key,
-                revision,
-                time,
+                (&namespace, &key),
+                mode,
+                (revision, time),
                 &mut self.watch,
             );
             ns_state.locks.insert(key, entry);
@@ -227,10 +262,9 @@ impl LockStateMachine {
                     session,
                     state,
                     holds_by_age,
-                    &namespace,
-                    &key,
-                    revision,
-                    time,
+                    (&namespace, &key),
+                    mode,
+                    (revision, time),
                     &mut self.watch,
                 );
                 vacant.insert(entry);
@@ -239,22 +273,47 @@ impl LockStateMachine {
             Entry::Occupied(occupied) => occupied,
         };
         let entry = occupied.get_mut();
-        if entry.holder.session == session {
-            return Ok(AcquireReply::Granted {
-                token: entry.holder.token,
-            });
+        if let Some(hold) = entry.holders.get(&session) {
+            check_same_mode(session, &namespace, &key, entry.mode, mode, true)?;
+            return Ok(AcquireReply::Granted { token: hold.token });
         }
-        if let Some(position) = waiter_position(entry, session) {
+        if let Some(index) = entry.waiters.iter().position(|w| w.session == session) {
+            let waits_as = entry.waiters[index].mode;
+            check_same_mode(session, &namespace, &key, waits_as, mode, false)?;
+            let position = u32::try_from(index + 1).expect("waiters are bounded");
             return Ok(AcquireReply::Queued { position });
         }
-        let Some(timeout_ms) = wait else {
+        // A shared request joins shared holders only while nobody waits: a queued exclusive
+        // request is never overtaken.
+        let joins =
+            mode == LockMode::Shared && entry.mode == LockMode::Shared && entry.waiters.is_empty();
+        if !joins && wait.is_none() {
+            let oldest = entry.oldest();
             return Ok(AcquireReply::Busy {
-                holder: entry.holder.session,
-                token: entry.holder.token,
+                holder: oldest.session,
+                token: oldest.token,
             });
-        };
+        }
         let class = class_of(Some(classes), &self.default_class, &key);
         admit(session, state, class, &self.config)?;
+        if joins {
+            let token = Token::at(revision);
+            add_hold(
+                entry,
+                holds_by_age,
+                state,
+                (&namespace, &key),
+                Hold {
+                    session,
+                    token,
+                    granted_at: time,
+                },
+                &mut self.watch,
+                revision,
+            );
+            return Ok(AcquireReply::Granted { token });
+        }
+        let timeout_ms = wait.expect("checked above");
         if entry.waiters.len() >= self.config.waiters_per_key_max {
             return Err(LockError::TooManyWaiters {
                 namespace: namespace.to_string(),
@@ -265,6 +324,7 @@ impl LockStateMachine {
         let deadline = timeout_ms.map(|ms| time.add_ms(ms));
         entry.waiters.push_back(Waiter {
             session,
+            mode,
             queued_at: time,
             deadline,
         });
@@ -320,7 +380,7 @@ impl LockStateMachine {
             });
         };
         let end = HoldEnd::Released(ReleaseCause::Released);
-        let next = match self.end_hold(&namespace, &shared_key, end, Some(token), None) {
+        let next = match self.end_hold(&namespace, &shared_key, session, end, Some(token), None) {
             Ok(next) => next,
             Err(current) => {
                 return Err(LockError::WrongToken {
@@ -343,15 +403,16 @@ impl LockStateMachine {
         Ok(reply.to_reply())
     }
 
-    /// Ends the hold on `namespace/key` at this revision and hands the key to the first waiter
-    /// (granted at this same revision), or drops the entry. The holder's session may already be
-    /// gone from the session table (closing, expiry, revocation): `gone` is then its identity,
-    /// for the event. Returns the new holder, or, if `expected` is not the holder's token, that
-    /// token (and changes nothing).
+    /// Ends `session`'s hold on `namespace/key` at this revision and grants the head of the
+    /// queue what the mode allows (in this same revision), or drops the entry. The holder's
+    /// session may already be gone from the session table (closing, expiry, revocation): `gone`
+    /// is then its identity, for the event. Returns the first session granted now, or, if
+    /// `expected` is not the holder's token, that token (and changes nothing).
     pub(crate) fn end_hold(
         &mut self,
         namespace: &str,
         key: &Arc<str>,
+        session: SessionId,
         end: HoldEnd,
         expected: Option<Token>,
         gone: Option<&Identity>,
@@ -362,18 +423,13 @@ impl LockStateMachine {
             .get_mut(namespace)
             .expect("ending a hold in a known namespace");
         let namespace = ns_state.name.clone();
-        let NamespaceState {
-            name: _,
-            classes,
-            locks,
-            holds_by_age,
-        } = ns_state;
-        let Entry::Occupied(mut occupied) = locks.entry(key.clone()) else {
+        let Some((key, entry)) = ns_state.locks.get_key_value(&**key) else {
             panic!("ending a hold of `{namespace}/{key}`, which is not held");
         };
-        let key = occupied.key().clone();
-        let entry = occupied.get_mut();
-        let hold = entry.holder;
+        let key = key.clone();
+        let Some(hold) = entry.holders.get(&session).copied() else {
+            panic!("ending {session}'s hold of `{namespace}/{key}`, which it does not hold");
+        };
         if expected.is_some_and(|token| token != hold.token) {
             return Err(hold.token);
         }
@@ -384,7 +440,11 @@ impl LockStateMachine {
             "hold of `{namespace}/{key}` with {} ends at {revision}",
             hold.token
         );
-        let removed = holds_by_age.remove(&(hold.token, key.clone()));
+        let entry = ns_state.locks.get_mut(&key).expect("found above");
+        entry.holders.remove(&session);
+        let removed = ns_state
+            .holds_by_age
+            .remove(&(hold.token, key.clone(), session));
         assert!(removed, "hold {} missing from the age index", hold.token);
         let holder = match self.sessions.get_mut(&hold.session) {
             Some(state) => {
@@ -412,55 +472,100 @@ impl LockStateMachine {
         };
         self.watch
             .push(revision, time, &namespace, &key, kind, holder);
-        let Some(waiter) = entry.waiters.pop_front() else {
+        let granted = self.grant_from_queue(&namespace, &key);
+        Ok(granted.first().copied())
+    }
+
+    /// Grants, at this revision, what the head of `namespace/key`'s queue may have now: if
+    /// nobody holds the key, its first waiter (an exclusive one alone, a shared one with the
+    /// run of shared waiters right behind it); if it is held shared, the run of shared waiters
+    /// at the head (there is one only after an exclusive waiter ahead of them left). Drops the
+    /// entry if nobody holds it any more. Returns the sessions granted, in queue order.
+    pub(crate) fn grant_from_queue(
+        &mut self,
+        namespace: &str,
+        key: &Arc<str>,
+    ) -> Vec<(SessionId, Token)> {
+        let (revision, time) = (self.revision, self.time);
+        let Some(ns_state) = self.namespaces.get_mut(namespace) else {
+            return Vec::new();
+        };
+        let namespace = ns_state.name.clone();
+        let NamespaceState {
+            name: _,
+            classes,
+            locks,
+            holds_by_age,
+        } = ns_state;
+        let Entry::Occupied(mut occupied) = locks.entry(key.clone()) else {
+            return Vec::new();
+        };
+        let key = occupied.key().clone();
+        let entry = occupied.get_mut();
+        let mut granted = Vec::new();
+        while let Some(head) = entry.waiters.front().copied() {
+            let free = entry.holders.is_empty();
+            let shared_run = entry.mode == LockMode::Shared && head.mode == LockMode::Shared;
+            if !free && !shared_run {
+                break;
+            }
+            entry.waiters.pop_front();
+            if free {
+                entry.mode = head.mode;
+                entry.floor = revision;
+            }
+            if let Some(deadline) = head.deadline {
+                let indexed = (deadline, head.session, namespace.clone(), key.clone());
+                let removed = self.wait_deadlines.remove(&indexed);
+                assert!(
+                    removed,
+                    "deadline of a waiter of `{namespace}/{key}` not indexed"
+                );
+            }
+            let state = self.sessions.get_mut(&head.session).unwrap_or_else(|| {
+                panic!(
+                    "waiter {} of `{namespace}/{key}` has no session",
+                    head.session
+                )
+            });
+            // The wait becomes a hold: the session's count of holds and waits stays.
+            set_remove(&mut state.waits, &namespace, &key);
+            state.holds_and_waits -= 1;
+            let token = Token::at(revision);
+            let hold = Hold {
+                session: head.session,
+                token,
+                granted_at: time,
+            };
+            let ns_key = (&namespace, &key);
+            add_hold(
+                entry,
+                holds_by_age,
+                state,
+                ns_key,
+                hold,
+                &mut self.watch,
+                revision,
+            );
+            self.wait_ends.0.push(WaitEnd {
+                session: head.session,
+                namespace: namespace.clone(),
+                key: key.clone(),
+                kind: WaitEndKind::Granted { token },
+            });
+            granted.push((head.session, token));
+        }
+        if entry.holders.is_empty() {
+            assert!(
+                entry.waiters.is_empty(),
+                "`{namespace}/{key}` has waiters and no holder"
+            );
             occupied.remove();
             if locks.is_empty() && classes.is_empty() {
                 self.namespaces.remove(&namespace);
             }
-            return Ok(None);
-        };
-        if let Some(deadline) = waiter.deadline {
-            let indexed = (deadline, waiter.session, namespace.clone(), key.clone());
-            let removed = self.wait_deadlines.remove(&indexed);
-            assert!(
-                removed,
-                "deadline of a waiter of `{namespace}/{key}` not indexed"
-            );
         }
-        let token = Token::at(revision);
-        entry.holder = Hold {
-            session: waiter.session,
-            token,
-            granted_at: time,
-        };
-        entry.floor = revision;
-        let inserted = holds_by_age.insert((token, key.clone()));
-        assert!(inserted, "`{namespace}/{key}` granted twice at {token}");
-        let state = self.sessions.get_mut(&waiter.session).unwrap_or_else(|| {
-            panic!(
-                "waiter {} of `{namespace}/{key}` has no session",
-                waiter.session
-            )
-        });
-        set_remove(&mut state.waits, &namespace, &key);
-        set_insert(&mut state.holds, &namespace, &key);
-        let session = waiter.session;
-        emit(
-            &mut self.watch,
-            revision,
-            time,
-            &namespace,
-            &key,
-            EventKind::Granted { session, token },
-            &state.identity,
-        );
-        self.wait_ends.0.push(WaitEnd {
-            session,
-            namespace,
-            key,
-            kind: WaitEndKind::Granted { token },
-        });
-        Ok(Some((session, token)))
+        granted
     }
 
     /// Ends sessions in this one revision: first every wait of every listed session is removed,
@@ -485,6 +590,9 @@ impl LockStateMachine {
             }
         }
         let (revision, time) = (self.revision, self.time);
+        // Keys whose queue lost a waiter: shared waiters behind a removed exclusive one may be
+        // granted now (after every listed session's waits are gone).
+        let mut waits_ended: BTreeSet<(Arc<str>, Arc<str>)> = BTreeSet::new();
         for (session, state) in &ended {
             for (namespace, keys) in &state.waits {
                 for key in keys {
@@ -507,6 +615,7 @@ impl LockStateMachine {
                             "deadline of a waiter of `{namespace}/{key}` not indexed"
                         );
                     }
+                    waits_ended.insert((namespace.clone(), key.clone()));
                     self.wait_ends.0.push(WaitEnd {
                         session: *session,
                         namespace: namespace.clone(),
@@ -530,7 +639,10 @@ impl LockStateMachine {
                 }
             }
         }
-        for (_, state) in &ended {
+        for (namespace, key) in &waits_ended {
+            self.grant_from_queue(namespace, key);
+        }
+        for (session, state) in &ended {
             for (namespace, keys) in &state.holds {
                 for key in keys {
                     let end = match forced {
@@ -542,13 +654,13 @@ impl LockStateMachine {
                         }
                         _ => HoldEnd::Released(cause),
                     };
-                    let ended = self.end_hold(namespace, key, end, None, Some(&state.identity));
+                    let identity = Some(&state.identity);
+                    let ended = self.end_hold(namespace, key, *session, end, None, identity);
                     assert!(ended.is_ok(), "no token expected");
                 }
             }
         }
     }
-
     /// The class of `namespace/key`.
     pub fn class_of(&self, namespace: &str, key: &str) -> &ClassSpec {
         let classes = self.namespaces.get(namespace).map(|ns| &ns.classes);
@@ -579,16 +691,73 @@ fn admit(
     Ok(())
 }
 
-/// Grants a free key at `revision` (token = floor = revision); the caller inserts the entry.
+/// A session asks again for a key it holds or waits for: in the same mode it is answered what
+/// it has; in the other mode it is refused (no upgrade or downgrade: an upgrade that waited for
+/// the other readers would deadlock with a second reader upgrading, Curator's known bug).
+fn check_same_mode(
+    session: SessionId,
+    namespace: &str,
+    key: &str,
+    has: LockMode,
+    asked: LockMode,
+    holds: bool,
+) -> Result<(), LockError> {
+    if has == asked {
+        return Ok(());
+    }
+    Err(LockError::ModeChangeNotSupported {
+        session,
+        namespace: namespace.to_owned(),
+        key: key.to_owned(),
+        has,
+        asked,
+        holds,
+    })
+}
+
+/// Adds a hold to a held (or just emptied) entry at `revision`, with its event.
 #[allow(clippy::too_many_arguments)]
+fn add_hold(
+    entry: &mut LockEntry,
+    holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
+    state: &mut Session,
+    (namespace, key): (&Arc<str>, &Arc<str>),
+    hold: Hold,
+    watch: &mut WatchLog,
+    revision: Revision,
+) {
+    let Hold { session, token, .. } = hold;
+    let inserted = holds_by_age.insert((token, key.clone(), session));
+    assert!(
+        inserted,
+        "`{namespace}/{key}` granted twice to {session} at {token}"
+    );
+    let previous = entry.holders.insert(session, hold);
+    assert!(
+        previous.is_none(),
+        "{session} holds `{namespace}/{key}` twice"
+    );
+    set_insert(&mut state.holds, namespace, key);
+    state.holds_and_waits += 1;
+    emit(
+        watch,
+        revision,
+        hold.granted_at,
+        namespace,
+        key,
+        EventKind::Granted { session, token },
+        &state.identity,
+    );
+}
+
+/// Grants a free key at `revision` (token = floor = revision); the caller inserts the entry.
 fn grant(
     session: SessionId,
     state: &mut Session,
-    holds_by_age: &mut BTreeSet<(Token, Arc<str>)>,
-    namespace: &Arc<str>,
-    key: &Arc<str>,
-    revision: Revision,
-    time: Instant,
+    holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
+    ns_key: (&Arc<str>, &Arc<str>),
+    mode: LockMode,
+    (revision, time): (Revision, Instant),
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
     #[cfg(not(madsim))]
@@ -596,33 +765,28 @@ fn grant(
     // The simulation's deliberately broken build may wrap tokens (`node::fault_injection`).
     #[cfg(madsim)]
     let token = crate::node::fault_injection::grant_token(revision);
-    set_insert(&mut state.holds, namespace, key);
-    state.holds_and_waits += 1;
-    emit(
-        watch,
-        revision,
-        time,
-        namespace,
-        key,
-        EventKind::Granted { session, token },
-        &state.identity,
-    );
-    let inserted = holds_by_age.insert((token, key.clone()));
-    assert!(inserted, "`{key}` granted twice at {token}");
+    let mut entry = LockEntry {
+        mode,
+        holders: BTreeMap::new(),
+        waiters: VecDeque::new(),
+        // The token's revision: `revision` itself (but for the simulation's token fault).
+        floor: Revision(token.0),
+    };
     let hold = Hold {
         session,
         token,
         granted_at: time,
     };
-    (
-        token,
-        LockEntry {
-            holder: hold,
-            waiters: VecDeque::new(),
-            // The token's revision: `revision` itself (but for the simulation's token fault).
-            floor: Revision(token.0),
-        },
-    )
+    add_hold(
+        &mut entry,
+        holds_by_age,
+        state,
+        ns_key,
+        hold,
+        watch,
+        revision,
+    );
+    (token, entry)
 }
 
 pub(crate) fn class_of<'a>(

@@ -7,7 +7,8 @@
 //!
 //! ```
 //! use picket_core::locks::{
-//!     AcquireReply, Command, Identity, LockConfig, LockStateMachine, Reply, RequestId, SecretHash, SessionProof,
+//!     AcquireReply, Command, Identity, LockConfig, LockMode, LockStateMachine, Reply, RequestId, SecretHash,
+//!     SessionProof,
 //! };
 //! use picket_core::time::Instant;
 //!
@@ -20,7 +21,8 @@
 //! let Ok(Reply::SessionCreated { session, .. }) = created else { panic!("{created:?}") };
 //! let acquire = Command::Acquire {
 //!     session, proof: SessionProof::new(secret_hash, "svc-billing"), request: RequestId(1),
-//!     namespace: "orders".into(), key: "invoice/42".into(), wait: false, wait_timeout_ms: None,
+//!     namespace: "orders".into(), key: "invoice/42".into(), mode: LockMode::Exclusive, wait: false,
+//!     wait_timeout_ms: None,
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
@@ -52,7 +54,7 @@ use std::sync::Arc;
 pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
 pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
 pub use command::{
-    AcquireReply, Actor, Command, Identity, Outcome, Remembered, RememberedReply, Reply,
+    AcquireReply, Actor, Command, Identity, LockMode, Outcome, Remembered, RememberedReply, Reply,
     RequestTarget, Role,
 };
 pub use config::LockConfig;
@@ -189,11 +191,12 @@ impl LockStateMachine {
                 request,
                 namespace,
                 key,
+                mode,
                 wait,
                 wait_timeout_ms,
             } => {
                 let wait = wait.then_some(wait_timeout_ms);
-                self.apply_acquire(session, &proof, request, namespace, key, wait)
+                self.apply_acquire(session, &proof, request, namespace, key, mode, wait)
             }
             Command::CancelWait {
                 session,
@@ -225,13 +228,13 @@ impl LockStateMachine {
                 namespace,
                 key,
                 expected_token,
+                holder,
                 reason,
                 revoke_session,
             } => self.apply_request_force_release(
                 actor,
                 namespace,
-                key,
-                expected_token,
+                (key, expected_token, holder),
                 reason,
                 revoke_session,
             ),

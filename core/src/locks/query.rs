@@ -8,7 +8,7 @@
 
 use super::audit::{AuditPage, AuditQuery};
 use super::class::ClassSpec;
-use super::command::Identity;
+use super::command::{Identity, LockMode};
 use super::error::{LockError, WatchError};
 use super::force_release::ForceReleaseRequest;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
@@ -25,6 +25,8 @@ pub struct HoldInfo {
     pub key: String,
     pub session: SessionId,
     pub identity: Identity,
+    /// How the key is held (shared holds of one key are listed one by one).
+    pub mode: LockMode,
     /// The grant revision, which is the token.
     pub token: Token,
     /// Log time of the grant.
@@ -46,6 +48,8 @@ pub type NamespaceHold = HoldInfo;
 pub struct WaiterInfo {
     pub session: SessionId,
     pub identity: Identity,
+    /// The mode it asked for.
+    pub mode: LockMode,
     /// 1 is next in line.
     pub position: u32,
     /// Log time of queueing.
@@ -62,7 +66,12 @@ pub struct KeyInfo {
     pub key: String,
     /// The class covering the key (the longest registered prefix, or the default).
     pub class: ClassSpec,
+    /// How the key is held; `None` for a free key.
+    pub mode: Option<LockMode>,
+    /// The oldest of `holders` (the only one of an exclusive key); `None` for a free key.
     pub holder: Option<HoldInfo>,
+    /// Every holder, oldest first (by token, then session).
+    pub holders: Vec<HoldInfo>,
     pub queue_depth: usize,
     pub waiters: Vec<WaiterInfo>,
     /// Tokens below the floor are invalid on this key; `None` for a free key (every future token
@@ -114,7 +123,9 @@ impl LockStateMachine {
             revision: self.revision,
             namespace: namespace.to_owned(),
             key: key.to_owned(),
+            mode: None,
             holder: None,
+            holders: Vec::new(),
             queue_depth: 0,
             waiters: Vec::new(),
             floor: None,
@@ -122,7 +133,13 @@ impl LockStateMachine {
             class,
         };
         if let Some(entry) = entry {
-            info.holder = Some(self.hold_info(namespace, key, &entry.holder, now));
+            info.mode = Some(entry.mode);
+            info.holders = entry
+                .holds_oldest_first()
+                .iter()
+                .map(|hold| self.hold_info(namespace, key, hold, now))
+                .collect();
+            info.holder = info.holders.first().cloned();
             info.queue_depth = entry.waiters.len();
             info.waiters = self.waiter_infos(entry, now);
             info.floor = Some(entry.floor);
@@ -140,6 +157,9 @@ impl LockStateMachine {
             key: key.to_owned(),
             session: hold.session,
             identity: session.identity.clone(),
+            mode: self
+                .entry(namespace, key)
+                .map_or_else(LockMode::default, |e| e.mode),
             token: hold.token,
             granted_at: hold.granted_at,
             held_for_ms: now.ms_since(hold.granted_at),
@@ -157,6 +177,7 @@ impl LockStateMachine {
             .map(|(waiter, position)| WaiterInfo {
                 session: waiter.session,
                 identity: self.sessions[&waiter.session].identity.clone(),
+                mode: waiter.mode,
                 position,
                 queued_at: waiter.queued_at,
                 waiting_for_ms: now.ms_since(waiter.queued_at),
@@ -179,7 +200,9 @@ impl LockStateMachine {
             .holds_by_age
             .iter()
             .take(limit)
-            .map(|(_, key)| self.hold_info(namespace, key, &ns.locks[key].holder, now))
+            .map(|(_, key, session)| {
+                self.hold_info(namespace, key, &ns.locks[key].holders[session], now)
+            })
             .collect())
     }
 
@@ -188,8 +211,9 @@ impl LockStateMachine {
         self.namespaces
             .iter()
             .filter_map(|(namespace, ns)| {
-                let (_, key) = ns.holds_by_age.first()?;
-                Some(self.hold_info(namespace, key, &ns.locks[key].holder, now))
+                let (_, key, session) = ns.holds_by_age.first()?;
+                let hold = &ns.locks[key].holders[session];
+                Some(self.hold_info(namespace, key, hold, now))
             })
             .collect()
     }
@@ -255,13 +279,11 @@ impl LockStateMachine {
             .values()
             .filter(|request| now < request.expires_at)
             .map(|request| {
-                let holder = self
+                let hold = self
                     .entry(&request.namespace, &request.key)
-                    .map(|entry| entry.holder);
+                    .and_then(|entry| entry.holders.get(&request.holder));
                 PendingForceRelease {
-                    holder_changed: holder.is_none_or(|hold| {
-                        hold.session != request.holder || hold.token != request.token
-                    }),
+                    holder_changed: hold.is_none_or(|hold| hold.token != request.token),
                     fenced_now: self.class_of(&request.namespace, &request.key).fenced,
                     request: request.clone(),
                 }

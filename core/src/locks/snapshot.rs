@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use super::audit::{AuditLog, AuditRecord};
 use super::class::ClassSpec;
-use super::command::{Identity, Remembered};
+use super::command::{Identity, LockMode, Remembered};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::ids::{RequestId, Revision, SessionId, Token};
@@ -60,7 +60,10 @@ pub struct SessionSnapshot {
 pub struct LockSnapshotEntry {
     pub namespace: String,
     pub key: String,
-    pub holder: HoldSnapshot,
+    /// Exclusive in snapshots written before shared locks.
+    pub mode: LockMode,
+    /// Oldest first (by token, then session); exactly one when exclusive.
+    pub holders: Vec<HoldSnapshot>,
     pub waiters: Vec<WaiterSnapshot>,
     pub floor: Revision,
 }
@@ -75,6 +78,8 @@ pub struct HoldSnapshot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaiterSnapshot {
     pub session: SessionId,
+    /// Exclusive in snapshots written before shared locks.
+    pub mode: LockMode,
     pub queued_at: Instant,
     /// Log time after which the wait is removed; `None`: no deadline (always so in snapshots
     /// written before wait deadlines existed).
@@ -116,16 +121,22 @@ impl LockStateMachine {
                 locks.push(LockSnapshotEntry {
                     namespace: namespace.to_string(),
                     key: key.to_string(),
-                    holder: HoldSnapshot {
-                        session: entry.holder.session,
-                        token: entry.holder.token,
-                        granted_at: entry.holder.granted_at,
-                    },
+                    mode: entry.mode,
+                    holders: entry
+                        .holds_oldest_first()
+                        .into_iter()
+                        .map(|hold| HoldSnapshot {
+                            session: hold.session,
+                            token: hold.token,
+                            granted_at: hold.granted_at,
+                        })
+                        .collect(),
                     waiters: entry
                         .waiters
                         .iter()
                         .map(|w| WaiterSnapshot {
                             session: w.session,
+                            mode: w.mode,
                             queued_at: w.queued_at,
                             deadline: w.deadline,
                         })
@@ -237,7 +248,8 @@ impl LockStateMachine {
         let LockSnapshotEntry {
             namespace,
             key,
-            holder,
+            mode,
+            holders,
             waiters,
             floor,
         } = entry;
@@ -246,28 +258,40 @@ impl LockStateMachine {
         if self.entry(&namespace, &key).is_some() {
             return Err(bad(format!("`{namespace}/{key}` listed twice")));
         }
+        match (mode, holders.len()) {
+            (_, 0) => {
+                return Err(bad(format!(
+                    "`{namespace}/{key}` is listed without a holder"
+                )))
+            }
+            (LockMode::Exclusive, n) if n > 1 => {
+                return Err(bad(format!(
+                    "`{namespace}/{key}` is exclusive with {n} holders"
+                )))
+            }
+            _ => {}
+        }
         let namespace: Arc<str> = match self.namespaces.get_key_value(namespace.as_str()) {
             Some((shared, _)) => shared.clone(),
             None => Arc::from(namespace),
         };
         let key: Arc<str> = Arc::from(key);
-        let mut sessions = vec![holder.session];
+        let mut sessions: Vec<SessionId> = holders.iter().map(|h| h.session).collect();
         for waiter in &waiters {
-            if sessions.contains(&waiter.session) {
-                return Err(bad(format!(
-                    "`{namespace}/{key}`: {} holds or waits twice",
-                    waiter.session
-                )));
-            }
             sessions.push(waiter.session);
         }
         for (index, id) in sessions.iter().enumerate() {
+            if sessions[..index].contains(id) {
+                return Err(bad(format!(
+                    "`{namespace}/{key}`: {id} holds or waits twice"
+                )));
+            }
             let Some(session) = self.sessions.get_mut(id) else {
                 return Err(bad(format!(
                     "`{namespace}/{key}`: session {id} is not listed"
                 )));
             };
-            if index == 0 {
+            if index < holders.len() {
                 set_insert(&mut session.holds, &namespace, &key);
             } else {
                 set_insert(&mut session.waits, &namespace, &key);
@@ -284,19 +308,32 @@ impl LockStateMachine {
             .namespaces
             .entry(namespace.clone())
             .or_insert_with(|| NamespaceState::new(namespace.clone()));
-        if !ns.holds_by_age.insert((holder.token, key.clone())) {
-            return Err(bad(format!("`{namespace}/{key}` listed twice")));
+        for holder in &holders {
+            if !ns
+                .holds_by_age
+                .insert((holder.token, key.clone(), holder.session))
+            {
+                return Err(bad(format!("`{namespace}/{key}` listed twice")));
+            }
         }
         let lock = LockEntry {
-            holder: Hold {
-                session: holder.session,
-                token: holder.token,
-                granted_at: holder.granted_at,
-            },
+            mode,
+            holders: holders
+                .iter()
+                .map(|h| {
+                    let hold = Hold {
+                        session: h.session,
+                        token: h.token,
+                        granted_at: h.granted_at,
+                    };
+                    (h.session, hold)
+                })
+                .collect(),
             waiters: waiters
                 .iter()
                 .map(|w| Waiter {
                     session: w.session,
+                    mode: w.mode,
                     queued_at: w.queued_at,
                     deadline: w.deadline,
                 })

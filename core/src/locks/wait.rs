@@ -2,6 +2,7 @@
 //! time) and `CancelWait`; and the record of which waits each command ended, so the node can
 //! answer the client that proposed each wait exactly once.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::command::Reply;
@@ -83,9 +84,8 @@ impl LockStateMachine {
         validate_namespace(&namespace)?;
         validate_key(&key)?;
         if state.holds(&namespace, &key) {
-            let token = self.namespaces[namespace.as_str()].locks[key.as_str()]
-                .holder
-                .token;
+            let token =
+                self.namespaces[namespace.as_str()].locks[key.as_str()].holders[&session].token;
             return Ok(Reply::WaitCancelled {
                 removed: false,
                 held: Some(token),
@@ -102,6 +102,13 @@ impl LockStateMachine {
             });
         }
         self.remove_wait(session, &namespace, &key, ReleaseCause::WaitCancelled);
+        // Shared waiters behind a cancelled exclusive one may be granted now.
+        let shared_key = self.namespaces[namespace.as_str()]
+            .locks
+            .get_key_value(key.as_str())
+            .map(|(k, _)| k.clone())
+            .expect("a waited-for key is held");
+        self.grant_from_queue(&namespace, &shared_key);
         Ok(Reply::WaitCancelled {
             removed: true,
             held: None,
@@ -119,6 +126,12 @@ impl LockStateMachine {
             .collect();
         for (session, namespace, key) in &due {
             self.remove_wait(*session, namespace, key, ReleaseCause::WaitExpired);
+        }
+        // Shared waiters behind a removed exclusive one may be granted now: once every due
+        // wait is gone, so that no expired wait is granted.
+        let keys: BTreeSet<(&Arc<str>, &Arc<str>)> = due.iter().map(|(_, ns, k)| (ns, k)).collect();
+        for (namespace, key) in keys {
+            self.grant_from_queue(namespace, key);
         }
         Reply::WaitsExpired { removed: due.len() }
     }
@@ -160,8 +173,8 @@ impl LockStateMachine {
             .push(revision, time, &namespace, &key, kind, identity);
         self.wait_ends.0.push(WaitEnd {
             session,
-            namespace,
-            key,
+            namespace: namespace.clone(),
+            key: key.clone(),
             kind: WaitEndKind::Removed { cause },
         });
     }
@@ -171,7 +184,7 @@ impl LockStateMachine {
     /// The token `session` holds `namespace/key` with, if it holds it.
     pub fn holder_token(&self, session: SessionId, namespace: &str, key: &str) -> Option<Token> {
         let entry = self.namespaces.get(namespace)?.locks.get(key)?;
-        (entry.holder.session == session).then_some(entry.holder.token)
+        entry.holders.get(&session).map(|hold| hold.token)
     }
 
     /// `session`'s 1-based place in the queue of `namespace/key`, if it waits.

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use crate::locks::{
-    AcquireReply, Command, Identity, LockConfig, LockError, LockStateMachine, NameError, NotYours,
-    Outcome, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
+    AcquireReply, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine, NameError,
+    NotYours, Outcome, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
     UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
 };
 
@@ -77,6 +77,8 @@ pub enum Op {
         /// Index into [`WAIT_TIMEOUTS`].
         timeout: usize,
         proof: usize,
+        /// Shared mode (else exclusive).
+        shared: bool,
     },
     /// `CancelWait` of a session's wait (or of one it does not have).
     Cancel {
@@ -140,39 +142,106 @@ impl Sent {
     }
 }
 
-/// The model: sessions, one holder per key, a FIFO queue per key. Written for clarity only.
+/// A held key in the model.
+#[derive(Clone, Debug)]
+struct Held {
+    mode: LockMode,
+    /// session -> token.
+    holds: BTreeMap<u64, u64>,
+    floor: u64,
+}
+
+impl Held {
+    /// (session, token) of the oldest hold: lowest token, then lowest session.
+    fn oldest(&self) -> (u64, u64) {
+        let (s, t) = self
+            .holds
+            .iter()
+            .min_by_key(|(s, t)| (**t, **s))
+            .expect("a held key has a holder");
+        (*s, *t)
+    }
+}
+
+/// The model: sessions, one exclusive holder or several shared holders per key, a FIFO queue
+/// per key. Written for clarity only.
 #[derive(Debug, Default)]
 pub struct Model {
     pub revision: u64,
     /// Log time (ms) of the next command: the caller sets it to the stamp it applies with.
     pub time_ms: u64,
     sessions: BTreeMap<u64, ModelSession>,
-    holders: BTreeMap<LockKey, (u64, u64)>,
-    queues: BTreeMap<LockKey, Vec<u64>>,
+    holders: BTreeMap<LockKey, Held>,
+    /// (session, mode) in queue order.
+    queues: BTreeMap<LockKey, Vec<(u64, LockMode)>>,
     /// (key, waiting session) -> the wait's deadline (log time, ms), for waits that have one.
     deadlines: BTreeMap<(LockKey, u64), u64>,
 }
 
 impl Model {
+    fn hold_count(&self, session: u64) -> usize {
+        self.holders
+            .values()
+            .filter(|held| held.holds.contains_key(&session))
+            .count()
+    }
+
     fn count(&self, session: u64) -> usize {
-        self.holders.values().filter(|(s, _)| *s == session).count()
+        self.hold_count(session)
             + self
                 .queues
                 .values()
-                .map(|q| q.iter().filter(|s| **s == session).count())
+                .map(|q| q.iter().filter(|(s, _)| *s == session).count())
                 .sum::<usize>()
     }
 
-    fn release(&mut self, key: &LockKey) -> Option<(SessionId, Token)> {
-        self.holders.remove(key);
-        let queue = self.queues.entry(key.clone()).or_default();
-        if queue.is_empty() {
-            return None;
+    /// `session`'s token on `key`, if it holds it.
+    fn token_of(&self, key: &LockKey, session: u64) -> Option<u64> {
+        self.holders.get(key)?.holds.get(&session).copied()
+    }
+
+    /// Grants what the head of the queue may have: the first waiter of a free key (with the
+    /// shared run behind a shared one), or the shared run at the head of a shared key.
+    fn grant_queue(&mut self, key: &LockKey) -> Option<(SessionId, Token)> {
+        let mut first = None;
+        loop {
+            let queue = self.queues.entry(key.clone()).or_default();
+            let Some(&(next, mode)) = queue.first() else {
+                break;
+            };
+            match self.holders.get_mut(key) {
+                None => {
+                    let holds = BTreeMap::from([(next, self.revision)]);
+                    let floor = self.revision;
+                    self.holders
+                        .insert(key.clone(), Held { mode, holds, floor });
+                }
+                Some(held) if held.mode == LockMode::Shared && mode == LockMode::Shared => {
+                    held.holds.insert(next, self.revision);
+                }
+                Some(_) => break,
+            }
+            queue.remove(0);
+            self.deadlines.remove(&(key.clone(), next));
+            first.get_or_insert((SessionId(next), Token(self.revision)));
         }
-        let next = queue.remove(0);
-        self.deadlines.remove(&(key.clone(), next));
-        self.holders.insert(key.clone(), (next, self.revision));
-        Some((SessionId(next), Token(self.revision)))
+        first
+    }
+
+    fn grant_all_queues(&mut self) {
+        let keys: Vec<LockKey> = self.queues.keys().cloned().collect();
+        for key in keys {
+            self.grant_queue(&key);
+        }
+    }
+
+    fn release(&mut self, key: &LockKey, session: u64) -> Option<(SessionId, Token)> {
+        let held = self.holders.get_mut(key).expect("releasing a held key");
+        held.holds.remove(&session);
+        if held.holds.is_empty() {
+            self.holders.remove(key);
+        }
+        self.grant_queue(key)
     }
 
     fn end(&mut self, ended: &[u64]) {
@@ -180,17 +249,18 @@ impl Model {
             self.sessions.remove(id);
         }
         for queue in self.queues.values_mut() {
-            queue.retain(|s| !ended.contains(s));
+            queue.retain(|(s, _)| !ended.contains(s));
         }
         self.deadlines.retain(|(_, s), _| !ended.contains(s));
-        let held: Vec<LockKey> = self
+        self.grant_all_queues();
+        let held: Vec<(LockKey, u64)> = self
             .holders
             .iter()
-            .filter(|(_, (s, _))| ended.contains(s))
-            .map(|(k, _)| k.clone())
+            .flat_map(|(k, held)| held.holds.keys().map(move |s| (k.clone(), *s)))
+            .filter(|(_, s)| ended.contains(s))
             .collect();
-        for key in held {
-            self.release(&key);
+        for (key, session) in held {
+            self.release(&key, session);
         }
     }
 
@@ -308,11 +378,7 @@ impl Model {
             }
             Command::CloseSession { session, proof } => {
                 self.check(session.0, proof)?;
-                let holds = self
-                    .holders
-                    .values()
-                    .filter(|(s, _)| *s == session.0)
-                    .count();
+                let holds = self.hold_count(session.0);
                 let waits = self.count(session.0) - holds;
                 self.end(&[session.0]);
                 Ok(Reply::SessionClosed {
@@ -339,6 +405,7 @@ impl Model {
                 request,
                 namespace,
                 key,
+                mode,
                 wait,
                 wait_timeout_ms,
             } => {
@@ -350,7 +417,7 @@ impl Model {
                     key: key.clone(),
                     token: None,
                 };
-                self.acquire(session.0, sent, wait.then_some(*wait_timeout_ms))
+                self.acquire(session.0, sent, *mode, wait.then_some(*wait_timeout_ms))
             }
             Command::CancelWait {
                 session,
@@ -363,16 +430,17 @@ impl Model {
                     return Err(error);
                 }
                 let k = (namespace.clone(), key.clone());
-                if let Some((_, token)) = self.holders.get(&k).filter(|(h, _)| *h == session.0) {
+                if let Some(token) = self.token_of(&k, session.0) {
                     return Ok(Reply::WaitCancelled {
                         removed: false,
-                        held: Some(Token(*token)),
+                        held: Some(Token(token)),
                     });
                 }
                 let queue = self.queues.entry(k.clone()).or_default();
-                let removed = queue.contains(&session.0);
-                queue.retain(|s| *s != session.0);
-                self.deadlines.remove(&(k, session.0));
+                let removed = queue.iter().any(|(s, _)| *s == session.0);
+                queue.retain(|(s, _)| *s != session.0);
+                self.deadlines.remove(&(k.clone(), session.0));
+                self.grant_queue(&k);
                 Ok(Reply::WaitCancelled {
                     removed,
                     held: None,
@@ -387,8 +455,9 @@ impl Model {
                     .collect();
                 for (k, s) in &due {
                     self.deadlines.remove(&(k.clone(), *s));
-                    self.queues.get_mut(k).unwrap().retain(|w| w != s);
+                    self.queues.get_mut(k).unwrap().retain(|(w, _)| w != s);
                 }
+                self.grant_all_queues();
                 Ok(Reply::WaitsExpired { removed: due.len() })
             }
             Command::Release {
@@ -414,27 +483,36 @@ impl Model {
     }
 
     /// `wait`: `Some(deadline)` to queue if held.
-    fn acquire(&mut self, s: u64, sent: Sent, wait: Option<Option<u64>>) -> Outcome {
+    fn acquire(
+        &mut self,
+        s: u64,
+        sent: Sent,
+        mode: LockMode,
+        wait: Option<Option<u64>>,
+    ) -> Outcome {
         let (ns, key) = (sent.namespace.as_str(), sent.key.as_str());
         let k = (ns.to_owned(), key.to_owned());
-        let current = |model: &Model| -> Option<AcquireReply> {
-            if let Some((holder, token)) = model.holders.get(&k) {
-                if *holder == s {
-                    return Some(AcquireReply::Granted {
+        // What the session has of the key: (holds it, mode, reply).
+        let current = |model: &Model| -> Option<(bool, LockMode, AcquireReply)> {
+            if let Some(held) = model.holders.get(&k) {
+                if let Some(token) = held.holds.get(&s) {
+                    let reply = AcquireReply::Granted {
                         token: Token(*token),
-                    });
+                    };
+                    return Some((true, held.mode, reply));
                 }
             }
             let queue = model.queues.get(&k)?;
-            let index = queue.iter().position(|w| *w == s)?;
-            Some(AcquireReply::Queued {
+            let index = queue.iter().position(|(w, _)| *w == s)?;
+            let reply = AcquireReply::Queued {
                 position: index as u32 + 1,
-            })
+            };
+            Some((false, queue[index].1, reply))
         };
         if let Some(answer) = self.dedup(s, &sent) {
             let cached = answer?;
             return match (current(self), cached) {
-                (Some(now), _) => Ok(Reply::Acquire(now)),
+                (Some((_, _, now)), _) => Ok(Reply::Acquire(now)),
                 // The wait this request queued is gone.
                 (None, Reply::Acquire(AcquireReply::Queued { .. })) => Err(LockError::WaitEnded {
                     session: SessionId(s),
@@ -456,12 +534,27 @@ impl Model {
             }
         }
         let cfg = config();
-        let reply = if let Some(reply) = current(self) {
+        let queue_len = self.queues.get(&k).map_or(0, Vec::len);
+        let joins = |held: &Held| {
+            mode == LockMode::Shared && held.mode == LockMode::Shared && queue_len == 0
+        };
+        let reply = if let Some((holds, has, reply)) = current(self) {
+            if has != mode {
+                return Err(LockError::ModeChangeNotSupported {
+                    session: SessionId(s),
+                    namespace: ns.to_owned(),
+                    key: key.to_owned(),
+                    has,
+                    asked: mode,
+                    holds,
+                });
+            }
             reply
-        } else if let (Some((holder, token)), None) = (self.holders.get(&k), wait) {
+        } else if let (Some(held), None) = (self.holders.get(&k).filter(|h| !joins(h)), wait) {
+            let (holder, token) = held.oldest();
             AcquireReply::Busy {
-                holder: SessionId(*holder),
-                token: Token(*token),
+                holder: SessionId(holder),
+                token: Token(token),
             }
         } else if self.count(s) >= cfg.holds_per_session_max {
             return Err(LockError::TooManyHolds {
@@ -469,9 +562,17 @@ impl Model {
                 max: cfg.holds_per_session_max,
             });
         } else if !self.holders.contains_key(&k) {
-            self.holders.insert(k.clone(), (s, self.revision));
+            let holds = BTreeMap::from([(s, self.revision)]);
+            let floor = self.revision;
+            self.holders.insert(k.clone(), Held { mode, holds, floor });
             AcquireReply::Granted {
                 token: Token(self.revision),
+            }
+        } else if joins(&self.holders[&k]) {
+            let revision = self.revision;
+            self.holders.get_mut(&k).unwrap().holds.insert(s, revision);
+            AcquireReply::Granted {
+                token: Token(revision),
             }
         } else {
             let queue = self.queues.entry(k.clone()).or_default();
@@ -482,7 +583,7 @@ impl Model {
                     max: cfg.waiters_per_key_max,
                 });
             }
-            queue.push(s);
+            queue.push((s, mode));
             if let Some(Some(timeout)) = wait {
                 self.deadlines
                     .insert((k.clone(), s), self.time_ms + timeout);
@@ -505,14 +606,13 @@ impl Model {
             return Err(error);
         }
         let k = (ns.to_owned(), key.to_owned());
-        let Some((holder, current)) = self.holders.get(&k).copied().filter(|(h, _)| *h == s) else {
+        let Some(current) = self.token_of(&k, s) else {
             return Err(LockError::NotHolder {
                 namespace: ns.to_owned(),
                 key: key.to_owned(),
                 session: SessionId(s),
             });
         };
-        assert_eq!(holder, s);
         if token.0 != current {
             return Err(LockError::WrongToken {
                 namespace: ns.to_owned(),
@@ -521,7 +621,7 @@ impl Model {
                 current: Token(current),
             });
         }
-        let next = self.release(&k);
+        let next = self.release(&k, s);
         let reply = Reply::Released { token, next };
         self.remember(s, sent, &reply);
         Ok(reply)
@@ -616,14 +716,21 @@ impl Driver {
                 wait,
                 timeout,
                 proof,
+                shared,
             } => {
                 let session = self.session(*session);
+                let mode = if *shared {
+                    LockMode::Shared
+                } else {
+                    LockMode::Exclusive
+                };
                 let command = Command::Acquire {
                     session,
                     proof: self.proof(session, *proof),
                     request: self.request(session),
                     namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
                     key: KEYS[*key % KEYS.len()].into(),
+                    mode,
                     wait: *wait,
                     wait_timeout_ms: WAIT_TIMEOUTS[*timeout % WAIT_TIMEOUTS.len()],
                 };
@@ -657,7 +764,12 @@ impl Driver {
                     NAMESPACES[*ns % NAMESPACES.len()].to_owned(),
                     KEYS[*key % KEYS.len()].to_owned(),
                 );
-                let held = model.holders.get(&k).map_or(1, |(_, token)| *token);
+                let held = model.holders.get(&k).map_or(1, |held| {
+                    held.holds
+                        .get(&session.0)
+                        .copied()
+                        .unwrap_or(held.oldest().1)
+                });
                 let token = if *right_token { held } else { held + 1 };
                 let command = Command::Release {
                     session,
@@ -731,13 +843,34 @@ pub fn assert_same_state(
             let info = sm.inspect(ns, key, sm.time()).unwrap();
             let k = (ns.to_string(), key.to_owned());
             let holder = info.holder.as_ref().map(|h| (h.session.0, h.token.0));
-            assert_eq!(holder, model.holders.get(&k).copied(), "holder of {k:?}");
+            let held = model.holders.get(&k);
+            assert_eq!(holder, held.map(Held::oldest), "oldest holder of {k:?}");
+            let mut holders: Vec<(u64, u64)> = info
+                .holders
+                .iter()
+                .map(|h| (h.session.0, h.token.0))
+                .collect();
+            holders.sort();
+            let model_holders: Vec<(u64, u64)> = held
+                .map(|h| h.holds.iter().map(|(s, t)| (*s, *t)).collect())
+                .unwrap_or_default();
+            assert_eq!(holders, model_holders, "holders of {k:?}");
+            assert_eq!(info.mode, held.map(|h| h.mode), "mode of {k:?}");
+            assert_eq!(
+                info.floor.map(|f| f.0),
+                held.map(|h| h.floor),
+                "floor of {k:?}"
+            );
             let waiters: Vec<u64> = info.waiters.iter().map(|w| w.session.0).collect();
-            let model_waiters = model.queues.get(&k).cloned().unwrap_or_default();
+            let modes: Vec<LockMode> = info.waiters.iter().map(|w| w.mode).collect();
+            let model_queue = model.queues.get(&k).cloned().unwrap_or_default();
+            let model_waiters: Vec<u64> = model_queue.iter().map(|(s, _)| *s).collect();
+            let model_modes: Vec<LockMode> = model_queue.iter().map(|(_, m)| *m).collect();
             assert_eq!(waiters, model_waiters, "waiters of {k:?}");
+            assert_eq!(modes, model_modes, "waiter modes of {k:?}");
             assert_eq!(info.queue_depth, waiters.len());
-            if let Some(hold) = &info.holder {
-                // Every token is at or above its key's floor; tokens rise strictly per key.
+            for hold in &info.holders {
+                // Every token is at or above its key's floor, and at most the revision.
                 let floor = info.floor.expect("a held key has a floor");
                 assert!(
                     hold.token.0 >= floor.0,
@@ -745,16 +878,21 @@ pub fn assert_same_state(
                     hold.token,
                     floor
                 );
-                assert!(floor.0 <= sm.revision().0);
+                assert!(hold.token.0 <= sm.revision().0);
+                assert_eq!(hold.mode, info.mode.unwrap(), "hold mode of {k:?}");
+                // Holders belong to live sessions.
+                assert!(model.sessions.contains_key(&hold.session.0));
+            }
+            if let Some(hold) = &info.holder {
+                // The floor never goes down while a key is held, and so never passes a token
+                // of a later run of holds: tokens of a key never go down.
+                let floor = info.floor.expect("a held key has a floor");
                 let last = last_tokens.entry(k.clone()).or_insert(0);
                 assert!(
-                    hold.token.0 >= *last,
-                    "token of {k:?} went down: {} after {last}",
-                    hold.token
+                    floor.0 >= *last || hold.token.0 >= *last,
+                    "floor of {k:?} went down: {floor} after {last}"
                 );
-                *last = hold.token.0;
-                // Waiters belong to live sessions.
-                assert!(model.sessions.contains_key(&hold.session.0));
+                *last = (*last).max(floor.0);
             } else {
                 assert!(waiters.is_empty(), "waiters on a free key {k:?}");
             }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket_core::locks::Token;
+use picket_core::locks::{LockMode, Token};
 use tokio::sync::{broadcast, watch};
 
 use super::cluster::{millis, Cluster};
@@ -357,7 +357,41 @@ impl Session {
     /// this future before it answers (or its failing) leaves the queue: a best-effort
     /// `CancelWait` is sent in the background (and a grant it raced is released).
     pub async fn lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
-        self.lock_waiting(namespace, key, None).await
+        self.lock_waiting(namespace, key, LockMode::Exclusive, None)
+            .await
+    }
+
+    /// [`Self::lock`] in shared mode: held together with other shared holders, never with an
+    /// exclusive one. It waits behind an exclusive request queued before it (FIFO: writers do
+    /// not starve). The guard's token fences like any other: a resource that accepted a later
+    /// writer's token refuses it. A session cannot change its mode on a key: asking for the
+    /// other mode while holding or waiting is refused (rule `mode_change_not_supported`).
+    pub async fn lock_shared(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
+        self.lock_waiting(namespace, key, LockMode::Shared, None)
+            .await
+    }
+
+    /// [`Self::lock_within`] in shared mode (see [`Self::lock_shared`]).
+    pub async fn lock_shared_within(
+        &self,
+        namespace: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, ClientError> {
+        let timeout_ms = millis(timeout).max(1);
+        self.lock_waiting(namespace, key, LockMode::Shared, Some(timeout_ms))
+            .await
+    }
+
+    /// [`Self::try_lock`] in shared mode: granted at once if the key is free or held shared
+    /// with nobody waiting; [`ClientError::Held`] if not.
+    pub async fn try_lock_shared(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<LockGuard, ClientError> {
+        self.acquire(namespace, key, LockMode::Shared, 0, None)
+            .await
     }
 
     /// [`Self::lock`] that gives up after `timeout`: the server removes the wait once it has
@@ -371,13 +405,15 @@ impl Session {
         timeout: Duration,
     ) -> Result<LockGuard, ClientError> {
         let timeout_ms = millis(timeout).max(1);
-        self.lock_waiting(namespace, key, Some(timeout_ms)).await
+        self.lock_waiting(namespace, key, LockMode::Exclusive, Some(timeout_ms))
+            .await
     }
 
     async fn lock_waiting(
         &self,
         namespace: &str,
         key: &str,
+        mode: LockMode,
         timeout_ms: Option<u64>,
     ) -> Result<LockGuard, ClientError> {
         let slice_ms = millis(self.inner.cluster.config.wait_slice).max(1);
@@ -390,7 +426,7 @@ impl Session {
             armed: true,
         };
         let answer = tokio::select! {
-            answer = self.acquire(namespace, key, wait_ms, timeout_ms) => answer,
+            answer = self.acquire(namespace, key, mode, wait_ms, timeout_ms) => answer,
             reason = self.inner.lost() => Err(ClientError::SessionLost { session_id: self.id(), reason }),
         };
         if answer.is_ok() {
@@ -415,7 +451,8 @@ impl Session {
 
     /// Takes `namespace`/`key` if it is free; [`ClientError::Held`] if not.
     pub async fn try_lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
-        self.acquire(namespace, key, 0, None).await
+        self.acquire(namespace, key, LockMode::Exclusive, 0, None)
+            .await
     }
 
     /// Leaves the queue of `namespace`/`key` (idempotent). If the session holds the key (the
@@ -432,6 +469,7 @@ impl Session {
         &self,
         namespace: &str,
         key: &str,
+        mode: LockMode,
         wait_ms: u64,
         wait_timeout_ms: Option<u64>,
     ) -> Result<LockGuard, ClientError> {
@@ -445,6 +483,10 @@ impl Session {
             wait_ms,
             session_secret: inner.secret.as_bytes().to_vec(),
             wait_timeout_ms: wait_timeout_ms.unwrap_or(0),
+            mode: match mode {
+                LockMode::Exclusive => proto::LockMode::Exclusive as i32,
+                LockMode::Shared => proto::LockMode::Shared as i32,
+            },
         };
         loop {
             if let Some(error) = inner.lost_error() {

@@ -22,6 +22,7 @@ use picket_core::node::{Answer, Query};
 use thiserror::Error;
 
 use super::command::grant_to_wire;
+use super::common::mode_from_wire;
 use super::{from_usize, required};
 use crate::error::ConvertError;
 use crate::proto;
@@ -211,6 +212,7 @@ impl proto::AcquireRequest {
             request,
             namespace: v.namespace,
             key: v.key,
+            mode: mode_from_wire(v.mode, "acquire.mode")?,
             wait: v.wait_ms > 0,
             wait_timeout_ms: (v.wait_timeout_ms > 0).then_some(v.wait_timeout_ms),
         })
@@ -414,6 +416,7 @@ impl proto::RequestForceReleaseRequest {
             namespace: self.namespace,
             key: self.key,
             expected_token: Token(token),
+            holder: (self.holder_session_id > 0).then_some(SessionId(self.holder_session_id)),
             reason: self.reason,
             revoke_session: self.revoke_session,
         })

@@ -6,6 +6,7 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 
+use super::common::{mode_from_wire, mode_to_wire};
 use super::{from_usize, nested, required, to_usize};
 use crate::error::ConvertError;
 use crate::proto;
@@ -38,6 +39,7 @@ impl From<Command> for proto::Command {
                 request,
                 namespace,
                 key,
+                mode,
                 wait,
                 wait_timeout_ms,
             } => pc::Kind::Acquire(pc::Acquire {
@@ -49,6 +51,7 @@ impl From<Command> for proto::Command {
                 secret_hash: hash_to_wire(proof.secret_hash),
                 principal: proof.principal,
                 wait_timeout_ms,
+                mode: mode_to_wire(mode),
             }),
             Command::CancelWait {
                 session,
@@ -102,6 +105,7 @@ impl From<Command> for proto::Command {
                 namespace,
                 key,
                 expected_token,
+                holder,
                 reason,
                 revoke_session,
             } => pc::Kind::RequestForceRelease(pc::RequestForceRelease {
@@ -111,6 +115,7 @@ impl From<Command> for proto::Command {
                 expected_token: expected_token.0,
                 reason,
                 revoke_session,
+                holder_session_id: holder.map(|s| s.0),
             }),
             Command::ApproveForceRelease {
                 actor,
@@ -204,6 +209,7 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             request: RequestId(c.request_id),
             namespace: c.namespace,
             key: c.key,
+            mode: mode_from_wire(c.mode, "acquire.mode")?,
             wait: c.wait,
             wait_timeout_ms: c.wait_timeout_ms,
         },
@@ -237,6 +243,7 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             namespace: c.namespace,
             key: c.key,
             expected_token: Token(c.expected_token),
+            holder: c.holder_session_id.map(SessionId),
             reason: c.reason,
             revoke_session: c.revoke_session,
         },

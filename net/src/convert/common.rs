@@ -3,8 +3,8 @@
 
 use picket_core::locks::{
     Actor, AuditAction, AuditRecord, ClassSpec, Event, EventKind, ForceReleaseId,
-    ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LostHold, PendingForceRelease, ReleaseCause,
-    Revision, Role, SessionId, Token, WaiterInfo,
+    ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LockMode, LostHold, PendingForceRelease,
+    ReleaseCause, Revision, Role, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
 use std::collections::BTreeSet;
@@ -43,6 +43,26 @@ impl From<Role> for proto::Role {
             Role::IncidentCommander => proto::Role::IncidentCommander,
             Role::ClassAdmin => proto::Role::ClassAdmin,
         }
+    }
+}
+
+pub(crate) fn mode_to_wire(mode: LockMode) -> i32 {
+    match mode {
+        LockMode::Exclusive => proto::LockMode::Exclusive as i32,
+        LockMode::Shared => proto::LockMode::Shared as i32,
+    }
+}
+
+/// A lock mode; 0 (also an absent field: every message written before shared locks) is
+/// exclusive.
+pub(crate) fn mode_from_wire(value: i32, field: &str) -> Result<LockMode, ConvertError> {
+    match proto::LockMode::try_from(value) {
+        Ok(proto::LockMode::Exclusive) => Ok(LockMode::Exclusive),
+        Ok(proto::LockMode::Shared) => Ok(LockMode::Shared),
+        Err(_) => Err(ConvertError::new(
+            field,
+            format!("unknown lock mode {value} (0 exclusive, 1 shared)"),
+        )),
     }
 }
 
@@ -179,6 +199,7 @@ impl From<HoldInfo> for proto::HoldInfo {
             session_ttl_ms: v.session_ttl_ms,
             session_remaining_ms: v.session_remaining_ms,
             hold_ms_max_expected: v.hold_ms_max_expected,
+            mode: mode_to_wire(v.mode),
         }
     }
 }
@@ -187,6 +208,7 @@ impl TryFrom<proto::HoldInfo> for HoldInfo {
     type Error = ConvertError;
     fn try_from(v: proto::HoldInfo) -> Result<Self, ConvertError> {
         Ok(HoldInfo {
+            mode: mode_from_wire(v.mode, "mode")?,
             identity: nested(v.identity, "identity")?,
             namespace: v.namespace,
             key: v.key,
@@ -209,6 +231,7 @@ impl From<WaiterInfo> for proto::WaiterInfo {
             position: v.position,
             queued_at_ms: v.queued_at.as_millis(),
             waiting_for_ms: v.waiting_for_ms,
+            mode: mode_to_wire(v.mode),
         }
     }
 }
@@ -217,6 +240,7 @@ impl TryFrom<proto::WaiterInfo> for WaiterInfo {
     type Error = ConvertError;
     fn try_from(v: proto::WaiterInfo) -> Result<Self, ConvertError> {
         Ok(WaiterInfo {
+            mode: mode_from_wire(v.mode, "mode")?,
             session: SessionId(v.session_id),
             identity: nested(v.identity, "identity")?,
             position: v.position,
@@ -278,6 +302,8 @@ impl From<KeyInfo> for proto::KeyInfo {
             key: v.key,
             class: Some(v.class.into()),
             holder: v.holder.map(Into::into),
+            mode: mode_to_wire(v.mode.unwrap_or_default()),
+            holders: v.holders.into_iter().map(Into::into).collect(),
             queue_depth: from_usize(v.queue_depth),
             waiters: v.waiters.into_iter().map(Into::into).collect(),
             floor: v.floor.map(|f| f.0),
@@ -293,14 +319,28 @@ impl From<KeyInfo> for proto::KeyInfo {
 impl TryFrom<proto::KeyInfo> for KeyInfo {
     type Error = ConvertError;
     fn try_from(v: proto::KeyInfo) -> Result<Self, ConvertError> {
+        let holder = v
+            .holder
+            .map(HoldInfo::try_from)
+            .transpose()
+            .map_err(|e| e.within("holder"))?;
+        // A free key has no mode; an answer from before shared locks lists no `holders`: its
+        // one holder is `holder`.
+        let mode = match holder {
+            Some(_) => Some(mode_from_wire(v.mode, "mode")?),
+            None => None,
+        };
+        let holders = if v.holders.is_empty() {
+            holder.iter().cloned().collect()
+        } else {
+            each(v.holders, "holders")?
+        };
         Ok(KeyInfo {
             revision: Revision(v.revision),
             class: nested(v.class, "class")?,
-            holder: v
-                .holder
-                .map(HoldInfo::try_from)
-                .transpose()
-                .map_err(|e| e.within("holder"))?,
+            mode,
+            holder,
+            holders,
             queue_depth: to_usize(v.queue_depth, "queue_depth")?,
             waiters: each(v.waiters, "waiters")?,
             floor: v.floor.map(Revision),

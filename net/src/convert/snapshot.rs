@@ -12,6 +12,7 @@ use picket_core::time::Instant;
 use prost::Message;
 
 use super::command::{grant_from_wire, grant_to_wire, hash_from_wire, hash_to_wire};
+use super::common::{mode_from_wire, mode_to_wire};
 use super::{each, from_usize, nested, required, to_usize};
 use crate::error::{ConvertError, DecodeError};
 use crate::proto;
@@ -142,14 +143,18 @@ impl TryFrom<proto::SessionRecord> for SessionSnapshot {
 
 impl From<LockSnapshotEntry> for proto::LockRecord {
     fn from(v: LockSnapshotEntry) -> Self {
+        // The first (oldest) holder goes where records before shared locks kept the one holder.
+        let mut holders = v.holders.into_iter().map(|h| proto::HoldRecord {
+            session_id: h.session.0,
+            token: h.token.0,
+            granted_at_ms: h.granted_at.as_millis(),
+        });
         proto::LockRecord {
             namespace: v.namespace,
             key: v.key,
-            holder: Some(proto::HoldRecord {
-                session_id: v.holder.session.0,
-                token: v.holder.token.0,
-                granted_at_ms: v.holder.granted_at.as_millis(),
-            }),
+            holder: holders.next(),
+            shared_holders: holders.collect(),
+            mode: mode_to_wire(v.mode),
             waiters: v
                 .waiters
                 .into_iter()
@@ -157,6 +162,7 @@ impl From<LockSnapshotEntry> for proto::LockRecord {
                     session_id: w.session.0,
                     queued_at_ms: w.queued_at.as_millis(),
                     deadline_ms: w.deadline.map(Instant::as_millis),
+                    mode: mode_to_wire(w.mode),
                 })
                 .collect(),
             floor: v.floor.0,
@@ -179,6 +185,7 @@ impl TryFrom<proto::WaiterRecord> for WaiterSnapshot {
     type Error = ConvertError;
     fn try_from(v: proto::WaiterRecord) -> Result<Self, ConvertError> {
         Ok(WaiterSnapshot {
+            mode: mode_from_wire(v.mode, "mode")?,
             session: SessionId(v.session_id),
             queued_at: Instant::from_millis(v.queued_at_ms),
             deadline: v.deadline_ms.map(Instant::from_millis),
@@ -189,8 +196,11 @@ impl TryFrom<proto::WaiterRecord> for WaiterSnapshot {
 impl TryFrom<proto::LockRecord> for LockSnapshotEntry {
     type Error = ConvertError;
     fn try_from(v: proto::LockRecord) -> Result<Self, ConvertError> {
+        let mut holders: Vec<HoldSnapshot> = vec![nested(v.holder, "holder")?];
+        holders.extend(each::<_, HoldSnapshot>(v.shared_holders, "shared_holders")?);
         Ok(LockSnapshotEntry {
-            holder: nested(v.holder, "holder")?,
+            mode: mode_from_wire(v.mode, "mode")?,
+            holders,
             waiters: each(v.waiters, "waiters")?,
             floor: Revision(v.floor),
             namespace: v.namespace,

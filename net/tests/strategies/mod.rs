@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply, Reply,
-    RequestId, RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof, SessionSnapshot,
-    Token, WaiterInfo, WaiterSnapshot,
+    LockMode, LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply,
+    Reply, RequestId, RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof,
+    SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -123,17 +123,18 @@ pub fn command() -> impl Strategy<Value = Command> {
             any::<u64>(),
             text(),
             text(),
-            (any::<bool>(), option::of(any::<u64>())),
+            (any::<bool>(), option::of(any::<u64>()), mode()),
             proof()
         )
             .prop_map(
-                |(session, request, namespace, key, (wait, wait_timeout_ms), proof)| {
+                |(session, request, namespace, key, (wait, wait_timeout_ms, mode), proof)| {
                     Command::Acquire {
                         session,
                         proof,
                         request: RequestId(request),
                         namespace,
                         key,
+                        mode,
                         wait,
                         wait_timeout_ms,
                     }
@@ -168,18 +169,27 @@ pub fn command() -> impl Strategy<Value = Command> {
             namespace,
             prefix
         }),
-        (actor(), text(), text(), token(), text(), any::<bool>()).prop_map(
-            |(actor, namespace, key, expected_token, reason, revoke_session)| {
-                Command::RequestForceRelease {
-                    actor,
-                    namespace,
-                    key,
-                    expected_token,
-                    reason,
-                    revoke_session,
+        (
+            actor(),
+            text(),
+            text(),
+            token(),
+            option::of(session()),
+            (text(), any::<bool>())
+        )
+            .prop_map(
+                |(actor, namespace, key, expected_token, holder, (reason, revoke_session))| {
+                    Command::RequestForceRelease {
+                        actor,
+                        namespace,
+                        key,
+                        expected_token,
+                        holder,
+                        reason,
+                        revoke_session,
+                    }
                 }
-            }
-        ),
+            ),
         (actor(), any::<u64>(), any::<bool>()).prop_map(|(actor, id, acknowledged_fenced)| {
             Command::ApproveForceRelease {
                 actor,
@@ -408,9 +418,14 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
             option::of(any::<u64>()),
             any::<u64>(),
         ),
+        mode(),
     )
         .prop_map(
-            |((namespace, key, session, identity, token), (granted_at, held, ttl, rem, hold))| {
+            |(
+                (namespace, key, session, identity, token),
+                (granted_at, held, ttl, rem, hold),
+                mode,
+            )| {
                 HoldInfo {
                     namespace,
                     key,
@@ -422,28 +437,46 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
                     session_ttl_ms: ttl,
                     session_remaining_ms: rem,
                     hold_ms_max_expected: hold,
+                    mode,
                 }
             },
         )
 }
 
+pub fn mode() -> impl Strategy<Value = LockMode> {
+    prop_oneof![Just(LockMode::Exclusive), Just(LockMode::Shared)]
+}
+
 pub fn key_info() -> impl Strategy<Value = KeyInfo> {
-    let waiter = (session(), identity(), any::<u32>(), instant(), any::<u64>()).prop_map(
-        |(session, identity, position, queued_at, waiting_for_ms)| WaiterInfo {
-            session,
-            identity,
-            position,
-            queued_at,
-            waiting_for_ms,
-        },
-    );
+    let waiter = (
+        session(),
+        identity(),
+        any::<u32>(),
+        instant(),
+        any::<u64>(),
+        mode(),
+    )
+        .prop_map(
+            |(session, identity, position, queued_at, waiting_for_ms, mode)| WaiterInfo {
+                session,
+                identity,
+                position,
+                queued_at,
+                waiting_for_ms,
+                mode,
+            },
+        );
     (
         (any::<u64>(), text(), text(), class()),
-        (option::of(hold_info()), 0..10_000usize, vec(waiter, 0..3)),
+        (vec(hold_info(), 0..3), 0..10_000usize, vec(waiter, 0..3)),
         (option::of(any::<u64>()), vec(force_release(), 0..2)),
     )
         .prop_map(
-            |((revision, namespace, key, class), (holder, depth, waiters), (floor, pending))| {
+            |((revision, namespace, key, class), (holders, depth, waiters), (floor, pending))| {
+                // As the state machine answers: `holder` is the first of `holders`, and a held
+                // key has a mode.
+                let holder = holders.first().cloned();
+                let mode = holder.as_ref().map(|h| h.mode);
                 KeyInfo {
                     revision: Revision(revision),
                     namespace,
@@ -454,6 +487,8 @@ pub fn key_info() -> impl Strategy<Value = KeyInfo> {
                     waiters,
                     floor: floor.map(Revision),
                     pending_force_releases: pending,
+                    holders,
+                    mode,
                 }
             },
         )
@@ -529,27 +564,37 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
             },
         );
     let lock = (
-        (text(), text(), session(), token(), instant()),
         (
-            vec((session(), instant(), option::of(instant())), 0..3),
+            text(),
+            text(),
+            vec((session(), token(), instant()), 1..3),
+            mode(),
+        ),
+        (
+            vec((session(), instant(), option::of(instant()), mode()), 0..3),
             any::<u64>(),
         ),
     )
         .prop_map(
-            |((namespace, key, session, token, granted_at), (waiters, floor))| LockSnapshotEntry {
+            |((namespace, key, holders, mode), (waiters, floor))| LockSnapshotEntry {
                 namespace,
                 key,
-                holder: HoldSnapshot {
-                    session,
-                    token,
-                    granted_at,
-                },
+                mode,
+                holders: holders
+                    .into_iter()
+                    .map(|(session, token, granted_at)| HoldSnapshot {
+                        session,
+                        token,
+                        granted_at,
+                    })
+                    .collect(),
                 waiters: waiters
                     .into_iter()
-                    .map(|(session, queued_at, deadline)| WaiterSnapshot {
+                    .map(|(session, queued_at, deadline, mode)| WaiterSnapshot {
                         session,
                         queued_at,
                         deadline,
+                        mode,
                     })
                     .collect(),
                 floor: Revision(floor),

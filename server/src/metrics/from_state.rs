@@ -3,6 +3,7 @@
 //! periodically (every few seconds, on every replica: each exports its own applied state, and the
 //! alert rule takes the maximum over replicas).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use picket_core::locks::LockStateMachine;
@@ -28,9 +29,14 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
             .unwrap_or_default();
         let mut waiters = 0;
         let mut longest = None;
+        // A shared key is listed once per holder: its queue is counted once.
+        let mut keys_seen: BTreeSet<&str> = BTreeSet::new();
         for (i, hold) in holds.iter().enumerate() {
             let is_oldest = hold.key == oldest.key;
             if i >= WAITER_SCAN_KEYS_MAX && !is_oldest {
+                continue;
+            }
+            if !keys_seen.insert(hold.key.as_str()) {
                 continue;
             }
             let Ok(info) = state.inspect(&namespace, &hold.key, now) else {
@@ -64,7 +70,8 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
 mod tests {
     use super::*;
     use picket_core::locks::{
-        Actor, ClassSpec, Command, Identity, LockConfig, RequestId, Role, SessionId, SessionProof,
+        Actor, ClassSpec, Command, Identity, LockConfig, LockMode, RequestId, Role, SessionId,
+        SessionProof,
     };
 
     fn session(sm: &mut LockStateMachine, t: u64, name: &str) -> SessionId {
@@ -85,6 +92,17 @@ mod tests {
     }
 
     fn acquire(sm: &mut LockStateMachine, t: u64, s: SessionId, r: u64, ns: &str, key: &str) {
+        acquire_in(sm, t, s, r, (ns, key), LockMode::Exclusive);
+    }
+
+    fn acquire_in(
+        sm: &mut LockStateMachine,
+        t: u64,
+        s: SessionId,
+        r: u64,
+        (ns, key): (&str, &str),
+        mode: LockMode,
+    ) {
         let reply = sm.apply(
             Instant::from_millis(t),
             Command::Acquire {
@@ -93,11 +111,33 @@ mod tests {
                 request: RequestId(r),
                 namespace: ns.to_owned(),
                 key: key.to_owned(),
+                mode,
                 wait: true,
                 wait_timeout_ms: None,
             },
         );
         assert!(reply.is_ok(), "{reply:?}");
+    }
+
+    #[test]
+    fn every_shared_holder_counts_and_the_queue_once() {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        let a = session(&mut sm, 10, "a");
+        let b = session(&mut sm, 10, "b");
+        let w = session(&mut sm, 10, "w");
+        acquire_in(&mut sm, 1_000, a, 1, ("docs", "page"), LockMode::Shared);
+        acquire_in(&mut sm, 2_000, b, 1, ("docs", "page"), LockMode::Shared);
+        acquire(&mut sm, 3_000, w, 1, "docs", "page"); // queued behind both readers
+        let stats = namespace_stats(&sm, Instant::from_millis(61_000));
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].holds, stats[0].waiters), (2, 1));
+        let longest = stats[0].longest_hold.as_ref().unwrap();
+        assert_eq!(
+            longest.held_for,
+            Duration::from_secs(60),
+            "the oldest reader"
+        );
+        assert_eq!(longest.queue_depth, 1);
     }
 
     #[test]

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use picket_core::locks::{
-    AcquireReply, Command, Identity, LockConfig, Reply, RequestId, SessionId, SessionProof,
+    AcquireReply, Command, Identity, LockConfig, LockMode, Reply, RequestId, SessionId,
+    SessionProof,
 };
 use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, NodeId};
@@ -183,6 +184,7 @@ fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
         request: RequestId(request),
         namespace: "orders".into(),
         key: "k".into(),
+        mode: LockMode::Exclusive,
         wait,
         wait_timeout_ms: None,
     }

@@ -365,6 +365,7 @@ pub async fn acquire(
             wait_ms,
             session_secret: secret_of(endpoint, session),
             wait_timeout_ms: 0,
+            mode: 0,
         })
         .await
         .map(|r| r.into_inner())

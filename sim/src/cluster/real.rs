@@ -532,6 +532,7 @@ async fn force_release(alice: &Client, bob: &Client, key: &str) -> Option<u64> {
             expected_token: holder.token,
             reason: "simulated incident: holder stuck".to_string(),
             revoke_session: false,
+            holder_session_id: holder.session_id,
         })
         .await
         .ok()?;

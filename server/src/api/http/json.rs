@@ -66,6 +66,8 @@ pub struct HoldJson {
     /// Known on the leader only (`null` on a stale read from a follower).
     pub session_remaining_ms: Option<u64>,
     pub hold_ms_max_expected: u64,
+    /// `exclusive` or `shared`.
+    pub mode: &'static str,
 }
 
 impl From<&HoldInfo> for HoldJson {
@@ -81,6 +83,7 @@ impl From<&HoldInfo> for HoldJson {
             session_ttl_ms: h.session_ttl_ms,
             session_remaining_ms: h.session_remaining_ms,
             hold_ms_max_expected: h.hold_ms_max_expected,
+            mode: h.mode.as_str(),
         }
     }
 }
@@ -92,6 +95,8 @@ pub struct WaiterJson {
     pub position: u32,
     pub queued_at_ms: u64,
     pub waiting_for_ms: u64,
+    /// The mode it asked for: `exclusive` or `shared`.
+    pub mode: &'static str,
 }
 
 impl From<&WaiterInfo> for WaiterJson {
@@ -102,6 +107,7 @@ impl From<&WaiterInfo> for WaiterJson {
             position: w.position,
             queued_at_ms: w.queued_at.as_millis(),
             waiting_for_ms: w.waiting_for_ms,
+            mode: w.mode.as_str(),
         }
     }
 }
@@ -144,7 +150,12 @@ pub struct KeyInfoJson {
     pub namespace: String,
     pub key: String,
     pub class: ClassJson,
+    /// The oldest holder (the only one of an exclusive key).
     pub holder: Option<HoldJson>,
+    /// `exclusive` or `shared`; `null` for a free key.
+    pub mode: Option<&'static str>,
+    /// Every holder, oldest first.
+    pub holders: Vec<HoldJson>,
     pub queue_depth: usize,
     pub waiters: Vec<WaiterJson>,
     pub floor: Option<u64>,
@@ -164,6 +175,8 @@ impl KeyInfoJson {
             key: k.key.clone(),
             class: (&k.class).into(),
             holder: k.holder.as_ref().map(HoldJson::from),
+            mode: k.mode.map(|m| m.as_str()),
+            holders: k.holders.iter().map(HoldJson::from).collect(),
             queue_depth: k.queue_depth,
             waiters: k.waiters.iter().map(WaiterJson::from).collect(),
             floor: k.floor.map(|f| f.0),

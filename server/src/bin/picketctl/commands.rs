@@ -219,6 +219,7 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             namespace,
             key,
             token,
+            session,
             reason,
             revoke_session,
         } => {
@@ -238,6 +239,7 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
                     expected_token: token,
                     reason,
                     revoke_session,
+                    holder_session_id: session.unwrap_or(0),
                 })
                 .await?;
             let json = json!({

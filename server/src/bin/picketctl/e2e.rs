@@ -114,6 +114,7 @@ async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
             expected_token: guard.token().0,
             reason: "holder hung (test)".into(),
             revoke_session: true,
+            holder_session_id: 0,
         })
         .await
         .unwrap();
@@ -231,6 +232,7 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
             expected_token: token,
             reason: "test: revoke the holder".into(),
             revoke_session: true,
+            holder_session_id: 0,
         })
         .await
         .unwrap();
@@ -329,6 +331,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
             expected_token: token,
             reason: "test: no revocation".into(),
             revoke_session: false,
+            holder_session_id: 0,
         })
         .await
         .unwrap();

@@ -146,6 +146,10 @@ pub enum Command {
         /// Fail at once (exit 5) if the key is held instead of waiting.
         #[arg(long)]
         no_wait: bool,
+        /// Take the key in shared mode, together with other shared holders (waits behind an
+        /// exclusive request queued before it).
+        #[arg(long)]
+        shared: bool,
         /// Give up waiting after this long (e.g. 30s, 500ms, 2m; 1ms to one day; exit 4): the
         /// wait's server-side deadline, so the cluster itself removes the wait.
         #[arg(long, value_parser = parse_duration)]
@@ -279,6 +283,10 @@ pub enum ForceRelease {
         /// The token you saw in `inspect` (the release fails if the key changed hands).
         #[arg(long)]
         token: u64,
+        /// The holder's session id, as `inspect` showed it: required for a shared key whose
+        /// holders share the token (granted together); optional otherwise (checked if given).
+        #[arg(long)]
+        session: Option<u64>,
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
@@ -500,6 +508,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             key,
             ttl_ms,
             no_wait,
+            shared,
             timeout,
             kill_grace,
             name,
@@ -510,6 +519,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
                 key,
                 ttl_ms,
                 no_wait,
+                shared,
                 timeout,
                 kill_grace,
                 name,

@@ -152,7 +152,17 @@ pub fn hold_json(hold: &proto::HoldInfo) -> Value {
         "session_ttl_ms": hold.session_ttl_ms,
         "session_remaining_ms": hold.session_remaining_ms,
         "hold_ms_max_expected": hold.hold_ms_max_expected,
+        "mode": mode_word(hold.mode),
     })
+}
+
+/// `exclusive` or `shared` (an unknown value as its number).
+fn mode_word(mode: i32) -> String {
+    match proto::LockMode::try_from(mode) {
+        Ok(proto::LockMode::Exclusive) => "exclusive".to_owned(),
+        Ok(proto::LockMode::Shared) => "shared".to_owned(),
+        Err(_) => format!("mode {mode}"),
+    }
 }
 
 pub fn class_json(class: &proto::ClassSpec) -> Value {
@@ -198,12 +208,15 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
         "class": class_json(&class),
         "fenced": class.fenced,
         "holder": info.holder.as_ref().map(hold_json),
+        "mode": info.holder.as_ref().map(|_| mode_word(info.mode)),
+        "holders": info.holders.iter().map(hold_json).collect::<Vec<_>>(),
         "queue_depth": info.queue_depth,
         "waiters": info.waiters.iter().map(|w| json!({
             "session_id": w.session_id,
             "identity": identity_json(w.identity.as_ref()),
             "position": w.position,
             "waiting_for_ms": w.waiting_for_ms,
+            "mode": mode_word(w.mode),
         })).collect::<Vec<_>>(),
         "floor": info.floor,
         "pending_force_releases": info.pending_force_releases.iter().map(force_release_json).collect::<Vec<_>>(),
@@ -213,6 +226,24 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
         info.namespace, info.key, info.revision
     );
     match &info.holder {
+        // A shared key: every holder on its own line.
+        Some(_) if info.mode == proto::LockMode::Shared as i32 => {
+            let _ = writeln!(human, "  mode:     shared, {} holders", info.holders.len());
+            for hold in &info.holders {
+                let remaining = hold
+                    .session_remaining_ms
+                    .map_or("unknown".to_owned(), seconds);
+                let _ = writeln!(
+                    human,
+                    "    session {} — {}, token {}, held for {}, ttl {}, remaining {remaining}",
+                    hold.session_id,
+                    identity_words(hold.identity.as_ref()),
+                    hold.token,
+                    seconds(hold.held_for_ms),
+                    seconds(hold.session_ttl_ms)
+                );
+            }
+        }
         Some(hold) => {
             let _ = writeln!(
                 human,
@@ -237,11 +268,12 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
     for waiter in &info.waiters {
         let _ = writeln!(
             human,
-            "    {}. session {} — {} (waiting {})",
+            "    {}. session {} — {} (waiting {}, {})",
             waiter.position,
             waiter.session_id,
             identity_words(waiter.identity.as_ref()),
-            seconds(waiter.waiting_for_ms)
+            seconds(waiter.waiting_for_ms),
+            mode_word(waiter.mode)
         );
     }
     let _ = writeln!(

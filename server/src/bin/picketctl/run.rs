@@ -80,6 +80,8 @@ pub struct LockArgs {
     pub key: String,
     pub ttl_ms: Option<u64>,
     pub no_wait: bool,
+    /// Shared mode (else exclusive).
+    pub shared: bool,
     /// Give up waiting for the lock after this long (and leave the queue).
     pub timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
@@ -147,6 +149,7 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         key,
         ttl_ms,
         no_wait,
+        shared,
         timeout,
         kill_grace,
         name,
@@ -212,10 +215,15 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
     let timeout_ms = timeout.map_or(0, |t| t.as_millis());
     let acquired = tokio::select! {
         guard = async {
-            match (no_wait, timeout) {
-                (true, _) => session.try_lock(namespace, key).await,
-                (false, Some(timeout)) => session.lock_within(namespace, key, timeout).await,
-                (false, None) => session.lock(namespace, key).await,
+            match (no_wait, shared, timeout) {
+                (true, false, _) => session.try_lock(namespace, key).await,
+                (true, true, _) => session.try_lock_shared(namespace, key).await,
+                (false, false, Some(timeout)) => session.lock_within(namespace, key, timeout).await,
+                (false, true, Some(timeout)) => {
+                    session.lock_shared_within(namespace, key, timeout).await
+                }
+                (false, false, None) => session.lock(namespace, key).await,
+                (false, true, None) => session.lock_shared(namespace, key).await,
             }
         } => guard.map_err(|error| match error {
             ClientError::WaitTimedOut { .. } => CtlError::TimedOut(format!(

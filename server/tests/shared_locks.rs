@@ -1,0 +1,215 @@
+//! End-to-end: shared (read) locks (issue 15), through the Rust client library and `picketctl`
+//! against three real `picketd` processes. Two shared holders (one of them `picketctl lock
+//! --shared`) coexist; an exclusive waiter waits for both and then gets a token above both; a
+//! shared request made after the writer queued waits behind it, and `picketctl inspect` lists
+//! every holder with its mode.
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use picket_net::client::{Client, ClientConfig, ClientError, Session};
+use picket_net::proto;
+use support::*;
+
+const NS: &str = "orders";
+const KEY: &str = "catalog/1";
+const ELECTION: Duration = Duration::from_secs(10);
+
+async fn session(cluster: &Cluster, name: &str) -> Session {
+    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
+    config.session_ttl = Some(Duration::from_secs(10));
+    Client::new(config).unwrap().create_session().await.unwrap()
+}
+
+fn picketctl(cluster: &Cluster, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+    command
+        .arg("--endpoints")
+        .arg(cluster.endpoints.join(","))
+        .env_remove("PICKET_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .args(args);
+    command
+}
+
+/// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
+async fn eventually(
+    cluster: &Cluster,
+    leader: usize,
+    what: &str,
+    ok: impl Fn(&proto::KeyInfo) -> bool,
+) -> proto::KeyInfo {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
+            .await
+            .unwrap();
+        if ok(&info) {
+            return info;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64)> {
+    info.holders
+        .iter()
+        .map(|h| (h.session_id, h.token))
+        .collect()
+}
+
+fn waiters(info: &proto::KeyInfo) -> Vec<(u64, i32)> {
+    info.waiters
+        .iter()
+        .map(|w| (w.session_id, w.mode))
+        .collect()
+}
+
+const SHARED: i32 = proto::LockMode::Shared as i32;
+const EXCLUSIVE: i32 = proto::LockMode::Exclusive as i32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+
+    // Reader 1: the client library.
+    let reader = session(&cluster, "reader").await;
+    let read = reader.lock_shared(NS, KEY).await.unwrap();
+    // Reader 2: picketctl, holding until the stop file appears.
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", stop.display());
+    let mut ctl_reader = picketctl(
+        &cluster,
+        &["lock", "--shared", NS, KEY, "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    let info = eventually(&cluster, leader, "two shared holders", |i| {
+        i.holders.len() == 2
+    })
+    .await;
+    assert_eq!(info.mode, SHARED);
+    assert!(info.holders.iter().all(|h| h.mode == SHARED));
+    assert_eq!(info.holder.as_ref().unwrap().session_id, reader.id());
+    let ctl_hold = info.holders[1].clone();
+    let read_token = read.token().0;
+    assert!(ctl_hold.token > read_token);
+
+    // A writer waits for both readers.
+    let writer = session(&cluster, "writer").await;
+    let writing = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.lock(NS, KEY).await }
+    });
+    eventually(&cluster, leader, "the writer queues", |i| {
+        waiters(i) == vec![(writer.id(), EXCLUSIVE)]
+    })
+    .await;
+    // A reader after the writer does not overtake it: busy without waiting, queued with.
+    let late = session(&cluster, "late-reader").await;
+    assert!(matches!(
+        late.try_lock_shared(NS, KEY).await,
+        Err(ClientError::Held { .. })
+    ));
+    let busy = picketctl(
+        &cluster,
+        &["lock", "--shared", "--no-wait", NS, KEY, "--", "true"],
+    )
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    let late_reading = tokio::spawn({
+        let late = late.clone();
+        async move { late.lock_shared(NS, KEY).await }
+    });
+    eventually(&cluster, leader, "the late reader queues behind", |i| {
+        waiters(i) == vec![(writer.id(), EXCLUSIVE), (late.id(), SHARED)]
+    })
+    .await;
+
+    // picketctl inspect lists every holder with its mode, and the waiters' modes.
+    let shown = picketctl(&cluster, &["--json", "inspect", NS, KEY])
+        .output()
+        .await
+        .unwrap();
+    assert!(shown.status.success(), "{shown:?}");
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(json["mode"], "shared");
+    let listed: Vec<(u64, String)> = json["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let mode = h["mode"].as_str().unwrap().to_owned();
+            (h["session_id"].as_u64().unwrap(), mode)
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (reader.id(), "shared".to_owned()),
+            (ctl_hold.session_id, "shared".to_owned())
+        ]
+    );
+    assert_eq!(json["waiters"][0]["mode"], "exclusive");
+    assert_eq!(json["waiters"][1]["mode"], "shared");
+    let human = picketctl(&cluster, &["inspect", NS, KEY])
+        .output()
+        .await
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("shared, 2 holders"), "{human}");
+
+    // Both readers leave; only then the writer is granted, with a token above both.
+    read.release().await.unwrap();
+    let info = eventually(&cluster, leader, "one reader left", |i| {
+        i.holders.len() == 1
+    })
+    .await;
+    assert_eq!(holders(&info), vec![(ctl_hold.session_id, ctl_hold.token)]);
+    assert!(
+        !writing.is_finished(),
+        "the writer still waits for the other reader"
+    );
+    std::fs::write(&stop, b"").unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), ctl_reader.wait())
+        .await
+        .expect("picketctl exits when its command does")
+        .unwrap();
+    assert!(code.success(), "{code:?}");
+    let write = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .expect("the writer is granted")
+        .unwrap()
+        .unwrap();
+    let write_token = write.token().0;
+    assert!(write_token > read_token && write_token > ctl_hold.token);
+    let info = eventually(&cluster, leader, "the writer holds", |i| {
+        i.mode == EXCLUSIVE && !i.holders.is_empty()
+    })
+    .await;
+    assert_eq!(holders(&info), vec![(writer.id(), write_token)]);
+    assert_eq!(
+        info.floor,
+        Some(write_token),
+        "readers' tokens are below the floor"
+    );
+    assert_eq!(waiters(&info), vec![(late.id(), SHARED)]);
+
+    // The late reader follows the writer.
+    write.release().await.unwrap();
+    let late_read = tokio::time::timeout(Duration::from_secs(10), late_reading)
+        .await
+        .expect("the late reader is granted")
+        .unwrap()
+        .unwrap();
+    assert!(late_read.token().0 > write_token);
+}
