@@ -214,7 +214,10 @@ pub struct StoreCounters {
 /// Runs one background snapshot save. The default runs it on an OS thread (under `cfg(madsim)`:
 /// as a simulation task, so the run stays deterministic); tests substitute one that holds the
 /// job, to run it (or not) where they choose.
-pub type SaveRunner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+pub type SaveRunner = Arc<dyn Fn(SaveJob) + Send + Sync>;
+
+/// One background snapshot save, as a [`SaveRunner`] gets it.
+pub type SaveJob = Box<dyn FnOnce() + Send>;
 
 /// How a background snapshot save ended, as [`DurableStore::poll_saved`] reports it.
 #[derive(Debug)]
@@ -315,11 +318,11 @@ impl<D: Disk + Clone + 'static> Drop for DurableStore<D> {
 /// The default [`SaveRunner`]: an OS thread (a simulation task under `cfg(madsim)`, where the
 /// save then runs whole at one point of the simulated schedule).
 fn default_runner() -> SaveRunner {
-    Arc::new(|job: Box<dyn FnOnce() + Send>| {
+    Arc::new(|job: SaveJob| {
         #[cfg(not(madsim))]
         {
-            // A failed spawn hands the job back only inside the error's closure, which is gone:
-            // make a second one that runs the save where we are (safe, just not off the turn).
+            // A failed spawn drops the closure it was given: keep the job where this thread can
+            // still run it (safe, just not off the driver's turn).
             let job = Arc::new(Mutex::new(Some(job)));
             let for_thread = Arc::clone(&job);
             let spawned = std::thread::Builder::new()
@@ -338,7 +341,7 @@ fn default_runner() -> SaveRunner {
 }
 
 #[cfg(not(madsim))]
-fn run_once(job: &Mutex<Option<Box<dyn FnOnce() + Send>>>) {
+fn run_once(job: &Mutex<Option<SaveJob>>) {
     let taken = job.lock().map(|mut j| j.take()).unwrap_or(None);
     if let Some(job) = taken {
         job();

@@ -325,7 +325,7 @@ fn torn_tail_and_clean_outcomes() {
 
 /// Background saves held here until the test runs them (`DurableStore::set_save_runner`).
 #[derive(Clone, Default)]
-struct HeldSaves(std::sync::Arc<std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>>);
+struct HeldSaves(std::sync::Arc<std::sync::Mutex<Vec<SaveJob>>>);
 
 impl HeldSaves {
     fn install(&self, store: &mut DurableStore<SimDisk>) {
