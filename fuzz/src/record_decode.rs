@@ -15,7 +15,7 @@ use picket_core::locks::{Command, LockSnapshot, LockStateMachine, RequestId, Ses
 use picket_core::node::NodeCommand;
 use picket_core::paxos::{AcceptedEntry, Slot};
 use picket_core::time::Instant;
-use picket_net::convert::paxos::{
+use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire,
 };

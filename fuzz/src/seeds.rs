@@ -13,9 +13,8 @@ use picket_core::locks::{
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
 use picket_core::time::Instant;
-use picket_net::convert::paxos::{
-    batch_to_wire, log_entry_to_wire, message_to_wire, snapshot_to_wire, HardState,
-};
+use picket_net::convert::paxos::{batch_to_wire, message_to_wire};
+use picket_net::convert::records::{log_entry_to_wire, snapshot_to_wire, HardState};
 use picket_net::proto;
 use picket_storage::format::{
     encode_blob, encode_record, encode_segment_header, HARD_STATE_MAGIC, SNAPSHOT_MAGIC,

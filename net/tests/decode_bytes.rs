@@ -4,9 +4,8 @@
 use picket_core::locks::{Command, LockSnapshot};
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::NodeId;
-use picket_net::convert::paxos::{
-    decode_hard_state, decode_log_entry, decode_peer_message, decode_snapshot_record, PeerBatchIn,
-};
+use picket_net::convert::paxos::{decode_peer_message, PeerBatchIn};
+use picket_net::convert::records::{decode_hard_state, decode_log_entry, decode_snapshot_record};
 use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
 use picket_net::proto;
 use proptest::collection::vec;

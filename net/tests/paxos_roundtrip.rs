@@ -7,9 +7,11 @@ use picket_core::locks::LockSnapshot;
 use picket_core::node::NodeCommand;
 use picket_core::paxos::{NodeId, Slot};
 use picket_net::convert::paxos::{
-    batch_to_wire, decode_hard_state, decode_log_entry, decode_peer_message,
-    decode_snapshot_record, log_entry_to_wire, message_to_wire, snapshot_to_wire, HardState,
-    PeerBatchIn,
+    batch_to_wire, decode_peer_message, message_to_wire, PeerBatchIn,
+};
+use picket_net::convert::records::{
+    decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
+    snapshot_to_wire, HardState,
 };
 use picket_net::proto;
 use proptest::prelude::*;

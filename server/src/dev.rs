@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use picket_storage::RealDisk;
 
-use crate::clock::SystemClock;
 use crate::config::{Config, Limits, Member, Sessions, StorageSection, Timing};
-use crate::durable::EmptyDataDir;
+use crate::node::clock::SystemClock;
+use crate::node::durable::EmptyDataDir;
 use crate::server::{self, RunningNode, StartError};
 
 /// How to build a dev cluster.

@@ -1,41 +1,31 @@
-//! picket-server: the node driver, the gRPC services and `picketd`.
+//! picket-server: the node driver, the gRPC services and `picketd` (`picketctl` is its own
+//! binary, `src/bin/picketctl/`, a client of the cluster like any other).
 //!
-//! - [`driver`]: one task owns the core `Node`; it feeds it peer messages, client requests and
-//!   timeouts, performs its `Persist` actions with group commit ([`durable`]), sends its
-//!   messages ([`peer`]) and answers clients ([`service`]).
-//! - [`durable`]: the replica's log, hard state and snapshots through `picket-storage`, and
-//!   recovery (with the "durable state lost" start after corruption).
-//! - [`clock`]: the [`clock::Clock`] trait (the simulator substitutes its own, as it does the
-//!   storage `Disk`).
-//! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica;
-//!   [`dev`]: [`dev::DevCluster`], three replicas in one process (for `picketd dev` and tests).
-//! - [`auth`]: who is calling (OIDC bearer tokens, or dev-mode metadata).
-//! - [`metrics`]: the Prometheus registry, fed by the driver and by [`observe`] (gRPC calls);
-//!   [`http`]: `/metrics`, `/healthz` and JSON inspection, read through [`inspect`].
+//! - [`node`]: one replica. [`node::driver`]: one task owns the core `Node`; it feeds it peer
+//!   messages, client requests and timeouts, performs its `Persist` actions with group commit
+//!   ([`node::durable`]: the log, hard state and snapshots through `picket-storage`, and
+//!   recovery), sends its messages ([`node::peer`]) and answers clients. [`node::clock`]: the
+//!   clock trait (the simulator substitutes its own, as it does the storage `Disk`).
+//! - [`api`]: what clients and operators reach: the gRPC services ([`api::service`]) and the
+//!   HTTP port ([`api::http`]: `/metrics`, `/healthz` and JSON inspection).
+//! - [`auth`]: who is calling (OIDC bearer tokens, client certificates, or dev-mode metadata).
+//! - [`metrics`]: the Prometheus registry, fed by the driver and by the gRPC calls.
+//! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica, composed of
+//!   the above; [`dev`]: three replicas in one process (for `picketd dev` and tests).
+//! - [`error`]: why a replica did not start; [`shutdown`]: the shutdown signal every task
+//!   watches; [`tls`]: the TLS configurations of the three ports.
 //!
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
+pub mod api;
 pub mod auth;
-#[cfg(madsim)]
-pub mod buggify;
-pub mod clock;
 pub mod config;
 #[cfg(not(madsim))]
 pub mod dev;
-pub mod driver;
-pub mod durable;
-#[cfg(not(madsim))]
-pub mod error_detail;
-#[cfg(not(madsim))]
-pub mod http;
-#[cfg(not(madsim))]
-pub mod inspect;
+pub mod error;
 pub mod metrics;
-#[cfg(not(madsim))]
-pub mod observe;
-pub mod peer;
+pub mod node;
 pub mod server;
-pub mod service;
-pub mod stream;
+pub mod shutdown;
 #[cfg(not(madsim))]
 pub mod tls;

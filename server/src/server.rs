@@ -12,50 +12,26 @@ use picket_net::proto::lock_server::LockServer;
 use picket_net::proto::peer_server::PeerServer;
 use picket_net::{API_MESSAGE_BYTES_MAX, PEER_MESSAGE_BYTES_MAX};
 use picket_storage::{Disk, LogConfig, StorageConfig};
-use thiserror::Error;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+pub use crate::error::StartError;
+use crate::shutdown::stopped;
+
+use crate::api::service::{AdminService, Api, LockService, ServiceLimits};
 use crate::auth::Authenticator;
-use crate::clock::Clock;
 use crate::config::Config;
-use crate::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
-use crate::durable::{DurableStore, EmptyDataDir, StorageCondition, StoreError};
 use crate::metrics::Metrics;
-use crate::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
-use crate::service::{AdminService, Api, LockService, ServiceLimits};
+use crate::node::clock::Clock;
+use crate::node::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
+use crate::node::durable::{DurableStore, EmptyDataDir, StorageCondition};
+use crate::node::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
 
 /// Messages queued for one peer at most (beyond: dropped and counted).
 const PEER_QUEUE_MAX: usize = 8_192;
 
 /// How long shutdown waits for each server task before aborting it.
 const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Why a replica did not start.
-#[derive(Debug, Error)]
-pub enum StartError {
-    #[error("storage in {dir}: {source}")]
-    Store { dir: String, source: StoreError },
-    #[error("replica configuration: {0}")]
-    Replica(#[from] paxos::ConfigError),
-    #[error("{field}: {rule}")]
-    Address { field: &'static str, rule: String },
-    #[error("cannot listen on {addr} ({what}): {source}")]
-    Listen {
-        addr: SocketAddr,
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error("oidc: {0}")]
-    Auth(String),
-    #[error("tls: {0}")]
-    Tls(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        source: std::io::Error,
-    },
-}
 
 /// A started replica.
 #[derive(Debug)]
@@ -104,7 +80,7 @@ impl RunningNode {
     }
 
     /// The node's status, through its driver.
-    pub async fn status(&self) -> Option<crate::driver::NodeStatus> {
+    pub async fn status(&self) -> Option<crate::node::driver::NodeStatus> {
         self.handle
             .ask(|reply| Request::Status { reply })
             .await
@@ -260,8 +236,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     // shim takes its services as generated).
     #[cfg(not(madsim))]
     let (lock, admin) = (
-        crate::observe::Observed::new(lock, metrics.clone()),
-        crate::observe::Observed::new(admin, metrics.clone()),
+        crate::api::observe::Observed::new(lock, metrics.clone()),
+        crate::api::observe::Observed::new(admin, metrics.clone()),
     );
     let peer = PeerServer::new(PeerService {
         driver: handle.clone(),
@@ -277,8 +253,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     // Every refusal carries the standard-form detail, also those tonic answers by itself.
     #[cfg(not(madsim))]
     let (mut client_builder, mut peer_builder) = (
-        client_builder.layer(crate::error_detail::ErrorDetailLayer),
-        peer_builder.layer(crate::error_detail::ErrorDetailLayer),
+        client_builder.layer(crate::api::error_detail::ErrorDetailLayer),
+        peer_builder.layer(crate::api::error_detail::ErrorDetailLayer),
     );
     #[cfg(madsim)]
     let (mut client_builder, mut peer_builder) = (client_builder, peer_builder);
@@ -289,10 +265,23 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let http_addr = match config.http_listen {
         Some(addr) => {
             let https = crate::tls::http_server_config(config.tls.as_ref())?;
-            let cluster = crate::http::HttpCluster {
+            let forward_ca_pem =
+                match config.tls.as_ref().filter(|t| t.http) {
+                    Some(tls) => Some(std::fs::read(&tls.ca).map_err(|e| {
+                        StartError::Tls(format!("tls.ca: {}: {e}", tls.ca.display()))
+                    })?),
+                    None => None,
+                };
+            let cluster = crate::api::http::HttpCluster {
                 node_id: config.node_id,
                 endpoints: config.http_endpoints(),
+                forward_ca_pem,
             };
+            if let Err(e) = cluster.forward_client() {
+                return Err(StartError::Tls(format!(
+                    "tls.ca: cannot trust it for forwarding inspection to the leader: {e}"
+                )));
+            }
             let (task, bound) = serve_http(
                 addr,
                 https,
@@ -366,18 +355,9 @@ fn seed(node_id: u64, boot: u64) -> u64 {
         ^ boot.wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
-/// Resolves once `shutdown` is true (or its sender is gone).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    while !*shutdown.borrow() {
-        if shutdown.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 #[cfg(not(madsim))]
 async fn serve(
-    router: crate::error_detail::DetailedRouter,
+    router: crate::api::error_detail::DetailedRouter,
     addr: SocketAddr,
     what: &'static str,
     shutdown: watch::Receiver<bool>,
@@ -405,7 +385,7 @@ async fn serve_http(
     handle: &DriverHandle,
     metrics: &Arc<Metrics>,
     auth: Authenticator,
-    cluster: crate::http::HttpCluster,
+    cluster: crate::api::http::HttpCluster,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
     let what = "http";
@@ -416,15 +396,15 @@ async fn serve_http(
         listener
             .local_addr()
             .map_err(|source| StartError::Listen { addr, what, source })?;
-    let source = Arc::new(crate::inspect::DriverInspect {
+    let source = Arc::new(crate::api::inspect::DriverInspect {
         driver: handle.clone(),
     });
-    let router = crate::http::replica_router(source, metrics.clone(), auth, cluster);
+    let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster);
     let task = tokio::spawn(async move {
         let stop = async move { stopped(&mut { shutdown }).await };
         let served = match https {
-            Some(config) => crate::http::serve_tls(listener, config, router, stop).await,
-            None => crate::http::serve(listener, router, stop).await,
+            Some(config) => crate::api::http::serve_tls(listener, config, router, stop).await,
+            None => crate::api::http::serve(listener, router, stop).await,
         };
         if let Err(error) = served {
             tracing::error!(%addr, what, %error, "server stopped");

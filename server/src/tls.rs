@@ -15,7 +15,7 @@
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, Server, ServerTlsConfig};
 
 use crate::config::Tls;
-use crate::server::StartError;
+use crate::error::StartError;
 
 /// The PEM files of `[tls]`, read once at start.
 #[derive(Clone, Debug, Default)]

@@ -169,7 +169,7 @@ async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages
             tx.send(batch).await.unwrap();
             drop(tx);
             client
-                .send(picket_server::stream::ChannelStream::new(rx))
+                .send(picket_server::api::stream::ChannelStream::new(rx))
                 .await
                 .map(|r| r.into_inner())
         }
@@ -210,7 +210,7 @@ async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
         let mut client = lock(&ka_at).await.unwrap();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let mut answers = client
-            .keep_alive(picket_server::stream::ChannelStream::new(rx))
+            .keep_alive(picket_server::api::stream::ChannelStream::new(rx))
             .await
             .unwrap()
             .into_inner();

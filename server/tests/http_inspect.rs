@@ -13,8 +13,10 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 use picket_net::status::{lock_error_status, not_leader_status, LeaderHint};
+use picket_server::api::http::{
+    replica_router, router, BoxFuture, Health, HttpCluster, InspectSource,
+};
 use picket_server::auth::Authenticator;
-use picket_server::http::{replica_router, router, BoxFuture, Health, HttpCluster, InspectSource};
 use picket_server::metrics::{LongestHold, Metrics, NamespaceStats};
 use serde_json::Value;
 use tonic::Status;
@@ -179,7 +181,7 @@ impl InspectSource for Fake {
                 leader_node_id: Some(1),
                 slot_applied: 120,
                 detail: String::new(),
-                storage: picket_server::durable::StorageCondition {
+                storage: picket_server::node::durable::StorageCondition {
                     recovery: "torn_tail_cut".to_owned(),
                     torn_tail_bytes: 17,
                     generation_dir: "/data/replica-1".to_owned(),
@@ -337,6 +339,7 @@ fn cluster(me: u64, leader: Option<String>) -> HttpCluster {
     HttpCluster {
         node_id: me,
         endpoints,
+        forward_ca_pem: None,
     }
 }
 
@@ -353,9 +356,13 @@ async fn a_follower_forwards_reads_to_the_leader_over_http() {
         cluster(2, Some(leader_url.clone())),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(picket_server::http::serve(listener, leader_app, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(picket_server::api::http::serve(
+        listener,
+        leader_app,
+        async {
+            let _ = stopped.await;
+        },
+    ));
 
     let follower = Arc::new(Fake::follower(Some(2)));
     let app = replica_router(

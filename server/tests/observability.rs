@@ -268,7 +268,10 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
     .await
     .unwrap();
     let mut answers = locks
-        .keep_alive(bearer(picket_server::stream::ChannelStream::new(rx), &svc))
+        .keep_alive(bearer(
+            picket_server::api::stream::ChannelStream::new(rx),
+            &svc,
+        ))
         .await
         .unwrap()
         .into_inner();

@@ -90,7 +90,7 @@ impl Caller {
         for entry in entries {
             tx.send(entry).await.unwrap();
         }
-        let stream = picket_server::stream::ChannelStream::new(rx);
+        let stream = picket_server::api::stream::ChannelStream::new(rx);
         let mut responses = self
             .lock()
             .keep_alive(self.request(stream))

@@ -241,6 +241,8 @@ pub struct Node {
     /// Leader only: when to propose `ExpireWaits` again if the last one was not applied.
     wait_expiry_retry_at: Option<Instant>,
     proposal_next: u64,
+    /// The revision at the last invariant check (it never goes back).
+    checked_revision: Revision,
     reads: BTreeMap<ReadId, Query>,
     actions: VecDeque<Action>,
     now: Instant,
@@ -267,6 +269,7 @@ impl Node {
             pending_waiting: 0,
             wait_expiry_retry_at: None,
             proposal_next: 1,
+            checked_revision: Revision(0),
             reads: BTreeMap::new(),
             actions: VecDeque::new(),
             now: Instant::ZERO,
@@ -533,22 +536,79 @@ impl Node {
             self.propose_wait_expiries();
         }
         self.answer_held_waits();
-        if self.role != RoleKind::Leader {
-            // Only a leader proposes, so only a leader holds waits (they fail when it steps down).
-            assert_eq!(
-                self.waits.len(),
-                0,
-                "a {:?} holds waiting proposals",
-                self.role
-            );
-            assert_eq!(
-                self.pending_waiting, 0,
-                "a {:?} has waiting proposals",
-                self.role
-            );
-        }
         self.compact_if_due();
         self.drain_replica();
+        self.check_invariants();
+    }
+
+    /// Checked after every input, as the replica checks its own. Cheap checks are `assert!`
+    /// (on in release builds); O(n) ones are `debug_assert!`.
+    fn check_invariants(&mut self) {
+        assert_eq!(
+            self.slot_applied,
+            self.replica.slot_applied(),
+            "the node applied another slot than its replica"
+        );
+        let revision = self.sm.revision();
+        assert!(
+            revision >= self.checked_revision,
+            "revision went backwards: {revision} < {}",
+            self.checked_revision
+        );
+        self.checked_revision = revision;
+        assert!(
+            self.waits.len() + self.pending_waiting <= self.cfg.waits_pending_max,
+            "{} held and {} pending waits over the bound {}",
+            self.waits.len(),
+            self.pending_waiting,
+            self.cfg.waits_pending_max
+        );
+        assert!(
+            self.pending_waiting <= self.pending.len(),
+            "{} waiting of {} pending proposals",
+            self.pending_waiting,
+            self.pending.len()
+        );
+        if let Some((last, _)) = self.pending.last_key_value() {
+            assert!(
+                last.0 < self.proposal_next,
+                "pending proposal {last:?} was never issued (next {})",
+                self.proposal_next
+            );
+        }
+        if self.role == RoleKind::Leader {
+            assert!(
+                !(self.ready && self.barrier.is_some()),
+                "a ready leader still waits for its barrier"
+            );
+        } else {
+            // Only a leader proposes, keeps deadlines and holds waits: stepping down fails
+            // its proposals and waits and forgets its leases.
+            let role = self.role;
+            assert!(self.pending.is_empty(), "a {role:?} has pending proposals");
+            assert_eq!(self.waits.len(), 0, "a {role:?} holds waiting proposals");
+            assert_eq!(self.pending_waiting, 0, "a {role:?} has waiting proposals");
+            assert_eq!(self.leases.len(), 0, "a {role:?} keeps session deadlines");
+            assert!(
+                !self.ready && self.barrier.is_none(),
+                "a {role:?} is ready or waits for a barrier"
+            );
+            assert!(
+                self.expiry_retry_at.is_none() && self.wait_expiry_retry_at.is_none(),
+                "a {role:?} plans to propose expiries"
+            );
+        }
+        debug_assert_eq!(
+            self.pending.values().filter(|h| h.waits).count(),
+            self.pending_waiting,
+            "waiting proposals miscounted"
+        );
+        debug_assert!(
+            self.waits
+                .proposals()
+                .all(|p| p.0 < self.proposal_next && !self.pending.contains_key(&p)),
+            "a held wait is unknown or still pending"
+        );
     }
 
     fn drain_replica(&mut self) {
@@ -812,5 +872,64 @@ fn ended_session(command: &Command) -> Option<SessionId> {
     match command {
         Command::CloseSession { session, .. } => Some(*session),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod invariant_tests {
+    use super::*;
+
+    fn follower() -> Node {
+        let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+        let cfg = NodeConfig {
+            replica: paxos::Config::new(NodeId(1), members, 7),
+            locks: LockConfig::default(),
+            boot: 1,
+            compact_every_slots: 0,
+            waits_pending_max: 4,
+        };
+        Node::new(cfg, NodeDurable::default()).expect("a valid configuration")
+    }
+
+    #[test]
+    fn a_fresh_node_holds_its_invariants() {
+        follower().check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "keeps session deadlines")]
+    fn a_follower_with_a_lease_is_caught() {
+        let mut node = follower();
+        node.leases
+            .extend(SessionId(3), Instant::ZERO.add_ms(1_000));
+        node.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "over the bound")]
+    fn waits_over_the_bound_are_caught() {
+        let mut node = follower();
+        node.pending_waiting = 5;
+        node.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "was never issued")]
+    fn a_pending_proposal_never_issued_is_caught() {
+        let mut node = follower();
+        let hold = Hold {
+            ms: None,
+            waits: false,
+        };
+        node.pending.insert(ProposalId(node.proposal_next), hold);
+        node.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "revision went backwards")]
+    fn a_revision_going_back_is_caught() {
+        let mut node = follower();
+        node.checked_revision = Revision(9);
+        node.check_invariants();
     }
 }

@@ -106,6 +106,10 @@ impl PendingWaits {
         self.hold_ends.first().map(|(at, _)| *at)
     }
 
+    pub fn proposals(&self) -> impl Iterator<Item = ProposalId> + '_ {
+        self.by_proposal.keys().copied()
+    }
+
     pub fn into_proposals(self) -> impl Iterator<Item = ProposalId> {
         self.by_proposal.into_keys()
     }

@@ -5,19 +5,21 @@
 //! counts the same TTL from its *receipt*, which is later, and the margin, `clock_drift_ppm`
 //! of the TTL, covers a leader clock running that much faster), so the client stops claiming
 //! its locks before the leader can expire the session. A keepalive is sent every `ttl / 3`; a stream that leaves
-//! one unanswered for `rpc_timeout`, ends, or fails is reopened at the next replica (or at the
-//! leader a hint names). Whatever happens to the stream, the deadline watch fires on time.
+//! one unanswered for the keepalive attempt timeout (`min(rpc_timeout, ttl / 4)`), ends, or
+//! fails is reopened at the next replica (or at the leader a hint names). Whatever happens to
+//! the stream, the deadline watch fires on time, and the jeopardy watch at half the TTL.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
 use super::cluster::Cluster;
 use super::error::{classify, LostReason, Retry, UNKNOWN_SESSION};
+use super::state::{self, SessionEvent, SessionState};
 use crate::proto::{self, lock_client::LockClient};
 use crate::secret::SessionSecret;
 use crate::status::error_detail;
@@ -28,6 +30,10 @@ pub(crate) const KEEPALIVES_IN_FLIGHT_MAX: usize = 4;
 /// Holds reported lost remembered per session to dedupe the server's repeats (it sends its
 /// newest 16 in every answer); the oldest are forgotten first.
 const HOLDS_LOST_REMEMBERED_MAX: usize = 256;
+
+/// Session events buffered per [`crate::client::SessionEvents`] reader; a reader further behind
+/// skips the oldest.
+pub(crate) const SESSION_EVENTS_BUFFERED: usize = 64;
 
 /// A hold of this session: namespace, key, token.
 pub(crate) type HoldKey = (String, String, u64);
@@ -73,6 +79,10 @@ pub(crate) struct Liveness {
     pub(crate) margin: Duration,
     /// The newest acknowledged renewal (a store without subscribers: no cost when unused).
     pub(crate) acks: watch::Sender<KeepAliveAck>,
+    /// Healthy, Jeopardy, Safe, Lost (see `state.rs`); every change is also sent to `events`.
+    pub(crate) state: watch::Sender<SessionState>,
+    /// State changes and holds lost, for [`crate::client::SessionEvents`] readers.
+    pub(crate) events: broadcast::Sender<SessionEvent>,
     /// The live guards' holds, each with its own loss signal (set by the session's loss or by
     /// a force-release of that hold), and the holds the server reported lost (by revision of
     /// the release, for dedup).
@@ -94,7 +104,27 @@ impl Liveness {
             ttl: created.ttl,
             margin: created.margin,
             acks: watch::channel(created).0,
+            state: watch::channel(SessionState::Healthy).0,
+            events: broadcast::channel(SESSION_EVENTS_BUFFERED).0,
             holds: Mutex::new(Holds::default()),
+        }
+    }
+
+    /// Moves the state as `transition` says (if it says), and tells the event readers.
+    fn transition(&self, transition: impl FnOnce(&SessionState) -> Option<SessionState>) {
+        let mut changed = None;
+        self.state
+            .send_if_modified(|current| match transition(current) {
+                Some(next) => {
+                    *current = next.clone();
+                    changed = Some(next);
+                    true
+                }
+                None => false,
+            });
+        if let Some(next) = changed {
+            // No readers is fine: the state watch keeps the newest.
+            let _ = self.events.send(SessionEvent::State(next));
         }
     }
 
@@ -116,6 +146,7 @@ impl Liveness {
             for signal in self.holds().guards.values() {
                 set_once(signal, &reason);
             }
+            self.transition(|current| state::on_lost(current, &reason));
         }
         set
     }
@@ -163,6 +194,12 @@ impl Liveness {
             if let Some(signal) = holds.guards.get(&key) {
                 set_once(signal, &reason);
             }
+            let _ = self.events.send(SessionEvent::HoldLost {
+                namespace: key.0.clone(),
+                key: key.1.clone(),
+                token: key.2,
+                reason: reason.clone(),
+            });
             if holds.lost.len() >= HOLDS_LOST_REMEMBERED_MAX {
                 holds.lost.pop_first();
             }
@@ -200,6 +237,9 @@ impl Liveness {
             }
         }
         self.acks.send_replace(ack);
+        if self.lost_reason().is_none() {
+            self.transition(state::on_ack);
+        }
     }
 
     fn expired_ttl_ms(&self) -> LostReason {
@@ -236,7 +276,41 @@ pub(crate) async fn run(
             liveness.lose(reason);
         }
         _ = lost.wait_for(Option::is_some) => {}
+        never = watch_jeopardy(&liveness) => match never {},
     }
+}
+
+/// Puts the session in jeopardy when half its TTL passes after the send of the newest
+/// acknowledged keepalive without a newer one (see `state.rs`); the way back (`Safe`) is taken
+/// by the acknowledgement itself. Runs until the session's task ends.
+async fn watch_jeopardy(liveness: &Liveness) -> std::convert::Infallible {
+    let mut acks = liveness.acks.subscribe();
+    loop {
+        let newest = *acks.borrow_and_update();
+        tokio::time::sleep_until(state::jeopardy_at(&newest)).await;
+        if !acks.has_changed().unwrap_or(false) {
+            liveness.transition(|current| state::on_silence(current, &newest, Instant::now()));
+            if acks.changed().await.is_err() {
+                // The sender lives in `liveness`, which outlives this task.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// The timeout of one keepalive attempt (opening a stream, or one keepalive on it unanswered):
+/// `rpc_timeout`, but at most a quarter of the TTL. A keepalive sent `ttl / 3` after the newest
+/// acknowledged one is given up at `ttl / 3 + ttl / 4` at the latest, which leaves more than
+/// another whole attempt (`ttl / 4`, plus a backoff) at the next replica before the deadline
+/// (`ttl` less the drift margin): a leader failover shorter than that keeps the session.
+pub fn keepalive_attempt_timeout(rpc_timeout: Duration, ttl: Duration) -> Duration {
+    rpc_timeout.min(ttl / 4).max(Duration::from_millis(1))
+}
+
+/// The longest pause between reopening attempts of the keepalive stream: `backoff_max`, but at
+/// most a tenth of the TTL (a 1 s backoff must not eat a 1 s TTL).
+fn keepalive_backoff_max(backoff_max: Duration, ttl: Duration) -> Duration {
+    backoff_max.min(ttl / 10).max(Duration::from_millis(1))
 }
 
 /// Returns once `now >= deadline` (the deadline may move later while it sleeps).
@@ -266,20 +340,28 @@ async fn keep_alive(
     liveness: &Liveness,
 ) -> LostReason {
     let mut seq = 0u64;
-    let mut backoff = cluster.config.backoff_min;
+    let backoff_max = keepalive_backoff_max(cluster.config.backoff_max, liveness.ttl);
+    let backoff_min = cluster.config.backoff_min.min(backoff_max);
+    let mut backoff = backoff_min;
     loop {
         let (index, _, channel) = cluster.current();
         let session = (session_id, secret);
-        match run_stream(cluster, channel, session, liveness, &mut seq).await {
+        let renewed_before = liveness.deadline();
+        let end = run_stream(cluster, channel, session, liveness, &mut seq).await;
+        if liveness.deadline() > renewed_before {
+            // The stream renewed the session: its failure starts a new series of attempts.
+            backoff = backoff_min;
+        }
+        match end {
             StreamEnd::Lost(reason) => return reason,
             StreamEnd::Redirect(hint) => {
                 cluster.follow(index, &hint);
-                backoff = cluster.config.backoff_min;
+                backoff = backoff_min;
             }
             StreamEnd::Broken => {
                 cluster.rotate(index);
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(cluster.config.backoff_max.max(backoff));
+                backoff = (backoff * 2).min(backoff_max);
             }
         }
     }
@@ -297,7 +379,7 @@ async fn run_stream(
         seq,
         session_secret: secret.as_bytes().to_vec(),
     };
-    let rpc_timeout = cluster.config.rpc_timeout;
+    let attempt = keepalive_attempt_timeout(cluster.config.rpc_timeout, liveness.ttl);
     let (sender, receiver) = mpsc::channel(KEEPALIVES_IN_FLIGHT_MAX);
     let mut in_flight: VecDeque<(u64, Instant)> = VecDeque::new();
     // The first keepalive goes out with the stream's opening.
@@ -306,11 +388,10 @@ async fn run_stream(
     if sender.try_send(keepalive(*seq)).is_err() {
         return StreamEnd::Broken;
     }
-    let mut request = cluster.request(ReceiverStream::new(receiver), rpc_timeout);
+    let mut request = cluster.request(ReceiverStream::new(receiver), attempt);
     // A stream lives long: no deadline on it as a whole (each keepalive is checked instead).
     request.metadata_mut().remove("grpc-timeout");
-    let opened =
-        tokio::time::timeout(rpc_timeout, LockClient::new(channel).keep_alive(request)).await;
+    let opened = tokio::time::timeout(attempt, LockClient::new(channel).keep_alive(request)).await;
     let mut responses = match opened {
         Ok(Ok(response)) => response.into_inner(),
         Ok(Err(status)) => return stream_error(&status),
@@ -320,11 +401,13 @@ async fn run_stream(
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        // The oldest unanswered keepalive gives the stream up `attempt` after its send.
+        let stuck_at = in_flight.front().map(|(_, sent)| *sent + attempt);
         tokio::select! {
+            () = sleep_until_some(stuck_at) => return StreamEnd::Broken,
             _ = ticker.tick() => {
                 let now = Instant::now();
-                let stuck = in_flight.front().is_some_and(|(_, sent)| now - *sent >= rpc_timeout);
-                if stuck || in_flight.len() >= KEEPALIVES_IN_FLIGHT_MAX {
+                if in_flight.len() >= KEEPALIVES_IN_FLIGHT_MAX {
                     return StreamEnd::Broken;
                 }
                 *seq += 1;
@@ -362,6 +445,14 @@ async fn run_stream(
                 Err(status) => return stream_error(&status),
             },
         }
+    }
+}
+
+/// Sleeps until `at`; never returns for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

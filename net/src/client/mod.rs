@@ -8,7 +8,9 @@
 //! - [`Session`]: created with [`Client::create_session`], kept alive by a tokio task over one
 //!   `KeepAlive` stream. Lost when the server says so (`lost = true`, `unknown_session`) or when
 //!   `last acknowledged keepalive send time + ttl` passes, whichever comes first: the server
-//!   counts the TTL from its later receipt, so the client gives up first.
+//!   counts the TTL from its later receipt, so the client gives up first. Its state
+//!   ([`Session::state`], [`Session::events`]): `Healthy`, `Jeopardy` (no keepalive acknowledged
+//!   for half the TTL), `Safe` (recovered), `Lost(reason)`.
 //! - [`LockGuard`]: from [`Session::lock`] (waits) or [`Session::try_lock`]; carries the token;
 //!   [`LockGuard::lost`] resolves when the lock is lost; [`LockGuard::release`] (or drop, best
 //!   effort) releases it.
@@ -39,6 +41,7 @@ mod error;
 mod guard;
 mod keepalive;
 mod session;
+mod state;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 mod tls;
@@ -54,8 +57,9 @@ pub use error::{
     ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION, WAIT_ENDED, WAIT_EXPIRED,
 };
 pub use guard::LockGuard;
-pub use keepalive::KeepAliveAck;
-pub use session::{Closed, Session};
+pub use keepalive::{keepalive_attempt_timeout, KeepAliveAck};
+pub use session::{Closed, Session, SessionEvents};
+pub use state::{jeopardy_after, SessionEvent, SessionState};
 pub use tls::{endpoint_uri_for, TlsConfig, TlsMismatch};
 
 /// A handle on a Picket cluster. Cheap to clone; sessions created from it share its routing.

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::locks::Token;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::cluster::{millis, Cluster};
 use super::error::{ClientError, LostReason, REQUEST_TOO_OLD, WAIT_ENDED, WAIT_EXPIRED};
 use super::guard::LockGuard;
 use super::keepalive::{self, KeepAliveAck, Liveness};
+use super::state::{SessionEvent, SessionState};
 use crate::proto::{self, acquire_reply, lock_client::LockClient};
 use crate::secret::SessionSecret;
 
@@ -312,6 +313,22 @@ impl Session {
         self.inner.liveness.lost.subscribe()
     }
 
+    /// The session's state (`Healthy`, `Jeopardy`, `Safe`, `Lost`; see [`SessionState`] and
+    /// docs/client.md) as a watch: a slow reader sees the newest state, never a backlog (use
+    /// [`Session::events`] to see every change).
+    pub fn state(&self) -> watch::Receiver<SessionState> {
+        self.inner.liveness.state.subscribe()
+    }
+
+    /// Every change of the session's state from now on, and every hold it loses to a
+    /// force-release without revocation, in order. Ends after `Lost`.
+    pub fn events(&self) -> SessionEvents {
+        SessionEvents {
+            events: self.inner.liveness.events.subscribe(),
+            ended: self.inner.liveness.lost_reason().is_some(),
+        }
+    }
+
     /// The newest acknowledged renewal of this session (its creation, then each acknowledged
     /// keepalive) with the time its request was sent and the time the answer arrived: for
     /// "last renewed" metrics, or to see how close the session runs to its deadline
@@ -508,5 +525,35 @@ impl Session {
             holds_released: response.holds_released,
             waits_removed: response.waits_removed,
         })
+    }
+}
+
+/// The events of one session ([`Session::events`]): state changes and holds lost, in order.
+/// Up to 64 events are kept for a reader; one further behind skips the oldest (never the final
+/// `Lost`, which is the last event; [`Session::state`] always has the newest state).
+pub struct SessionEvents {
+    events: broadcast::Receiver<SessionEvent>,
+    ended: bool,
+}
+
+impl SessionEvents {
+    /// The next event; `None` once the session is lost (after its `Lost` event) or gone.
+    pub async fn next(&mut self) -> Option<SessionEvent> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            match self.events.recv().await {
+                Ok(event) => {
+                    self.ended = matches!(event, SessionEvent::State(SessionState::Lost(_)));
+                    return Some(event);
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.ended = true;
+                    return None;
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use picket_core::locks::Token;
 use tokio::time::Instant;
 
-use super::{Client, ClientConfig, ClientError, LostReason};
+use super::{Client, ClientConfig, ClientError, LostReason, SessionEvent, SessionState};
 use crate::FencingGate;
 use fake::KeepAliveMode;
 
@@ -411,4 +411,135 @@ async fn a_granted_lock_sends_no_cancel() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(state.lock().unwrap().cancels.is_empty());
     guard.release().await.unwrap();
+}
+
+/// Paused time: the leader goes silent (jeopardy at half the TTL after the send of the newest
+/// acknowledged keepalive, the lock still held), answers again (safe), then goes silent for
+/// good (lost at the deadline). The event stream saw every change, in order, and ends.
+#[tokio::test(start_paused = true)]
+async fn silence_is_jeopardy_at_half_the_ttl_then_safe_when_answered_then_lost_at_the_deadline() {
+    let (state, endpoints, factory) = fake::start_in_memory(0);
+    let client = Client::with_channels(config(&endpoints), factory).unwrap();
+    let session = client.create_session().await.unwrap();
+    let mut events = session.events();
+    let mut states = session.state();
+    assert_eq!(*states.borrow_and_update(), SessionState::Healthy);
+    let guard = session.lock("orders", "a").await.unwrap();
+    tokio::time::sleep(session.ttl()).await;
+    assert_eq!(*states.borrow(), SessionState::Healthy, "answered on time");
+
+    state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Silent);
+    let jeopardy = states
+        .wait_for(|s| matches!(s, SessionState::Jeopardy { .. }))
+        .await
+        .unwrap()
+        .clone();
+    let newest = *session.keepalive_acks().borrow();
+    assert_eq!(
+        Instant::now(),
+        newest.sent_at + Duration::from_millis(1_500),
+        "half the 3 s TTL after the newest acknowledged send"
+    );
+    assert_eq!(
+        jeopardy,
+        SessionState::Jeopardy {
+            unacknowledged_for: Duration::from_millis(1_500),
+            ttl: Duration::from_millis(3_000),
+            deadline_in: Duration::from_millis(1_470),
+        }
+    );
+    assert!(guard.is_held(), "in jeopardy the lock is still held");
+
+    state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Answer);
+    states.wait_for(|s| *s == SessionState::Safe).await.unwrap();
+    assert!(guard.is_held(), "safe: held throughout");
+    tokio::time::sleep(session.ttl()).await;
+    assert_eq!(*states.borrow(), SessionState::Safe, "stays safe");
+
+    state.lock().unwrap().keepalive_mode = Some(KeepAliveMode::Silent);
+    let expired = LostReason::KeepAliveExpired { ttl_ms: 3_000 };
+    assert_eq!(guard.lost().await, expired);
+    assert_eq!(*states.borrow(), SessionState::Lost(expired.clone()));
+
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        seen.push(event);
+    }
+    let kinds: Vec<&str> = seen
+        .iter()
+        .map(|event| match event {
+            SessionEvent::State(SessionState::Jeopardy { .. }) => "jeopardy",
+            SessionEvent::State(SessionState::Safe) => "safe",
+            SessionEvent::State(SessionState::Lost(_)) => "lost",
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["jeopardy", "safe", "jeopardy", "lost"], "{seen:?}");
+    assert_eq!(
+        seen.last(),
+        Some(&SessionEvent::State(SessionState::Lost(expired)))
+    );
+}
+
+/// Paused time: the leader's keepalive stream stalls (a leader gone without closing the
+/// connection) while a new stream is answered. The per-attempt RPC timeout is 5 s, longer than
+/// the 3 s TTL; the keepalive attempt still times out at a quarter of the TTL, so the client
+/// reopens the stream in time and the session (and its lock) survive.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_keepalive_stream_is_given_up_in_time_even_with_a_long_rpc_timeout() {
+    let (state, endpoints, factory) = fake::start_in_memory(0);
+    let mut config = config(&endpoints);
+    config.rpc_timeout = Duration::from_secs(5);
+    let client = Client::with_channels(config, factory).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    tokio::time::sleep(session.ttl()).await;
+    let stalled = {
+        let mut state = state.lock().unwrap();
+        state.keepalive_streams_stalled_below = state.keepalive_streams_opened;
+        state.keepalive_streams_opened
+    };
+    tokio::time::sleep(session.ttl() * 3).await;
+    assert!(
+        guard.is_held(),
+        "lost: {:?}",
+        session.state().borrow().clone()
+    );
+    assert!(session.state().borrow().is_healthy());
+    assert!(
+        state.lock().unwrap().keepalive_streams_opened > stalled,
+        "the stalled stream was replaced"
+    );
+    assert_eq!(
+        super::keepalive_attempt_timeout(Duration::from_secs(5), session.ttl()),
+        Duration::from_millis(750)
+    );
+}
+
+/// Paused time: a force-release without revocation is one `HoldLost` event (the server's
+/// repeats are not events again); the session stays healthy; closing it is the final event.
+#[tokio::test(start_paused = true)]
+async fn a_hold_force_released_without_revocation_is_one_event_and_the_session_stays_healthy() {
+    let (state, endpoints, factory) = fake::start_in_memory(0);
+    let client = Client::with_channels(config(&endpoints), factory).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    let mut events = session.events();
+    state.lock().unwrap().force_release("a", 77);
+    let event = events.next().await.unwrap();
+    assert!(
+        matches!(&event, SessionEvent::HoldLost { namespace, key, token, reason: LostReason::ForceReleased { force_release_id: 77, .. } }
+            if namespace == "orders" && key == "a" && *token == guard.token().0),
+        "{event:?}"
+    );
+    // Keepalive answers repeat the hold; the event is not repeated.
+    tokio::time::sleep(session.ttl()).await;
+    assert_eq!(*session.state().borrow(), SessionState::Healthy);
+    assert!(session.is_alive());
+    session.clone().close().await.unwrap();
+    assert_eq!(
+        events.next().await,
+        Some(SessionEvent::State(SessionState::Lost(LostReason::Closed)))
+    );
+    assert_eq!(events.next().await, None);
 }

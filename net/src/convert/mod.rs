@@ -16,6 +16,7 @@ pub mod api;
 mod command;
 mod common;
 pub mod paxos;
+pub mod records;
 mod snapshot;
 
 pub use snapshot::{decode_command, decode_lock_snapshot, decode_reply};

@@ -8,10 +8,10 @@ mod real {
     use clap::{Parser, Subcommand};
     use picket_server::auth::dev::DevIssuer;
     use picket_server::auth::OidcSection;
-    use picket_server::clock::SystemClock;
     use picket_server::config::Config;
     use picket_server::dev::{DevCluster, DevOptions, DevPorts};
-    use picket_server::durable::EmptyDataDir;
+    use picket_server::node::clock::SystemClock;
+    use picket_server::node::durable::EmptyDataDir;
     use picket_storage::RealDisk;
 
     /// Picket: a distributed lock service with fencing tokens (one replica per process).

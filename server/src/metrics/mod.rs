@@ -1,6 +1,6 @@
 //! Prometheus metrics of a replica, in the text exposition format (`prometheus-client`).
 //!
-//! The driver calls the setters; `GET /metrics` ([`crate::http`]) serves [`Metrics::encode`].
+//! The driver calls the setters; `GET /metrics` ([`crate::api::http`]) serves [`Metrics::encode`].
 //!
 //! | metric | type | labels | set by |
 //! |---|---|---|---|
@@ -514,16 +514,16 @@ impl Metrics {
         self.storage.fsync_errors.inc();
     }
 
-    /// This start's storage recovery: its outcome (one of [`crate::durable::RecoveryOutcome`]'s
+    /// This start's storage recovery: its outcome (one of [`crate::node::durable::RecoveryOutcome`]'s
     /// names; every outcome's series exists, this one at 1), how long it took, and the boot
     /// number of this start.
     pub fn set_recovery(
         &self,
-        outcome: crate::durable::RecoveryOutcome,
+        outcome: crate::node::durable::RecoveryOutcome,
         took: Duration,
         boot: u64,
     ) {
-        for o in crate::durable::RecoveryOutcome::ALL {
+        for o in crate::node::durable::RecoveryOutcome::ALL {
             let counter = self
                 .storage
                 .recoveries

@@ -190,7 +190,7 @@ fn request_methods_are_bounded() {
 
 #[test]
 fn storage_condition_series() {
-    use crate::durable::RecoveryOutcome;
+    use crate::node::durable::RecoveryOutcome;
     let metrics = Metrics::new();
     metrics.set_recovery(
         RecoveryOutcome::DurableStateLost,

@@ -150,6 +150,20 @@ impl Cluster {
         panic!("node {i} did not stop within 10 s of SIGTERM");
     }
 
+    /// The process id of replica `i`, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs[i].as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) to every running replica.
+    pub fn signal_all(&self, signal: &str) {
+        for i in self.running() {
+            let pid = self.pid(i).expect("running").to_string();
+            let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+            assert!(status.success(), "kill {signal} {pid}");
+        }
+    }
+
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", i + 1)))
             .unwrap_or_default()
@@ -394,7 +408,7 @@ pub async fn keepalive(endpoint: &str, session: u64) -> Result<proto::KeepAliveR
     .await
     .unwrap();
     let mut responses = client
-        .keep_alive(picket_server::stream::ChannelStream::new(rx))
+        .keep_alive(picket_server::api::stream::ChannelStream::new(rx))
         .await?
         .into_inner();
     let first = responses.message().await?;

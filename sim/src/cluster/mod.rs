@@ -20,7 +20,7 @@ use std::time::Duration;
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use picket_core::paxos::NodeId;
-use picket_server::durable::EmptyDataDir;
+use picket_server::node::durable::EmptyDataDir;
 use picket_storage::{Disk, SimDisk};
 
 pub use shared::Break;
@@ -77,7 +77,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     let plan = Plan::draw(config.seed, config.scenario, config.plan);
     set_core_faults(config.broken);
     // The real server's buggify points (lossy, duplicating, reordering links; slow fsyncs).
-    picket_server::buggify::set(plan.buggify);
+    picket_server::node::buggify::set(plan.buggify);
     let shared = Shared::new(config.broken);
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
     let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
@@ -127,7 +127,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     cluster.collect_final().await;
 
     let mut s = lock(&shared);
-    let slow_fsyncs = picket_server::buggify::slow_fsyncs();
+    let slow_fsyncs = picket_server::node::buggify::slow_fsyncs();
     s.counters.insert("slow-fsync", slow_fsyncs);
     let history = s.history.clone();
     let violations = check_all(&history);

@@ -23,8 +23,8 @@ use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
 use picket_net::client::{Client, ClientConfig, KeepAliveAck, Session};
 use picket_net::proto;
-use picket_server::driver::{DriverHandle, Request};
-use picket_server::durable::{EmptyDataDir, StoreError};
+use picket_server::node::driver::{DriverHandle, Request};
+use picket_server::node::durable::{EmptyDataDir, StoreError};
 use picket_server::server::StartError;
 use picket_storage::{Disk, SimDisk};
 use tokio::sync::{broadcast, watch};
@@ -75,7 +75,7 @@ pub struct SimClock {
     pub start: tokio::time::Instant,
 }
 
-impl picket_server::clock::Clock for SimClock {
+impl picket_server::node::clock::Clock for SimClock {
     fn now(&self) -> Instant {
         let true_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.drift.at(true_ms)

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use picket_core::paxos::NodeId;
-use picket_server::durable::EmptyDataDir;
+use picket_server::node::durable::EmptyDataDir;
 
 use crate::history::{FinalKind, Fnv, History};
 

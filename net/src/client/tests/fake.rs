@@ -63,6 +63,11 @@ pub struct State {
     pub old_form_errors: bool,
     /// session -> the holds it lost to force-release, carried in every keepalive answer.
     pub holds_lost: BTreeMap<u64, Vec<proto::LostHold>>,
+    /// Keepalive streams opened so far (each stream's number is its rank).
+    pub keepalive_streams_opened: u64,
+    /// Streams numbered below this never answer again (a stuck connection to a leader that is
+    /// gone); streams opened later answer as `keepalive_mode` says.
+    pub keepalive_streams_stalled_below: u64,
 }
 
 impl State {
@@ -279,6 +284,11 @@ impl Lock for Replica {
         let mut inbound = request.into_inner();
         let (sender, receiver) = mpsc::channel(16);
         let replica = self.clone();
+        let stream_number = {
+            let mut state = self.state();
+            state.keepalive_streams_opened += 1;
+            state.keepalive_streams_opened - 1
+        };
         tokio::spawn(async move {
             while let Some(Ok(keepalive)) = inbound.next().await {
                 let answer = {
@@ -291,8 +301,10 @@ impl Lock for Replica {
                         message: "fake: session_not_yours".into(),
                         ..Default::default()
                     });
+                    let stalled = stream_number < state.keepalive_streams_stalled_below;
                     match state.keepalive_mode() {
                         KeepAliveMode::Silent => None,
+                        KeepAliveMode::Answer if stalled => None,
                         KeepAliveMode::Answer => {
                             state
                                 .keepalives_answered

@@ -86,7 +86,7 @@ pub struct Health {
     /// Why not ready, in words (empty when ready).
     pub detail: String,
     /// How this start's storage recovery ended and whether the durable state is lost now.
-    pub storage: crate::durable::StorageCondition,
+    pub storage: crate::node::durable::StorageCondition,
 }
 
 #[derive(Clone)]
@@ -125,6 +125,9 @@ pub fn replica_router(
     auth: Authenticator,
     cluster: HttpCluster,
 ) -> Router {
+    let client = cluster
+        .forward_client()
+        .expect("the forwarding client is built once at start (server.rs) before the routes");
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(get_health))
@@ -136,7 +139,7 @@ pub fn replica_router(
             metrics,
             auth,
             cluster: Arc::new(cluster),
-            client: reqwest::Client::new(),
+            client,
         })
 }
 
@@ -161,6 +164,16 @@ async fn admit(
         .admit_reader_with(&metadata, certificate)
         .await
         .map_err(|status| error_response(&status, &state.cluster))
+}
+
+/// Whether the caller's credential can be relayed to the leader: a bearer token can, a client
+/// certificate cannot (the forwarding replica has no way to present it, and must not present its
+/// own identity in the caller's place).
+fn relayable(headers: &HeaderMap, extensions: &Extensions) -> bool {
+    let by_certificate = extensions
+        .get::<ConnectInfo<tls::HttpPeer>>()
+        .is_some_and(|p| p.0.certificate.is_some());
+    headers.contains_key(header::AUTHORIZATION) || !by_certificate
 }
 
 /// Serves `router` on `listener` until `shutdown` completes.
@@ -233,6 +246,7 @@ async fn get_lock(
         &uri,
         &headers,
         params.stale,
+        relayable(&headers, &extensions),
         |stale| state.source.inspect(namespace.clone(), key.clone(), stale),
     )
     .await;
@@ -270,6 +284,7 @@ async fn get_holds(
         &uri,
         &headers,
         params.stale,
+        relayable(&headers, &extensions),
         |stale| state.source.list_holds(namespace.clone(), limit, stale),
     )
     .await;
@@ -308,15 +323,15 @@ fn answer<T, J: Serialize>(
 const RUNBOOKS: [(&str, &str); 3] = [
     (
         "stuck-lock.md",
-        include_str!("../../../docs/runbooks/stuck-lock.md"),
+        include_str!("../../../../docs/runbooks/stuck-lock.md"),
     ),
     (
         "cluster-down.md",
-        include_str!("../../../docs/runbooks/cluster-down.md"),
+        include_str!("../../../../docs/runbooks/cluster-down.md"),
     ),
     (
         "replace-disk.md",
-        include_str!("../../../docs/runbooks/replace-disk.md"),
+        include_str!("../../../../docs/runbooks/replace-disk.md"),
     ),
 ];
 

@@ -36,7 +36,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use picket_core::locks::LockSnapshot;
 use picket_core::node::{NodeCommand, NodeDurable};
 use picket_core::paxos::{AcceptedEntry, Ballot, NodeId, PersistId, Slot};
-use picket_net::convert::paxos::{
+use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
 };

@@ -9,7 +9,7 @@
 //!   in the same way until none is left. A local compaction's snapshot is saved by a background
 //!   save meanwhile (the log covers it until then); each turn takes its result, if it finished;
 //! - `Send` actions go to the per-peer outbound queues (batched on long-lived streams by
-//!   [`crate::peer`]);
+//!   [`crate::node::peer`]);
 //! - replies go back to the waiting gRPC handlers through oneshot channels.
 //!
 //! `Acquire` with a wait: the node itself holds the proposal until the wait ends (granted,
@@ -34,11 +34,11 @@ use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
-use crate::clock::Clock;
-use crate::durable::{
+use crate::metrics::{namespace_stats, Metrics, PaxosStats};
+use crate::node::clock::Clock;
+use crate::node::durable::{
     is_fsync_error, DurableStore, PersistOp, SaveOutcome, StorageCondition, StoreError,
 };
-use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 
 /// A Paxos message of the node.
 pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
@@ -236,7 +236,7 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     /// When the namespace series are recomputed next.
     stats_next: Instant,
     /// Simulation only: a group commit written whose fsync the buggify point made slow; `run`
-    /// waits this long before it acknowledges the persist (`crate::buggify::slow_fsync`).
+    /// waits this long before it acknowledges the persist (`crate::node::buggify::slow_fsync`).
     #[cfg(madsim)]
     slow_fsync: Option<(paxos::PersistId, Duration)>,
     /// How this start's recovery ended; `durable_state_lost` follows the core.
@@ -668,7 +668,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 }
             }
             #[cfg(madsim)]
-            if let Some(stall) = crate::buggify::slow_fsync() {
+            if let Some(stall) = crate::node::buggify::slow_fsync() {
                 self.slow_fsync = Some((last, stall));
                 return Ok(());
             }

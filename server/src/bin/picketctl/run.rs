@@ -1,11 +1,15 @@
 //! The long-running commands: `session --keep`, `lock NS KEY [-- CMD]`, `watch`.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientError, LockGuard, LostReason};
+use picket_core::locks::WAIT_TIMEOUT_MS_MAX;
+use picket_net::client::{Client, ClientError, KeepAliveAck, LockGuard, LostReason, SessionState};
 use picket_net::proto;
 use serde_json::json;
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
 
 use super::child::Group;
 use super::render;
@@ -156,6 +160,9 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
     if let (Some(ttl), Some(grace)) = (ttl_ms, kill_grace) {
         check_grace(grace, Duration::from_millis(ttl))?;
     }
+    if let Some(timeout) = timeout {
+        check_wait_timeout(timeout)?;
+    }
     let mut signals = Signals::new();
     // The command is spawned first (stopped), so that the session's identity records its pid.
     let mut group = match command.split_first() {
@@ -185,19 +192,39 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         }
         return Err(error);
     }
-    let wait_timeout = async {
+    let phase = Arc::new(AtomicU8::new(PHASE_WAITING));
+    let _states = StateLog(tokio::spawn(log_states(
+        session.state(),
+        session.keepalive_acks(),
+        session.id(),
+        phase.clone(),
+        json,
+    )));
+    // `--timeout` is the wait's server-side deadline: the cluster removes the wait when it
+    // passes (so a picketctl that dies or is cut off leaves nothing queued) and answers that it
+    // did. The local timer is only a backstop for a cluster that does not answer in time.
+    let backstop = async {
         match timeout {
-            Some(timeout) => tokio::time::sleep(timeout).await,
+            Some(timeout) => tokio::time::sleep(timeout + client.config().rpc_timeout).await,
             None => std::future::pending::<()>().await,
         }
     };
+    let timeout_ms = timeout.map_or(0, |t| t.as_millis());
     let acquired = tokio::select! {
         guard = async {
-            if no_wait { session.try_lock(namespace, key).await } else { session.lock(namespace, key).await }
-        } => guard.map_err(CtlError::from),
-        () = wait_timeout => Err(CtlError::TimedOut(format!(
-            "{namespace}/{key} was not granted within {} ms; left the queue",
-            timeout.map_or(0, |t| t.as_millis())
+            match (no_wait, timeout) {
+                (true, _) => session.try_lock(namespace, key).await,
+                (false, Some(timeout)) => session.lock_within(namespace, key, timeout).await,
+                (false, None) => session.lock(namespace, key).await,
+            }
+        } => guard.map_err(|error| match error {
+            ClientError::WaitTimedOut { .. } => CtlError::TimedOut(format!(
+                "{namespace}/{key} was not granted within {timeout_ms} ms; the cluster removed the wait"
+            )),
+            error => error.into(),
+        }),
+        () = backstop => Err(CtlError::TimedOut(format!(
+            "{namespace}/{key} was not granted within {timeout_ms} ms (the cluster did not answer in time); left the queue"
         ))),
         code = signals.next() => Err(CtlError::Signalled(code)),
     };
@@ -230,6 +257,12 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
                 .unwrap_or_default()
         ),
     );
+    let running = if group.is_some() {
+        PHASE_RUNNING
+    } else {
+        PHASE_HOLDING
+    };
+    phase.store(running, Ordering::Relaxed);
     let code = match &mut group {
         Some(group) => run_under(&guard, group, kill_grace, &mut signals, json).await?,
         None => hold(&guard, &mut signals, json).await,
@@ -249,6 +282,97 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         let _ = session.close().await;
     }
     Ok(code)
+}
+
+/// What `picketctl lock` is doing, for the lines it logs about the session's state.
+const PHASE_WAITING: u8 = 0;
+const PHASE_HOLDING: u8 = 1;
+const PHASE_RUNNING: u8 = 2;
+
+/// The task logging the session's states; ended with the command.
+struct StateLog(tokio::task::JoinHandle<()>);
+
+impl Drop for StateLog {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.1} s", duration.as_secs_f64())
+}
+
+/// One line per change of the session's state: jeopardy and safe (the loss is said where
+/// picketctl acts on it: `LOCK LOST ...`, or the error that ends the wait).
+async fn log_states(
+    mut states: watch::Receiver<SessionState>,
+    acks: watch::Receiver<KeepAliveAck>,
+    session_id: u64,
+    phase: Arc<AtomicU8>,
+    json: bool,
+) {
+    while states.changed().await.is_ok() {
+        let state = states.borrow_and_update().clone();
+        match state {
+            SessionState::Jeopardy {
+                unacknowledged_for,
+                ttl,
+                deadline_in,
+            } => {
+                let going_on = match phase.load(Ordering::Relaxed) {
+                    PHASE_WAITING => "picketctl keeps waiting for the lock",
+                    PHASE_HOLDING => {
+                        "the lock is still held; picketctl exits 3 if the session is lost"
+                    }
+                    _ => "the command keeps running; it is stopped if the session is lost",
+                };
+                say(
+                    json,
+                    json!({"event": "jeopardy", "session_id": session_id,
+                           "unacknowledged_ms": unacknowledged_for.as_millis() as u64,
+                           "ttl_ms": ttl.as_millis() as u64,
+                           "deadline_in_ms": deadline_in.as_millis() as u64}),
+                    &format!(
+                        "session {session_id} in jeopardy: no keepalive acknowledged for {} of a {} TTL; \
+                         the session is lost in {} unless one is; {going_on}",
+                        seconds(unacknowledged_for),
+                        seconds(ttl),
+                        seconds(deadline_in)
+                    ),
+                );
+            }
+            SessionState::Safe => {
+                let deadline_in = acks
+                    .borrow()
+                    .deadline()
+                    .saturating_duration_since(tokio::time::Instant::now());
+                say(
+                    json,
+                    json!({"event": "safe", "session_id": session_id,
+                           "deadline_in_ms": deadline_in.as_millis() as u64}),
+                    &format!(
+                        "session {session_id} safe again: a keepalive was acknowledged, the lease \
+                         (and the lock) held throughout; next deadline in {}",
+                        seconds(deadline_in)
+                    ),
+                );
+            }
+            SessionState::Healthy => {}
+            SessionState::Lost(_) => return,
+        }
+    }
+}
+
+/// `--timeout` is the wait's server-side deadline: 1 ms to one day.
+fn check_wait_timeout(timeout: Duration) -> Result<(), CtlError> {
+    let ms = timeout.as_millis();
+    if ms == 0 || ms > u128::from(WAIT_TIMEOUT_MS_MAX) {
+        return Err(CtlError::Refused(format!(
+            "--timeout {ms} ms is out of range: a wait deadline is 1 ms to one day \
+             ({WAIT_TIMEOUT_MS_MAX} ms)"
+        )));
+    }
+    Ok(())
 }
 
 /// `--kill-grace` when not given (or a third of the TTL if that is shorter).

@@ -13,8 +13,8 @@ use picket_storage::{LogConfig, SimDisk, StorageConfig};
 use tokio::sync::{mpsc, oneshot};
 
 use super::*;
-use crate::clock::ManualClock;
-use crate::durable::DurableStore;
+use crate::node::clock::ManualClock;
+use crate::node::durable::DurableStore;
 
 struct Harness {
     clock: Arc<ManualClock>,

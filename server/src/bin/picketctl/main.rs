@@ -3,7 +3,7 @@
 //!
 //! Every command talks to the cluster through `picket_net::client` (leader following, retries,
 //! timeouts). Output is for people by default and JSON with `--json` (one object per command;
-//! `watch` prints one object per event).
+//! `watch` prints one object per event). See `picketctl --help` and `docs/client.md`.
 
 mod child;
 mod commands;
@@ -131,7 +131,9 @@ pub enum Command {
     /// group gets SIGTERM, --kill-grace later SIGKILL; then the lock is released (or the session
     /// closed) and picketctl exits 3 (lost) or 128+signal. When CMD exits by itself, what it left
     /// in its group is stopped the same way, the lock released, and CMD's status passed on.
-    /// A wait that ends for any reason (--timeout: exit 4, a signal) leaves the queue.
+    /// A wait that ends for any reason (--timeout: exit 4, a signal) leaves the queue. The
+    /// session's jeopardy (no keepalive acknowledged for half the TTL) and its recovery are
+    /// logged to stderr, one line each; CMD keeps running through a jeopardy.
     ///
     /// Exit status: CMD's, or 2 bad arguments, 3 lock lost, 4 wait timed out, 5 busy
     /// (--no-wait), 6 unreachable, 129/130/143 signalled.
@@ -144,7 +146,8 @@ pub enum Command {
         /// Fail at once (exit 5) if the key is held instead of waiting.
         #[arg(long)]
         no_wait: bool,
-        /// Give up waiting after this long (e.g. 30s, 500ms, 2m; exit 4), leaving the queue.
+        /// Give up waiting after this long (e.g. 30s, 500ms, 2m; 1ms to one day; exit 4): the
+        /// wait's server-side deadline, so the cluster itself removes the wait.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
         /// Between SIGTERM and SIGKILL of CMD's process group (default: 3s, or a third of the
@@ -426,7 +429,7 @@ fn hostname() -> String {
 }
 
 /// Parses the arguments, runs the command, and answers the exit status.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

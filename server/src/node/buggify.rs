@@ -2,9 +2,9 @@
 //! switched on per run by the simulation harness (`docs/simulation.md`) and drawn from the
 //! simulator's seeded RNG, so a seed replays them exactly. They live in the real code paths:
 //!
-//! - the peer transport ([`crate::peer`]): received messages dropped, duplicated, batches
+//! - the peer transport ([`crate::node::peer`]): received messages dropped, duplicated, batches
 //!   reversed (madsim's gRPC streams never lose, duplicate or reorder a message);
-//! - the driver's persist path ([`crate::driver`]): a slow fsync, [`slow_fsync`].
+//! - the driver's persist path ([`crate::node::driver`]): a slow fsync, [`slow_fsync`].
 //!
 //! madsim's own `buggify::enable()` is not used: it also turns on the simulator's network
 //! buggify, which stalls 10% of an endpoint's receives for 1-5 s in line, so that no election

@@ -41,9 +41,25 @@ pub struct HttpCluster {
     pub node_id: u64,
     /// `http://host:port` of each member's HTTP listener, by node id (`Config::http_endpoints`).
     pub endpoints: BTreeMap<u64, String>,
+    /// PEM of the CA that signed the members' HTTPS certificates (`[tls] ca` with `[tls] http`):
+    /// a forwarded read trusts it, and only it. `None`: plain HTTP (or the system's roots).
+    pub forward_ca_pem: Option<Vec<u8>>,
 }
 
 impl HttpCluster {
+    /// The client that forwards reads to the leader. It presents no client certificate of its
+    /// own: the caller's `Authorization` is relayed, never this replica's identity.
+    pub fn forward_client(&self) -> Result<reqwest::Client, reqwest::Error> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(pem) = &self.forward_ca_pem {
+            builder = builder.tls_built_in_root_certs(false);
+            for certificate in reqwest::Certificate::from_pem_bundle(pem)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        builder.build()
+    }
+
     /// The HTTP base URL of `node`, if it has one.
     pub fn endpoint_of(&self, node: u64) -> Option<String> {
         self.endpoints.get(&node).cloned()
@@ -78,6 +94,7 @@ pub async fn read_anywhere<T, F, Fut>(
     uri: &Uri,
     headers: &HeaderMap,
     stale_requested: bool,
+    relayable: bool,
     read: F,
 ) -> Outcome<T>
 where
@@ -115,6 +132,14 @@ where
                 reason: format!(
                     "the leader (node {leader}) has no HTTP address in the configuration: this \
                      replica's own applied state, which may be behind"
+                ),
+            },
+            Some(base) if !relayable => Stale {
+                code: "caller-not-relayed",
+                reason: format!(
+                    "the caller authenticated with a client certificate, which cannot be relayed \
+                     to the leader (node {leader}, {base}): this replica's own applied state, \
+                     which may be behind; ask the leader for a linearizable answer"
                 ),
             },
             Some(base) => match forward(client, &base, uri, headers, cluster.node_id).await {

@@ -721,3 +721,40 @@ fn lock_flags_parse_durations_and_watch_starts_now_by_default() {
         assert!(help.contains(part), "lock --help lacks {part:?}:\n{help}");
     }
 }
+
+/// `lock --timeout` is a server-side wait deadline (1 ms to one day): outside that range it is
+/// refused by picketctl (exit 2) before anything is sent (the endpoint listens nowhere: a call
+/// would end unreachable, exit 6).
+#[tokio::test]
+async fn lock_refuses_a_wait_timeout_the_server_would_not_take_before_any_call() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    for timeout in ["0ms", "1441m"] {
+        let cli = Cli::try_parse_from([
+            "picketctl",
+            "--endpoints",
+            &endpoint,
+            "--retry-ms",
+            "200",
+            "lock",
+            "orders",
+            "k",
+            "--ttl-ms",
+            "5000",
+            "--timeout",
+            timeout,
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let error = super::execute(cli).await.unwrap_err();
+        assert_eq!(error.exit(), super::EXIT_REFUSED, "{timeout}: {error}");
+        assert!(
+            error
+                .to_string()
+                .contains("a wait deadline is 1 ms to one day"),
+            "{error}"
+        );
+    }
+}

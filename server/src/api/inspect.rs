@@ -12,8 +12,8 @@ use picket_net::proto;
 use picket_net::status::lock_error_status;
 use tonic::Status;
 
-use crate::driver::{DriverHandle, Request};
-use crate::http::{BoxFuture, Health, InspectSource};
+use crate::api::http::{BoxFuture, Health, InspectSource};
+use crate::node::driver::{DriverHandle, Request};
 
 /// The inspection source of a running replica.
 #[derive(Clone, Debug)]

@@ -18,12 +18,12 @@ use picket_net::status::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::server::stopped;
+use crate::shutdown::stopped;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api::stream::ChannelStream;
 use crate::auth::Authenticator;
-use crate::driver::{Answered, DriverHandle, Request as DriverRequest};
-use crate::stream::ChannelStream;
+use crate::node::driver::{Answered, DriverHandle, Request as DriverRequest};
 
 /// Keepalive responses buffered per stream.
 const KEEPALIVE_BUFFER: usize = 64;

@@ -25,8 +25,8 @@ use prost::Message as _;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::driver::{DriverHandle, NodeMessage, PeerInput};
-use crate::stream::ChannelStream;
+use crate::api::stream::ChannelStream;
+use crate::node::driver::{DriverHandle, NodeMessage, PeerInput};
 
 /// Messages in one batch at most.
 const BATCH_MESSAGES_MAX: usize = 512;
@@ -200,7 +200,7 @@ impl proto::peer_server::Peer for PeerService {
         loop {
             let next = tokio::select! {
                 next = stream.message() => next?,
-                () = crate::server::stopped(&mut shutdown) => None,
+                () = crate::shutdown::stopped(&mut shutdown) => None,
             };
             let Some(batch) = next else { break };
             let batch = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(
@@ -251,14 +251,14 @@ impl proto::peer_server::Peer for PeerService {
 }
 
 /// **Simulation only** (`--cfg madsim`, compiled out of picketd): the buggify points of the peer
-/// transport (switched by [`crate::buggify`]). madsim's gRPC streams never lose, duplicate or
+/// transport (switched by [`crate::node::buggify`]). madsim's gRPC streams never lose, duplicate or
 /// reorder a message, so this is where a seed gets lossy links: each received message is dropped
 /// with 1% probability or delivered twice with 2%, and 5% of batches arrive reversed. Paxos must
 /// shrug all of it off (it re-sends what matters).
 #[cfg(madsim)]
 pub mod buggify {
-    use crate::buggify::{fire, on};
-    use crate::driver::NodeMessage;
+    use crate::node::buggify::{fire, on};
+    use crate::node::driver::NodeMessage;
 
     /// A received batch as a lossy, duplicating, reordering link would deliver it.
     pub(crate) fn mangle(messages: Vec<NodeMessage>) -> Vec<NodeMessage> {

@@ -1,0 +1,677 @@
+//! Scripted tests of the `Node` (replica + lock state machine + leader-local sessions and
+//! waits), in the style of `paxos_scripts.rs` and etcd raft's `testdata/*.txt`.
+//!
+//! Each file in `core/testdata/node/` is a list of blocks:
+//!
+//! ```text
+//! # comment
+//! command arg=value ...
+//! ----
+//! what the command produced, one line per event ("ok" when nothing)
+//! ```
+//!
+//! The world is deterministic: disks are synchronous (a `Persist` is durable and acknowledged
+//! at once), messages wait in the recipient's inbox until `deliver-msgs` or `stabilize` hands
+//! them over, and time moves only with `tick`. By default only what a client or an operator
+//! sees is printed (replies, failed proposals, role changes); `verbose=true` on `stabilize`,
+//! `tick` or `deliver-msgs` also prints each message and persist.
+//!
+//! Commands:
+//! - `setup nodes=3 leader=1`: starts the nodes and lets only `leader` time out, so it is
+//!   elected and ready (the election preamble is not printed).
+//! - `tick ms=N [verbose=true]`: moves time, firing every timeout that falls due (each followed
+//!   by delivery of all messages until the network is quiet).
+//! - `deliver-msgs node=I [count=N] [verbose=true]`: hands node I the messages in its inbox
+//!   (the first N), without delivering what they cause.
+//! - `stabilize [verbose=true]`: delivers messages until none is left (no timeout fires).
+//! - `create-session node=I name=A [ttl=MS] [secret=B]` (secret: the hash is 32 bytes B),
+//!   `acquire node=I session=S key=K req=R [wait=true] [timeout=MS] [hold=MS] [secret=B]`,
+//!   `release node=I session=S key=K token=T req=R [secret=B]`,
+//!   `cancel-wait node=I session=S key=K [secret=B]`, `close-session node=I session=S
+//!   [secret=B]`: propose at node I; prints `pN` (the proposal) or the refusal. The reply
+//!   comes as `nI: reply pN ...` once applied.
+//! - `keepalive node=I session=S [secret=B]`: the leader's answer.
+//! - `crash node=I`, `restart node=I`, `isolate node=I` (drops its messages both ways),
+//!   `heal`.
+//! - `status`: role, leader, applied slot, revision, waits held, sessions with deadlines.
+//! - `check-holder node=I key=K session=S|none`, `check-waiting node=I key=K session=S
+//!   position=P|none`, `check-session node=I session=S live=true|false`: print `ok`, or
+//!   `FAILED: ...` into the output (a difference from the file, never a panic mid-script).
+//!
+//! Regenerate with `UPDATE_TESTDATA=1 cargo test -p picket-core --test node_scripts` and review
+//! the diff (a `FAILED` check is never written: the update refuses it).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use picket_core::locks::{
+    Command, Identity, LockConfig, LockSnapshot, RequestId, SecretHash, SessionId, SessionProof,
+    Token,
+};
+use picket_core::node::{Action, Node, NodeCommand, NodeConfig, NodeDurable};
+use picket_core::paxos::{self, Input, Message, NodeId};
+use picket_core::time::Instant;
+
+const NAMESPACE: &str = "ns";
+
+type Msg = Message<NodeCommand, LockSnapshot>;
+
+/// A command line: its name and `key=value` arguments.
+struct Line {
+    name: String,
+    args: BTreeMap<String, String>,
+}
+
+impl Line {
+    fn parse(text: &str) -> Line {
+        let mut parts = text.split_whitespace();
+        let name = parts.next().expect("command name").to_string();
+        let args = parts
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        Line { name, args }
+    }
+
+    fn str(&self, key: &str) -> &str {
+        self.args
+            .get(key)
+            .unwrap_or_else(|| panic!("{}: missing {key}=", self.name))
+    }
+
+    fn num(&self, key: &str) -> u64 {
+        let v = self.str(key);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{}: {key}={v} is not a number", self.name))
+    }
+
+    fn opt_num(&self, key: &str) -> Option<u64> {
+        self.args.contains_key(key).then(|| self.num(key))
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.args.get(key).is_some_and(|v| v == "true")
+    }
+
+    /// The node index (0-based) of `node=I` (1-based, as printed).
+    fn node(&self) -> usize {
+        self.num("node") as usize - 1
+    }
+
+    fn session(&self) -> SessionId {
+        SessionId(self.num("session"))
+    }
+
+    fn key(&self) -> String {
+        self.str("key").to_string()
+    }
+
+    fn proof(&self) -> SessionProof {
+        match self.opt_num("secret") {
+            Some(b) => SessionProof::new(secret_hash(b), ""),
+            None => SessionProof::legacy(),
+        }
+    }
+}
+
+fn secret_hash(byte: u64) -> SecretHash {
+    SecretHash([u8::try_from(byte).expect("secret is one byte"); 32])
+}
+
+fn config(index: usize, nodes: usize, boot: u64) -> NodeConfig {
+    let members = (1..=nodes as u64).map(NodeId).collect();
+    let mut replica = paxos::Config::new(NodeId(index as u64 + 1), members, 1);
+    replica.election_timeout_ms_min = 150;
+    replica.election_timeout_ms_max = 300;
+    replica.heartbeat_ms = 50;
+    NodeConfig {
+        replica,
+        locks: LockConfig::default(),
+        boot,
+        compact_every_slots: 0,
+        waits_pending_max: 8,
+    }
+}
+
+/// The nodes, their disks and the network.
+struct World {
+    now: Instant,
+    nodes: Vec<Option<Node>>,
+    durable: Vec<NodeDurable>,
+    boots: Vec<u64>,
+    /// Messages for each node, in the order they were sent.
+    inbox: Vec<VecDeque<(NodeId, Msg)>>,
+    isolated: BTreeSet<usize>,
+    out: Vec<String>,
+    verbose: bool,
+}
+
+impl World {
+    fn new(count: usize) -> World {
+        let mut world = World {
+            now: Instant::ZERO,
+            nodes: Vec::new(),
+            durable: vec![NodeDurable::default(); count],
+            boots: vec![1; count],
+            inbox: vec![VecDeque::new(); count],
+            isolated: BTreeSet::new(),
+            out: Vec::new(),
+            verbose: false,
+        };
+        for i in 0..count {
+            let node = Node::new(config(i, count, 1), NodeDurable::default()).expect("config");
+            world.nodes.push(Some(node));
+            world.drain(i);
+        }
+        world
+    }
+
+    fn node(&mut self, i: usize) -> &mut Node {
+        self.nodes[i]
+            .as_mut()
+            .unwrap_or_else(|| panic!("n{} is crashed", i + 1))
+    }
+
+    fn say(&mut self, line: String) {
+        self.out.push(line);
+    }
+
+    /// Handles node `i`'s actions: persists at once, sends to inboxes, prints the rest.
+    fn drain(&mut self, i: usize) {
+        let n = i + 1;
+        while let Some(action) = self.nodes[i].as_mut().and_then(Node::poll_action) {
+            match action {
+                Action::Replica(paxos::Action::Persist {
+                    id,
+                    promised,
+                    accepted,
+                    snapshot,
+                    incarnation,
+                    recovered,
+                }) => {
+                    if self.verbose {
+                        let slots: Vec<String> =
+                            accepted.iter().map(|(s, _, _)| s.to_string()).collect();
+                        let promised = promised.map_or("-".into(), |b| b.to_string());
+                        self.say(format!(
+                            "n{n}: persist promised={promised} accepted=[{}]",
+                            slots.join(", ")
+                        ));
+                    }
+                    self.durable[i].apply_persist(
+                        promised,
+                        &accepted,
+                        snapshot.as_ref(),
+                        incarnation,
+                        recovered,
+                    );
+                    let now = self.now;
+                    self.node(i)
+                        .step(now, Input::Persisted { id })
+                        .expect("persist acknowledged");
+                }
+                Action::Replica(paxos::Action::Send { to, msg }) => {
+                    let j = to.0 as usize - 1;
+                    let dropped = self.isolated.contains(&i) || self.isolated.contains(&j);
+                    if self.verbose {
+                        let what = if dropped { " (dropped)" } else { "" };
+                        self.say(format!("n{n} -> {to}: {}{what}", kind(&msg)));
+                    }
+                    if !dropped {
+                        self.inbox[j].push_back((NodeId(n as u64), msg));
+                    }
+                }
+                Action::Replica(other) => panic!("a node emitted replica action {other:?}"),
+                Action::Reply { proposal, outcome } => {
+                    self.say(format!("n{n}: reply p{} {outcome:?}", proposal.0))
+                }
+                Action::ProposalFailed {
+                    proposal,
+                    leader_hint,
+                } => self.say(format!(
+                    "n{n}: proposal p{} failed (leader hint {})",
+                    proposal.0,
+                    leader_hint.map_or("-".into(), |l| l.to_string())
+                )),
+                Action::RoleChanged { role, leader } => self.say(format!(
+                    "n{n}: role {role:?} leader={}",
+                    leader.map_or("-".into(), |l| l.to_string())
+                )),
+                Action::ReadReply { read, answer, .. } => {
+                    self.say(format!("n{n}: read r{} {answer:?}", read.0))
+                }
+                Action::ReadFailed { read, .. } => {
+                    self.say(format!("n{n}: read r{} failed", read.0))
+                }
+                Action::Applied { .. } => {}
+            }
+        }
+    }
+
+    /// Delivers the first `count` messages of node `i`'s inbox; returns how many it took.
+    fn deliver(&mut self, i: usize, count: usize) -> usize {
+        let batch: Vec<(NodeId, Msg)> = {
+            let inbox = &mut self.inbox[i];
+            let take = count.min(inbox.len());
+            inbox.drain(..take).collect()
+        };
+        let delivered = batch.len();
+        for (from, msg) in batch {
+            if self.nodes[i].is_none() {
+                continue;
+            }
+            if self.verbose {
+                self.say(format!("n{} <- {from}: {}", i + 1, kind(&msg)));
+            }
+            let now = self.now;
+            // A message a node refuses (e.g. from a stale ballot) is its business, not an error
+            // of the script.
+            let _ = self.node(i).step(now, Input::Message { from, msg });
+            self.drain(i);
+        }
+        delivered
+    }
+
+    fn stabilize(&mut self) {
+        while (0..self.nodes.len()).any(|i| !self.inbox[i].is_empty()) {
+            for i in 0..self.nodes.len() {
+                let count = self.inbox[i].len();
+                self.deliver(i, count);
+            }
+        }
+    }
+
+    /// Fires the timeouts of `only` (or of every node) due up to `now + ms`, in time order,
+    /// stabilizing after each.
+    fn tick(&mut self, ms: u64, only: Option<usize>) {
+        let end = self.now.add_ms(ms);
+        loop {
+            let due = (0..self.nodes.len())
+                .filter(|i| only.is_none_or(|o| o == *i))
+                .filter_map(|i| {
+                    let at = self.nodes[i].as_ref()?.poll_timeout()?;
+                    Some((at, i))
+                })
+                .min();
+            let Some((at, i)) = due.filter(|(at, _)| *at <= end) else {
+                break;
+            };
+            self.now = self.now.max(at);
+            let now = self.now;
+            self.node(i).step(now, Input::Timeout).expect("timeout");
+            self.drain(i);
+            self.stabilize();
+        }
+        self.now = end;
+    }
+
+    fn propose(&mut self, i: usize, command: Command, hold_ms: Option<u64>) {
+        let now = self.now;
+        let result = self
+            .node(i)
+            .propose_batch_held(now, vec![(command, hold_ms)])
+            .pop()
+            .expect("one result");
+        match result {
+            Ok(proposal) => self.say(format!("n{}: proposed p{}", i + 1, proposal.0)),
+            Err(refused) => self.say(format!("n{}: refused: {refused}", i + 1)),
+        }
+        self.drain(i);
+    }
+
+    fn status(&mut self) {
+        for i in 0..self.nodes.len() {
+            let line = match &self.nodes[i] {
+                None => format!("n{}: crashed", i + 1),
+                Some(node) => format!(
+                    "n{}: {:?}{} leader={} applied={} revision={} waits={} sessions-tracked={}",
+                    i + 1,
+                    node.role(),
+                    if node.is_ready_leader() { " ready" } else { "" },
+                    node.leader().map_or("-".into(), |l| l.to_string()),
+                    node.replica().slot_applied(),
+                    node.state().revision().0,
+                    node.waits_pending(),
+                    node.sessions_tracked(),
+                ),
+            };
+            self.say(line);
+        }
+    }
+
+    fn check(&mut self, ok: Result<(), String>) {
+        match ok {
+            Ok(()) => self.say("ok".into()),
+            Err(why) => self.say(format!("FAILED: {why}")),
+        }
+    }
+
+    fn run(&mut self, line: &Line) {
+        self.verbose = line.flag("verbose");
+        match line.name.as_str() {
+            "setup" => unreachable!("setup starts a script"),
+            "tick" => self.tick(line.num("ms"), None),
+            "stabilize" => self.stabilize(),
+            "deliver-msgs" => {
+                let i = line.node();
+                let count = line.opt_num("count").map_or(usize::MAX, |c| c as usize);
+                let delivered = self.deliver(i, count);
+                self.say(format!("n{}: {delivered} delivered", i + 1));
+            }
+            "create-session" => {
+                let name = line.str("name").to_string();
+                let command = Command::CreateSession {
+                    secret_hash: line.opt_num("secret").map(secret_hash),
+                    ttl_ms: line.opt_num("ttl"),
+                    identity: Identity {
+                        name: name.clone(),
+                        host: "host".into(),
+                        pid: 1,
+                        principal: String::new(),
+                    },
+                };
+                self.propose(line.node(), command, None);
+            }
+            "acquire" => {
+                let command = Command::Acquire {
+                    session: line.session(),
+                    proof: line.proof(),
+                    request: RequestId(line.num("req")),
+                    namespace: NAMESPACE.into(),
+                    key: line.key(),
+                    wait: line.flag("wait"),
+                    wait_timeout_ms: line.opt_num("timeout"),
+                };
+                self.propose(line.node(), command, line.opt_num("hold"));
+            }
+            "release" => {
+                let command = Command::Release {
+                    session: line.session(),
+                    proof: line.proof(),
+                    request: RequestId(line.num("req")),
+                    namespace: NAMESPACE.into(),
+                    key: line.key(),
+                    token: Token(line.num("token")),
+                };
+                self.propose(line.node(), command, None);
+            }
+            "cancel-wait" => {
+                let command = Command::CancelWait {
+                    session: line.session(),
+                    proof: line.proof(),
+                    namespace: NAMESPACE.into(),
+                    key: line.key(),
+                };
+                self.propose(line.node(), command, None);
+            }
+            "close-session" => {
+                let command = Command::CloseSession {
+                    session: line.session(),
+                    proof: line.proof(),
+                };
+                self.propose(line.node(), command, None);
+            }
+            "keepalive" => {
+                let (i, now) = (line.node(), self.now);
+                let result = self.node(i).keepalive(now, line.session(), &line.proof());
+                let said = match result {
+                    Ok(ttl_ms) => format!("n{}: keepalive ok ttl={ttl_ms}", i + 1),
+                    Err(refused) => format!("n{}: keepalive refused: {refused}", i + 1),
+                };
+                self.say(said);
+                self.drain(i);
+            }
+            "crash" => {
+                let i = line.node();
+                self.nodes[i] = None;
+                self.inbox[i].clear();
+                self.say(format!("n{}: crashed", i + 1));
+            }
+            "restart" => {
+                let i = line.node();
+                self.boots[i] += 1;
+                let cfg = config(i, self.nodes.len(), self.boots[i]);
+                let node = Node::new(cfg, self.durable[i].clone()).expect("restart");
+                self.nodes[i] = Some(node);
+                self.say(format!("n{}: restarted (boot {})", i + 1, self.boots[i]));
+                self.drain(i);
+            }
+            "isolate" => {
+                self.isolated.insert(line.node());
+            }
+            "heal" => self.isolated.clear(),
+            "status" => self.status(),
+            "check-holder" => {
+                let (node, key) = (self.node(line.node()), line.key());
+                let sm = node.state();
+                let ok = match line.str("session") {
+                    "none" => match sm.inspect(NAMESPACE, &key, sm.time()) {
+                        Ok(info) => match info.holder {
+                            None => Ok(()),
+                            Some(h) => Err(format!("{key} is held by session {}", h.session.0)),
+                        },
+                        Err(error) => Err(format!("inspect {key}: {error}")),
+                    },
+                    _ => match sm.holder_token(line.session(), NAMESPACE, &key) {
+                        Some(_) => Ok(()),
+                        None => Err(format!(
+                            "session {} does not hold {key}",
+                            line.num("session")
+                        )),
+                    },
+                };
+                self.check(ok);
+            }
+            "check-waiting" => {
+                let node = self.node(line.node());
+                let position = node
+                    .state()
+                    .wait_position(line.session(), NAMESPACE, &line.key());
+                let expected = match line.str("position") {
+                    "none" => None,
+                    _ => Some(line.num("position") as u32),
+                };
+                let ok = if position == expected {
+                    Ok(())
+                } else {
+                    Err(format!("position {position:?}, expected {expected:?}"))
+                };
+                self.check(ok);
+            }
+            "check-session" => {
+                let node = self.node(line.node());
+                let live = node.state().session(line.session()).is_some();
+                let expected = line.flag("live");
+                let ok = if live == expected {
+                    Ok(())
+                } else {
+                    Err(format!("session {} live={live}", line.num("session")))
+                };
+                self.check(ok);
+            }
+            other => panic!("unknown command {other}"),
+        }
+    }
+}
+
+/// The message's kind, e.g. `Accept` (the full `Debug` form carries whole batches).
+fn kind(msg: &Msg) -> String {
+    let text = format!("{msg:?}");
+    text.split([' ', '{', '('])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `setup nodes=N leader=L`: elects L without printing the preamble.
+fn setup(line: &Line) -> (World, String) {
+    let count = line.num("nodes") as usize;
+    let leader = line.num("leader") as usize - 1;
+    let mut world = World::new(count);
+    for _ in 0..100 {
+        if world.nodes[leader]
+            .as_ref()
+            .is_some_and(Node::is_ready_leader)
+        {
+            world.out.clear();
+            return (world, format!("n{} leads, ready", leader + 1));
+        }
+        world.tick(50, Some(leader));
+    }
+    panic!("setup: n{} did not become a ready leader", leader + 1);
+}
+
+struct Block {
+    comments: Vec<String>,
+    command: String,
+    expected: Vec<String>,
+}
+
+fn parse(text: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut comments = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.starts_with('#') {
+            comments.push(line.to_string());
+            continue;
+        }
+        let sep = lines.next().map(|(_, l)| l);
+        assert_eq!(sep, Some("----"), "line {}: expected ----", i + 1);
+        let mut expected = Vec::new();
+        while let Some((_, l)) = lines.peek() {
+            if l.trim().is_empty() {
+                break;
+            }
+            expected.push(l.to_string());
+            lines.next();
+        }
+        blocks.push(Block {
+            comments: std::mem::take(&mut comments),
+            command: line.to_string(),
+            expected,
+        });
+    }
+    blocks
+}
+
+// The golden files are test fixtures: the no-IO rule is for the library, not its tests.
+#[allow(clippy::disallowed_methods)]
+fn run_file(path: &Path) {
+    let text = std::fs::read_to_string(path).expect("read script");
+    let blocks = parse(&text);
+    let update = std::env::var_os("UPDATE_TESTDATA").is_some();
+    let first = Line::parse(&blocks.first().expect("a script has blocks").command);
+    assert_eq!(
+        first.name,
+        "setup",
+        "{}: a script starts with setup",
+        path.display()
+    );
+    let mut world = None;
+    let mut rewritten = String::new();
+    let mut diffs = Vec::new();
+    for block in &blocks {
+        let line = Line::parse(&block.command);
+        let mut got = if line.name == "setup" {
+            let (w, said) = setup(&line);
+            world = Some(w);
+            vec![said]
+        } else {
+            let w = world.as_mut().expect("set up");
+            w.run(&line);
+            std::mem::take(&mut w.out)
+        };
+        if got.is_empty() {
+            got.push("ok".into());
+        }
+        if got != block.expected {
+            diffs.push(format!(
+                "{}: `{}`\n--- expected\n{}\n+++ got\n{}",
+                path.display(),
+                block.command,
+                block.expected.join("\n"),
+                got.join("\n")
+            ));
+        }
+        for c in &block.comments {
+            rewritten.push_str(c);
+            rewritten.push('\n');
+        }
+        rewritten.push_str(&format!("{}\n----\n{}\n\n", block.command, got.join("\n")));
+        if update {
+            assert!(
+                !got.iter().any(|l| l.starts_with("FAILED")),
+                "{}: `{}` failed a check; not writing it:\n{}",
+                path.display(),
+                block.command,
+                got.join("\n")
+            );
+        }
+    }
+    if update {
+        std::fs::write(path, rewritten.trim_end().to_string() + "\n").expect("write script");
+    } else {
+        assert!(diffs.is_empty(), "{}", diffs.join("\n\n"));
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/node")
+        .join(format!("{name}.txt"))
+}
+
+#[test]
+fn sessions() {
+    run_file(&script("sessions"));
+}
+
+#[test]
+fn waits() {
+    run_file(&script("waits"));
+}
+
+#[test]
+fn leader_change() {
+    run_file(&script("leader_change"));
+}
+
+/// Every script in the directory has a test above (a new file is not silently skipped).
+#[test]
+#[allow(clippy::disallowed_methods)]
+fn every_script_runs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/node");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("testdata/node")
+        .map(|e| {
+            let path = e.expect("entry").path();
+            let stem = path.file_stem().expect("name").to_string_lossy();
+            stem.into_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["leader_change", "sessions", "waits"]);
+}
+
+/// A check that does not hold prints `FAILED: ...` (a difference from the file) and the
+/// script goes on.
+#[test]
+fn a_failed_check_is_printed_not_panicked() {
+    let (mut world, said) = setup(&Line::parse("setup nodes=3 leader=2"));
+    assert_eq!(said, "n2 leads, ready");
+    world.run(&Line::parse("check-session node=1 session=99 live=true"));
+    world.run(&Line::parse("check-holder node=3 key=k session=4"));
+    assert_eq!(
+        world.out,
+        [
+            "FAILED: session 99 live=false",
+            "FAILED: session 4 does not hold k"
+        ]
+    );
+}

@@ -1,0 +1,15 @@
+//! What clients and operators reach: the gRPC services ([`service`], with [`stream`] for their
+//! streams, [`error_detail`] for the standard error details and [`observe`] for their metrics),
+//! and the HTTP port ([`http`]: `/metrics`, `/healthz`, JSON inspection read through
+//! [`inspect`]).
+
+#[cfg(not(madsim))]
+pub mod error_detail;
+#[cfg(not(madsim))]
+pub mod http;
+#[cfg(not(madsim))]
+pub mod inspect;
+#[cfg(not(madsim))]
+pub mod observe;
+pub mod service;
+pub mod stream;
