@@ -190,6 +190,7 @@ impl World {
                     snapshot,
                     incarnation,
                     recovered,
+                    ..
                 }) => {
                     if self.verbose {
                         let slots: Vec<String> =
