@@ -191,6 +191,7 @@ impl World {
                     snapshot,
                     incarnation,
                     recovered,
+                    ..
                 }) => {
                     if self.verbose {
                         let slots: Vec<String> =

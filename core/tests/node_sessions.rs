@@ -101,6 +101,7 @@ impl Sim {
                     snapshot,
                     incarnation,
                     recovered,
+                    ..
                 }) => {
                     // A synchronous disk: durable at once, then acknowledged.
                     self.durable[i].apply_persist(

@@ -199,7 +199,8 @@ impl Default for Limits {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageSection {
-    /// Take a snapshot and compact the log every this many applied slots.
+    /// Take a snapshot and compact the log every this many applied slots (0: never). The
+    /// snapshot file is written by a background save (`crate::node::durable`).
     pub snapshot_every_slots: u64,
     /// Bytes zero-filled ahead of the log's data (0: none).
     pub preallocate_bytes: u64,

@@ -39,7 +39,7 @@
 //!     }
 //!     while let Some(action) = node.poll_action() {
 //!         match action {
-//!             Action::Replica(paxos::Action::Persist { id, promised, accepted, snapshot, incarnation, recovered }) => {
+//!             Action::Replica(paxos::Action::Persist { id, promised, accepted, snapshot, incarnation, recovered, .. }) => {
 //!                 // write + fsync, then acknowledge
 //!                 durable.apply_persist(promised, &accepted, snapshot.as_ref(), incarnation, recovered);
 //!                 node.step(now, Input::Persisted { id }).unwrap();

@@ -47,11 +47,22 @@ pub enum Action<C, S> {
     /// (dropping accepted entries at or below its slot), record the incarnation if `Some`, clear
     /// the "lost" flag if `recovered`. Apply them in id order; `Durable::apply_persist` is the
     /// reference.
+    ///
+    /// One exception to "durable before the acknowledgement": a snapshot with `snapshot_local`
+    /// may become durable later (storage writes it off the driver's turn), provided storage keeps
+    /// the accepted entries and the snapshot it replaces until it is. The replica loses nothing
+    /// it acknowledged if a crash comes first: it restarts from the older snapshot and the
+    /// accepted entries, the state of a replica that had not compacted yet.
     Persist {
         id: PersistId,
         promised: Option<Ballot>,
         accepted: Vec<AcceptedEntry<C>>,
         snapshot: Option<(Slot, S)>,
+        /// The snapshot is a local compaction (`Replica::compact`, taken while not amnesiac):
+        /// of values this replica applied, so what storage already holds covers it. `false`
+        /// without a snapshot, and for a snapshot installed from a peer (catch-up) or taken while
+        /// amnesiac: recovery relies on those being durable (the log does not cover them).
+        snapshot_local: bool,
         /// Record the incarnation of a replica (ourselves or a peer that recovered).
         incarnation: Option<(NodeId, u64)>,
         recovered: bool,

@@ -183,10 +183,10 @@ where
         self.catchup_deadline = None;
         if let Some((slot, snap)) = snapshot {
             if slot > self.applied {
-                self.take_snapshot(slot, snap, true);
+                self.take_snapshot(slot, snap, true, false);
             } else if slot > self.slot_snapshot() {
                 // Same state as ours at `slot` (applied prefixes agree): keep it as our own.
-                self.take_snapshot(slot, snap, false);
+                self.take_snapshot(slot, snap, false, false);
             }
         }
         for (slot, value) in entries {
@@ -215,7 +215,12 @@ where
 
     /// Installs a snapshot at `slot`: the log, accepted values and proposals at or below it go.
     /// `install` tells the state machine to replace its state (catch-up); `compact` does not.
-    pub(super) fn take_snapshot(&mut self, slot: Slot, snapshot: S, install: bool) {
+    /// `local`: a local compaction, which storage may make durable in the background.
+    pub(super) fn take_snapshot(&mut self, slot: Slot, snapshot: S, install: bool, local: bool) {
+        assert!(
+            !(install && local),
+            "an installed snapshot at {slot} marked local"
+        );
         assert!(
             slot > self.slot_snapshot(),
             "snapshot {slot} not above current"
@@ -241,7 +246,7 @@ where
             }
         }
         self.snapshot = Some((slot, snapshot.clone()));
-        self.persist(None, Vec::new(), Some((slot, snapshot)), false);
+        self.persist_snapshot(slot, snapshot, local);
         if install {
             self.apply_ready();
             self.release_reads();

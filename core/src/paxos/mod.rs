@@ -63,7 +63,7 @@
 //! - [`Replica::compact`]`(slot, S) -> Result<(), CompactError>`: the state machine's snapshot
 //!   as of applied `slot`.
 //! - [`Replica::poll_action`] -> `Action::{Persist { id, promised, accepted, snapshot,
-//!   incarnation, recovered }, Send { to, msg }, Apply { slot, value }, InstallSnapshot { slot,
+//!   snapshot_local, incarnation, recovered }, Send { to, msg }, Apply { slot, value }, InstallSnapshot { slot,
 //!   snapshot }, ReadReady, ReadFailed, RoleChanged { role, ballot, leader }}`;
 //!   [`Replica::poll_timeout`] -> `Option<Instant>`.
 //! - Inspection: `role()`, `leader()`, `ballot_promised()`, `slot_applied()`, `slot_chosen()`,

@@ -278,7 +278,10 @@ where
                 snapshot: snap_slot,
             });
         }
-        self.take_snapshot(slot, snapshot, false);
+        // While amnesiac, recovery's end may rest on this snapshot (`check_recovered`): it must
+        // be durable before the acknowledgement, like an installed one.
+        let local = !self.amnesiac;
+        self.take_snapshot(slot, snapshot, false, local);
         self.check_invariants();
         Ok(())
     }
@@ -493,10 +496,26 @@ where
             promised,
             accepted,
             snapshot,
+            snapshot_local: false,
             incarnation: None,
             recovered,
         });
         self.persist_issued
+    }
+
+    /// Persists the snapshot at `slot`; `local`: a compaction storage may write in the
+    /// background (`Action::Persist::snapshot_local`).
+    pub(super) fn persist_snapshot(&mut self, slot: Slot, snapshot: S, local: bool) {
+        self.persist_issued += 1;
+        self.actions.push_back(Action::Persist {
+            id: self.persist_issued,
+            promised: None,
+            accepted: Vec::new(),
+            snapshot: Some((slot, snapshot)),
+            snapshot_local: local,
+            incarnation: None,
+            recovered: false,
+        });
     }
 
     /// Persists that `node` is at `incarnation` (our own, or a peer's fence).
@@ -507,6 +526,7 @@ where
             promised: None,
             accepted: Vec::new(),
             snapshot: None,
+            snapshot_local: false,
             incarnation: Some((node, incarnation)),
             recovered: false,
         });

@@ -490,6 +490,7 @@ where
                 snapshot,
                 incarnation,
                 recovered,
+                ..
             } => {
                 let delay = self.random(self.cfg.persist_delay_ms_max + 1);
                 let due = self.now.add_ms(delay);

@@ -13,6 +13,7 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             snapshot,
             incarnation,
             recovered,
+            ..
         } => {
             let mut s = format!("{id}: persist #{pid}");
             if let Some(p) = promised {

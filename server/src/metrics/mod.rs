@@ -22,6 +22,7 @@
 //! | `picket_storage_durable_state_lost` | gauge (1 while re-learning) | | [`Metrics::set_durable_state_lost`] |
 //! | `picket_storage_durable_state_lost_seconds` | gauge | | same |
 //! | `picket_storage_compaction_seconds` | gauge (the last one) | | [`Metrics::set_compaction`] |
+//! | `picket_storage_snapshot_save_failures_total` | counter | | [`Metrics::inc_snapshot_save_failures`] |
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
 //!
@@ -207,6 +208,7 @@ struct StorageMetrics {
     lost: Gauge,
     lost_seconds: FloatGauge,
     compaction_seconds: FloatGauge,
+    snapshot_save_failures: Counter,
 }
 
 impl StorageMetrics {
@@ -219,6 +221,7 @@ impl StorageMetrics {
             lost: Gauge::default(),
             lost_seconds: FloatGauge::default(),
             compaction_seconds: FloatGauge::default(),
+            snapshot_save_failures: Counter::default(),
         };
         registry.register(
             "picket_storage_fsync_errors",
@@ -254,6 +257,11 @@ impl StorageMetrics {
             "picket_storage_compaction_seconds",
             "Duration of the last snapshot save and log compaction",
             m.compaction_seconds.clone(),
+        );
+        registry.register(
+            "picket_storage_snapshot_save_failures",
+            "Background snapshot saves that failed (the log is kept; the replica goes on)",
+            m.snapshot_save_failures.clone(),
         );
         m
     }
@@ -539,6 +547,11 @@ impl Metrics {
     /// The last snapshot save and log compaction took `duration`.
     pub fn set_compaction(&self, duration: Duration) {
         self.storage.compaction_seconds.set(duration.as_secs_f64());
+    }
+
+    /// A background snapshot save failed (the replica goes on; its log is kept).
+    pub fn inc_snapshot_save_failures(&self) {
+        self.storage.snapshot_save_failures.inc();
     }
 
     /// A gRPC call to `method` (e.g. `"/picket.v1.Admin/Inspect"`, the request path) was

@@ -4,9 +4,10 @@
 //! timeout), then drains the node's actions in FIFO order:
 //!
 //! - `Persist` actions are collected, **all** of them are written, made durable with one log
-//!   fdatasync ([`DurableStore::persist`]: group commit), and `Persisted { id of the last }` is
-//!   stepped; the actions this releases (held promises and acceptances, replies) are drained
-//!   in the same way until none is left;
+//!   fdatasync ([`DurableStore::persist_owned`]: group commit), and `Persisted { id of the last }`
+//!   is stepped; the actions this releases (held promises and acceptances, replies) are drained
+//!   in the same way until none is left. A local compaction's snapshot is saved by a background
+//!   save meanwhile (the log covers it until then); each turn takes its result, if it finished;
 //! - `Send` actions go to the per-peer outbound queues (batched on long-lived streams by
 //!   [`crate::node::peer`]);
 //! - replies go back to the waiting gRPC handlers through oneshot channels.
@@ -35,7 +36,9 @@ use tonic::Status;
 
 use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 use crate::node::clock::Clock;
-use crate::node::durable::{is_fsync_error, DurableStore, PersistOp, StorageCondition, StoreError};
+use crate::node::durable::{
+    is_fsync_error, DurableStore, PersistOp, SaveOutcome, StorageCondition, StoreError,
+};
 
 /// A Paxos message of the node.
 pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
@@ -214,7 +217,7 @@ struct PendingProposal {
 }
 
 /// The driver task's state.
-pub struct Driver<D: Disk + Clone, C: Clock> {
+pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     node: Node,
     store: DurableStore<D>,
     clock: Arc<C>,
@@ -254,7 +257,7 @@ pub enum DriverError {
 }
 
 /// Everything needed to build a driver.
-pub struct DriverParts<D: Disk + Clone, C: Clock> {
+pub struct DriverParts<D: Disk + Clone + 'static, C: Clock> {
     pub node: Node,
     pub store: DurableStore<D>,
     pub clock: Arc<C>,
@@ -269,7 +272,7 @@ pub struct DriverParts<D: Disk + Clone, C: Clock> {
     pub metrics: Arc<Metrics>,
 }
 
-impl<D: Disk + Clone, C: Clock> Driver<D, C> {
+impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     pub fn new(parts: DriverParts<D, C>) -> Driver<D, C> {
         let (req_tx, requests) = mpsc::channel(parts.limits.requests_queued_max.max(1));
         let (peer_tx, peer_in) = mpsc::channel(parts.limits.peer_inbound_max.max(1));
@@ -584,6 +587,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
     /// Drains the node's actions; persists are group-committed and acknowledged, which may
     /// release more actions, drained in turn.
     fn process_actions(&mut self) -> Result<(), DriverError> {
+        self.poll_snapshot_save()?;
         loop {
             let mut ops = Vec::new();
             while let Some(action) = self.node.poll_action() {
@@ -593,6 +597,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                         promised,
                         accepted,
                         snapshot,
+                        snapshot_local,
                         incarnation,
                         recovered,
                     }) => ops.push(PersistOp {
@@ -600,6 +605,7 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
                         promised,
                         accepted,
                         snapshot,
+                        snapshot_local,
                         incarnation,
                         recovered,
                     }),
@@ -646,14 +652,17 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             self.counters.persist_ops += ops.len() as u64;
             self.counters.group_commits += 1;
             let started = std::time::Instant::now();
-            if let Err(error) = self.store.persist(&ops) {
+            let sync_snapshot = ops
+                .iter()
+                .any(|op| op.snapshot.is_some() && !op.snapshot_local);
+            if let Err(error) = self.store.persist_owned(ops) {
                 if is_fsync_error(&error) {
                     self.metrics.inc_fsync_errors();
                 }
                 return Err(error.into());
             }
             self.metrics.observe_fsync(started.elapsed());
-            if ops.iter().any(|op| op.snapshot.is_some()) {
+            if sync_snapshot {
                 if let Some(took) = self.store.counters().compaction_last {
                     self.metrics.set_compaction(took);
                 }
@@ -666,6 +675,18 @@ impl<D: Disk + Clone, C: Clock> Driver<D, C> {
             self.node
                 .step(self.clock.now(), Input::Persisted { id: last })?;
         }
+    }
+
+    /// Takes the result of a background snapshot save that finished (the store compacts the
+    /// log for it) and reports it. A failed save is counted and the replica goes on: its log is
+    /// intact and the next compaction point saves a newer snapshot.
+    fn poll_snapshot_save(&mut self) -> Result<(), DriverError> {
+        match self.store.poll_saved()? {
+            Some(SaveOutcome::Saved { took, .. }) => self.metrics.set_compaction(took),
+            Some(SaveOutcome::Failed { .. }) => self.metrics.inc_snapshot_save_failures(),
+            Some(SaveOutcome::Superseded { .. }) | None => {}
+        }
+        Ok(())
     }
 
     fn send(&mut self, to: NodeId, msg: NodeMessage) {

@@ -25,6 +25,11 @@ struct Harness {
 }
 
 fn harness(batch_commands_max: usize) -> Harness {
+    harness_compacting(batch_commands_max, 0)
+}
+
+/// [`harness`] with the nodes compacting every `compact_every_slots` applied slots (0: never).
+fn harness_compacting(batch_commands_max: usize, compact_every_slots: u64) -> Harness {
     let clock = ManualClock::new(1_000_000);
     let members: Vec<NodeId> = (1..=3).map(NodeId).collect();
     let mut drivers = Vec::new();
@@ -48,7 +53,7 @@ fn harness(batch_commands_max: usize) -> Harness {
                 replica,
                 locks: LockConfig::default(),
                 boot: recovered.boot,
-                compact_every_slots: 0,
+                compact_every_slots,
                 waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
             },
             recovered.durable,
@@ -508,6 +513,54 @@ impl Harness {
         });
         self.outs[i] = out;
         self.disks[i] = disk;
+    }
+}
+
+/// Issue 17: every replica's compactions go to background saves (the driver's turns go on),
+/// the driver's turns take their results, and the snapshot each saved is what a crash recovers.
+#[test]
+fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
+    let mut h = harness_compacting(1, 8);
+    let leader = h.leader();
+    h.settle(100);
+    for _ in 0..40 {
+        h.session(leader);
+    }
+    // The saves run on their own threads: turn until each replica has taken a result.
+    for _ in 0..10_000 {
+        if h.drivers
+            .iter()
+            .all(|d| d.store().counters().snapshots_saved > 0)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        h.settle(5);
+    }
+    for (i, driver) in h.drivers.iter().enumerate() {
+        let counters = driver.store().counters();
+        assert!(
+            counters.snapshots_background > 0,
+            "replica {i}: {counters:?}"
+        );
+        assert!(counters.snapshots_saved > 0, "replica {i}: {counters:?}");
+        assert_eq!(counters.snapshot_save_failures, 0, "replica {i}");
+        assert!(driver.node().replica().slot_snapshot() >= paxos::Slot(8));
+        let crashed = h.disks[i].fork();
+        crashed.crash();
+        let storage = StorageConfig {
+            log: LogConfig {
+                preallocate_bytes: 0,
+                ..LogConfig::default()
+            },
+            ..StorageConfig::default()
+        };
+        let (_, recovered) = DurableStore::open(crashed, Path::new("/data"), storage).unwrap();
+        let slot = recovered.durable.snapshot.as_ref().map(|(s, _)| *s);
+        assert!(
+            slot.is_some_and(|s| s >= paxos::Slot(8)),
+            "replica {i} recovered snapshot {slot:?}"
+        );
     }
 }
 

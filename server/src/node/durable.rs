@@ -18,9 +18,20 @@
 //! lost* mode, in which the core neither votes nor accepts until it has re-learned its state
 //! from the other replicas (docs/protocol.md §7). The same happens when the generation directory
 //! of a replica that started before has disappeared.
+//!
+//! **Compaction off the driver's turn.** A snapshot the core marks `snapshot_local` (its own
+//! compaction) is converted, encoded, written and fsynced by a background save while the driver
+//! keeps stepping: the core is acknowledged at once, because the log and the previous snapshot,
+//! both kept until the save is durable, already cover it. The log is compacted for it only when
+//! the driver sees the save finished ([`DurableStore::poll_saved`]). At most one save runs; a
+//! local snapshot that comes while one runs is not saved (the next one is). A failed save is
+//! logged and counted and leaves the log as it was. A snapshot installed from a peer is saved
+//! synchronously, before the acknowledgement (nothing else on disk covers it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use picket_core::locks::LockSnapshot;
 use picket_core::node::{NodeCommand, NodeDurable};
@@ -30,7 +41,9 @@ use picket_net::convert::records::{
     snapshot_to_wire, HardState,
 };
 use picket_net::DecodeError;
-use picket_storage::{Disk, Error as StorageError, HardStateFile, Storage, StorageConfig};
+use picket_storage::{
+    Disk, Error as StorageError, HardStateFile, Log, SnapshotStore, Storage, StorageConfig,
+};
 use prost::Message as _;
 use thiserror::Error;
 
@@ -77,6 +90,9 @@ pub struct PersistOp {
     pub promised: Option<Ballot>,
     pub accepted: Vec<AcceptedEntry<NodeCommand>>,
     pub snapshot: Option<(Slot, LockSnapshot)>,
+    /// The snapshot is the core's own compaction (`Action::Persist::snapshot_local`): it may be
+    /// saved in the background.
+    pub snapshot_local: bool,
     pub incarnation: Option<(NodeId, u64)>,
     pub recovered: bool,
 }
@@ -183,26 +199,156 @@ pub struct StoreCounters {
     pub snapshots_saved: u64,
     pub records_appended: u64,
     pub segments_dropped: u64,
-    /// Wall time of the last snapshot save and log compaction (encode, write, fsyncs, drop).
+    /// Wall time of the last snapshot save and log compaction (encode, write, fsyncs, drop);
+    /// for a background save, from its start to the compaction after it.
     pub compaction_last: Option<std::time::Duration>,
+    /// Local snapshots handed to a background save.
+    pub snapshots_background: u64,
+    /// Local snapshots not saved because a background save was still running (the log covers
+    /// them; the next compaction point saves a newer one).
+    pub snapshots_skipped: u64,
+    /// Background saves that failed (logged; the log was left as it was).
+    pub snapshot_save_failures: u64,
 }
 
-/// The replica's storage, written only by the driver task.
+/// Runs one background snapshot save. The default runs it on an OS thread (under `cfg(madsim)`:
+/// as a simulation task, so the run stays deterministic); tests substitute one that holds the
+/// job, to run it (or not) where they choose.
+pub type SaveRunner = Arc<dyn Fn(SaveJob) + Send + Sync>;
+
+/// One background snapshot save, as a [`SaveRunner`] gets it.
+pub type SaveJob = Box<dyn FnOnce() + Send>;
+
+/// How a background snapshot save ended, as [`DurableStore::poll_saved`] reports it.
 #[derive(Debug)]
-pub struct DurableStore<D: Disk + Clone> {
-    storage: Storage<D>,
+pub enum SaveOutcome {
+    /// The snapshot at `slot` (and its directory entry) is durable and the log was compacted
+    /// for it; `took` runs from the save's start to the end of the compaction.
+    Saved {
+        slot: Slot,
+        took: std::time::Duration,
+    },
+    /// The save failed: the log and the older snapshots are as they were, and a later
+    /// compaction point saves a newer snapshot.
+    Failed { slot: Slot, error: StoreError },
+    /// A newer snapshot (one installed from a peer) was saved first; nothing to do.
+    Superseded { slot: Slot },
+}
+
+/// What a background save sends back.
+#[derive(Debug)]
+enum SaveDone {
+    Saved,
+    Failed(StorageError),
+    /// The store was dropped before the save started.
+    Abandoned,
+}
+
+/// The one background save in flight.
+#[derive(Debug)]
+struct SaveInFlight {
+    slot: Slot,
+    started: std::time::Instant,
+    done: mpsc::Receiver<SaveDone>,
+}
+
+/// The snapshot directory, shared by the driver and the background save: whoever writes holds
+/// the lock for the whole save, so saves never interleave.
+#[derive(Debug)]
+struct SharedSnapshots<D: Disk> {
+    store: Mutex<SnapshotStore<D>>,
+    /// Set when the [`DurableStore`] is dropped: a save that has not started yet does nothing.
+    abandoned: AtomicBool,
+}
+
+impl<D: Disk> SharedSnapshots<D> {
+    fn lock(&self) -> MutexGuard<'_, SnapshotStore<D>> {
+        self.store
+            .lock()
+            .expect("the snapshot store's lock was poisoned by a panic in a save")
+    }
+}
+
+/// The replica's storage, written only by the driver task (and, for local snapshots, by one
+/// background save at a time).
+pub struct DurableStore<D: Disk + Clone + 'static> {
+    log: Log<D>,
+    hard_state: HardStateFile<D>,
+    snapshots: Arc<SharedSnapshots<D>>,
     root: PathBuf,
     hard: HardState,
-    /// The latest log record index of each slot not covered by the snapshot.
+    /// The latest log record index of each slot not covered by the snapshot the log was last
+    /// compacted for.
     slot_records: BTreeMap<Slot, u64>,
     /// Records below this index were only needed by slots at or below the previous snapshot:
     /// the log is compacted below it when the next snapshot is saved (so a damaged newest
     /// snapshot still has the log records after the one before it).
     compact_next: u64,
+    /// The slot of the newest snapshot known durable (the log was compacted for it). A
+    /// background save at or below it has nothing left to do.
+    slot_durable: Slot,
+    save_in_flight: Option<SaveInFlight>,
+    runner: SaveRunner,
     counters: StoreCounters,
 }
 
-impl<D: Disk + Clone> DurableStore<D> {
+impl<D: Disk + Clone + 'static> std::fmt::Debug for DurableStore<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableStore")
+            .field("root", &self.root)
+            .field("hard", &self.hard)
+            .field("compact_next", &self.compact_next)
+            .field("slot_durable", &self.slot_durable)
+            .field("save_in_flight", &self.save_in_flight)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Disk + Clone + 'static> Drop for DurableStore<D> {
+    /// On shutdown the background save in flight is either finished (one that started: the
+    /// lock waits for it) or abandoned before it writes anything (one that had not). Either
+    /// way the files are a state recovery takes: the log still covers the snapshot.
+    fn drop(&mut self) {
+        self.snapshots.abandoned.store(true, Ordering::SeqCst);
+        drop(self.snapshots.lock());
+    }
+}
+
+/// The default [`SaveRunner`]: an OS thread (a simulation task under `cfg(madsim)`, where the
+/// save then runs whole at one point of the simulated schedule).
+fn default_runner() -> SaveRunner {
+    Arc::new(|job: SaveJob| {
+        #[cfg(not(madsim))]
+        {
+            // A failed spawn drops the closure it was given: keep the job where this thread can
+            // still run it (safe, just not off the driver's turn).
+            let job = Arc::new(Mutex::new(Some(job)));
+            let for_thread = Arc::clone(&job);
+            let spawned = std::thread::Builder::new()
+                .name("picket-snapshot".into())
+                .spawn(move || run_once(&for_thread));
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "could not start the snapshot thread; saving inline");
+                run_once(&job);
+            }
+        }
+        #[cfg(madsim)]
+        {
+            drop(tokio::spawn(async move { job() }));
+        }
+    })
+}
+
+#[cfg(not(madsim))]
+fn run_once(job: &Mutex<Option<SaveJob>>) {
+    let taken = job.lock().map(|mut j| j.take()).unwrap_or(None);
+    if let Some(job) = taken {
+        job();
+    }
+}
+
+impl<D: Disk + Clone + 'static> DurableStore<D> {
     /// Opens (creating if needed) the data directory and recovers the replica's durable state.
     /// The boot counter is advanced and saved before this returns.
     /// A data directory without any state is started fresh (tests; see [`Self::open_with`]).
@@ -325,15 +471,34 @@ impl<D: Disk + Clone> DurableStore<D> {
     }
 
     fn new(storage: Storage<D>, root: PathBuf, hard: HardState) -> DurableStore<D> {
-        let compact_next = storage.log.first_index();
+        let Storage {
+            log,
+            hard_state,
+            snapshots,
+        } = storage;
+        let compact_next = log.first_index();
         DurableStore {
-            storage,
+            log,
+            hard_state,
+            snapshots: Arc::new(SharedSnapshots {
+                store: Mutex::new(snapshots),
+                abandoned: AtomicBool::new(false),
+            }),
             root,
             hard,
             slot_records: BTreeMap::new(),
             compact_next,
+            slot_durable: Slot::ZERO,
+            save_in_flight: None,
+            runner: default_runner(),
             counters: StoreCounters::default(),
         }
+    }
+
+    /// Replaces how background saves run (tests: run them by hand).
+    #[cfg(test)]
+    pub(crate) fn set_save_runner(&mut self, runner: SaveRunner) {
+        self.runner = runner;
     }
 
     fn try_open(
@@ -354,6 +519,8 @@ impl<D: Disk + Clone> DurableStore<D> {
             Some(bytes) => decode_hard_state(&bytes).map_err(|e| decoded("hard state", &e))?,
             None => HardState::default(),
         };
+        // A `.tmp` file of a snapshot save a crash interrupted (a background one, say) was
+        // removed when the snapshot directory was opened: it is as if the save never began.
         let loaded = storage.snapshots.load_latest()?;
         for damaged in &loaded.damaged {
             tracing::error!(file = %damaged.file.display(), reason = %damaged.reason,
@@ -368,11 +535,12 @@ impl<D: Disk + Clone> DurableStore<D> {
         };
         let mut store = DurableStore::new(storage, root.to_path_buf(), hard);
         let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s);
+        store.slot_durable = slot_snapshot;
         let mut accepted = BTreeMap::new();
-        let mut index = store.storage.log.first_index();
-        let end = store.storage.log.next_index();
+        let mut index = store.log.first_index();
+        let end = store.log.next_index();
         while index < end {
-            let records = store.storage.log.read(index..end, RECOVERY_READ_BYTES)?;
+            let records = store.log.read(index..end, RECOVERY_READ_BYTES)?;
             for bytes in records {
                 let (slot, ballot, value) = decode_log_entry::<NodeCommand>(&bytes)
                     .map_err(|e| decoded(&format!("log record {index}"), &e))?;
@@ -399,18 +567,31 @@ impl<D: Disk + Clone> DurableStore<D> {
         Ok((store, durable, torn_tail_bytes))
     }
 
+    /// Like [`Self::persist_owned`], for ops the caller keeps (tests): the snapshot is copied.
+    pub fn persist(&mut self, ops: &[PersistOp]) -> Result<(), StoreError> {
+        self.persist_owned(ops.to_vec())
+    }
+
     /// Writes every op (in order) and makes all of them durable with one log fdatasync (group
     /// commit), plus one atomic hard-state replacement if the promise, an incarnation or the
-    /// lost flag changed and one snapshot file if a snapshot came. When this returns `Ok`, the
+    /// lost flag changed. The newest snapshot of the ops is saved synchronously (one file) if
+    /// any snapshot of them came from a peer; if all are local compactions it goes to a
+    /// background save instead (or is skipped while one runs). When this returns `Ok`, the
     /// driver may step `Persisted { id }` with the last op's id.
-    pub fn persist(&mut self, ops: &[PersistOp]) -> Result<(), StoreError> {
+    pub fn persist_owned(&mut self, mut ops: Vec<PersistOp>) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }
         let mut hard = self.hard.clone();
         let mut records = Vec::new();
-        let mut snapshot: Option<&(Slot, LockSnapshot)> = None;
-        for op in ops {
+        let mut snapshot: Option<(Slot, LockSnapshot)> = None;
+        let mut snapshot_sync = false;
+        for op in &mut ops {
+            assert!(
+                op.snapshot.is_some() || !op.snapshot_local,
+                "persist {} is marked snapshot_local without a snapshot",
+                op.id
+            );
             if let Some(p) = op.promised {
                 assert!(
                     p >= hard.promised,
@@ -433,8 +614,9 @@ impl<D: Disk + Clone> DurableStore<D> {
             for entry in &op.accepted {
                 records.push((entry.0, log_entry_to_wire(entry.clone()).encode_to_vec()));
             }
-            if let Some(s) = &op.snapshot {
-                if snapshot.is_none_or(|old| old.0 < s.0) {
+            if let Some(s) = op.snapshot.take() {
+                snapshot_sync |= !op.snapshot_local;
+                if snapshot.as_ref().is_none_or(|old| old.0 < s.0) {
                     snapshot = Some(s);
                 }
             }
@@ -445,30 +627,118 @@ impl<D: Disk + Clone> DurableStore<D> {
             self.hard = hard;
             self.save_hard_state()?;
         }
-        let compaction_started = snapshot.map(|_| std::time::Instant::now());
-        if let Some((slot, state)) = snapshot {
+        let (sync, background) = match snapshot {
+            Some(s) if snapshot_sync => (Some(s), None),
+            other => (None, other),
+        };
+        let compaction_started = sync.as_ref().map(|_| std::time::Instant::now());
+        if let Some((slot, state)) = &sync {
             let bytes = snapshot_to_wire((*slot, state.clone())).encode_to_vec();
-            self.storage.snapshots.save(slot.0, &bytes)?;
+            // Waits for a background save that is writing (the two never interleave).
+            self.snapshots.lock().save(slot.0, &bytes)?;
             self.counters.snapshots_saved += 1;
         }
         if !records.is_empty() {
             self.append(&records)?;
-            self.storage.log.sync()?;
+            self.log.sync()?;
             self.counters.log_syncs += 1;
         }
-        if let Some((slot, _)) = snapshot {
+        if let Some((slot, _)) = &sync {
             self.compact(*slot)?;
+            self.slot_durable = *slot;
         }
         if let Some(started) = compaction_started {
             self.counters.compaction_last = Some(started.elapsed());
+        }
+        if let Some((slot, state)) = background {
+            self.start_save(slot, state);
         }
         self.counters.commits += 1;
         Ok(())
     }
 
+    /// Hands the local snapshot at `slot` to a background save, unless one is running.
+    fn start_save(&mut self, slot: Slot, state: LockSnapshot) {
+        if slot <= self.slot_durable {
+            return;
+        }
+        if self.save_in_flight.is_some() {
+            self.counters.snapshots_skipped += 1;
+            return;
+        }
+        let (done_tx, done) = mpsc::channel();
+        let shared = Arc::clone(&self.snapshots);
+        let job = move || {
+            let outcome = save_snapshot(&shared, slot, state);
+            let _ = done_tx.send(outcome);
+        };
+        self.save_in_flight = Some(SaveInFlight {
+            slot,
+            started: std::time::Instant::now(),
+            done,
+        });
+        self.counters.snapshots_background += 1;
+        (self.runner)(Box::new(job));
+    }
+
+    /// Takes the result of the background save if it finished: once its snapshot is durable,
+    /// compacts the log for it. `Ok(None)`: no save, or it is still running. An `Err` is a
+    /// failure of the log itself (the compaction), which stops the replica like any other.
+    pub fn poll_saved(&mut self) -> Result<Option<SaveOutcome>, StoreError> {
+        let Some(flight) = &self.save_in_flight else {
+            return Ok(None);
+        };
+        let done = match flight.done.try_recv() {
+            Ok(done) => done,
+            Err(mpsc::TryRecvError::Empty) => return Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => SaveDone::Failed(StorageError::Io {
+                op: "snapshot save",
+                path: self.root.join("snapshots"),
+                source: std::io::Error::other("the background save ended without a result"),
+            }),
+        };
+        let SaveInFlight { slot, started, .. } = self
+            .save_in_flight
+            .take()
+            .expect("a save in flight was just polled");
+        match done {
+            SaveDone::Saved => {
+                self.counters.snapshots_saved += 1;
+                if slot > self.slot_durable {
+                    self.compact(slot)?;
+                    self.slot_durable = slot;
+                }
+                let took = started.elapsed();
+                self.counters.compaction_last = Some(took);
+                Ok(Some(SaveOutcome::Saved { slot, took }))
+            }
+            // A snapshot installed from a peer was saved first (the save refused to go back).
+            SaveDone::Failed(StorageError::SnapshotNotNewer { .. })
+                if slot <= self.slot_durable =>
+            {
+                Ok(Some(SaveOutcome::Superseded { slot }))
+            }
+            SaveDone::Failed(error) => {
+                self.counters.snapshot_save_failures += 1;
+                tracing::error!(%slot, %error, "background snapshot save failed; the log is kept \
+                    and the next compaction point saves a newer snapshot");
+                Ok(Some(SaveOutcome::Failed {
+                    slot,
+                    error: error.into(),
+                }))
+            }
+            SaveDone::Abandoned => Ok(Some(SaveOutcome::Superseded { slot })),
+        }
+    }
+
+    /// Whether a background save is running (or finished and not yet polled).
+    pub fn save_in_flight(&self) -> bool {
+        self.save_in_flight.is_some()
+    }
+
     fn append(&mut self, records: &[(Slot, Vec<u8>)]) -> Result<(), StoreError> {
-        let batch_max = self.storage.log.config().batch_records_max;
-        let bytes_max = self.storage.log.config().batch_bytes_max;
+        let batch_max = self.log.config().batch_records_max;
+        let bytes_max = self.log.config().batch_bytes_max;
         let mut start = 0;
         while start < records.len() {
             let mut end = start;
@@ -480,9 +750,9 @@ impl<D: Disk + Clone> DurableStore<D> {
                 bytes += records[end].1.len() as u64;
                 end += 1;
             }
-            let first = self.storage.log.next_index();
+            let first = self.log.next_index();
             let chunk: Vec<&[u8]> = records[start..end].iter().map(|r| &r.1[..]).collect();
-            self.storage.log.append(first, &chunk)?;
+            self.log.append(first, &chunk)?;
             for (offset, (slot, _)) in records[start..end].iter().enumerate() {
                 self.slot_records.insert(*slot, first + offset as u64);
             }
@@ -492,8 +762,8 @@ impl<D: Disk + Clone> DurableStore<D> {
         Ok(())
     }
 
-    /// After a snapshot at `slot`: drop the log below what the previous snapshot needed, and
-    /// remember what this one needs.
+    /// After a snapshot at `slot` is durable: drop the log below what the previous snapshot
+    /// needed, and remember what this one needs.
     fn compact(&mut self, slot: Slot) -> Result<(), StoreError> {
         self.slot_records = self.slot_records.split_off(&slot.next());
         let needed = self
@@ -501,16 +771,16 @@ impl<D: Disk + Clone> DurableStore<D> {
             .values()
             .copied()
             .min()
-            .unwrap_or(self.storage.log.next_index());
+            .unwrap_or(self.log.next_index());
         let below = self.compact_next.min(needed);
-        self.counters.segments_dropped += self.storage.log.drop_below(below)? as u64;
+        self.counters.segments_dropped += self.log.drop_below(below)? as u64;
         self.compact_next = needed;
         Ok(())
     }
 
     fn save_hard_state(&mut self) -> Result<(), StoreError> {
         let bytes = picket_net::proto::HardState::from(self.hard.clone()).encode_to_vec();
-        self.storage.hard_state.save(&bytes)?;
+        self.hard_state.save(&bytes)?;
         self.counters.hard_state_saves += 1;
         Ok(())
     }
@@ -529,6 +799,28 @@ impl<D: Disk + Clone> DurableStore<D> {
 /// `picket_storage_fsync_errors_total` counter.
 pub fn is_fsync_error(error: &StoreError) -> bool {
     matches!(error, StoreError::Storage(StorageError::Io { op, .. }) if op.contains("sync"))
+}
+
+/// The background save's work: convert, encode, write and fsync the snapshot file and its
+/// directory entry, holding the snapshot directory's lock throughout.
+fn save_snapshot<D: Disk>(
+    shared: &SharedSnapshots<D>,
+    slot: Slot,
+    state: LockSnapshot,
+) -> SaveDone {
+    if shared.abandoned.load(Ordering::SeqCst) {
+        return SaveDone::Abandoned;
+    }
+    let bytes = snapshot_to_wire((slot, state)).encode_to_vec();
+    let mut store = shared.lock();
+    // Checked again under the lock: the store's drop takes the lock after setting the flag.
+    if shared.abandoned.load(Ordering::SeqCst) {
+        return SaveDone::Abandoned;
+    }
+    match store.save(slot.0, &bytes) {
+        Ok(()) => SaveDone::Saved,
+        Err(error) => SaveDone::Failed(error),
+    }
 }
 
 enum Recovery {
