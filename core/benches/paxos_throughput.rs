@@ -9,7 +9,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use picket_core::paxos::{Action, Config, Durable, Input, Message, NodeId, Replica, RoleKind};
+use picket_core::paxos::{
+    Action, Config, Durable, Input, Message, NodeId, Persist, Replica, RoleKind,
+};
 use picket_core::time::Instant;
 
 type R = Replica<u64, ()>;
@@ -77,7 +79,7 @@ impl Driver {
             while let Some(a) = self.replicas[i].poll_action() {
                 any = true;
                 match a {
-                    Action::Persist { id, .. } => persisted = Some(id),
+                    Action::Persist(Persist { id, .. }) => persisted = Some(id),
                     Action::Send { to, msg } => {
                         self.wire.push_back((self.replicas[i].id(), to, msg));
                     }

@@ -184,37 +184,26 @@ impl World {
         let n = i + 1;
         while let Some(action) = self.nodes[i].as_mut().and_then(Node::poll_action) {
             match action {
-                Action::Replica(paxos::Action::Persist {
-                    id,
-                    promised,
-                    accepted,
-                    snapshot,
-                    incarnation,
-                    recovered,
-                    ..
-                }) => {
+                Action::Persist(persist) => {
                     if self.verbose {
-                        let slots: Vec<String> =
-                            accepted.iter().map(|(s, _, _)| s.to_string()).collect();
-                        let promised = promised.map_or("-".into(), |b| b.to_string());
+                        let slots: Vec<String> = persist
+                            .accepted
+                            .iter()
+                            .map(|(s, _, _)| s.to_string())
+                            .collect();
+                        let promised = persist.promised.map_or("-".into(), |b| b.to_string());
                         self.say(format!(
                             "n{n}: persist promised={promised} accepted=[{}]",
                             slots.join(", ")
                         ));
                     }
-                    self.durable[i].apply_persist(
-                        promised,
-                        &accepted,
-                        snapshot.as_ref(),
-                        incarnation,
-                        recovered,
-                    );
+                    self.durable[i].apply_persist(&persist);
                     let now = self.now;
                     self.node(i)
-                        .step(now, Input::Persisted { id })
+                        .step(now, Input::Persisted { id: persist.id })
                         .expect("persist acknowledged");
                 }
-                Action::Replica(paxos::Action::Send { to, msg }) => {
+                Action::Send { to, msg } => {
                     let j = to.0 as usize - 1;
                     let dropped = self.isolated.contains(&i) || self.isolated.contains(&j);
                     if self.verbose {
@@ -225,7 +214,6 @@ impl World {
                         self.inbox[j].push_back((NodeId(n as u64), msg));
                     }
                 }
-                Action::Replica(other) => panic!("a node emitted replica action {other:?}"),
                 Action::Reply { proposal, outcome } => {
                     self.say(format!("n{n}: reply p{} {outcome:?}", proposal.0))
                 }

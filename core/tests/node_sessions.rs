@@ -94,27 +94,14 @@ impl Sim {
                 return;
             };
             match action {
-                Action::Replica(paxos::Action::Persist {
-                    id,
-                    promised,
-                    accepted,
-                    snapshot,
-                    incarnation,
-                    recovered,
-                    ..
-                }) => {
+                Action::Persist(persist) => {
                     // A synchronous disk: durable at once, then acknowledged.
-                    self.durable[i].apply_persist(
-                        promised,
-                        &accepted,
-                        snapshot.as_ref(),
-                        incarnation,
-                        recovered,
-                    );
+                    self.durable[i].apply_persist(&persist);
                     let node = self.nodes[i].as_mut().unwrap();
-                    node.step(self.now, Input::Persisted { id }).unwrap();
+                    node.step(self.now, Input::Persisted { id: persist.id })
+                        .unwrap();
                 }
-                Action::Replica(paxos::Action::Send { to, msg }) => {
+                Action::Send { to, msg } => {
                     let to_index = to.0 as usize - 1;
                     if self.isolated.is_some_and(|x| x == i || x == to_index) {
                         continue;
@@ -132,7 +119,6 @@ impl Sim {
                         msg,
                     });
                 }
-                Action::Replica(other) => panic!("unexpected replica action {other:?}"),
                 Action::Reply { proposal, outcome } => self.replies.push((i, proposal.0, outcome)),
                 Action::ReadReply { read, answer, .. } => self.reads.push((i, read.0, answer)),
                 Action::ProposalFailed { proposal, .. } => self.failed.push((i, proposal.0)),

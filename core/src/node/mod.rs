@@ -39,12 +39,12 @@
 //!     }
 //!     while let Some(action) = node.poll_action() {
 //!         match action {
-//!             Action::Replica(paxos::Action::Persist { id, promised, accepted, snapshot, incarnation, recovered, .. }) => {
+//!             Action::Persist(persist) => {
 //!                 // write + fsync, then acknowledge
-//!                 durable.apply_persist(promised, &accepted, snapshot.as_ref(), incarnation, recovered);
-//!                 node.step(now, Input::Persisted { id }).unwrap();
+//!                 durable.apply_persist(&persist);
+//!                 node.step(now, Input::Persisted { id: persist.id }).unwrap();
 //!             }
-//!             Action::Replica(_send) => { /* hand to the transport */ }
+//!             Action::Send { .. } => { /* hand to the transport */ }
 //!             Action::Reply { .. } | Action::ProposalFailed { .. } => { /* answer the client */ }
 //!             Action::ReadReply { .. } | Action::ReadFailed { .. } => { /* answer the reader */ }
 //!             Action::RoleChanged { .. } | Action::Applied { .. } => { /* metrics, watchers */ }
@@ -108,6 +108,10 @@ pub type NodeReplica = Replica<NodeCommand, LockSnapshot>;
 pub type NodeInput = paxos::Input<NodeCommand, LockSnapshot>;
 /// What storage restores.
 pub type NodeDurable = Durable<NodeCommand, LockSnapshot>;
+/// What storage makes durable ([`Action::Persist`]).
+pub type NodePersist = paxos::Persist<NodeCommand, LockSnapshot>;
+/// A message between replicas ([`Action::Send`]).
+pub type NodeMessage = paxos::Message<NodeCommand, LockSnapshot>;
 
 /// Configuration of a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,9 +133,11 @@ pub struct NodeConfig {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// A `Persist` or `Send` of the replica, unchanged: make durable then step
-    /// `Input::Persisted`, or hand to the transport.
-    Replica(paxos::Action<NodeCommand, LockSnapshot>),
+    /// Make durable, then step `Input::Persisted` (the replica's `Persist`, unchanged: storage
+    /// takes it as it is).
+    Persist(NodePersist),
+    /// Hand to the transport.
+    Send { to: NodeId, msg: NodeMessage },
     /// The proposal was applied with this outcome.
     Reply {
         proposal: ProposalId,
@@ -614,9 +620,8 @@ impl Node {
     fn drain_replica(&mut self) {
         while let Some(action) = self.replica.poll_action() {
             match action {
-                paxos::Action::Persist { .. } | paxos::Action::Send { .. } => {
-                    self.actions.push_back(Action::Replica(action));
-                }
+                paxos::Action::Persist(persist) => self.actions.push_back(Action::Persist(persist)),
+                paxos::Action::Send { to, msg } => self.actions.push_back(Action::Send { to, msg }),
                 paxos::Action::Apply { slot, value } => self.on_apply(slot, value),
                 paxos::Action::InstallSnapshot { slot, snapshot } => {
                     self.on_install_snapshot(slot, snapshot)

@@ -39,34 +39,38 @@ pub enum RoleKind {
     Recovering,
 }
 
+/// A `Persist` action: make this durable, then step `Input::Persisted { id }`. Storage applies it as: set the
+/// promised ballot if `Some`, upsert each accepted entry, replace the snapshot if `Some`
+/// (dropping accepted entries at or below its slot), record the incarnation if `Some`, clear
+/// the "lost" flag if `recovered`. Apply them in id order; `Durable::apply_persist` is the
+/// reference.
+///
+/// One exception to "durable before the acknowledgement": a snapshot with `snapshot_local`
+/// may become durable later (storage writes it off the driver's turn), provided storage keeps
+/// the accepted entries and the snapshot it replaces until it is. The replica loses nothing
+/// it acknowledged if a crash comes first: it restarts from the older snapshot and the
+/// accepted entries, the state of a replica that had not compacted yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Persist<C, S> {
+    pub id: PersistId,
+    pub promised: Option<Ballot>,
+    pub accepted: Vec<AcceptedEntry<C>>,
+    pub snapshot: Option<(Slot, S)>,
+    /// The snapshot is a local compaction (`Replica::compact`, taken while not amnesiac):
+    /// of values this replica applied, so what storage already holds covers it. `false`
+    /// without a snapshot, and for a snapshot installed from a peer (catch-up) or taken while
+    /// amnesiac: recovery relies on those being durable (the log does not cover them).
+    pub snapshot_local: bool,
+    /// Record the incarnation of a replica (ourselves or a peer that recovered).
+    pub incarnation: Option<(NodeId, u64)>,
+    pub recovered: bool,
+}
+
 /// An output for the driver, taken from one FIFO with `poll_action`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action<C, S> {
-    /// Make this durable, then step `Input::Persisted { id }`. Storage applies it as: set the
-    /// promised ballot if `Some`, upsert each accepted entry, replace the snapshot if `Some`
-    /// (dropping accepted entries at or below its slot), record the incarnation if `Some`, clear
-    /// the "lost" flag if `recovered`. Apply them in id order; `Durable::apply_persist` is the
-    /// reference.
-    ///
-    /// One exception to "durable before the acknowledgement": a snapshot with `snapshot_local`
-    /// may become durable later (storage writes it off the driver's turn), provided storage keeps
-    /// the accepted entries and the snapshot it replaces until it is. The replica loses nothing
-    /// it acknowledged if a crash comes first: it restarts from the older snapshot and the
-    /// accepted entries, the state of a replica that had not compacted yet.
-    Persist {
-        id: PersistId,
-        promised: Option<Ballot>,
-        accepted: Vec<AcceptedEntry<C>>,
-        snapshot: Option<(Slot, S)>,
-        /// The snapshot is a local compaction (`Replica::compact`, taken while not amnesiac):
-        /// of values this replica applied, so what storage already holds covers it. `false`
-        /// without a snapshot, and for a snapshot installed from a peer (catch-up) or taken while
-        /// amnesiac: recovery relies on those being durable (the log does not cover them).
-        snapshot_local: bool,
-        /// Record the incarnation of a replica (ourselves or a peer that recovered).
-        incarnation: Option<(NodeId, u64)>,
-        recovered: bool,
-    },
+    /// Make this durable, then step `Input::Persisted { id }` ([`Persist`]).
+    Persist(Persist<C, S>),
     /// Send `msg` to `to` (any time, in any order: ordering rules are kept by the replica).
     Send { to: NodeId, msg: Message<C, S> },
     /// Apply the chosen `value` of `slot`: strictly in slot order, exactly once per slot.
@@ -115,14 +119,17 @@ impl<C, S> Default for Durable<C, S> {
 impl<C: Clone, S: Clone> Durable<C, S> {
     /// Applies a `Persist` action the way storage must, asserting that nothing goes backwards:
     /// the promised ballot never decreases and a slot's accepted ballot never decreases.
-    pub fn apply_persist(
-        &mut self,
-        promised: Option<Ballot>,
-        accepted: &[AcceptedEntry<C>],
-        snapshot: Option<&(Slot, S)>,
-        incarnation: Option<(NodeId, u64)>,
-        recovered: bool,
-    ) {
+    pub fn apply_persist(&mut self, persist: &Persist<C, S>) {
+        let Persist {
+            promised,
+            accepted,
+            snapshot,
+            incarnation,
+            recovered,
+            ..
+        } = persist;
+        let (promised, snapshot, incarnation, recovered) =
+            (*promised, snapshot.as_ref(), *incarnation, *recovered);
         if let Some((node, inc)) = incarnation {
             let old = self.incarnations.get(&node).copied().unwrap_or(0);
             assert!(

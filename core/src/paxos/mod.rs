@@ -9,7 +9,7 @@
 //! The driver loop (what `server` does with real disks and sockets):
 //!
 //! ```
-//! use picket_core::paxos::{Action, Config, Durable, Input, NodeId, Replica};
+//! use picket_core::paxos::{Action, Config, Durable, Input, NodeId, Persist, Replica};
 //! use picket_core::time::Instant;
 //!
 //! let members = vec![NodeId(1), NodeId(2), NodeId(3)];
@@ -26,7 +26,7 @@
 //!     // 2. Drain the outputs in order.
 //!     while let Some(action) = replica.poll_action() {
 //!         match action {
-//!             Action::Persist { id, .. } => {
+//!             Action::Persist(Persist { id, .. }) => {
 //!                 // write + fsync, then acknowledge (here: at once)
 //!                 replica.step(now, Input::Persisted { id }).unwrap();
 //!             }
@@ -94,7 +94,8 @@ mod tests;
 pub use ballot::{Ballot, NodeId, Slot, Value};
 pub use config::{Config, ConfigError};
 pub use io::{
-    Action, CompactError, Durable, Input, PersistId, ProposeError, ReadId, RoleKind, StepError,
+    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReadId, RoleKind,
+    StepError,
 };
 pub use learner::CATCHUP_ENTRIES_MAX;
 pub use message::{AcceptedEntry, Message};

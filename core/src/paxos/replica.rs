@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use super::ballot::{Ballot, NodeId, Slot, Value};
 use super::config::{Config, ConfigError};
 use super::io::{
-    Action, CompactError, Durable, Input, PersistId, ProposeError, RoleKind, StepError,
+    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, RoleKind, StepError,
 };
 use super::leader::LeaderState;
 use super::message::{AcceptedEntry, Message};
@@ -491,7 +491,7 @@ where
         recovered: bool,
     ) -> PersistId {
         self.persist_issued += 1;
-        self.actions.push_back(Action::Persist {
+        self.actions.push_back(Action::Persist(Persist {
             id: self.persist_issued,
             promised,
             accepted,
@@ -499,15 +499,15 @@ where
             snapshot_local: false,
             incarnation: None,
             recovered,
-        });
+        }));
         self.persist_issued
     }
 
     /// Persists the snapshot at `slot`; `local`: a compaction storage may write in the
-    /// background (`Action::Persist::snapshot_local`).
+    /// background (`Persist::snapshot_local`).
     pub(super) fn persist_snapshot(&mut self, slot: Slot, snapshot: S, local: bool) {
         self.persist_issued += 1;
-        self.actions.push_back(Action::Persist {
+        self.actions.push_back(Action::Persist(Persist {
             id: self.persist_issued,
             promised: None,
             accepted: Vec::new(),
@@ -515,13 +515,13 @@ where
             snapshot_local: local,
             incarnation: None,
             recovered: false,
-        });
+        }));
     }
 
     /// Persists that `node` is at `incarnation` (our own, or a peer's fence).
     pub(super) fn persist_incarnation(&mut self, node: NodeId, incarnation: u64) {
         self.persist_issued += 1;
-        self.actions.push_back(Action::Persist {
+        self.actions.push_back(Action::Persist(Persist {
             id: self.persist_issued,
             promised: None,
             accepted: Vec::new(),
@@ -529,7 +529,7 @@ where
             snapshot_local: false,
             incarnation: Some((node, incarnation)),
             recovered: false,
-        });
+        }));
     }
 
     /// Raises the promise to `ballot` and persists it.

@@ -43,7 +43,7 @@ fn persisted(r: &mut R, id: PersistId) -> Vec<A> {
 }
 
 fn persist_promise(id: PersistId, p: Ballot) -> A {
-    Action::Persist {
+    Action::Persist(Persist {
         id,
         promised: Some(p),
         accepted: vec![],
@@ -51,7 +51,7 @@ fn persist_promise(id: PersistId, p: Ballot) -> A {
         snapshot_local: false,
         incarnation: None,
         recovered: false,
-    }
+    })
 }
 
 fn send(to: u64, msg: M) -> A {
@@ -162,7 +162,7 @@ fn on_accept_persists_before_accepted() {
                 ballot: b(1, 1),
                 leader: Some(NodeId(1)),
             },
-            A::Persist {
+            A::Persist(Persist {
                 id: 1,
                 promised: Some(b(1, 1)),
                 accepted: vec![(Slot(1), b(1, 1), v.clone())],
@@ -170,7 +170,7 @@ fn on_accept_persists_before_accepted() {
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
-            },
+            }),
         ]
     );
     assert_eq!(
@@ -252,7 +252,7 @@ fn on_heartbeat_without_the_value_fetches_it() {
                 slot: Slot(1),
                 snapshot: vec![7]
             },
-            A::Persist {
+            A::Persist(Persist {
                 id: 1,
                 promised: None,
                 accepted: vec![],
@@ -260,7 +260,7 @@ fn on_heartbeat_without_the_value_fetches_it() {
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
-            },
+            }),
             A::Apply {
                 slot: Slot(2),
                 value: batch(&[8], 5)
@@ -324,7 +324,7 @@ fn leader_chooses_with_a_quorum_and_applies() {
         vec![
             send(2, accept(b(1, 1), 1, v.clone(), 0)),
             send(3, accept(b(1, 1), 1, v.clone(), 0)),
-            A::Persist {
+            A::Persist(Persist {
                 id: 2,
                 promised: None,
                 accepted: vec![(Slot(1), b(1, 1), v.clone())],
@@ -332,7 +332,7 @@ fn leader_chooses_with_a_quorum_and_applies() {
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
-            },
+            }),
         ]
     );
     // Our own acceptance counts once durable; with node 3's it is a quorum.
@@ -496,7 +496,7 @@ fn compact_replaces_the_log_with_the_snapshot() {
     r.compact(Slot(1), vec![1]).expect("applied");
     assert_eq!(
         drain(&mut r),
-        vec![A::Persist {
+        vec![A::Persist(Persist {
             id: 2,
             promised: None,
             accepted: vec![],
@@ -504,7 +504,7 @@ fn compact_replaces_the_log_with_the_snapshot() {
             snapshot_local: true,
             incarnation: None,
             recovered: false,
-        }]
+        })]
     );
     assert_eq!(r.accepted_at(Slot(1)), None);
     assert_eq!(
@@ -658,7 +658,7 @@ fn restart_mid_recovery_keeps_the_persisted_incarnation() {
     let persisted: Vec<_> = actions
         .iter()
         .filter_map(|a| match a {
-            Action::Persist { incarnation, .. } => *incarnation,
+            Action::Persist(Persist { incarnation, .. }) => *incarnation,
             _ => None,
         })
         .collect();

@@ -21,8 +21,8 @@ pub use checker::Checker;
 pub use machine::{History, Machine};
 
 use crate::paxos::{
-    AcceptedEntry, Action, Ballot, Config, Durable, Input, Message, NodeId, PersistId,
-    ProposeError, ReadId, Replica, RoleKind, Slot, Value,
+    Action, Ballot, Config, Durable, Input, Message, NodeId, Persist, ProposeError, ReadId,
+    Replica, RoleKind, Slot, Value,
 };
 use crate::time::Instant;
 
@@ -78,13 +78,8 @@ impl ClusterConfig {
 }
 
 struct PendingPersist<C, S> {
-    id: PersistId,
     due: Instant,
-    promised: Option<Ballot>,
-    accepted: Vec<AcceptedEntry<C>>,
-    snapshot: Option<(Slot, S)>,
-    incarnation: Option<(NodeId, u64)>,
-    recovered: bool,
+    persist: Persist<C, S>,
 }
 
 /// One simulated machine: replica, disk and state machine.
@@ -260,14 +255,8 @@ where
         let written: Vec<_> = n.unacked.drain(..).take(reached).collect();
         n.reads_started.clear();
         for p in written {
-            n.durable.apply_persist(
-                p.promised,
-                &p.accepted,
-                p.snapshot.as_ref(),
-                p.incarnation,
-                p.recovered,
-            );
-            for (slot, ballot, value) in &p.accepted {
+            n.durable.apply_persist(&p.persist);
+            for (slot, ballot, value) in &p.persist.accepted {
                 self.checker.on_durable_accept(id, *slot, *ballot, value);
             }
         }
@@ -446,17 +435,11 @@ where
         let mut last = None;
         while n.unacked.front().is_some_and(|p| p.due <= now) {
             let p = n.unacked.pop_front().expect("front");
-            n.durable.apply_persist(
-                p.promised,
-                &p.accepted,
-                p.snapshot.as_ref(),
-                p.incarnation,
-                p.recovered,
-            );
-            for (slot, ballot, value) in &p.accepted {
+            n.durable.apply_persist(&p.persist);
+            for (slot, ballot, value) in &p.persist.accepted {
                 self.checker.on_durable_accept(id, *slot, *ballot, value);
             }
-            last = Some(p.id);
+            last = Some(p.persist.id);
         }
         if let (Some(id_last), Some(r)) = (last, n.replica.as_mut()) {
             r.step(now, Input::Persisted { id: id_last })
@@ -483,27 +466,13 @@ where
     fn handle(&mut self, id: NodeId, action: Action<C, M::Snapshot>) {
         let i = Self::idx(id);
         match action {
-            Action::Persist {
-                id: pid,
-                promised,
-                accepted,
-                snapshot,
-                incarnation,
-                recovered,
-                ..
-            } => {
+            Action::Persist(persist) => {
                 let delay = self.random(self.cfg.persist_delay_ms_max + 1);
                 let due = self.now.add_ms(delay);
                 let due = self.nodes[i].unacked.back().map_or(due, |p| p.due.max(due));
-                self.nodes[i].unacked.push_back(PendingPersist {
-                    id: pid,
-                    due,
-                    promised,
-                    accepted,
-                    snapshot,
-                    incarnation,
-                    recovered,
-                });
+                self.nodes[i]
+                    .unacked
+                    .push_back(PendingPersist { due, persist });
             }
             Action::Send { to, msg } => {
                 self.check_durable_before_reply(id, &msg);

@@ -2,11 +2,11 @@
 
 use std::fmt::Debug;
 
-use crate::paxos::{Action, Message, NodeId};
+use crate::paxos::{Action, Message, NodeId, Persist};
 
 pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> String {
     match action {
-        Action::Persist {
+        Action::Persist(Persist {
             id: pid,
             promised,
             accepted,
@@ -14,7 +14,7 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             incarnation,
             recovered,
             ..
-        } => {
+        }) => {
             let mut s = format!("{id}: persist #{pid}");
             if let Some(p) = promised {
                 s += &format!(" promised={p}");

@@ -37,7 +37,7 @@ use tonic::Status;
 use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 use crate::node::clock::Clock;
 use crate::node::durable::{
-    is_fsync_error, DurableStore, PersistOp, SaveOutcome, StorageCondition, StoreError,
+    is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreError,
 };
 
 /// A Paxos message of the node.
@@ -589,31 +589,11 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     fn process_actions(&mut self) -> Result<(), DriverError> {
         self.poll_snapshot_save()?;
         loop {
-            let mut ops = Vec::new();
+            let mut persists = Vec::new();
             while let Some(action) = self.node.poll_action() {
                 match action {
-                    Action::Replica(paxos::Action::Persist {
-                        id,
-                        promised,
-                        accepted,
-                        snapshot,
-                        snapshot_local,
-                        incarnation,
-                        recovered,
-                    }) => ops.push(PersistOp {
-                        id,
-                        promised,
-                        accepted,
-                        snapshot,
-                        snapshot_local,
-                        incarnation,
-                        recovered,
-                    }),
-                    Action::Replica(paxos::Action::Send { to, msg }) => self.send(to, msg),
-                    Action::Replica(other) => {
-                        // The node handles Apply, InstallSnapshot, reads and role changes itself.
-                        panic!("the node passed on a replica action it must handle: {other:?}");
-                    }
+                    Action::Persist(persist) => persists.push(persist),
+                    Action::Send { to, msg } => self.send(to, msg),
                     Action::Reply { proposal, outcome } => self.on_reply(proposal, outcome),
                     Action::ProposalFailed {
                         proposal,
@@ -646,16 +626,16 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                     Action::Applied { revision } => self.on_applied(revision),
                 }
             }
-            let Some(last) = ops.last().map(|op| op.id) else {
+            let Some(last) = persists.last().map(|p| p.id) else {
                 return Ok(());
             };
-            self.counters.persist_ops += ops.len() as u64;
+            self.counters.persist_ops += persists.len() as u64;
             self.counters.group_commits += 1;
             let started = std::time::Instant::now();
-            let sync_snapshot = ops
+            let sync_snapshot = persists
                 .iter()
-                .any(|op| op.snapshot.is_some() && !op.snapshot_local);
-            if let Err(error) = self.store.persist_owned(ops) {
+                .any(|p| p.snapshot.is_some() && !p.snapshot_local);
+            if let Err(error) = self.store.persist_owned(persists) {
                 if is_fsync_error(&error) {
                     self.metrics.inc_fsync_errors();
                 }

@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use picket_core::locks::LockSnapshot;
-use picket_core::node::{NodeCommand, NodeDurable};
-use picket_core::paxos::{AcceptedEntry, Ballot, NodeId, PersistId, Slot};
+use picket_core::node::{NodeCommand, NodeDurable, NodePersist};
+use picket_core::paxos::Slot;
 use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
@@ -81,20 +81,6 @@ pub enum EmptyDataDir {
     /// A replica that ran before and lost its disk: start in *durable state lost* mode, not
     /// voting or accepting until it has re-learned its state (`picketd run --rejoin`).
     Rejoin,
-}
-
-/// One `Persist` action of the core, as the store takes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PersistOp {
-    pub id: PersistId,
-    pub promised: Option<Ballot>,
-    pub accepted: Vec<AcceptedEntry<NodeCommand>>,
-    pub snapshot: Option<(Slot, LockSnapshot)>,
-    /// The snapshot is the core's own compaction (`Action::Persist::snapshot_local`): it may be
-    /// saved in the background.
-    pub snapshot_local: bool,
-    pub incarnation: Option<(NodeId, u64)>,
-    pub recovered: bool,
 }
 
 /// What recovery found.
@@ -568,7 +554,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
     }
 
     /// Like [`Self::persist_owned`], for ops the caller keeps (tests): the snapshot is copied.
-    pub fn persist(&mut self, ops: &[PersistOp]) -> Result<(), StoreError> {
+    pub fn persist(&mut self, ops: &[NodePersist]) -> Result<(), StoreError> {
         self.persist_owned(ops.to_vec())
     }
 
@@ -578,7 +564,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
     /// any snapshot of them came from a peer; if all are local compactions it goes to a
     /// background save instead (or is skipped while one runs). When this returns `Ok`, the
     /// driver may step `Persisted { id }` with the last op's id.
-    pub fn persist_owned(&mut self, mut ops: Vec<PersistOp>) -> Result<(), StoreError> {
+    pub fn persist_owned(&mut self, mut ops: Vec<NodePersist>) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }

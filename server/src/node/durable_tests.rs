@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use picket_core::locks::{Command, Identity};
-use picket_core::node::{NodeCommand, NodeDurable, ProposalId};
+use picket_core::node::{NodeCommand, NodeDurable, NodePersist, ProposalId};
 use picket_core::paxos::{Ballot, NodeId, Slot, Value};
 use picket_core::time::Instant;
 use picket_storage::{CrashMode, DiskFile, LogConfig, SimDisk, StorageConfig};
@@ -44,8 +44,8 @@ fn value(n: u64) -> Value<NodeCommand> {
     }
 }
 
-fn op(id: u64, promised: Option<u64>, accepted: &[(u64, u64)]) -> PersistOp {
-    PersistOp {
+fn op(id: u64, promised: Option<u64>, accepted: &[(u64, u64)]) -> NodePersist {
+    NodePersist {
         id,
         promised: promised.map(ballot),
         accepted: accepted
@@ -59,16 +59,10 @@ fn op(id: u64, promised: Option<u64>, accepted: &[(u64, u64)]) -> PersistOp {
     }
 }
 
-fn reference(ops: &[PersistOp]) -> NodeDurable {
+fn reference(ops: &[NodePersist]) -> NodeDurable {
     let mut durable = NodeDurable::default();
     for op in ops {
-        durable.apply_persist(
-            op.promised,
-            &op.accepted,
-            op.snapshot.as_ref(),
-            op.incarnation,
-            op.recovered,
-        );
+        durable.apply_persist(op);
     }
     durable
 }
@@ -82,7 +76,7 @@ fn many_persists_are_one_log_sync() {
         DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
     assert_eq!(recovered.boot, 1);
     assert!(recovered.lost_reason.is_none());
-    let ops: Vec<PersistOp> = (1..=20).map(|i| op(i, None, &[(i, 1)])).collect();
+    let ops: Vec<NodePersist> = (1..=20).map(|i| op(i, None, &[(i, 1)])).collect();
     let syncs_before = disk.sync_data_count();
     store.persist(&ops).unwrap();
     assert_eq!(
@@ -101,7 +95,7 @@ fn recovery_rebuilds_what_was_acknowledged_and_latest_ballot_wins() {
         op(1, Some(1), &[(1, 1), (2, 1)]),
         op(2, Some(3), &[]),
         op(3, None, &[(2, 3), (3, 3)]),
-        PersistOp {
+        NodePersist {
             incarnation: Some((NodeId(2), 4)),
             ..op(4, None, &[])
         },
@@ -136,7 +130,7 @@ fn unsynced_writes_are_not_recovered_and_boot_still_rises() {
 fn snapshots_cover_the_log_and_recovery_skips_covered_slots() {
     let disk = SimDisk::new(4);
     let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
-    let snap = PersistOp {
+    let snap = NodePersist {
         snapshot: Some((Slot(2), sm.snapshot())),
         ..op(2, None, &[])
     };
@@ -197,7 +191,7 @@ fn corruption_starts_the_replica_with_its_durable_state_lost() {
     assert!(again.lost_reason.is_none());
     assert_eq!(again.durable.promised, ballot(5));
     store
-        .persist(&[PersistOp {
+        .persist(&[NodePersist {
             recovered: true,
             ..op(2, None, &[])
         }])
@@ -348,17 +342,17 @@ impl HeldSaves {
     }
 }
 
-fn local_snapshot(id: u64, slot: u64) -> PersistOp {
+fn local_snapshot(id: u64, slot: u64) -> NodePersist {
     let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
-    PersistOp {
+    NodePersist {
         snapshot: Some((Slot(slot), sm.snapshot())),
         snapshot_local: true,
         ..op(id, None, &[])
     }
 }
 
-fn installed_snapshot(id: u64, slot: u64) -> PersistOp {
-    PersistOp {
+fn installed_snapshot(id: u64, slot: u64) -> NodePersist {
+    NodePersist {
         snapshot_local: false,
         ..local_snapshot(id, slot)
     }
@@ -366,10 +360,10 @@ fn installed_snapshot(id: u64, slot: u64) -> PersistOp {
 
 /// What recovery must give back when the local snapshots among `ops` were not (all) made
 /// durable: the same ops with those snapshots left out (the log still covers them).
-fn reference_without_local(ops: &[PersistOp]) -> NodeDurable {
-    let kept: Vec<PersistOp> = ops
+fn reference_without_local(ops: &[NodePersist]) -> NodeDurable {
+    let kept: Vec<NodePersist> = ops
         .iter()
-        .map(|o| PersistOp {
+        .map(|o| NodePersist {
             snapshot: o.snapshot.clone().filter(|_| !o.snapshot_local),
             snapshot_local: false,
             ..o.clone()
@@ -540,7 +534,7 @@ fn the_log_is_dropped_only_after_the_background_snapshot_is_durable() {
     saves.install(&mut store);
     let mut ops = Vec::new();
     let mut id = 0;
-    let next = |ops: &mut Vec<PersistOp>, store: &mut DurableStore<SimDisk>, op: PersistOp| {
+    let next = |ops: &mut Vec<NodePersist>, store: &mut DurableStore<SimDisk>, op: NodePersist| {
         ops.push(op.clone());
         store.persist(&[op]).unwrap();
     };
