@@ -84,7 +84,12 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     let reader = session(&cluster, "reader").await;
     let read = reader.lock_shared(NS, KEY).await.unwrap();
     // Reader 2: picketctl, holding until the stop file appears.
-    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", stop.display());
+    // Bounded (60 s): if the test fails, picketctl is killed but this command, in its own
+    // process group, is not; it must end by itself once its stop file's directory is gone.
+    let script = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        stop.display()
+    );
     let mut ctl_reader = picketctl(
         &cluster,
         &["lock", "--shared", NS, KEY, "--", "sh", "-c", &script],
