@@ -496,12 +496,14 @@ fn waits_end_catches_a_hand_off_to_a_cancelled_wait() {
 }
 
 #[test]
-fn waits_end_catches_a_grant_past_the_deadline() {
+fn grants_past_deadline_catches_a_grant_past_the_deadline() {
     let mut h = wait_history();
+    assert_eq!(grants_past_deadline(&h), Vec::new());
     // Session 2's deadline: 1_000 + 150 ms; granted at 1_200.
     h.attempts[0].timeout_ms = Some(150);
-    let found = waits_end(&h);
+    let found = grants_past_deadline(&h);
     assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].checker, Checker::WaitsEnd);
     assert!(
         found[0].detail.contains("past its wait's deadline 1150 ms"),
         "{}",
