@@ -12,6 +12,7 @@ mod lying_disk;
 mod real;
 mod resource;
 mod shared;
+mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -18,11 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
-use picket_core::locks::Token;
 use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::client::{Client, ClientConfig, ClientError, KeepAliveAck, LockGuard, Session};
+use picket_net::client::{Client, ClientConfig, KeepAliveAck};
 use picket_net::proto;
 use picket_server::node::driver::{DriverHandle, Request};
 use picket_server::node::durable::{EmptyDataDir, StoreError};
@@ -32,12 +31,11 @@ use tokio::sync::{broadcast, watch};
 
 use super::addr::{replica_ip, REPLICA_PORT};
 use super::lying_disk::NoSyncDisk;
-use super::resource::{read_as, write_as, ResourceConn};
 use super::shared::{lock, BootEvents, Break, SharedRef};
 use crate::clock::DriftClock;
 use crate::history::{
-    AckedOp, Ask, Attempt, CancelSeen, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked,
-    LeaderSeen, LogEvent, LogKind, Mode, Outcome, SessionGone, WaitCause,
+    AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent, LogKind,
+    SessionGone, WaitCause,
 };
 
 /// How often a replica's status (role, applied revision) is read.
@@ -430,9 +428,9 @@ fn library_config(ctx: &ClientCtx) -> ClientConfig {
     config
 }
 
-/// A client node on the real client library: sessions, acquires of every kind (see
-/// [`run_session`]), accesses to the fenced resource while the guard is held (stopping at the
-/// lost-lock signal), release.
+/// A client node on the real client library: sessions, each running the workload
+/// ([`super::workload::run_session`]: acquires of every kind, accesses to the fenced resource
+/// while the guard is held, release), a new session when one is lost.
 pub async fn real_client_main(ctx: ClientCtx) {
     let client = Client::new(library_config(&ctx)).expect("valid client configuration");
     let mut resource = None;
@@ -440,7 +438,7 @@ pub async fn real_client_main(ctx: ClientCtx) {
         match client.create_session().await {
             Ok(session) => {
                 tokio::spawn(record_acks(session.keepalive_acks(), ctx.shared.clone()));
-                run_session(&ctx, &session, &mut resource).await;
+                super::workload::run_session(&ctx, &session, &mut resource).await;
                 // Dropping the last handle of a session not lost closes it (not an expiry).
                 if session.lost_signal().borrow().is_none() {
                     lock(&ctx.shared).history.sessions_closed.push(session.id());
@@ -450,264 +448,6 @@ pub async fn real_client_main(ctx: ClientCtx) {
         }
     }
     std::future::pending::<()>().await;
-}
-
-/// The server-side wait deadline a session uses on each key, drawn when it opens (so that
-/// every wait of a session on a key has the same one, the evidence checker 7 needs): a short
-/// one, a long one (beyond a session TTL), or none (`lock`, dropped or cancelled by the client).
-fn draw_deadlines() -> Vec<Option<u64>> {
-    (0..KEYS)
-        .map(|_| match thread_rng().gen_range(0..3) {
-            0 => Some(thread_rng().gen_range(50..400)),
-            1 => Some(thread_rng().gen_range(1_500..5_000)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// One acquire of the workload, drawn from the simulation's seeded RNG.
-struct Draw {
-    key: String,
-    mode: Mode,
-    ask: Ask,
-    timeout_ms: Option<u64>,
-}
-
-fn draw_acquire(deadlines: &[Option<u64>]) -> Draw {
-    let mut rng = thread_rng();
-    let index = rng.gen_range(0..KEYS);
-    // Every key takes both modes, so readers and writers contend on the same keys.
-    let mode = if rng.gen_range(0..5) < 2 {
-        Mode::Shared
-    } else {
-        Mode::Exclusive
-    };
-    let ask = match rng.gen_range(0..10) {
-        0..=3 => Ask::Try,
-        4..=5 => Ask::Wait {
-            ms: rng.gen_range(1_000..4_000),
-        },
-        6..=7 => Ask::DropAfter {
-            ms: rng.gen_range(20..600),
-        },
-        _ => Ask::CancelAfter {
-            ms: rng.gen_range(20..600),
-        },
-    };
-    Draw {
-        key: format!("k{index}"),
-        mode,
-        timeout_ms: deadlines[index].filter(|_| ask != Ask::Try),
-        ask,
-    }
-}
-
-/// The waiting call of `draw`: `lock_within` (shared or not) with the session's deadline for the
-/// key, or `lock` without one.
-async fn wait_call(session: &Session, draw: &Draw) -> Result<LockGuard, ClientError> {
-    let timeout = draw.timeout_ms.map(Duration::from_millis);
-    match (draw.mode, timeout) {
-        (Mode::Exclusive, Some(t)) => session.lock_within(NAMESPACE, &draw.key, t).await,
-        (Mode::Exclusive, None) => session.lock(NAMESPACE, &draw.key).await,
-        (Mode::Shared, Some(t)) => session.lock_shared_within(NAMESPACE, &draw.key, t).await,
-        (Mode::Shared, None) => session.lock_shared(NAMESPACE, &draw.key).await,
-    }
-}
-
-/// What a call answered, for the history.
-fn outcome_of(answer: &Result<LockGuard, ClientError>) -> Outcome {
-    match answer {
-        Ok(guard) => Outcome::Granted {
-            token: guard.token().0,
-        },
-        Err(ClientError::Held { .. }) => Outcome::Busy,
-        Err(ClientError::WaitTimedOut { .. }) => Outcome::TimedOut,
-        Err(_) => Outcome::Failed,
-    }
-}
-
-/// Runs `draw`'s acquire: the guard if granted, with what the client saw.
-async fn acquire(
-    ctx: &ClientCtx,
-    session: &Session,
-    draw: &Draw,
-) -> (Option<LockGuard>, Outcome, Option<CancelSeen>) {
-    // The longest a waiting call is polled after its cancel was answered.
-    const AFTER_CANCEL_MS: u64 = 2_000;
-    match draw.ask {
-        Ask::Try => {
-            let answer = match draw.mode {
-                Mode::Exclusive => session.try_lock(NAMESPACE, &draw.key).await,
-                Mode::Shared => session.try_lock_shared(NAMESPACE, &draw.key).await,
-            };
-            let outcome = outcome_of(&answer);
-            (answer.ok(), outcome, None)
-        }
-        Ask::Wait { ms } | Ask::DropAfter { ms } => {
-            // A call with a deadline is awaited until it answers; one without is dropped.
-            let limit = match (draw.ask, draw.timeout_ms) {
-                (Ask::Wait { .. }, Some(t)) => t + 10_000,
-                _ => ms,
-            };
-            match tokio::time::timeout(Duration::from_millis(limit), wait_call(session, draw)).await
-            {
-                Ok(answer) => {
-                    let outcome = outcome_of(&answer);
-                    (answer.ok(), outcome, None)
-                }
-                Err(_) => (None, Outcome::Dropped, None),
-            }
-        }
-        Ask::CancelAfter { ms } => {
-            let call = wait_call(session, draw);
-            tokio::pin!(call);
-            tokio::select! {
-                answer = &mut call => {
-                    let outcome = outcome_of(&answer);
-                    return (answer.ok(), outcome, None);
-                }
-                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
-            }
-            let Ok(answer) = session.cancel_wait(NAMESPACE, &draw.key).await else {
-                // The cancel's answer is unknown: the call is dropped (cancelled in the
-                // background), as a client giving up would.
-                return (None, Outcome::Dropped, None);
-            };
-            let cancel = CancelSeen {
-                removed: answer.removed,
-                held_token: answer.held_token,
-                revision: answer.revision,
-            };
-            let after = Duration::from_millis(AFTER_CANCEL_MS);
-            let mut answer = match tokio::time::timeout(after, &mut call).await {
-                Ok(answer) => answer,
-                Err(_) => return (None, Outcome::Dropped, Some(cancel)),
-            };
-            let requeue = lock(&ctx.shared).broken == Some(Break::RequeueCancelled);
-            if requeue && cancel.removed && answer.is_err() {
-                // The planted bug: the cancelled wait is asked for again and its grant taken
-                // as the cancelled call's answer.
-                answer = match tokio::time::timeout(after, wait_call(session, draw)).await {
-                    Ok(again) => again,
-                    Err(_) => return (None, Outcome::Dropped, Some(cancel)),
-                };
-            }
-            let outcome = outcome_of(&answer);
-            (answer.ok(), outcome, Some(cancel))
-        }
-    }
-}
-
-/// A session's workload: acquires drawn among `try_lock`, `lock_within` with a short or a
-/// long deadline (or `lock` without one), a waiting call dropped after a random delay (the
-/// library cancels it in the background), and an explicit `cancel_wait` while a call waits;
-/// exclusive or shared on the same keys. Each attempt goes to the history with what the client
-/// saw. A grant is used for 1-4 accesses to the fenced resource (writes with an exclusive
-/// token, reads through `check_read` with a shared one) while it is held, then released. A
-/// cancel answered with a hold it raced is released at once.
-async fn run_session(ctx: &ClientCtx, session: &Session, resource: &mut Option<ResourceConn>) {
-    let deadlines = draw_deadlines();
-    let mut failures = 0;
-    while !lock(&ctx.shared).clients_stop && session.is_alive() && failures < 5 {
-        let draw = draw_acquire(&deadlines);
-        let gate_key = format!("{NAMESPACE}/{}", draw.key);
-        let (guard, outcome, cancel) = acquire(ctx, session, &draw).await;
-        {
-            let mut s = lock(&ctx.shared);
-            s.trace(&format!(
-                "client {} session {} {gate_key} {:?} {:?} deadline {:?}: {outcome:?} cancel {cancel:?}",
-                ctx.id,
-                session.id(),
-                draw.mode,
-                draw.ask,
-                draw.timeout_ms
-            ));
-            s.history.attempts.push(Attempt {
-                client: ctx.id,
-                session: session.id(),
-                key: gate_key.clone(),
-                mode: draw.mode,
-                ask: draw.ask,
-                timeout_ms: draw.timeout_ms,
-                outcome,
-                cancel,
-            });
-        }
-        let raced = cancel.and_then(|c| c.held_token);
-        let Some(guard) = guard else {
-            if let Some(token) = raced {
-                // The cancel raced a grant the call did not return: give the key back.
-                let released = session.release(NAMESPACE, &draw.key, Token(token)).await;
-                let mut s = lock(&ctx.shared);
-                s.history.acked.push(AckedOp::Grant {
-                    key: gate_key.clone(),
-                    token,
-                    session: session.id(),
-                    mode: draw.mode,
-                });
-                if released.is_ok() {
-                    s.history.acked.push(AckedOp::Release {
-                        key: gate_key.clone(),
-                        token,
-                    });
-                }
-            }
-            failures += 1;
-            let pause = thread_rng().gen_range(50..200);
-            tokio::time::sleep(Duration::from_millis(pause)).await;
-            continue;
-        };
-        failures = 0;
-        let token = guard.token().0;
-        lock(&ctx.shared).history.acked.push(AckedOp::Grant {
-            key: gate_key.clone(),
-            token,
-            session: session.id(),
-            mode: draw.mode,
-        });
-        let accesses = thread_rng().gen_range(1..=4);
-        for _ in 0..accesses {
-            if !guard.is_held() {
-                break;
-            }
-            let access = async {
-                match draw.mode {
-                    Mode::Exclusive => write_as(ctx.id, resource, &gate_key, token).await,
-                    Mode::Shared => read_as(ctx.id, resource, &gate_key, token).await,
-                }
-            };
-            tokio::select! {
-                () = access => {}
-                _ = guard.lost() => break,
-            }
-            let pause = thread_rng().gen_range(30..150);
-            tokio::time::sleep(Duration::from_millis(pause)).await;
-        }
-        if guard.release().await.is_ok() {
-            lock(&ctx.shared).history.acked.push(AckedOp::Release {
-                key: gate_key.clone(),
-                token,
-            });
-        }
-        let broken = lock(&ctx.shared).broken;
-        let stale = match (broken, draw.mode) {
-            (Some(Break::GateBypass), Mode::Exclusive)
-            | (Some(Break::ReadBypass), Mode::Shared) => Some(draw.mode),
-            _ => None,
-        };
-        if let Some(mode) = stale {
-            // Ignores the lost-lock signal: one more access with the old token, later.
-            let id = ctx.id;
-            tokio::spawn(async move {
-                let later = thread_rng().gen_range(200..800);
-                tokio::time::sleep(Duration::from_millis(later)).await;
-                match mode {
-                    Mode::Exclusive => write_as(id, &mut None, &gate_key, token).await,
-                    Mode::Shared => read_as(id, &mut None, &gate_key, token).await,
-                }
-            });
-        }
-    }
 }
 
 /// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with the
