@@ -4,7 +4,7 @@
 //! (`picket_net::client`). Observation goes through the public API and two small hooks of the
 //! real code:
 //!
-//! - a watcher per replica follows that replica's lock log (checkers 1, 2 and 4), the driver's
+//! - a watcher per replica follows that replica's lock log (checkers 1, 2, 4 and 7), the driver's
 //!   status gives the applied revision and the leader;
 //! - the driver's digest feed (`DriverHandle::subscribe_digests`: the real state's
 //!   `LockStateMachine::digest` after every apply) gives each replica's digest per revision
@@ -12,6 +12,8 @@
 //!   that disappeared (checker 5);
 //! - the client library's `Session::keepalive_acks` gives every acknowledged renewal with its
 //!   send time (checker 5).
+//!
+//! The clients' workload (what they ask for and what they record) is in [`super::workload`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
