@@ -1072,6 +1072,49 @@ fn a_wait_deadline_removes_the_wait_in_log_time_and_answers_it() {
 }
 
 #[test]
+fn a_release_after_a_wait_deadline_never_hands_the_key_to_that_wait() {
+    // The release is proposed the moment the deadline has passed, before the leader's own
+    // `ExpireWaits` (its timer has not fired): the expiry goes first in the release's batch, so
+    // the key goes to the next live wait, never to the expired one (found by the simulation's
+    // waits-end checker, seed 50).
+    for seed in 70..=73 {
+        let mut sim = Sim::new(seed);
+        let holder = create_session(&mut sim, "holder");
+        let quick = create_session(&mut sim, "quick");
+        let patient = create_session(&mut sim, "patient");
+        let token = acquire(&mut sim, holder, "k");
+        let (leader, proposal) = propose_waiting(&mut sim, waiting(quick, 1, "k", Some(100)));
+        let queued_at = sim.now;
+        let queued = sim.commit_held(waiting(patient, 1, "k", None), Some(0));
+        assert_eq!(
+            queued,
+            Ok(Reply::Acquire(AcquireReply::Queued { position: 2 }))
+        );
+        // Just past the deadline, with no timer stepped in between (well within an election
+        // timeout: the leader stays).
+        sim.now = sim.now.max(queued_at.add_ms(120));
+        let released = release(&mut sim, holder, 2, "k", token);
+        assert!(
+            matches!(released, Ok(Reply::Released { next: Some((s, _)), .. }) if s == patient),
+            "seed {seed}: {released:?}"
+        );
+        keep_all_alive_for(&mut sim, &[quick, patient], 500);
+        let expired = picket_core::locks::LockError::WaitExpired {
+            session: quick,
+            namespace: "ns".into(),
+            key: "k".into(),
+            timeout_ms: 100,
+        };
+        assert_eq!(
+            replies_to(&sim, leader, proposal),
+            vec![Err(expired)],
+            "seed {seed}: the expired wait is answered as expired, once (failed: {:?})",
+            sim.failed
+        );
+    }
+}
+
+#[test]
 fn a_cancel_answers_the_waiting_acquire_and_after_a_grant_answers_the_grant() {
     let mut sim = Sim::new(67);
     let holder = create_session(&mut sim, "holder");

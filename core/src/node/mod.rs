@@ -382,6 +382,23 @@ impl Node {
             results.push(Ok(proposal));
         }
         self.pending_waiting += waits_new;
+        // A command of this batch may end a hold and hand the key to the next waiter: when a
+        // wait's deadline has passed, `ExpireWaits` goes first in the same batch (same log
+        // time), so no hand-off can reach that wait (the expiry proposed on its own may still be
+        // in flight, or held back by its retry guard).
+        let room_left = matches!(&room, Ok(room) if entries.len() < *room);
+        if !entries.is_empty() && room_left && self.waits_overdue() {
+            entries.insert(
+                0,
+                NodeCommand {
+                    origin: self.replica.id(),
+                    boot: self.cfg.boot,
+                    proposal: ProposalId(0),
+                    command: Command::ExpireWaits,
+                },
+            );
+            self.counters.wait_expiry_proposals += 1;
+        }
         if !entries.is_empty() {
             let queued = self.replica.propose_many(self.now, entries);
             assert!(
@@ -650,11 +667,14 @@ impl Node {
             let waited = waited_key(&entry.command);
             let expires_waits = matches!(entry.command, Command::ExpireWaits);
             let outcome = self.sm.apply(stamp, entry.command);
-            if expires_waits
-                && matches!(outcome, Ok(Reply::WaitsExpired { removed }) if removed > 0)
-            {
-                // Deadlines may remain passed (a full batch): propose again at once.
-                self.wait_expiry_retry_at = None;
+            if expires_waits && self.wait_expiry_retry_at.is_some() {
+                self.wait_expiry_retry_at = match outcome {
+                    // Deadlines may remain passed (a full batch): propose again at once.
+                    Ok(Reply::WaitsExpired { removed }) if removed > 0 => None,
+                    // Nothing was due at its log time: look again after a heartbeat, not only
+                    // after the guard's election timeout.
+                    _ => Some(self.now.add_ms(self.replica.config().heartbeat_ms)),
+                };
             }
             if self.role == RoleKind::Leader {
                 self.track_sessions(ended, &outcome);
@@ -839,17 +859,25 @@ impl Node {
         if due.is_empty() {
             return;
         }
-        let entry = NodeCommand {
+        let entry = |command| NodeCommand {
             origin: self.replica.id(),
             boot: self.cfg.boot,
             proposal: ProposalId(0),
-            command: Command::ExpireSessions {
-                sessions: due.clone(),
-            },
+            command,
         };
-        match self.replica.propose(self.now, entry) {
+        let mut entries = vec![entry(Command::ExpireSessions {
+            sessions: due.clone(),
+        })];
+        // Ending the sessions hands their keys to the next waiters: due waits go first (as in
+        // `propose_batch_held`).
+        let expires_waits = self.waits_overdue();
+        if expires_waits {
+            entries.insert(0, entry(Command::ExpireWaits));
+        }
+        match self.replica.propose_many(self.now, entries) {
             Ok(()) => {
                 self.counters.expiry_proposals += 1;
+                self.counters.wait_expiry_proposals += u64::from(expires_waits);
                 self.leases.mark_expiring(&due);
             }
             Err(_) => {

@@ -8,6 +8,7 @@ use crate::locks::{
     AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, SessionId,
     WaitEnd, WaitEndKind,
 };
+use crate::paxos::RoleKind;
 use crate::time::Instant;
 
 use super::{Action, Node, NodeCommand, ProposalId};
@@ -229,6 +230,21 @@ impl Node {
                 self.actions.push_back(Action::Reply { proposal, outcome });
             }
         }
+    }
+
+    /// Leader: whether a batch should begin with `ExpireWaits`, so that no hand-off in it reaches
+    /// a wait whose deadline has passed: one has (by now), or the leader is not ready (it has not
+    /// applied its predecessors' slots, so its state may lack waits that are already queued).
+    /// The command removes only what is due at its log time, and nothing otherwise. (Not
+    /// covered: a deadline that passes between the proposal and the batch's log time, set when
+    /// it takes its slot; docs/simulation.md, checker 7.)
+    pub(super) fn waits_overdue(&self) -> bool {
+        self.role == RoleKind::Leader
+            && (!self.ready
+                || self
+                    .sm
+                    .wait_deadline_next()
+                    .is_some_and(|at| at <= self.now))
     }
 
     /// Leader: proposes `ExpireWaits` once the earliest wait deadline passed.

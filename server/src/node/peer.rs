@@ -1,9 +1,11 @@
 //! The replica-to-replica transport (docs/api.md, service `Peer`).
 //!
 //! Outbound: one task per other member owns a bounded queue of messages for it and one
-//! long-lived client stream (`Peer.Send`) to it; it batches whatever is queued into one
-//! `PeerBatch` (bounded in messages and bytes), and re-opens the stream after a failure with a
-//! capped backoff. While the peer is unreachable queued messages are dropped (Paxos re-sends
+//! client stream (`Peer.Send`) to it; it batches whatever is queued into one `PeerBatch`
+//! (bounded in messages and bytes), and re-opens the stream after a failure with a capped
+//! backoff. The stream has no acknowledgements, so a connection that goes silent without an
+//! error would swallow everything after it: a send that stalls for [`STREAM_SEND_TIMEOUT`]
+//! abandons the connection, and every connection is replaced after [`STREAM_AGE_MAX`]. While the peer is unreachable queued messages are dropped (Paxos re-sends
 //! what matters; a backlog of stale heartbeats would only delay fresh ones).
 //!
 //! Inbound: the `Peer` service decodes each batch ([`PeerBatchIn`]: a malformed message is
@@ -34,6 +36,14 @@ const BATCH_MESSAGES_MAX: usize = 512;
 const BATCH_BYTES_TARGET: usize = 4 << 20;
 /// Batches queued on an open stream at most.
 const STREAM_BATCHES_MAX: usize = 16;
+/// A batch that cannot be handed to the stream within this long means the stream stalled (a
+/// peer that stopped reading, a connection that died without an error): it is abandoned and a
+/// new connection opened.
+const STREAM_SEND_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// An open stream is replaced by a new connection after this long. The stream carries no
+/// acknowledgements, so a connection that went silent without an error (a stalled link) would
+/// otherwise swallow every later message; this bounds how long that can last.
+const STREAM_AGE_MAX: Duration = Duration::from_secs(3);
 
 /// Counters of the peer transport (shared by all of a node's peer tasks and the service).
 #[derive(Debug, Default)]
@@ -92,11 +102,13 @@ pub async fn run_outbound(
         counters.connects.fetch_add(1, Ordering::Relaxed);
         backoff_ms = 50;
         let (tx, rx) = mpsc::channel::<proto::PeerBatch>(STREAM_BATCHES_MAX);
-        let call = tokio::spawn(async move { client.send(ChannelStream::new(rx)).await });
+        let mut call = tokio::spawn(async move { client.send(ChannelStream::new(rx)).await });
         tracing::debug!(to = %target.to, url = %target.url, "peer stream open");
+        let retire_at = tokio::time::Instant::now() + STREAM_AGE_MAX;
         loop {
             let first = tokio::select! {
                 msg = queue.recv() => msg,
+                () = tokio::time::sleep_until(retire_at) => break,
                 _ = shutdown.changed() => { call.abort(); return; }
             };
             let Some(first) = first else {
@@ -107,15 +119,34 @@ pub async fn run_outbound(
             if batch.messages.is_empty() {
                 continue;
             }
-            if tx.send(batch).await.is_err() {
+            match tokio::time::timeout(STREAM_SEND_TIMEOUT, tx.send(batch)).await {
+                Ok(Ok(())) => {}
                 // The call ended (peer restarted, network broke): open a new stream.
-                break;
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::debug!(to = %target.to, "peer stream stalled: reconnecting");
+                    break;
+                }
             }
             counters.batches_sent.fetch_add(1, Ordering::Relaxed);
+            if tokio::time::Instant::now() >= retire_at {
+                break;
+            }
         }
-        if let Ok(Err(status)) = call.await {
-            tracing::debug!(to = %target.to, %status, "peer stream ended");
-        }
+        // Ends the call's request stream (the peer still takes what was sent) and lets it finish
+        // in the background while the next connection opens; a stalled call is aborted.
+        drop(tx);
+        let to = target.to;
+        tokio::spawn(async move {
+            match tokio::time::timeout(STREAM_SEND_TIMEOUT, &mut call).await {
+                Ok(Ok(Err(status))) => tracing::debug!(%to, %status, "peer stream ended"),
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::debug!(%to, "peer stream did not end: abandoned");
+                    call.abort();
+                }
+            }
+        });
     }
 }
 

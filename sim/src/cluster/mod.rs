@@ -135,8 +135,8 @@ pub async fn run(config: RunConfig) -> RunReport {
     s.counters.insert("slow-fsync", slow_fsyncs);
     let history = s.history.clone();
     let mut violations = check_all(&history);
-    // Checker 7's deadline rule, which the core breaks today (docs/simulation.md): counted in
-    // the report, violations only when asked for.
+    // Checker 7's deadline rule, which the core still breaks in rare cases (docs/simulation.md):
+    // counted in the report, violations only when asked for.
     let late_grants = grants_past_deadline(&history);
     for late in &late_grants {
         s.trace(&format!("late grant {late}"));
