@@ -21,6 +21,8 @@ pub mod api;
 pub mod auth;
 pub mod config;
 #[cfg(not(madsim))]
+pub mod console;
+#[cfg(not(madsim))]
 pub mod dev;
 pub mod error;
 pub mod metrics;
@@ -29,3 +31,4 @@ pub mod server;
 pub mod shutdown;
 #[cfg(not(madsim))]
 pub mod tls;
+pub mod wall_clock;

@@ -282,16 +282,34 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                     "tls.ca: cannot trust it for forwarding inspection to the leader: {e}"
                 )));
             }
-            let (task, bound) = serve_http(
-                addr,
-                https,
-                &handle,
-                &metrics,
-                auth,
-                cluster,
-                shutdown_rx.clone(),
-            )
-            .await?;
+            let console = crate::console::ConsoleConfig {
+                endpoints: config
+                    .members
+                    .iter()
+                    .map(|m| m.client_address.clone())
+                    .collect(),
+                tls: match config.tls.as_ref() {
+                    Some(tls) => Some(picket_net::client::TlsConfig {
+                        ca_pem: Some(std::fs::read(&tls.ca).map_err(|e| {
+                            StartError::Tls(format!("tls.ca: {}: {e}", tls.ca.display()))
+                        })?),
+                        ..picket_net::client::TlsConfig::default()
+                    }),
+                    None => None,
+                },
+                dev_sign_in: auth.is_insecure(),
+                secure_cookie: https.is_some(),
+                http_endpoints: cluster.endpoints.clone(),
+            };
+            let source = Arc::new(crate::api::inspect::DriverInspect {
+                driver: handle.clone(),
+            });
+            let health_client = cluster
+                .forward_client()
+                .map_err(|e| StartError::Tls(format!("the console's health reads: {e}")))?;
+            let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster)
+                .merge(crate::console::router(console, health_client));
+            let (task, bound) = serve_http(addr, https, router, shutdown_rx.clone()).await?;
             tasks.push(task);
             Some(bound)
         }
@@ -376,16 +394,13 @@ async fn serve(
     }))
 }
 
-/// Binds the HTTP listener (`/metrics`, inspection through the driver, `/healthz`) and serves
-/// it until shutdown.
+/// Binds the HTTP listener and serves `router` on it (`/metrics`, inspection through the
+/// driver, `/healthz`, the console) until shutdown.
 #[cfg(not(madsim))]
 async fn serve_http(
     addr: SocketAddr,
     https: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    handle: &DriverHandle,
-    metrics: &Arc<Metrics>,
-    auth: Authenticator,
-    cluster: crate::api::http::HttpCluster,
+    router: axum::Router,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
     let what = "http";
@@ -396,10 +411,6 @@ async fn serve_http(
         listener
             .local_addr()
             .map_err(|source| StartError::Listen { addr, what, source })?;
-    let source = Arc::new(crate::api::inspect::DriverInspect {
-        driver: handle.clone(),
-    });
-    let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster);
     let task = tokio::spawn(async move {
         let stop = async move { stopped(&mut { shutdown }).await };
         let served = match https {

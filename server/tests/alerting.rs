@@ -313,6 +313,12 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         format!("{external}/v1/namespaces/{NS}/locks/invoice%2F42"),
         "{page}"
     );
+    let console_url = page["annotations"]["console_url"].as_str().unwrap();
+    assert_eq!(
+        console_url,
+        format!("{external}/console/keys/{NS}/invoice%2F42"),
+        "{page}"
+    );
     let runbook_url = page["annotations"]["runbook_url"].as_str().unwrap();
     assert_eq!(
         runbook_url,
@@ -323,6 +329,22 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         page["annotations"]["inspect_command"],
         format!("picketctl inspect {NS} '{KEY}'"),
         "{page}"
+    );
+
+    // The console link lands on the key's page (here, first its sign-in, which comes back to it).
+    let console = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(console_url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(console.status(), 303, "{console_url}");
+    assert_eq!(
+        console.headers()["location"],
+        format!("/console/signin?next=/console/keys/{NS}/{KEY}").as_str(),
+        "{console_url}"
     );
 
     // Follow the links, as the paged engineer does (inspection needs a token with OIDC on).

@@ -286,6 +286,16 @@ mod real {
             );
         }
         println!();
+        println!("Console: {}/console/", cluster.http_endpoint(0));
+        if oidc {
+            println!("  (its sign-in needs insecure dev auth: start without --oidc to use it)");
+        } else {
+            println!(
+                "  (INSECURE dev sign-in: pick any name and roles; sign in as a second person in \
+                 a private window for the two-person rule)"
+            );
+        }
+        println!();
         println!(
             "Try (in another terminal; `cargo build --release --bin picketctl` puts picketctl in \
              target/release/):"

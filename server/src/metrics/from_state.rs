@@ -204,7 +204,8 @@ mod tests {
                 "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",\
                  class=\"payments\",fenced=\"true\",owner=\"team-orders\",\
                  runbook_url=\"https://wiki.example.com/orders\",\
-                 inspect_url=\"http://p:7480/v1/namespaces/orders/locks/order%2F17\"} 900.0\n"
+                 inspect_url=\"http://p:7480/v1/namespaces/orders/locks/order%2F17\",\
+                 console_url=\"http://p:7480/console/keys/orders/order%2F17\"} 900.0\n"
             ),
             "{text}"
         );

@@ -4,7 +4,7 @@
 //!
 //! | metric | type | labels | set by |
 //! |---|---|---|---|
-//! | `picket_longest_hold_seconds` | gauge | namespace, key, class, fenced, owner, runbook_url, inspect_url | [`Metrics::set_namespace_stats`] |
+//! | `picket_longest_hold_seconds` | gauge | namespace, key, class, fenced, owner, runbook_url, inspect_url, console_url | [`Metrics::set_namespace_stats`] |
 //! | `picket_longest_hold_threshold_seconds` | gauge | namespace, class, fenced | same (absent when the class has no threshold) |
 //! | `picket_longest_hold_queue_depth` | gauge | namespace, key | same |
 //! | `picket_holds` | gauge | namespace | same |
@@ -115,6 +115,8 @@ struct LongestHoldLabels {
     runbook_url: String,
     /// The key's JSON inspection at `external_url` (empty without one).
     inspect_url: String,
+    /// The key's console page at `external_url` (empty without one).
+    console_url: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -473,6 +475,13 @@ impl Metrics {
                 percent_encode(&hold.key)
             )
         });
+        let console_url = self.external_url.as_ref().map_or_else(String::new, |base| {
+            format!(
+                "{base}/console/keys/{}/{}",
+                percent_encode(namespace),
+                percent_encode(&hold.key)
+            )
+        });
         LongestHoldLabels {
             namespace: escape_label(namespace),
             key: escape_label(&hold.key),
@@ -481,6 +490,7 @@ impl Metrics {
             owner: escape_label(&hold.owner),
             runbook_url: escape_label(&runbook_url),
             inspect_url: escape_label(&inspect_url),
+            console_url: escape_label(&console_url),
         }
     }
 

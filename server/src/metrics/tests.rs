@@ -31,7 +31,7 @@ fn longest_hold_series_follow_the_key_and_the_namespaces() {
         lines_with(&text, "picket_longest_hold_seconds{"),
         [
             "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\",class=\"payments\",\
-          fenced=\"true\",owner=\"team-orders\",runbook_url=\"\",inspect_url=\"\"} 700.5"
+          fenced=\"true\",owner=\"team-orders\",runbook_url=\"\",inspect_url=\"\",console_url=\"\"} 700.5"
         ]
     );
     assert_eq!(
@@ -53,7 +53,10 @@ fn longest_hold_series_follow_the_key_and_the_namespaces() {
     let text = metrics.encode();
     assert!(!text.contains("order/17"), "{text}");
     assert!(text.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/18\","));
-    assert!(text.contains("inspect_url=\"\"} 5.5\n"), "{text}");
+    assert!(
+        text.contains("inspect_url=\"\",console_url=\"\"} 5.5\n"),
+        "{text}"
+    );
 
     // The namespace has no holds any more: its series disappear.
     metrics.set_namespace_stats(&[]);
@@ -94,6 +97,8 @@ fn the_longest_hold_carries_its_class_and_links_to_the_key() {
              class=\"payments\",fenced=\"true\",owner=\"team-orders\",\
              runbook_url=\"https://picket.example.com/runbooks/stuck-lock.md\",\
              inspect_url=\"https://picket.example.com/v1/namespaces/orders/locks/\
+             order%2F17%20%C3%BC\",\
+             console_url=\"https://picket.example.com/console/keys/orders/\
              order%2F17%20%C3%BC\"} 700.5"
         ]
     );

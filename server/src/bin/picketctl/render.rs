@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use picket_net::proto;
+pub use picket_server::wall_clock::utc;
 use serde_json::{json, Value};
 
 use super::CtlError;
@@ -40,29 +41,6 @@ pub fn holder_learns(revoke_session: bool) -> &'static str {
     } else {
         "WITHOUT --revoke-session the holder's session lives on. A Picket client (the client library, picketctl lock) learns at its next keepalive that this lock is gone and stops (picketctl lock stops its command); a process that is paused, partitioned, or does not use a Picket client learns NOTHING and may go on writing. Revoke the session (a new request with --revoke-session) if you are not sure."
     }
-}
-
-/// Log time (milliseconds since the Unix epoch) as UTC, `2026-12-01T10:04:05.123Z`.
-pub fn utc(ms: u64) -> String {
-    let days = i64::try_from(ms / 86_400_000).unwrap_or(i64::MAX / 2);
-    let in_day = ms % 86_400_000;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1_000 % 60,
-        in_day % 1_000
-    )
 }
 
 fn role_words(roles: &[i32]) -> String {

@@ -1,0 +1,1107 @@
+//! The web console (docs/console.md): server-rendered pages under `/console/` on every
+//! replica's HTTP port, for the on-call journey: the overview, a key's page (holder, token, age
+//! against the class's threshold, waiters, floor, pending requests; live from the lock log), the
+//! judge-and-request form, the second person's approval page.
+//!
+//! Every page acts as the signed-in person through the client library against the cluster's own
+//! gRPC services ([`picket_net::client::Client`] with that person's credentials), so every rule
+//! (roles, the two-person rule, the fenced acknowledgement, the class kind at approval) is the
+//! server's, answered with its `ErrorDetail` rule, never a second implementation here. The
+//! templates (`server/templates/console/`) and assets are compiled into the binary.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /console/` | overview: longest hold per namespace against its class, pending requests, the replicas |
+//! | `GET /console/signin`, `POST` | sign-in (`picketd dev`: the insecure dev sign-in) |
+//! | `POST /console/signout` | sign-out |
+//! | `GET /console/keys/{ns}/{key}` | the key's page (`?part=state`: its live part alone) |
+//! | `GET /console/live/{ns}/{key}` | server-sent events: `change` whenever the key's lock log moves |
+//! | `POST /console/request/{ns}/{key}` | request a force-release |
+//! | `GET /console/force-releases/{id}` | the approval page for the second person |
+//! | `POST /console/force-releases/{id}/approve`, `/deny` | approve or deny |
+//!
+//! Every `POST` carries the sign-in's CSRF token (`csrf`); the cookie is HttpOnly,
+//! `SameSite=Strict` and `Secure` over HTTPS.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
+use picket_net::proto;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use crate::api::stream::ChannelStream;
+
+pub mod signin;
+pub mod view;
+
+use signin::{SignIns, SignedIn};
+use view::{key_href, ClassView, KeyView, PendingView};
+
+/// The roles the dev sign-in offers (docs/auth.md).
+pub const DEV_ROLES: [(&str, &str); 3] = [
+    (
+        "picket-operator",
+        "on-call: request, approve and deny force-releases",
+    ),
+    (
+        "picket-incident-commander",
+        "incident commander: approve in place of a second on-call",
+    ),
+    ("picket-admin", "class admin: put and remove classes"),
+];
+
+/// Longest reason the form takes (the server's bound on `reason`).
+const REASON_LEN_MAX: usize = 1_024;
+
+/// How the console reaches the cluster and how it signs people in.
+#[derive(Clone, Debug)]
+pub struct ConsoleConfig {
+    /// The replicas' gRPC client endpoints.
+    pub endpoints: Vec<String>,
+    /// TLS to them (the cluster's CA), when the client port is TLS.
+    pub tls: Option<TlsConfig>,
+    /// The insecure dev sign-in: pick any principal and roles (the servers believe them, as
+    /// `--insecure-dev-auth` does for metadata). Only when the cluster runs insecure dev auth.
+    pub dev_sign_in: bool,
+    /// Mark the cookie `Secure` (the HTTP port serves HTTPS).
+    pub secure_cookie: bool,
+    /// node id -> HTTP base URL of every replica (the overview's cluster strip reads their
+    /// `/healthz`).
+    pub http_endpoints: BTreeMap<u64, String>,
+}
+
+#[derive(Clone)]
+struct Console {
+    config: Arc<ConsoleConfig>,
+    sign_ins: SignIns,
+    http: reqwest::Client,
+}
+
+/// The console's routes (nest them at the root of the HTTP router). `http` reads the replicas'
+/// `/healthz`.
+pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Router {
+    let console = Console {
+        config: Arc::new(config),
+        sign_ins: SignIns::default(),
+        http,
+    };
+    Router::new()
+        .route("/console", get(|| async { Redirect::to("/console/") }))
+        .route("/console/", get(overview))
+        .route("/console/signin", get(signin_page).post(signin))
+        .route("/console/signout", post(signout))
+        .route("/console/keys", get(open_key))
+        .route("/console/keys/{namespace}/{*key}", get(key_page))
+        .route("/console/live/{namespace}/{*key}", get(key_live))
+        .route("/console/request/{namespace}/{*key}", post(request))
+        .route("/console/force-releases/{id}", get(approval_page))
+        .route("/console/force-releases/{id}/approve", post(approve))
+        .route("/console/force-releases/{id}/deny", post(deny))
+        .route("/console/assets/console.css", get(css))
+        .route("/console/assets/console.js", get(js))
+        .with_state(console)
+}
+
+// --- pages -------------------------------------------------------------------------------
+
+/// The person signed in, as every page header shows them.
+struct Who {
+    principal: String,
+    roles: String,
+    csrf: String,
+}
+
+impl Who {
+    fn of(user: &SignedIn) -> Who {
+        Who {
+            principal: user.principal.clone(),
+            roles: user.roles.join(", "),
+            csrf: user.csrf.clone(),
+        }
+    }
+}
+
+/// A refusal shown next to the form it answers: the server's rule and message.
+struct Refused {
+    rule: String,
+    message: String,
+}
+
+impl Refused {
+    fn of(error: &ClientError) -> Refused {
+        match error {
+            ClientError::Refused { refusal, .. } => Refused {
+                rule: if refusal.rule.is_empty() {
+                    format!("{:?}", refusal.code)
+                } else {
+                    refusal.rule.clone()
+                },
+                message: refusal.message.clone(),
+            },
+            other => Refused {
+                rule: "unavailable".to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn console(rule: &str, message: impl Into<String>) -> Refused {
+        Refused {
+            rule: rule.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status for a refusal (the gRPC code's usual mapping).
+    fn status(error: &ClientError) -> StatusCode {
+        match error {
+            ClientError::Refused { refusal, .. } => crate::api::http::http_status(refusal.code),
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/signin.html")]
+struct SigninPage {
+    who: Option<Who>,
+    dev: bool,
+    roles: Vec<(&'static str, &'static str)>,
+    next: String,
+    error: Option<Refused>,
+}
+
+struct ReplicaView {
+    node_id: u64,
+    url: String,
+    role: String,
+    ready: bool,
+    detail: String,
+}
+
+struct NamespaceView {
+    namespace: String,
+    key: String,
+    href: String,
+    holder: String,
+    held_for: String,
+    threshold: String,
+    over: String,
+    queue_depth: u64,
+    kind: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "console/overview.html")]
+struct OverviewPage {
+    who: Option<Who>,
+    revision: u64,
+    namespaces: Vec<NamespaceView>,
+    pending: Vec<PendingView>,
+    replicas: Vec<ReplicaView>,
+    leader: String,
+    error: Option<Refused>,
+}
+
+#[derive(Template)]
+#[template(path = "console/key.html")]
+struct KeyPage {
+    who: Option<Who>,
+    k: KeyView,
+    live_href: String,
+    request_href: String,
+    error: Option<Refused>,
+    form: RequestForm,
+}
+
+#[derive(Template)]
+#[template(path = "console/key_state.html")]
+struct KeyState {
+    k: KeyView,
+}
+
+#[derive(Template)]
+#[template(path = "console/approve.html")]
+struct ApprovalPage {
+    who: Option<Who>,
+    r: PendingView,
+    now: Option<KeyView>,
+    own_request: bool,
+    error: Option<Refused>,
+}
+
+#[derive(Template)]
+#[template(path = "console/message.html")]
+struct MessagePage {
+    who: Option<Who>,
+    title: String,
+    lines: Vec<String>,
+    links: Vec<(String, String)>,
+    error: Option<Refused>,
+}
+
+fn render(template: &impl Template, status: StatusCode) -> Response {
+    match template.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the console could not render this page: {error}"),
+        )
+            .into_response(),
+    }
+}
+
+fn message(
+    who: Option<Who>,
+    status: StatusCode,
+    title: &str,
+    error: Option<Refused>,
+    lines: Vec<String>,
+) -> Response {
+    render(
+        &MessagePage {
+            who,
+            title: title.to_owned(),
+            lines,
+            links: vec![("/console/".to_owned(), "Overview".to_owned())],
+            error,
+        },
+        status,
+    )
+}
+
+/// The signed-in person, or the redirect to the sign-in page (back to `uri` afterwards).
+fn signed_in(
+    console: &Console,
+    headers: &HeaderMap,
+    back: &str,
+) -> Result<SignedIn, Box<Response>> {
+    console.sign_ins.current(headers).ok_or_else(|| {
+        let next = view::encode_path(back);
+        Box::new(Redirect::to(&format!("/console/signin?next={next}")).into_response())
+    })
+}
+
+/// The signed-in person for a form post whose CSRF token matches, or the refusal.
+fn signed_in_post(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<SignedIn, Box<Response>> {
+    let Some(user) = console.sign_ins.current(headers) else {
+        return Err(Box::new(message(
+            None,
+            StatusCode::UNAUTHORIZED,
+            "Not signed in",
+            Some(Refused::console(
+                "not_signed_in",
+                "sign in first: nothing was changed",
+            )),
+            vec![],
+        )));
+    };
+    if !user.csrf_ok(csrf) {
+        return Err(Box::new(message(
+            Some(Who::of(&user)),
+            StatusCode::FORBIDDEN,
+            "Refused",
+            Some(Refused::console(
+                "csrf_token_invalid",
+                "this form did not carry the console's CSRF token for your sign-in (an old tab, or another site's page): nothing was changed; reload the page and try again",
+            )),
+            vec![],
+        )));
+    }
+    Ok(user)
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+/// Only console paths: never an open redirect.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(next) if next.starts_with("/console/") && !next.starts_with("/console//") => {
+            next.to_owned()
+        }
+        _ => "/console/".to_owned(),
+    }
+}
+
+async fn signin_page(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<NextQuery>,
+) -> Response {
+    let who = console.sign_ins.current(&headers).map(|u| Who::of(&u));
+    render(
+        &SigninPage {
+            who,
+            dev: console.config.dev_sign_in,
+            roles: DEV_ROLES.to_vec(),
+            next: safe_next(query.next.as_deref()),
+            error: None,
+        },
+        StatusCode::OK,
+    )
+}
+
+#[derive(Deserialize)]
+struct SigninForm {
+    principal: String,
+    #[serde(default)]
+    next: String,
+    #[serde(default, rename = "picket-operator")]
+    operator: Option<String>,
+    #[serde(default, rename = "picket-incident-commander")]
+    incident_commander: Option<String>,
+    #[serde(default, rename = "picket-admin")]
+    admin: Option<String>,
+}
+
+async fn signin(State(console): State<Console>, Form(form): Form<SigninForm>) -> Response {
+    let next = safe_next(Some(&form.next));
+    let refuse = |rule: &str, text: &str| {
+        render(
+            &SigninPage {
+                who: None,
+                dev: console.config.dev_sign_in,
+                roles: DEV_ROLES.to_vec(),
+                next: next.clone(),
+                error: Some(Refused::console(rule, text)),
+            },
+            StatusCode::BAD_REQUEST,
+        )
+    };
+    if !console.config.dev_sign_in {
+        return refuse(
+            "sign_in_not_available",
+            "this cluster does not run insecure dev auth, and the console's OIDC sign-in is not available yet: use picketctl with your token",
+        );
+    }
+    let principal = form.principal.trim().to_owned();
+    if principal.is_empty()
+        || principal.len() > crate::auth::roles::PRINCIPAL_LEN_MAX
+        || principal.chars().any(|c| c.is_control() || c == ',')
+    {
+        return refuse(
+            "bad_principal",
+            "the principal is required: 1 to 256 characters, no control characters or commas",
+        );
+    }
+    let roles: Vec<String> = [
+        ("picket-operator", &form.operator),
+        ("picket-incident-commander", &form.incident_commander),
+        ("picket-admin", &form.admin),
+    ]
+    .into_iter()
+    .filter(|(_, on)| on.is_some())
+    .map(|(role, _)| role.to_owned())
+    .collect();
+    let client = match console.client_for(&principal, &roles) {
+        Ok(client) => client,
+        Err(error) => return refuse("client_config", &error.to_string()),
+    };
+    let id = console.sign_ins.sign_in(principal, roles, client);
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (
+                header::SET_COOKIE,
+                signin::set_cookie(&id, console.config.secure_cookie),
+            ),
+            (header::LOCATION, next),
+        ],
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn signout(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    if let Err(refused) = signed_in_post(&console, &headers, &form.csrf) {
+        return *refused;
+    }
+    console.sign_ins.sign_out(&headers);
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (
+                header::SET_COOKIE,
+                signin::clear_cookie(console.config.secure_cookie),
+            ),
+            (header::LOCATION, "/console/signin".to_owned()),
+        ],
+    )
+        .into_response()
+}
+
+impl Console {
+    /// A client of the cluster acting as `principal` with `roles`.
+    fn client_for(&self, principal: &str, roles: &[String]) -> Result<Client, ClientError> {
+        let mut config = ClientConfig::new(self.config.endpoints.clone(), "picket-console");
+        config.tls = self.config.tls.clone();
+        config.rpc_timeout = Duration::from_secs(3);
+        config.retry_budget = Duration::from_secs(5);
+        config.credentials = Credentials {
+            principal: Some(principal.to_owned()),
+            roles: Some(roles.join(",")),
+            bearer: None,
+        };
+        Client::new(config)
+    }
+
+    async fn replicas(&self) -> (Vec<ReplicaView>, String) {
+        let mut replicas = Vec::new();
+        let mut leader = String::new();
+        for (node_id, base) in &self.config.http_endpoints {
+            let url = format!("{base}/healthz");
+            let health = self
+                .http
+                .get(&url)
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await;
+            let view = match health {
+                Ok(answer) => match answer
+                    .text()
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| {
+                        serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string())
+                    }) {
+                    Ok(json) => {
+                        if let Some(id) = json["leader_node_id"].as_u64() {
+                            leader = format!("replica {id}");
+                        }
+                        ReplicaView {
+                            node_id: *node_id,
+                            url: base.clone(),
+                            role: json["role"].as_str().unwrap_or("unknown").to_owned(),
+                            ready: json["ready"].as_bool().unwrap_or(false),
+                            detail: json["detail"].as_str().unwrap_or("").to_owned(),
+                        }
+                    }
+                    Err(error) => unreachable_replica(*node_id, base, &error),
+                },
+                Err(error) => unreachable_replica(*node_id, base, &error.to_string()),
+            };
+            replicas.push(view);
+        }
+        (replicas, leader)
+    }
+}
+
+fn unreachable_replica(node_id: u64, base: &str, why: &str) -> ReplicaView {
+    ReplicaView {
+        node_id,
+        url: base.to_owned(),
+        role: "unreachable".to_owned(),
+        ready: false,
+        detail: why.to_owned(),
+    }
+}
+
+async fn overview(State(console): State<Console>, headers: HeaderMap) -> Response {
+    let user = match signed_in(&console, &headers, "/console/") {
+        Ok(user) => user,
+        Err(redirect) => return *redirect,
+    };
+    let (replicas, leader) = console.replicas().await;
+    let mut page = OverviewPage {
+        who: Some(Who::of(&user)),
+        revision: 0,
+        namespaces: Vec::new(),
+        pending: Vec::new(),
+        replicas,
+        leader,
+        error: None,
+    };
+    let longest = user
+        .client
+        .longest_holds(proto::LongestHoldsRequest { allow_stale: false })
+        .await;
+    match longest {
+        Ok(answer) => {
+            page.revision = answer.revision;
+            for hold in &answer.holds {
+                let inspected = user
+                    .client
+                    .inspect(proto::InspectRequest {
+                        namespace: hold.namespace.clone(),
+                        key: hold.key.clone(),
+                        allow_stale: false,
+                    })
+                    .await
+                    .ok();
+                let holder = view::HolderView::of(hold);
+                page.namespaces.push(NamespaceView {
+                    namespace: hold.namespace.clone(),
+                    key: hold.key.clone(),
+                    href: key_href(&hold.namespace, &hold.key),
+                    holder: format!("{} on {} (pid {})", holder.name, holder.host, holder.pid),
+                    held_for: holder.held_for,
+                    threshold: ClassView::threshold_words(hold.hold_ms_max_expected),
+                    over: holder.over,
+                    queue_depth: inspected.as_ref().map_or(0, |k| k.queue_depth),
+                    kind: view::kind_word(
+                        inspected
+                            .as_ref()
+                            .and_then(|k| k.class.as_ref())
+                            .is_some_and(|c| c.fenced),
+                    ),
+                });
+            }
+        }
+        Err(error) => page.error = Some(Refused::of(&error)),
+    }
+    if let Ok(listed) = user
+        .client
+        .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
+        .await
+    {
+        page.pending = listed.requests.iter().map(PendingView::of).collect();
+    }
+    render(&page, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+struct OpenKeyQuery {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    key: String,
+}
+
+/// The overview's "open a key" form.
+async fn open_key(Query(query): Query<OpenKeyQuery>) -> Response {
+    Redirect::to(&key_href(query.namespace.trim(), query.key.trim())).into_response()
+}
+
+#[derive(Deserialize)]
+struct PartQuery {
+    part: Option<String>,
+}
+
+/// What the request form holds (kept when a refusal sends it back).
+#[derive(Default)]
+struct RequestForm {
+    token: String,
+    session: String,
+    reason: String,
+    incident: String,
+    revoke: bool,
+    stopped: String,
+    double_run: String,
+}
+
+async fn key_page(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((namespace, key)): Path<(String, String)>,
+    Query(query): Query<PartQuery>,
+) -> Response {
+    let user = match signed_in(&console, &headers, &key_href(&namespace, &key)) {
+        Ok(user) => user,
+        Err(redirect) => return *redirect,
+    };
+    let inspected = user
+        .client
+        .inspect(proto::InspectRequest {
+            namespace: namespace.clone(),
+            key: key.clone(),
+            allow_stale: false,
+        })
+        .await;
+    let info = match inspected {
+        Ok(info) => info,
+        Err(error) => {
+            return message(
+                Some(Who::of(&user)),
+                Refused::status(&error),
+                &format!("{namespace} / {key}"),
+                Some(Refused::of(&error)),
+                vec![],
+            )
+        }
+    };
+    let k = KeyView::of(&info);
+    if query.part.as_deref() == Some("state") {
+        return render(&KeyState { k }, StatusCode::OK);
+    }
+    let form = RequestForm {
+        token: if k.held {
+            k.default_token.to_string()
+        } else {
+            String::new()
+        },
+        revoke: true,
+        ..RequestForm::default()
+    };
+    render(
+        &KeyPage {
+            who: Some(Who::of(&user)),
+            live_href: format!("/console/live/{}/{}", namespace, view::encode_path(&key)),
+            request_href: format!("/console/request/{}/{}", namespace, view::encode_path(&key)),
+            k,
+            error: None,
+            form,
+        },
+        StatusCode::OK,
+    )
+}
+
+/// Server-sent events for one key: a `change` event (data: the revision) whenever the key's lock
+/// log moves, so the page fetches its live part again. Ends when the browser goes away.
+async fn key_live(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((namespace, key)): Path<(String, String)>,
+) -> Response {
+    let Some(user) = console.sign_ins.current(&headers) else {
+        return (StatusCode::UNAUTHORIZED, "not signed in").into_response();
+    };
+    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(16);
+    let mut watcher = user.client.watch_from_now(Some(&namespace), &key);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                page = watcher.next_page() => match page {
+                    Ok(events) => {
+                        let Some(last) = events.iter().filter(|e| e.key == key).map(|e| e.revision).max() else {
+                            continue;
+                        };
+                        let event = Event::default().event("change").data(last.to_string());
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        let event = Event::default().event("broken").data(error.to_string());
+                        let _ = tx.send(Ok(event)).await;
+                        return;
+                    }
+                },
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Sse::new(ChannelStream::new(rx))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct RequestFields {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    session: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    incident: String,
+    /// A checkbox: present when on.
+    revoke: Option<String>,
+    /// Advisory checklist: `yes`, `no` or `unknown`.
+    #[serde(default)]
+    stopped: String,
+    #[serde(default)]
+    double_run: String,
+}
+
+/// The reason as recorded: the operator's words, the incident id and, for an advisory lock, the
+/// checklist's answers, so the audit keeps what the requester knew.
+fn recorded_reason(fields: &RequestFields, fenced: bool) -> String {
+    let mut reason = fields.reason.trim().to_owned();
+    if !fields.incident.trim().is_empty() {
+        reason.push_str(&format!(" [incident {}]", fields.incident.trim()));
+    }
+    if !fenced {
+        reason.push_str(&format!(
+            " [advisory checklist: holder stopped: {}; double run acceptable: {}]",
+            fields.stopped, fields.double_run
+        ));
+    }
+    reason
+}
+
+async fn request(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((namespace, key)): Path<(String, String)>,
+    Form(fields): Form<RequestFields>,
+) -> Response {
+    let user = match signed_in_post(&console, &headers, &fields.csrf) {
+        Ok(user) => user,
+        Err(refused) => return *refused,
+    };
+    let inspected = user
+        .client
+        .inspect(proto::InspectRequest {
+            namespace: namespace.clone(),
+            key: key.clone(),
+            allow_stale: false,
+        })
+        .await;
+    let info = match inspected {
+        Ok(info) => info,
+        Err(error) => {
+            return message(
+                Some(Who::of(&user)),
+                Refused::status(&error),
+                "Not requested",
+                Some(Refused::of(&error)),
+                vec![],
+            )
+        }
+    };
+    let k = KeyView::of(&info);
+    let form = RequestForm {
+        token: fields.token.clone(),
+        session: fields.session.clone(),
+        reason: fields.reason.clone(),
+        incident: fields.incident.clone(),
+        revoke: fields.revoke.is_some(),
+        stopped: fields.stopped.clone(),
+        double_run: fields.double_run.clone(),
+    };
+    let page = |k: KeyView, form: RequestForm, error: Refused, status: StatusCode| {
+        render(
+            &KeyPage {
+                who: Some(Who::of(&user)),
+                live_href: format!("/console/live/{}/{}", namespace, view::encode_path(&key)),
+                request_href: format!("/console/request/{}/{}", namespace, view::encode_path(&key)),
+                k,
+                error: Some(error),
+                form,
+            },
+            status,
+        )
+    };
+    let Ok(token) = fields.token.trim().parse::<u64>() else {
+        let refusal = Refused::console(
+            "bad_token",
+            "the token is the number the holder card shows (the hold you mean): nothing was requested",
+        );
+        return page(k, form, refusal, StatusCode::BAD_REQUEST);
+    };
+    let session = match fields.session.trim() {
+        "" => 0,
+        text => match text.parse::<u64>() {
+            Ok(session) => session,
+            Err(_) => {
+                let refusal = Refused::console(
+                    "bad_session",
+                    "the session is the holder's session id, a number: nothing was requested",
+                );
+                return page(k, form, refusal, StatusCode::BAD_REQUEST);
+            }
+        },
+    };
+    let fenced = k.class.fenced;
+    let answered = |a: &str| matches!(a, "yes" | "no" | "unknown");
+    let checklist_answered = answered(&fields.stopped) && answered(&fields.double_run);
+    if !fenced && !checklist_answered {
+        let refusal = Refused::console(
+            "checklist_unanswered",
+            "this lock is advisory: answer both questions of the checklist (they are recorded with the request): nothing was requested",
+        );
+        return page(k, form, refusal, StatusCode::BAD_REQUEST);
+    }
+    let reason = recorded_reason(&fields, fenced);
+    if fields.reason.trim().is_empty() || reason.len() > REASON_LEN_MAX {
+        let refusal = Refused::console(
+            "bad_reason",
+            format!("a reason is required, and with the incident and checklist at most {REASON_LEN_MAX} bytes: nothing was requested"),
+        );
+        return page(k, form, refusal, StatusCode::BAD_REQUEST);
+    }
+    let requested = user
+        .client
+        .request_force_release(proto::RequestForceReleaseRequest {
+            namespace: namespace.clone(),
+            key: key.clone(),
+            expected_token: token,
+            reason,
+            revoke_session: fields.revoke.is_some(),
+            holder_session_id: session,
+        })
+        .await;
+    match requested {
+        Ok(answer) => Redirect::to(&format!(
+            "/console/force-releases/{}",
+            answer.force_release_id
+        ))
+        .into_response(),
+        Err(error) => page(k, form, Refused::of(&error), Refused::status(&error)),
+    }
+}
+
+/// The pending request `id`, if it is still pending.
+async fn pending(user: &SignedIn, id: u64) -> Result<Option<proto::ForceReleaseInfo>, ClientError> {
+    let listed = user
+        .client
+        .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
+        .await?;
+    Ok(listed.requests.into_iter().find(|r| r.id == id))
+}
+
+async fn approval_page(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    let user = match signed_in(&console, &headers, &format!("/console/force-releases/{id}")) {
+        Ok(user) => user,
+        Err(redirect) => return *redirect,
+    };
+    approval(&user, id, None, StatusCode::OK).await
+}
+
+async fn approval(
+    user: &SignedIn,
+    id: u64,
+    error: Option<Refused>,
+    status: StatusCode,
+) -> Response {
+    let request = match pending(user, id).await {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            return message(
+                Some(Who::of(user)),
+                StatusCode::NOT_FOUND,
+                &format!("Force-release request {id}"),
+                error,
+                vec![format!(
+                    "Request {id} is not pending: it was approved, denied or has expired. The key's page and its audit show what happened."
+                )],
+            )
+        }
+        Err(error) => {
+            return message(
+                Some(Who::of(user)),
+                Refused::status(&error),
+                &format!("Force-release request {id}"),
+                Some(Refused::of(&error)),
+                vec![],
+            )
+        }
+    };
+    let now = user
+        .client
+        .inspect(proto::InspectRequest {
+            namespace: request.namespace.clone(),
+            key: request.key.clone(),
+            allow_stale: false,
+        })
+        .await
+        .ok()
+        .map(|info| KeyView::of(&info));
+    let own_request = request.requester == user.principal;
+    render(
+        &ApprovalPage {
+            who: Some(Who::of(user)),
+            r: PendingView::of(&request),
+            now,
+            own_request,
+            error,
+        },
+        status,
+    )
+}
+
+#[derive(Deserialize)]
+struct ApproveFields {
+    #[serde(default)]
+    csrf: String,
+    /// The class kind, typed by the approver: `fenced` or `advisory`.
+    #[serde(default)]
+    kind: String,
+}
+
+async fn approve(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    Form(fields): Form<ApproveFields>,
+) -> Response {
+    let user = match signed_in_post(&console, &headers, &fields.csrf) {
+        Ok(user) => user,
+        Err(refused) => return *refused,
+    };
+    let acknowledged_fenced = match fields.kind.trim().to_ascii_lowercase().as_str() {
+        "fenced" => true,
+        "advisory" => false,
+        _ => {
+            let refusal = Refused::console(
+                "class_kind_not_typed",
+                "type the class's kind as the request shows it, `fenced` or `advisory`: nothing was approved",
+            );
+            return approval(&user, id, Some(refusal), StatusCode::BAD_REQUEST).await;
+        }
+    };
+    let approved = user
+        .client
+        .approve_force_release(proto::ApproveForceReleaseRequest {
+            force_release_id: id,
+            acknowledged_fenced,
+        })
+        .await;
+    match approved {
+        Ok(answer) => {
+            let mut lines = vec![
+                format!(
+                    "Released token {} of this {} lock; the key's floor is now {}: every token below it is refused by a fencing resource.",
+                    answer.released_token,
+                    view::kind_word(answer.fenced).to_lowercase(),
+                    answer.floor
+                ),
+            ];
+            match answer.next {
+                Some(next) => lines.push(format!(
+                    "The next waiter, session {}, holds it now with token {}.",
+                    next.session_id, next.token
+                )),
+                None => lines.push("Nobody was waiting: the key is free.".to_owned()),
+            }
+            match answer.session_revoked {
+                Some(session) => lines.push(format!(
+                    "Session {session} was revoked in the same revision: its client learns it at its next keepalive and stops."
+                )),
+                None => lines.push("The holder's session was not revoked: a Picket client learns at its next keepalive that this lock is gone; a process that does not use one learns nothing.".to_owned()),
+            }
+            render(
+                &MessagePage {
+                    who: Some(Who::of(&user)),
+                    title: format!("Force-release {id} approved"),
+                    lines,
+                    links: vec![("/console/".to_owned(), "Overview".to_owned())],
+                    error: None,
+                },
+                StatusCode::OK,
+            )
+        }
+        Err(error) => {
+            approval(
+                &user,
+                id,
+                Some(Refused::of(&error)),
+                Refused::status(&error),
+            )
+            .await
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct DenyFields {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn deny(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    Form(fields): Form<DenyFields>,
+) -> Response {
+    let user = match signed_in_post(&console, &headers, &fields.csrf) {
+        Ok(user) => user,
+        Err(refused) => return *refused,
+    };
+    let denied = user
+        .client
+        .deny_force_release(proto::DenyForceReleaseRequest {
+            force_release_id: id,
+            reason: fields.reason.trim().to_owned(),
+        })
+        .await;
+    match denied {
+        Ok(_) => message(
+            Some(Who::of(&user)),
+            StatusCode::OK,
+            &format!("Force-release {id} denied"),
+            None,
+            vec!["The request is closed; nothing was released. The audit records the denial and its reason.".to_owned()],
+        ),
+        Err(error) => approval(&user, id, Some(Refused::of(&error)), Refused::status(&error)).await,
+    }
+}
+
+async fn css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/console.css"),
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/console.js"),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_is_only_a_console_path() {
+        assert_eq!(safe_next(Some("/console/keys/a/b")), "/console/keys/a/b");
+        assert_eq!(safe_next(Some("https://evil.example/")), "/console/");
+        assert_eq!(safe_next(Some("//evil.example/")), "/console/");
+        assert_eq!(safe_next(Some("/console//evil.example")), "/console/");
+        assert_eq!(safe_next(None), "/console/");
+    }
+
+    #[test]
+    fn an_advisory_reason_records_the_checklist() {
+        let fields = RequestFields {
+            csrf: String::new(),
+            token: "7".into(),
+            session: String::new(),
+            reason: " worker wedged ".into(),
+            incident: "INC-42".into(),
+            revoke: Some("on".into()),
+            stopped: "yes".into(),
+            double_run: "no".into(),
+        };
+        assert_eq!(
+            recorded_reason(&fields, false),
+            "worker wedged [incident INC-42] [advisory checklist: holder stopped: yes; double run acceptable: no]"
+        );
+        assert_eq!(
+            recorded_reason(&fields, true),
+            "worker wedged [incident INC-42]"
+        );
+    }
+}

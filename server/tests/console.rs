@@ -1,0 +1,430 @@
+//! The web console over real HTTP against a 3-replica dev cluster (insecure dev auth, as
+//! `picketd dev`): sign-in, the key page, the judge-and-request form, the second person's
+//! approval, the live lock log (server-sent events), CSRF and the server's own rules shown in
+//! words. (The browser journey in Chromium is issue 18's next step; this drives the same pages
+//! as a browser's form posts do.)
+#![cfg(not(madsim))]
+
+use std::time::Duration;
+
+use picket_net::client::{Client, ClientConfig, Credentials, Session};
+use picket_net::proto;
+use picket_server::dev::DevCluster;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+
+const NS: &str = "orders";
+
+/// One browser: a cookie jar of one cookie, no redirects followed (the test reads them).
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+struct Page {
+    status: StatusCode,
+    location: String,
+    body: String,
+}
+
+impl Browser {
+    fn new(base: &str) -> Browser {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .build()
+                .unwrap(),
+            base: base.to_owned(),
+            cookie: None,
+        }
+    }
+
+    async fn answer(&mut self, request: reqwest::RequestBuilder) -> Page {
+        let request = match &self.cookie {
+            Some(cookie) => request.header(COOKIE, cookie),
+            None => request,
+        };
+        let answer = request.send().await.expect("the console answers");
+        if let Some(set) = answer.headers().get(SET_COOKIE) {
+            let pair = set.to_str().unwrap().split(';').next().unwrap().to_owned();
+            self.cookie = if pair.ends_with('=') {
+                None
+            } else {
+                Some(pair)
+            };
+        }
+        Page {
+            status: answer.status(),
+            location: answer
+                .headers()
+                .get(LOCATION)
+                .map(|l| l.to_str().unwrap().to_owned())
+                .unwrap_or_default(),
+            body: answer.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let request = self.http.get(format!("{}{path}", self.base));
+        self.answer(request).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let request = self.http.post(format!("{}{path}", self.base)).form(form);
+        self.answer(request).await
+    }
+
+    async fn sign_in(&mut self, principal: &str, roles: &[&str]) {
+        let mut form = vec![("principal", principal), ("next", "/console/")];
+        form.extend(roles.iter().map(|r| (*r, "on")));
+        let page = self.post("/console/signin", &form).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        assert_eq!(page.location, "/console/");
+        assert!(self.cookie.is_some(), "signing in sets the cookie");
+    }
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf(body: &str) -> String {
+    let at = body
+        .find("name=\"csrf\" value=\"")
+        .expect("the page has a form with the CSRF token")
+        + "name=\"csrf\" value=\"".len();
+    body[at..].split('"').next().unwrap().to_owned()
+}
+
+fn admin(cluster: &DevCluster, principal: &str, roles: &str) -> Client {
+    let mut config = ClientConfig::new(cluster.client_endpoints(), "console-test");
+    config.credentials = Credentials {
+        principal: Some(principal.to_owned()),
+        roles: Some(roles.to_owned()),
+        bearer: None,
+    };
+    Client::new(config).unwrap()
+}
+
+async fn service(cluster: &DevCluster, name: &str) -> Session {
+    let mut config = ClientConfig::new(cluster.client_endpoints(), name);
+    config.identity_host = "worker-7".to_owned();
+    config.session_ttl = Some(Duration::from_secs(10));
+    Client::new(config).unwrap().create_session().await.unwrap()
+}
+
+async fn pending(admin: &Client) -> Vec<proto::ForceReleaseInfo> {
+    admin
+        .list_force_releases(proto::ListForceReleasesRequest { allow_stale: false })
+        .await
+        .unwrap()
+        .requests
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_people_release_a_fenced_lock_through_the_console() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let carol = admin(&cluster, "carol", "picket-admin");
+    carol
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                prefix: "ledger/".into(),
+                fenced: true,
+                session_ttl_ms_default: 10_000,
+                session_ttl_ms_max: 30_000,
+                hold_ms_max_expected: 1,
+                owner: "team-ledger".into(),
+                runbook_url: "https://runbooks.example.invalid/ledger".into(),
+                description: "ledger writes".into(),
+            }),
+        })
+        .await
+        .unwrap();
+    let stuck = service(&cluster, "ledger-writer").await;
+    let held = stuck.lock(NS, "ledger/17").await.unwrap();
+    let waiter = service(&cluster, "ledger-writer-2").await;
+    let next = tokio::spawn(async move {
+        let guard = waiter.lock(NS, "ledger/17").await.unwrap();
+        (guard, waiter)
+    });
+
+    let base = cluster.http_endpoint(0);
+    let mut alice = Browser::new(&base);
+    // Signed out: every page sends the browser to the sign-in, and back afterwards.
+    let page = alice.get("/console/keys/orders/ledger/17").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        page.location,
+        "/console/signin?next=/console/keys/orders/ledger/17"
+    );
+    let page = alice.get("/console/signin").await;
+    assert!(page.body.contains("INSECURE DEV SIGN-IN"), "{}", page.body);
+    let page = alice
+        .post("/console/signin", &[("principal", " "), ("next", "/")])
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("bad_principal"), "{}", page.body);
+    alice.sign_in("alice", &["picket-operator"]).await;
+
+    // The overview: the namespace's longest hold, over the class's max expected hold.
+    let page = alice.get("/console/").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("Signed in as <strong>alice</strong>"));
+    assert!(
+        page.body
+            .contains("<a href=\"/console/keys/orders/ledger/17\">ledger/17</a>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("over the class"), "{}", page.body);
+    assert!(
+        page.body.contains("✔ ready"),
+        "the cluster strip: {}",
+        page.body
+    );
+
+    // The key page: holder card, token, FENCED before anything can be requested, the waiter.
+    let token = held.token().0.to_string();
+    let page = alice.get("/console/keys/orders/ledger/17").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let body = &page.body;
+    assert!(body.contains("ledger-writer on worker-7"), "{body}");
+    assert!(body.contains(&format!("<code class=\"token\">{token}</code>")));
+    assert!(body.contains("<strong>FENCED</strong>"), "{body}");
+    assert!(body.find("FENCED").unwrap() < body.find("id=\"request-form\"").unwrap());
+    assert!(
+        body.contains("ledger-writer-2 on worker-7"),
+        "the waiter: {body}"
+    );
+    assert!(body.contains("team-ledger"), "{body}");
+    assert!(
+        body.contains("id=\"revoke\" name=\"revoke\" checked"),
+        "revoke is on by default"
+    );
+    assert!(body.contains(&format!(
+        "name=\"token\" inputmode=\"numeric\" required value=\"{token}\""
+    )));
+    let alice_csrf = csrf(body);
+
+    // A post without the CSRF token changes nothing.
+    let request_path = "/console/request/orders/ledger/17";
+    let form = [
+        ("token", token.as_str()),
+        ("reason", "writer wedged"),
+        ("incident", "INC-7"),
+        ("revoke", "on"),
+    ];
+    let page = alice.post(request_path, &form).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(page.body.contains("csrf_token_invalid"), "{}", page.body);
+    assert!(pending(&carol).await.is_empty(), "nothing was requested");
+
+    // The server's rules come back in words next to the form, and nothing changes.
+    let mut wrong = form.to_vec();
+    wrong[0] = ("token", "1");
+    wrong.push(("csrf", &alice_csrf));
+    let page = alice.post(request_path, &wrong).await;
+    assert!(page.status.is_client_error(), "{}", page.status);
+    assert!(page.body.contains("Refused"), "{}", page.body);
+    assert!(
+        page.body.contains("rule <code class=\"rule\">"),
+        "{}",
+        page.body
+    );
+    assert!(pending(&carol).await.is_empty(), "nothing was requested");
+
+    let mut form = form.to_vec();
+    form.push(("csrf", &alice_csrf));
+    let page = alice.post(request_path, &form).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let approval = page.location.clone();
+    assert!(
+        approval.starts_with("/console/force-releases/"),
+        "{approval}"
+    );
+    let requests = pending(&carol).await;
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].reason, "writer wedged [incident INC-7]");
+    assert!(requests[0].revoke_session && requests[0].fenced);
+
+    // The key page now shows the pending request instead of a second form.
+    let page = alice.get("/console/keys/orders/ledger/17").await;
+    assert!(!page.body.contains("id=\"request-form\""), "{}", page.body);
+    assert!(
+        page.body.contains(&format!("href=\"{approval}\"")),
+        "{}",
+        page.body
+    );
+
+    // The requester is not offered the approval, and the server refuses it anyway.
+    let page = alice.get(&approval).await;
+    assert!(page.body.contains("id=\"own-request\""), "{}", page.body);
+    assert!(!page.body.contains("id=\"approve-form\""));
+    let page = alice
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &alice_csrf), ("kind", "fenced")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert!(page.body.contains("approver_is_requester"), "{}", page.body);
+
+    // Bob, in another browser, sees the request beside the key as it is now.
+    let mut bob = Browser::new(&cluster.http_endpoint(1));
+    bob.sign_in("bob", &["picket-operator"]).await;
+    let page = bob.get(&approval).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("id=\"approve-form\""), "{}", page.body);
+    assert!(page.body.contains("writer wedged [incident INC-7]"));
+    assert!(page.body.contains("alice (on-call)"), "{}", page.body);
+    let bob_csrf = csrf(&page.body);
+    assert_ne!(bob_csrf, alice_csrf);
+    let page = bob
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &bob_csrf), ("kind", "maybe")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("class_kind_not_typed"), "{}", page.body);
+    let page = bob
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &bob_csrf), ("kind", "advisory")],
+        )
+        .await;
+    assert!(
+        page.body.contains("fenced_not_acknowledged"),
+        "{}",
+        page.body
+    );
+    assert_eq!(pending(&carol).await.len(), 1, "still pending");
+
+    // Bob watches the key live while he approves: the lock log pushes a change.
+    let live = reqwest::Client::new()
+        .get(format!(
+            "{}/console/live/orders/ledger/17",
+            cluster.http_endpoint(2)
+        ))
+        .header(COOKIE, bob.cookie.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        live.status(),
+        StatusCode::UNAUTHORIZED,
+        "sign-ins are per replica"
+    );
+    let mut live = bob
+        .http
+        .get(format!("{}/console/live/orders/ledger/17", bob.base))
+        .header(COOKIE, bob.cookie.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    let page = bob
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &bob_csrf), ("kind", "fenced")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("approved"), "{}", page.body);
+    assert!(
+        page.body.contains("was revoked in the same revision"),
+        "{}",
+        page.body
+    );
+    let (next_guard, _waiter) = tokio::time::timeout(Duration::from_secs(15), next)
+        .await
+        .expect("the waiter is granted")
+        .unwrap();
+    let next_token = next_guard.token();
+    assert!(next_token > held.token());
+    assert!(
+        page.body
+            .contains(&format!("holds it now with token {}", next_token.0)),
+        "{}",
+        page.body
+    );
+    let mut pushed = String::new();
+    while !pushed.contains("event: change") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), live.chunk())
+            .await
+            .expect("the live stream pushes the release")
+            .unwrap()
+            .expect("the stream stays open");
+        pushed.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let state = bob.get("/console/keys/orders/ledger/17?part=state").await;
+    assert!(
+        state.body.contains("ledger-writer-2 on worker-7"),
+        "{}",
+        state.body
+    );
+    assert!(!state.body.contains("<html"), "only the live part");
+
+    // Sign-out needs the token too, and then the pages send the browser to the sign-in again.
+    let page = bob.post("/console/signout", &[("csrf", "nope")]).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    let page = bob.post("/console/signout", &[("csrf", &bob_csrf)]).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert!(bob.cookie.is_none(), "the cookie is cleared");
+    assert_eq!(bob.get("/console/").await.status, StatusCode::SEE_OTHER);
+    drop(held);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_request_records_the_checklist() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let stuck = service(&cluster, "report-job").await;
+    let held = stuck.lock(NS, "report/daily").await.unwrap();
+    let token = held.token().0.to_string();
+    let mut alice = Browser::new(&cluster.http_endpoint(0));
+    alice.sign_in("alice", &["picket-operator"]).await;
+    let page = alice.get("/console/keys/orders/report/daily").await;
+    assert!(
+        page.body.contains("<strong>ADVISORY</strong>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("id=\"checklist\""), "{}", page.body);
+    let csrf = csrf(&page.body);
+    let path = "/console/request/orders/report/daily";
+    let unanswered = [
+        ("csrf", csrf.as_str()),
+        ("token", token.as_str()),
+        ("reason", "job hung"),
+    ];
+    let page = alice.post(path, &unanswered).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("checklist_unanswered"), "{}", page.body);
+    assert!(
+        page.body.contains(">job hung</textarea>"),
+        "the form keeps what was typed"
+    );
+    let mut answered = unanswered.to_vec();
+    answered.extend([("stopped", "yes"), ("double_run", "no")]);
+    let page = alice.post(path, &answered).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let requests = pending(&admin(&cluster, "carol", "picket-operator")).await;
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].reason,
+        "job hung [advisory checklist: holder stopped: yes; double run acceptable: no]"
+    );
+    assert!(!requests[0].revoke_session, "the checkbox was off");
+    drop(held);
+    cluster.shutdown().await;
+}

@@ -1,0 +1,355 @@
+//! The console in a real browser: Debian's headless Chromium, driven through chromedriver
+//! (WebDriver), against a 3-replica dev cluster. Two people in two browsers walk the on-call
+//! journey: the alert's link, sign-in, the key page with its FENCED banner, the request, the
+//! requester not offered the approval, the second person's approval with the kind typed, and the
+//! first person's key page following the hand-off live (no reload).
+//!
+//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
+//! `chromium-driver`; `scripts/test` installs them). chromedriver is started on a loopback port
+//! and killed by PID when the test ends, whatever happens. Screenshots of every step go to
+//! `$CARGO_TARGET_TMPDIR/console-screens/`; with `PICKET_CONSOLE_SCREENSHOTS=docs/console` they
+//! also replace the ones docs/console.md shows.
+#![cfg(not(madsim))]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use picket_net::client::{Client, ClientConfig, Credentials, Session};
+use picket_net::proto;
+use picket_server::dev::{free_port, DevCluster};
+use serde_json::json;
+
+const NS: &str = "orders";
+const KEY: &str = "ledger/17";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver, killed (by PID) and reaped when dropped, with every Chromium process it started
+/// (found by their profile directory, under `profiles`, in `/proc/*/cmdline`), even when the test
+/// failed before closing its browsers.
+struct Driver {
+    child: Child,
+    url: String,
+    profiles: PathBuf,
+}
+
+impl Driver {
+    async fn start(profiles: PathBuf) -> Driver {
+        for tool in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                std::path::Path::new(tool).exists(),
+                "{tool} is missing: install Debian's chromium and chromium-driver (scripts/test does)"
+            );
+        }
+        let port = free_port().unwrap();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let driver = Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            profiles,
+        };
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return driver;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("chromedriver did not listen on {}", driver.url);
+    }
+
+    /// A browser of its own (its own profile, so its own cookies).
+    async fn browser(&self, name: &str) -> Browser {
+        let profile = self.profiles.join(name);
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1280,1100", "--no-first-run", "--no-default-browser-check",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            }),
+        );
+        ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("chromium starts under chromedriver")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mark = self.profiles.display().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&mark) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// Saves a screenshot of the browser's page as `name.png`.
+async fn shot(browser: &Browser, name: &str) {
+    let png = browser.screenshot().await.unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screens");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    if let Ok(docs) = std::env::var("PICKET_CONSOLE_SCREENSHOTS") {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(docs);
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(docs.join(format!("{name}.png")), &png).unwrap();
+    }
+}
+
+/// The visible text of the first element matching `css`, waiting up to 10 s for it (and reading
+/// again when the page was replaced under the read: a navigation or a live refresh).
+async fn text_of(browser: &Browser, css: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let found = browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await;
+        match found {
+            Ok(element) => match element.text().await {
+                Ok(text) => return text,
+                Err(error) => last = error.to_string(),
+            },
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css}: {last}");
+}
+
+async fn fill(browser: &Browser, css: &str, text: &str) {
+    let field = browser.find(Locator::Css(css)).await.unwrap();
+    field.clear().await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
+async fn click(browser: &Browser, css: &str) {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Waits until the page's body text contains `text`.
+async fn until_text(browser: &Browser, text: &str, what: &str) {
+    for _ in 0..100 {
+        let body = text_of(browser, "body").await;
+        if body.contains(text) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: the page never showed {text:?}");
+}
+
+async fn sign_in(browser: &Browser, principal: &str) {
+    let url = browser.current_url().await.unwrap();
+    assert!(url.path().ends_with("/console/signin"), "{url}");
+    assert!(text_of(browser, "body")
+        .await
+        .contains("INSECURE DEV SIGN-IN"));
+    fill(browser, "#principal", principal).await;
+    click(browser, "form button[type=submit]").await;
+}
+
+async fn service(cluster: &DevCluster, name: &str) -> Session {
+    let mut config = ClientConfig::new(cluster.client_endpoints(), name);
+    config.identity_host = "worker-7".to_owned();
+    config.session_ttl = Some(Duration::from_secs(10));
+    Client::new(config).unwrap().create_session().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_people_walk_the_journey_in_chromium() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut admin = ClientConfig::new(cluster.client_endpoints(), "console-test");
+    admin.credentials = Credentials {
+        principal: Some("carol".into()),
+        roles: Some("picket-admin".into()),
+        bearer: None,
+    };
+    Client::new(admin)
+        .unwrap()
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                prefix: "ledger/".into(),
+                fenced: true,
+                session_ttl_ms_default: 10_000,
+                session_ttl_ms_max: 30_000,
+                hold_ms_max_expected: 1,
+                owner: "team-ledger".into(),
+                runbook_url: String::new(),
+                description: "ledger writes".into(),
+            }),
+        })
+        .await
+        .unwrap();
+    let stuck = service(&cluster, "ledger-writer").await;
+    let held = stuck.lock(NS, KEY).await.unwrap();
+    let waiter = service(&cluster, "ledger-writer-2").await;
+    let next = tokio::spawn(async move {
+        let guard = waiter.lock(NS, KEY).await.unwrap();
+        (guard, waiter)
+    });
+
+    let profiles = tempfile::tempdir().unwrap();
+    let driver = Driver::start(profiles.path().to_owned()).await;
+    let alice = driver.browser("alice").await;
+    let bob = driver.browser("bob").await;
+
+    // Alice follows the alert's console link (the metric's console_url: key as one segment).
+    let base = cluster.http_endpoint(0);
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/ledger%2F17"))
+        .await
+        .unwrap();
+    shot(&alice, "1-sign-in").await;
+    sign_in(&alice, "alice").await;
+    until_text(
+        &alice,
+        "ledger-writer on worker-7",
+        "the key page after sign-in",
+    )
+    .await;
+    let banner = text_of(&alice, "#kind-banner").await;
+    assert!(banner.contains("FENCED"), "{banner}");
+    assert!(
+        banner.contains("refuse the old holder's writes"),
+        "{banner}"
+    );
+    let token = text_of(&alice, "code.token").await;
+    assert_eq!(token, held.token().0.to_string());
+    let live = text_of(&alice, "#live-status").await;
+    assert!(live.starts_with("Live:"), "{live}");
+    shot(&alice, "2-key-page").await;
+
+    // Judge and request: the token is pre-filled, revocation is on.
+    let prefilled = alice
+        .find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(prefilled.as_deref(), Some(token.as_str()));
+    let revoke = alice
+        .find(Locator::Id("revoke"))
+        .await
+        .unwrap()
+        .prop("checked")
+        .await
+        .unwrap();
+    assert_eq!(revoke.as_deref(), Some("true"));
+    fill(&alice, "#reason", "writer wedged since the deploy").await;
+    fill(&alice, "#incident", "INC-7").await;
+    click(&alice, "#request-form button[type=submit]").await;
+    until_text(&alice, "You made this request", "the approval page").await;
+    assert!(alice.find(Locator::Id("approve-form")).await.is_err());
+    let approval = alice.current_url().await.unwrap();
+    assert!(approval.path().starts_with("/console/force-releases/"));
+    shot(&alice, "3-requested").await;
+
+    // Alice goes back to the key and keeps it open.
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    until_text(&alice, "Live: following the lock log", "the live stream").await;
+    assert!(text_of(&alice, "#key-state")
+        .await
+        .contains("ledger-writer on worker-7"));
+
+    // Bob opens the link Alice sent him (on another replica), signs in and approves.
+    let approval_path = approval.path().to_owned();
+    bob.goto(&format!("{}{approval_path}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    sign_in(&bob, "bob").await;
+    until_text(&bob, "The key now", "the approval page").await;
+    let compare = text_of(&bob, ".compare").await;
+    assert!(
+        compare.contains("writer wedged since the deploy [incident INC-7]"),
+        "{compare}"
+    );
+    assert!(compare.contains("alice (on-call)"), "{compare}");
+    shot(&bob, "4-approval").await;
+    fill(&bob, "#kind", "advisory").await;
+    click(&bob, "#approve-form button[type=submit]").await;
+    until_text(&bob, "fenced_not_acknowledged", "the refusal in words").await;
+    shot(&bob, "5-refused").await;
+    fill(&bob, "#kind", "fenced").await;
+    click(&bob, "#approve-form button[type=submit]").await;
+    until_text(&bob, "approved", "the outcome").await;
+    let outcome = text_of(&bob, "main").await;
+    assert!(
+        outcome.contains("was revoked in the same revision"),
+        "{outcome}"
+    );
+    shot(&bob, "6-approved").await;
+
+    // Alice's page follows the hand-off without a reload.
+    let (next_guard, _waiter) = tokio::time::timeout(Duration::from_secs(15), next)
+        .await
+        .expect("the waiter is granted")
+        .unwrap();
+    until_text(
+        &alice,
+        &format!("{}", next_guard.token().0),
+        "the new holder's token on the live page",
+    )
+    .await;
+    let state = text_of(&alice, "#key-state").await;
+    assert!(state.contains("ledger-writer-2 on worker-7"), "{state}");
+    assert!(text_of(&alice, "#live-status")
+        .await
+        .contains("updated at revision"));
+    shot(&alice, "7-live-hand-off").await;
+
+    alice.close().await.unwrap();
+    bob.close().await.unwrap();
+    drop(driver);
+    drop(held);
+    cluster.shutdown().await;
+}
