@@ -315,7 +315,10 @@ fn a_remembered_reply_from_an_old_snapshot_answers_its_id_as_before() {
         Instant::from_millis(9_000),
         acquire(session, &owner, 1, "second"),
     );
-    assert_eq!(outcome, Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None })));
+    assert_eq!(
+        outcome,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
+    );
     old.check_invariants();
     // Requests remembered after the restore are bound.
     assert!(old

@@ -177,7 +177,12 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
         w.session("c"),
         w.session("d"),
     );
-    assert_eq!(w.set(2), Ok(Reply::SemaphoreSet { previous_permits: 0 }));
+    assert_eq!(
+        w.set(2),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 0
+        })
+    );
     let info = w.sm.inspect("ns", "k", Instant::ZERO).unwrap();
     assert_eq!(info.permits, Some(2), "a free semaphore shows its N");
     assert_eq!(info.mode, None);
@@ -186,7 +191,10 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
     let (tb, sb) = w.granted(b);
     assert_eq!((sa, sb), (0, 1), "distinct slots, lowest first");
     assert!(tb > ta, "each permit has its own token");
-    assert_eq!(w.sm.inspect("ns", "k", Instant::ZERO).unwrap().mode, Some(Permit));
+    assert_eq!(
+        w.sm.inspect("ns", "k", Instant::ZERO).unwrap().mode,
+        Some(Permit)
+    );
     // Full: busy without a wait (naming the oldest holder), queued with one.
     assert_eq!(
         w.acquire(c, false),
@@ -219,10 +227,9 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
         }
     );
     // The watch's Granted event carries the mode and the slot.
-    let page = w
-        .sm
-        .watch(Revision(tc.0), &WatchFilter::default(), 100)
-        .unwrap();
+    let page =
+        w.sm.watch(Revision(tc.0), &WatchFilter::default(), 100)
+            .unwrap();
     assert!(page.events.iter().any(|e| e.kind
         == EventKind::Granted {
             session: c,
@@ -258,7 +265,12 @@ fn locks_and_permits_never_mix_on_a_key() {
         })
     );
     w.release(a, token);
-    assert_eq!(w.set(2), Ok(Reply::SemaphoreSet { previous_permits: 0 }));
+    assert_eq!(
+        w.set(2),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 0
+        })
+    );
     // Exclusive and shared acquires of a semaphore are refused: a correctness lock is never
     // silently shared.
     for mode in [Exclusive, Shared] {
@@ -293,7 +305,10 @@ fn set_semaphore_rules_audit_and_watch() {
     };
     assert!(matches!(
         w.apply(plain),
-        Err(LockError::MissingRole { needed: "class-admin", .. })
+        Err(LockError::MissingRole {
+            needed: "class-admin",
+            ..
+        })
     ));
     let no_reason = Command::SetSemaphore {
         actor: admin(),
@@ -307,10 +322,25 @@ fn set_semaphore_rules_audit_and_watch() {
         Err(LockError::TextEmpty { field: "reason" })
     );
     // Removing what is not declared changes nothing.
-    assert_eq!(w.set(0), Ok(Reply::SemaphoreSet { previous_permits: 0 }));
-    assert_eq!(w.set(2), Ok(Reply::SemaphoreSet { previous_permits: 0 }));
+    assert_eq!(
+        w.set(0),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 0
+        })
+    );
+    assert_eq!(
+        w.set(2),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 0
+        })
+    );
     let set_at = w.sm.revision();
-    assert_eq!(w.set(3), Ok(Reply::SemaphoreSet { previous_permits: 2 }));
+    assert_eq!(
+        w.set(3),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 2
+        })
+    );
     let (t, _) = w.granted(a);
     // Not removable while held (or waited for).
     assert_eq!(
@@ -326,7 +356,12 @@ fn set_semaphore_rules_audit_and_watch() {
     // Free, the declaration stays (and its slot floors with it).
     assert_eq!(w.sm.semaphore_permits("ns", "k"), Some(3));
     assert_eq!(w.slot_floors(), vec![(0, Revision(t.0))]);
-    assert_eq!(w.set(0), Ok(Reply::SemaphoreSet { previous_permits: 3 }));
+    assert_eq!(
+        w.set(0),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 3
+        })
+    );
     assert_eq!(w.sm.semaphore_permits("ns", "k"), None);
     assert_eq!(w.sm.snapshot().semaphores, vec![], "nothing left behind");
 
@@ -348,11 +383,10 @@ fn set_semaphore_rules_audit_and_watch() {
             (Some((3, 0)), "carol", "pool of two"),
         ]
     );
-    let events = w
-        .sm
-        .watch(set_at, &WatchFilter::default(), 100)
-        .unwrap()
-        .events;
+    let events =
+        w.sm.watch(set_at, &WatchFilter::default(), 100)
+            .unwrap()
+            .events;
     assert!(events.iter().any(|e| e.kind
         == EventKind::SemaphoreChanged {
             permits: 3,
@@ -375,7 +409,12 @@ fn lowering_n_keeps_the_holders_and_grants_only_slots_below_n() {
     let (tc, sc) = w.granted(c);
     assert_eq!(sc, 2);
     assert_eq!(w.acquire(d, true), AcquireReply::Queued { position: 1 });
-    assert_eq!(w.set(1), Ok(Reply::SemaphoreSet { previous_permits: 3 }));
+    assert_eq!(
+        w.set(1),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 3
+        })
+    );
     assert_eq!(w.holders().len(), 3, "lowering N takes no permit away");
     // Two holders of N 1: releases grant nothing until fewer than N hold.
     assert_eq!(w.release(a, ta), None);
@@ -390,7 +429,12 @@ fn lowering_n_keeps_the_holders_and_grants_only_slots_below_n() {
     // Raising N grants the waiters at once, in the same revision.
     let e = w.session("e");
     assert_eq!(w.acquire(e, true), AcquireReply::Queued { position: 1 });
-    assert_eq!(w.set(2), Ok(Reply::SemaphoreSet { previous_permits: 1 }));
+    assert_eq!(
+        w.set(2),
+        Ok(Reply::SemaphoreSet {
+            previous_permits: 1
+        })
+    );
     assert_eq!(
         w.granted_now(),
         vec![(e, Token(w.sm.revision().0), Some(1))]
@@ -473,9 +517,8 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
         "the waiter takes the freed slot"
     );
     assert_eq!(w.slot_floors()[0], (sa, revision));
-    let approval = w
-        .sm
-        .audit(&AuditQuery {
+    let approval =
+        w.sm.audit(&AuditQuery {
             revision_min: revision,
             ..AuditQuery::default()
         })

@@ -164,7 +164,13 @@ impl LockStateMachine {
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
         state.check_proof(session, proof)?;
-        let this = ("Acquire", namespace.as_str(), key.as_str(), None, Some(mode));
+        let this = (
+            "Acquire",
+            namespace.as_str(),
+            key.as_str(),
+            None,
+            Some(mode),
+        );
         if let Some(reply) = check_request(state, session, request, this)? {
             return self.refresh_acquire(session, &namespace, &key, reply);
         }
@@ -310,9 +316,7 @@ impl LockStateMachine {
         // A shared request joins shared holders only while nobody waits: a queued exclusive
         // request is never overtaken. A permit is granted while one is free and nobody waits.
         let joins = match semaphore.as_deref() {
-            Some(semaphore) => {
-                semaphore.has_room(entry.holders.len()) && entry.waiters.is_empty()
-            }
+            Some(semaphore) => semaphore.has_room(entry.holders.len()) && entry.waiters.is_empty(),
             None => {
                 mode == LockMode::Shared
                     && entry.mode == LockMode::Shared
@@ -400,7 +404,13 @@ impl LockStateMachine {
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
         state.check_proof(session, proof)?;
-        let this = ("Release", namespace.as_str(), key.as_str(), Some(token), None);
+        let this = (
+            "Release",
+            namespace.as_str(),
+            key.as_str(),
+            Some(token),
+            None,
+        );
         if let Some(reply) = check_request(state, session, request, this)? {
             return Ok(reply.to_reply());
         }

@@ -74,8 +74,8 @@ pub use query::{HoldInfo, KeyInfo, NamespaceHold, PendingForceRelease, SessionIn
 pub use semaphore::PERMITS_MAX;
 pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
-    HoldSnapshot, LockSnapshot, LockSnapshotEntry, SemaphoreSnapshot, SessionSnapshot, SnapshotError,
-    WaiterSnapshot,
+    HoldSnapshot, LockSnapshot, LockSnapshotEntry, SemaphoreSnapshot, SessionSnapshot,
+    SnapshotError, WaiterSnapshot,
 };
 pub use wait::{WaitEnd, WaitEndKind, EXPIRE_WAITS_BATCH_MAX, WAIT_TIMEOUT_MS_MAX};
 pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};

@@ -308,7 +308,11 @@ impl LockStateMachine {
             permits_set_at,
             floors: by_slot,
         };
-        if ns.semaphores.insert(Arc::from(key.as_str()), restored).is_some() {
+        if ns
+            .semaphores
+            .insert(Arc::from(key.as_str()), restored)
+            .is_some()
+        {
             return Err(bad(format!("semaphore `{namespace}/{key}` listed twice")));
         }
         Ok(())

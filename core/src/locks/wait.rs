@@ -195,7 +195,10 @@ impl LockStateMachine {
         key: &str,
     ) -> Option<(Token, Option<u32>)> {
         let entry = self.namespaces.get(namespace)?.locks.get(key)?;
-        entry.holders.get(&session).map(|hold| (hold.token, hold.slot))
+        entry
+            .holders
+            .get(&session)
+            .map(|hold| (hold.token, hold.slot))
     }
 
     /// `session`'s 1-based place in the queue of `namespace/key`, if it waits.

@@ -739,7 +739,11 @@ impl Model {
             });
             sem.permits = permits;
             self.grant_queue(&k);
-            if self.holders.get(&k).is_some_and(|held| held.holds.is_empty()) {
+            if self
+                .holders
+                .get(&k)
+                .is_some_and(|held| held.holds.is_empty())
+            {
                 self.holders.remove(&k);
             }
         }
@@ -1024,7 +1028,10 @@ pub fn assert_same_state(
                         .collect()
                 })
                 .unwrap_or_default();
-            assert_eq!(holders, model_holders, "holders (session, token, slot) of {k:?}");
+            assert_eq!(
+                holders, model_holders,
+                "holders (session, token, slot) of {k:?}"
+            );
             let sem = model.semaphores.get(&k);
             assert_eq!(info.permits, sem.map(|s| s.permits), "permits of {k:?}");
             let floors: Vec<(u32, u64)> = info.slot_floors.iter().map(|(s, f)| (*s, f.0)).collect();
