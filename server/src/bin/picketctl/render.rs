@@ -243,15 +243,13 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
                 let _ = writeln!(human, "  mode:     shared, {} holders", info.holders.len());
             }
             for hold in &info.holders {
-                if let Some(slot) = hold.slot {
-                    let _ = write!(human, "    slot {slot}:");
-                }
+                let slot = hold.slot.map(|s| format!("slot {s}: ")).unwrap_or_default();
                 let remaining = hold
                     .session_remaining_ms
                     .map_or("unknown".to_owned(), seconds);
                 let _ = writeln!(
                     human,
-                    "    session {} — {}, token {}, held for {}, ttl {}, remaining {remaining}",
+                    "    {slot}session {} — {}, token {}, held for {}, ttl {}, remaining {remaining}",
                     hold.session_id,
                     identity_words(hold.identity.as_ref()),
                     hold.token,
@@ -653,5 +651,37 @@ pub fn force_release_list(requests: &[proto::ForceReleaseInfo]) -> Report {
             );
         }
     }
+    Report { json, human }
+}
+
+pub fn semaphore_set(
+    namespace: &str,
+    key: &str,
+    permits: u32,
+    response: &proto::SetSemaphoreResponse,
+) -> Report {
+    let json = json!({
+        "namespace": namespace,
+        "key": key,
+        "permits": permits,
+        "previous_permits": response.previous_permits,
+        "revision": response.revision,
+    });
+    let previous = response.previous_permits;
+    let human = match (previous, permits) {
+        (p, n) if p == n => format!("{namespace}/{key}: unchanged ({n} permits)\n"),
+        (_, 0) => format!(
+            "{namespace}/{key}: no longer a semaphore (had {previous} permits; revision {})\n",
+            response.revision
+        ),
+        (0, n) => format!(
+            "{namespace}/{key}: a semaphore with {n} permits (revision {})\n",
+            response.revision
+        ),
+        (p, n) => format!(
+            "{namespace}/{key}: {n} permits (was {p}; revision {})\n",
+            response.revision
+        ),
+    };
     Report { json, human }
 }
