@@ -285,6 +285,9 @@ fn locks_and_permits_never_mix_on_a_key() {
     }
 }
 
+/// (old and new N, actor, reason) of a `SemaphoreSet` audit record.
+type AuditedChange<'a> = (Option<(u32, u32)>, &'a str, &'a str);
+
 #[test]
 fn set_semaphore_rules_audit_and_watch() {
     let mut w = World::new();
@@ -369,7 +372,7 @@ fn set_semaphore_rules_audit_and_watch() {
         revision_min: set_at,
         ..AuditQuery::default()
     });
-    let records: Vec<(Option<(u32, u32)>, &str, &str)> = audit
+    let records: Vec<AuditedChange> = audit
         .records
         .iter()
         .filter(|r| r.action == AuditAction::SemaphoreSet)
@@ -561,4 +564,41 @@ fn ending_sessions_and_cancelled_waits_free_permits_for_the_queue() {
         w.granted_now(),
         vec![(c, Token(w.sm.revision().0), Some(0))]
     );
+}
+
+#[test]
+fn a_snapshot_breaking_a_semaphore_invariant_is_refused() {
+    let mut w = World::new();
+    let (a, b, c) = (w.session("a"), w.session("b"), w.session("c"));
+    w.set(2).unwrap();
+    w.granted(a);
+    w.granted(b);
+    assert_eq!(w.acquire(c, true), AcquireReply::Queued { position: 1 });
+    let good = w.sm.snapshot();
+    assert!(LockStateMachine::restore(good.clone()).is_ok());
+    let refused = |snapshot, what: &str| {
+        let error = LockStateMachine::restore(snapshot).expect_err(what);
+        assert!(error.rule.contains(what), "{what}: {}", error.rule);
+    };
+    // Two permits in one slot.
+    let mut same_slot = good.clone();
+    same_slot.locks[0].holders[1].slot = Some(0);
+    refused(same_slot, "slot 0 held twice");
+    // A holder's token below its slot's floor.
+    let mut below = good.clone();
+    below.semaphores[0].floors[1].1 = Revision(below.revision.0);
+    refused(below, "below its floor");
+    // Permits held on a key that is no semaphore.
+    let mut undeclared = good.clone();
+    undeclared.semaphores.clear();
+    refused(undeclared, "not a semaphore");
+    // A waiter while fewer than N hold (it would have been granted).
+    let mut room = good.clone();
+    room.semaphores[0].permits = 3;
+    refused(room, "and a waiter");
+    // More holders than N without N having been lowered under them.
+    let mut over = good;
+    over.semaphores[0].permits = 1;
+    over.semaphores[0].permits_set_at = Revision(1);
+    refused(over, "granted at");
 }
