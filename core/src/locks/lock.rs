@@ -284,7 +284,7 @@ impl LockStateMachine {
             Entry::Vacant(vacant) => {
                 let class = class_of(Some(classes), &self.default_class, &key);
                 admit(session, state, class, &self.config)?;
-                let slot = semaphore.map(|s| s.take_slot(None, revision));
+                let slot = semaphore.as_mut().map(|s| s.take_slot(None, revision));
                 let (token, entry) = grant(
                     session,
                     state,
@@ -294,6 +294,11 @@ impl LockStateMachine {
                     (revision, time),
                     &mut self.watch,
                 );
+                if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
+                    // The token's revision: `revision` itself (but for the simulation's token
+                    // fault), as the key's floor in `grant`.
+                    semaphore.floors.insert(slot, Revision(token.0));
+                }
                 vacant.insert(entry);
                 return Ok(AcquireReply::Granted { token, slot });
             }
