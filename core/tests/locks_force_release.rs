@@ -128,7 +128,7 @@ fn commander() -> Actor {
 
 fn granted(reply: AcquireReply) -> Token {
     match reply {
-        AcquireReply::Granted { token } => token,
+        AcquireReply::Granted { token, .. } => token,
         other => panic!("{other:?}"),
     }
 }
@@ -599,7 +599,9 @@ fn revoking_the_session_releases_everything_in_the_same_revision() {
     }));
     assert!(kinds.contains(&EventKind::Granted {
         session: other,
-        token: Token(revision.0)
+        token: Token(revision.0),
+        mode: LockMode::Exclusive,
+        slot: None,
     }));
     let audit = w.sm.audit(&AuditQuery {
         revision_min: revision,

@@ -121,7 +121,10 @@ fn snapshot_round_trip_is_exact_and_the_restored_state_behaves_the_same() {
     );
     assert_eq!(
         a[1],
-        Ok(Reply::Acquire(AcquireReply::Granted { token: Token(8) }))
+        Ok(Reply::Acquire(AcquireReply::Granted {
+            token: Token(8),
+            slot: None
+        }))
     );
     assert_eq!(restored.snapshot(), sm.snapshot());
 }
@@ -263,7 +266,9 @@ fn watch_pages_resume_and_filter() {
         "x/1".into(),
         EventKind::Granted {
             session: b,
-            token: Token(close.0)
+            token: Token(close.0),
+            mode: LockMode::Exclusive,
+            slot: None,
         }
     )));
     assert!(kinds.iter().all(|(key, _)| key.starts_with("x/")));

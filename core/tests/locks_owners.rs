@@ -97,7 +97,7 @@ fn victim(sm: &mut LockStateMachine) -> (SessionId, Token) {
     let session = create(sm, "alice", Some(SECRET));
     let proof = SessionProof::new(SECRET, "alice");
     match apply(sm, acquire(session, &proof, 1, "first")) {
-        Ok(Reply::Acquire(AcquireReply::Granted { token })) => (session, token),
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => (session, token),
         other => panic!("{other:?}"),
     }
 }
@@ -240,7 +240,7 @@ fn a_reused_request_id_with_another_command_is_refused_naming_both() {
     // A true retry is still answered.
     assert_eq!(
         apply(&mut sm, acquire(session, &owner, 1, "first")),
-        Ok(Reply::Acquire(AcquireReply::Granted { token }))
+        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
     );
     assert_eq!(
         apply(&mut sm, release(session, &owner, 2, "first", token)),
@@ -279,7 +279,7 @@ fn legacy_sessions_answer_legacy_commands_only() {
     let legacy = SessionProof::legacy();
     // An old log replays as it did: no secret, no principal.
     let token = match apply(&mut sm, acquire(session, &legacy, 1, "first")) {
-        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     };
     // A new command (it always carries a secret) cannot touch a legacy session.
@@ -306,7 +306,7 @@ fn a_remembered_reply_from_an_old_snapshot_answers_its_id_as_before() {
     }
     assert_eq!(
         snapshot.sessions[0].replies[0].reply,
-        RememberedReply::Acquire(AcquireReply::Granted { token })
+        RememberedReply::Acquire(AcquireReply::Granted { token, slot: None })
     );
     let mut old = LockStateMachine::restore(snapshot).unwrap();
     let owner = SessionProof::new(SECRET, "alice");
@@ -315,7 +315,10 @@ fn a_remembered_reply_from_an_old_snapshot_answers_its_id_as_before() {
         Instant::from_millis(9_000),
         acquire(session, &owner, 1, "second"),
     );
-    assert_eq!(outcome, Ok(Reply::Acquire(AcquireReply::Granted { token })));
+    assert_eq!(
+        outcome,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
+    );
     old.check_invariants();
     // Requests remembered after the restore are bound.
     assert!(old

@@ -75,7 +75,7 @@ fn apply(sm: &mut LockStateMachine, at: u64, command: Command) -> Result<Reply, 
 
 fn granted(outcome: Result<Reply, LockError>) -> Token {
     match outcome {
-        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     }
 }

@@ -91,7 +91,7 @@ impl World {
 
     fn granted(&mut self, session: SessionId, mode: LockMode) -> Token {
         match self.acquire(session, mode, true) {
-            AcquireReply::Granted { token } => token,
+            AcquireReply::Granted { token, .. } => token,
             other => panic!("{session} {mode}: {other:?}"),
         }
     }
@@ -148,7 +148,7 @@ impl World {
             .wait_ends()
             .iter()
             .filter_map(|end| match end.kind {
-                WaitEndKind::Granted { token } => Some((end.session, token)),
+                WaitEndKind::Granted { token, .. } => Some((end.session, token)),
                 WaitEndKind::Removed { .. } => None,
             })
             .collect()
@@ -258,7 +258,7 @@ fn a_run_of_shared_waiters_is_granted_in_one_revision() {
     let grants: Vec<SessionId> = events
         .iter()
         .filter_map(|e| match e.kind {
-            EventKind::Granted { session, token } if token == r => Some(session),
+            EventKind::Granted { session, token, .. } if token == r => Some(session),
             _ => None,
         })
         .collect();
@@ -330,7 +330,10 @@ fn a_session_cannot_change_its_mode_on_a_key() {
     // Same mode again: the hold it has (idempotent).
     assert_eq!(
         w.acquire(r1, Shared, false),
-        AcquireReply::Granted { token: t1 }
+        AcquireReply::Granted {
+            token: t1,
+            slot: None
+        }
     );
     // Upgrade: refused at once, even for the only reader (two readers upgrading would wait for
     // each other forever).

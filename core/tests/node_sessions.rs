@@ -305,7 +305,7 @@ fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
         wait_timeout_ms: None,
     };
     match sim.commit(command) {
-        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     }
 }
@@ -620,14 +620,14 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
     let new = sim.wait_for_leader();
     assert_ne!(new, leader);
     let outcome = sim.commit(command.clone());
-    let Ok(Reply::Acquire(AcquireReply::Granted { token })) = outcome else {
+    let Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) = outcome else {
         panic!("{outcome:?}")
     };
     sim.isolated = None;
     keep_alive_for(&mut sim, session, 1_000, 400);
     assert_eq!(
         sim.commit(command),
-        Ok(Reply::Acquire(AcquireReply::Granted { token }))
+        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
     );
     sim.run_for(200);
     let revisions: Vec<_> = sim.live().map(|n| n.state().revision()).collect();
@@ -697,7 +697,7 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
         wait_timeout_ms: None,
     };
     match sim.commit(command) {
-        Ok(Reply::Acquire(AcquireReply::Granted { token })) => token,
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     }
 }
@@ -988,7 +988,10 @@ fn a_waiting_acquire_is_answered_once_when_it_is_granted() {
         keep_all_alive_for(&mut sim, &[waiter], 500);
         assert_eq!(
             replies_to(&sim, leader, proposal),
-            vec![Ok(Reply::Acquire(AcquireReply::Granted { token: granted }))],
+            vec![Ok(Reply::Acquire(AcquireReply::Granted {
+                token: granted,
+                slot: None
+            }))],
             "seed {seed}: one reply, the grant"
         );
         assert_eq!(sim.nodes[leader].as_ref().unwrap().waits_pending(), 0);

@@ -1,10 +1,11 @@
 //! `lock_commands`: arbitrary command sequences into `picket_core::locks::LockStateMachine`.
 //!
 //! The first byte chooses one of two modes:
-//! - **Model** (sessions, acquire, release, close, expire, retries): every answer must equal the
+//! - **Model** (sessions, acquire in every mode, release, close, expire, retries, waits and
+//!   cancels, semaphores declared, changed and removed): every answer must equal the
 //!   plain model's (`picket_core::testkit::lock_model`, shared with `core/tests/locks_model.rs`), and so must
 //!   the holders and queues of every key.
-//! - **Wide** (every command kind, classes and force releases included, with small vocabularies
+//! - **Wide** (every command kind, classes, semaphores and force releases included, with small vocabularies
 //!   of names, tokens, ids and roles): no model; the general rules only.
 //!
 //! Checked after every command in both modes: `check_invariants()`; the revision advanced by
@@ -18,7 +19,7 @@ use arbitrary::{Arbitrary, Result, Unstructured};
 use picket_core::locks::{
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
     LockMode, LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof,
-    Token,
+    Token, PERMITS_MAX,
 };
 use picket_core::time::Instant;
 
@@ -69,7 +70,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
 /// One step of the model mode (indexes are taken modulo their vocabulary by the model's driver).
 fn model_op(u: &mut Unstructured) -> Result<Op> {
     let small = |u: &mut Unstructured| u.arbitrary::<u8>().map(usize::from);
-    Ok(match u.int_in_range(0..=8u8)? {
+    Ok(match u.int_in_range(0..=9u8)? {
         0 => Op::Create {
             ttl: small(u)?,
             secret: small(u)?,
@@ -91,7 +92,7 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             wait: u.arbitrary()?,
             timeout: small(u)?,
             proof: small(u)?,
-            shared: u.arbitrary()?,
+            mode: small(u)?,
         },
         4 => Op::Release {
             session: small(u)?,
@@ -111,6 +112,12 @@ fn model_op(u: &mut Unstructured) -> Result<Op> {
             proof: small(u)?,
         },
         8 => Op::ExpireWaits,
+        9 => Op::SetSemaphore {
+            ns: small(u)?,
+            key: small(u)?,
+            permits: small(u)?,
+            admin: u.ratio(7, 8)?,
+        },
         _ => Op::Reuse {
             session: small(u)?,
             back: small(u)?,
@@ -137,7 +144,14 @@ enum WideOp {
         ns: u8,
         key: u8,
         wait: bool,
-        shared: bool,
+        /// Exclusive, shared or permit (modulo 3).
+        mode: u8,
+    },
+    SetSemaphore {
+        actor: u8,
+        ns: u8,
+        key: u8,
+        permits: u8,
     },
     Release {
         session: u8,
@@ -255,18 +269,14 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             ns,
             key,
             wait,
-            shared,
+            mode,
         } => Command::Acquire {
             session: session(*s),
             proof: proof(*request),
             request: picket_core::locks::RequestId(u64::from(*request % 16)),
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
-            mode: if *shared {
-                LockMode::Shared
-            } else {
-                LockMode::Exclusive
-            },
+            mode: [LockMode::Exclusive, LockMode::Shared, LockMode::Permit][usize::from(*mode % 3)],
             wait: *wait,
             wait_timeout_ms: None,
         },
@@ -329,6 +339,18 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             holder: None,
             reason: if *token % 5 == 0 { " " } else { "stuck" }.into(),
             revoke_session: *revoke,
+        },
+        WideOp::SetSemaphore {
+            actor: a,
+            ns,
+            key,
+            permits,
+        } => Command::SetSemaphore {
+            actor: actor(*a),
+            namespace: pick(&NAMESPACES, *ns).into(),
+            key: pick(&KEYS, *key).into(),
+            permits: [0, 1, 2, 3, PERMITS_MAX, PERMITS_MAX + 1][usize::from(*permits % 6)],
+            reason: if *permits % 7 == 0 { "" } else { "pool" }.into(),
         },
         WideOp::Approve { actor: a, id, ack } => Command::ApproveForceRelease {
             actor: actor(*a),

@@ -12,6 +12,11 @@
 //! accepted can get in); the price is liveness only: a holder of a forgotten key whose grant is
 //! older than the floor is refused and must re-acquire. Size `capacity` above the number of keys
 //! the resource writes concurrently and this never happens.
+//!
+//! A semaphore's permits are fenced per slot ([`FencingGate::check_slot`]): each (key, slot)
+//! has its own highest token, so a holder of slot 1 never refuses a holder of slot 0, while a
+//! superseded holder of a slot (its permit released, expired or force-released, and the slot
+//! granted again) is refused once the slot's new holder wrote.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -34,6 +39,13 @@ pub enum FencingError {
         token: Token,
         highest: Token,
     },
+    #[error("stale token {token} for slot {slot} of semaphore `{key}`: a write with token {highest} was already accepted in that slot (the permit has moved on; the writer must stop)")]
+    StaleSlot {
+        key: String,
+        slot: u32,
+        token: Token,
+        highest: Token,
+    },
     #[error("token {token} for `{key}` is below the gate's eviction floor {floor} (the gate forgot this key to stay within {capacity} keys): re-acquire the lock and retry with the new token")]
     BelowEvictionFloor {
         key: String,
@@ -43,12 +55,15 @@ pub enum FencingError {
     },
 }
 
+/// What the gate fences: a key, or one slot of a semaphore key.
+type GateKey = (String, Option<u32>);
+
 #[derive(Debug, Default)]
 struct GateState {
     /// key -> the highest token accepted for it. Never decreases for a remembered key.
-    highest: BTreeMap<String, Token>,
+    highest: BTreeMap<GateKey, Token>,
     /// (highest token, key) for every remembered key: the eviction order.
-    by_token: BTreeSet<(Token, String)>,
+    by_token: BTreeSet<(Token, GateKey)>,
     /// Every forgotten key's highest token is <= this. Never decreases.
     floor: Token,
 }
@@ -77,24 +92,44 @@ impl FencingGate {
     /// Admits a write to `key` with `token` (and records it) or refuses it. A token equal to the
     /// highest accepted is admitted: one holder writes many times with its token.
     pub fn check(&self, key: &str, token: Token) -> Result<(), FencingError> {
+        self.admit(key, None, token)
+    }
+
+    /// Admits a write to `key` by the holder of permit `slot` of a semaphore with `token` (and
+    /// records it for that slot), or refuses it when a later token was accepted in the same
+    /// slot. Slots do not fence each other: N holders write together, each in its own slot.
+    pub fn check_slot(&self, key: &str, slot: u32, token: Token) -> Result<(), FencingError> {
+        self.admit(key, Some(slot), token)
+    }
+
+    fn admit(&self, key: &str, slot: Option<u32>, token: Token) -> Result<(), FencingError> {
         if key.len() > KEY_LEN_MAX_GATE {
             return Err(FencingError::KeyTooLong {
                 len: key.len(),
                 max: KEY_LEN_MAX_GATE,
             });
         }
+        let gate_key: GateKey = (key.to_owned(), slot);
         let mut state = self.lock();
-        match state.highest.get(key).copied() {
-            Some(highest) if token < highest => Err(FencingError::Stale {
-                key: key.to_owned(),
-                token,
-                highest,
+        match state.highest.get(&gate_key).copied() {
+            Some(highest) if token < highest => Err(match slot {
+                None => FencingError::Stale {
+                    key: key.to_owned(),
+                    token,
+                    highest,
+                },
+                Some(slot) => FencingError::StaleSlot {
+                    key: key.to_owned(),
+                    slot,
+                    token,
+                    highest,
+                },
             }),
             Some(highest) => {
                 if token > highest {
-                    state.by_token.remove(&(highest, key.to_owned()));
-                    state.by_token.insert((token, key.to_owned()));
-                    state.highest.insert(key.to_owned(), token);
+                    state.by_token.remove(&(highest, gate_key.clone()));
+                    state.by_token.insert((token, gate_key.clone()));
+                    state.highest.insert(gate_key, token);
                 }
                 Ok(())
             }
@@ -108,8 +143,8 @@ impl FencingGate {
                 if state.highest.len() == self.capacity {
                     state.evict_lowest();
                 }
-                state.highest.insert(key.to_owned(), token);
-                state.by_token.insert((token, key.to_owned()));
+                state.highest.insert(gate_key.clone(), token);
+                state.by_token.insert((token, gate_key));
                 state.check_invariants(self.capacity);
                 Ok(())
             }
@@ -129,7 +164,7 @@ impl FencingGate {
             });
         }
         let state = self.lock();
-        match state.highest.get(key).copied() {
+        match state.highest.get(&(key.to_owned(), None)).copied() {
             Some(highest) if token < highest => Err(FencingError::Stale {
                 key: key.to_owned(),
                 token,
@@ -148,7 +183,15 @@ impl FencingGate {
 
     /// The highest token accepted for `key`, if the gate remembers it.
     pub fn highest(&self, key: &str) -> Option<Token> {
-        self.lock().highest.get(key).copied()
+        self.lock().highest.get(&(key.to_owned(), None)).copied()
+    }
+
+    /// The highest token accepted for `slot` of semaphore `key`, if the gate remembers it.
+    pub fn highest_in_slot(&self, key: &str, slot: u32) -> Option<Token> {
+        self.lock()
+            .highest
+            .get(&(key.to_owned(), Some(slot)))
+            .copied()
     }
 
     /// Tokens below this are refused for keys the gate does not remember.
@@ -195,6 +238,34 @@ impl GateState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_refuses_its_superseded_holder_and_slots_do_not_refuse_each_other() {
+        let gate = FencingGate::new(8);
+        // Two permits of `ns/pool`: slot 0 granted at 5, slot 1 at 6.
+        assert_eq!(gate.check_slot("ns/pool", 0, Token(5)), Ok(()));
+        assert_eq!(gate.check_slot("ns/pool", 1, Token(6)), Ok(()));
+        // Slot 0's holder writes on with its lower token: slot 1 does not fence it.
+        assert_eq!(gate.check_slot("ns/pool", 0, Token(5)), Ok(()));
+        // Slot 0 is granted again (token 9) and its new holder writes.
+        assert_eq!(gate.check_slot("ns/pool", 0, Token(9)), Ok(()));
+        // The superseded holder of slot 0 is refused; slot 1's holder is not.
+        assert_eq!(
+            gate.check_slot("ns/pool", 0, Token(5)),
+            Err(FencingError::StaleSlot {
+                key: "ns/pool".into(),
+                slot: 0,
+                token: Token(5),
+                highest: Token(9),
+            })
+        );
+        assert_eq!(gate.check_slot("ns/pool", 1, Token(6)), Ok(()));
+        assert_eq!(gate.highest_in_slot("ns/pool", 0), Some(Token(9)));
+        // The slots are apart from the key's own (lock) fencing.
+        assert_eq!(gate.highest("ns/pool"), None);
+        assert_eq!(gate.check("ns/pool", Token(1)), Ok(()));
+        assert_eq!(gate.len(), 3);
+    }
 
     #[test]
     fn a_writers_token_refuses_every_earlier_reader_and_readers_do_not_refuse_each_other() {

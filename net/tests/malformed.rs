@@ -467,6 +467,7 @@ fn malformed_records_name_the_path() {
         audit_compacted_through: Default::default(),
         events: vec![],
         events_compacted_through: Default::default(),
+        semaphores: vec![],
     });
     snapshot.sessions.push(proto::SessionRecord::default());
     snapshot.sessions.push(proto::SessionRecord::default());

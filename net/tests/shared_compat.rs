@@ -59,6 +59,7 @@ fn a_lock_record_without_a_mode_is_one_exclusive_holder() {
             session_id: 2,
             token: 5,
             granted_at_ms: 10,
+            slot: None,
         }),
         waiters: vec![proto::WaiterRecord {
             session_id: 4,

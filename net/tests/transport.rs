@@ -75,7 +75,10 @@ impl Lock for Toy {
         }
         request.into_command("svc")?;
         Ok(Response::new(proto::AcquireResponse::new(
-            AcquireReply::Granted { token: Token(7) },
+            AcquireReply::Granted {
+                token: Token(7),
+                slot: None,
+            },
             Revision(7),
         )))
     }
@@ -139,7 +142,8 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
     assert_eq!(
         reply.reply.unwrap().kind,
         Some(acquire_reply::Kind::Granted(acquire_reply::Granted {
-            token: 7
+            token: 7,
+            slot: None
         }))
     );
 

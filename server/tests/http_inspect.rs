@@ -58,6 +58,7 @@ fn hold(key: &str) -> HoldInfo {
         session_remaining_ms: Some(8_500),
         hold_ms_max_expected: 600_000,
         mode: LockMode::Exclusive,
+        slot: None,
     }
 }
 
@@ -78,6 +79,8 @@ fn key_info() -> KeyInfo {
             mode: LockMode::Exclusive,
         }],
         floor: Some(Revision(41)),
+        permits: None,
+        slot_floors: vec![],
         pending_force_releases: vec![ForceReleaseRequest {
             id: ForceReleaseId(55),
             namespace: "orders".to_owned(),

@@ -17,6 +17,8 @@ pub enum AuditAction {
     SessionRevoked,
     ClassPut,
     ClassRemoved,
+    /// A semaphore declared, its N changed, or its declaration removed (`permits` 0).
+    SemaphoreSet,
 }
 
 /// One audit record.
@@ -52,6 +54,10 @@ pub struct AuditRecord {
     pub next: Option<(SessionId, Token)>,
     /// Force-release records: whether the holder's session is (to be) revoked.
     pub revoke_session: Option<bool>,
+    /// Semaphore records: the N before and after (0: not a semaphore).
+    pub permits: Option<(u32, u32)>,
+    /// Force-release records of a semaphore holder: the permit's slot.
+    pub slot: Option<u32>,
 }
 
 impl AuditRecord {
@@ -82,6 +88,8 @@ impl AuditRecord {
             floor: None,
             next: None,
             revoke_session: None,
+            permits: None,
+            slot: None,
         }
     }
 

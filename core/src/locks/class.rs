@@ -181,7 +181,7 @@ impl ClassRegistry {
     }
 }
 
-fn require_class_admin(actor: &Actor, action: &'static str) -> Result<(), LockError> {
+pub(crate) fn require_class_admin(actor: &Actor, action: &'static str) -> Result<(), LockError> {
     if actor.has_any(&[Role::ClassAdmin]) {
         Ok(())
     } else {

@@ -26,7 +26,7 @@ pub enum Role {
     /// May request, approve and deny force-releases (approving in place of a second on-call);
     /// like anyone, never both request and approve the same one.
     IncidentCommander,
-    /// May register, change and remove classes.
+    /// May register, change and remove classes, and declare semaphores.
     ClassAdmin,
 }
 
@@ -59,6 +59,9 @@ pub enum LockMode {
     Exclusive,
     /// Any number of shared holders together, never with an exclusive one.
     Shared,
+    /// One permit of a semaphore key (declared with `SetSemaphore`): up to its N holders
+    /// together, each in its own slot `0..N`.
+    Permit,
 }
 
 impl LockMode {
@@ -66,6 +69,7 @@ impl LockMode {
         match self {
             LockMode::Exclusive => "exclusive",
             LockMode::Shared => "shared",
+            LockMode::Permit => "permit",
         }
     }
 }
@@ -142,6 +146,15 @@ pub enum Command {
         namespace: String,
         prefix: String,
     },
+    /// Declares `namespace/key` a semaphore with `permits` permits, changes its N, or (with
+    /// `permits: 0`) removes the declaration (see `docs/locks.md`, "Semaphores").
+    SetSemaphore {
+        actor: Actor,
+        namespace: String,
+        key: String,
+        permits: u32,
+        reason: String,
+    },
     /// First step of the two-person rule. `holder`: the session whose hold is meant (`None`:
     /// the one hold with `expected_token`; several shared holders granted together share a
     /// token, and then the session must be named).
@@ -171,8 +184,9 @@ pub enum Command {
 /// The answer to `Acquire`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireReply {
-    /// The session holds the key with this token (also the answer to a retry by the holder).
-    Granted { token: Token },
+    /// The session holds the key with this token (also the answer to a retry by the holder);
+    /// `slot`: the permit's slot on a semaphore key (`None` for a lock).
+    Granted { token: Token, slot: Option<u32> },
     /// The session waits; `position` 1 is next in line.
     Queued { position: u32 },
     /// Held by another session and the caller did not want to wait (for a shared key, its
@@ -214,6 +228,10 @@ pub enum Reply {
         replaced: bool,
     },
     ClassRemoved,
+    /// `SetSemaphore`: the N before (0: the key was not a semaphore).
+    SemaphoreSet {
+        previous_permits: u32,
+    },
     ForceReleaseRequested {
         id: ForceReleaseId,
         fenced: bool,
@@ -268,6 +286,9 @@ impl RememberedReply {
 pub struct RequestTarget {
     pub namespace: String,
     pub key: String,
+    /// The mode an `Acquire` asked for (`None` for a release, or an acquire remembered before
+    /// modes were bound to request ids: it matches any mode, as it did then).
+    pub mode: Option<LockMode>,
 }
 
 /// A request a session remembers: its id, its reply and (since request ids are bound to their
@@ -288,7 +309,8 @@ impl Remembered {
             Some(t) => format!("{}/{}", t.namespace, t.key),
             None => "(key not recorded)".to_owned(),
         };
-        describe_request(self.reply.kind(), &target, self.released_token())
+        let mode = self.target.as_ref().and_then(|t| t.mode);
+        describe_request(self.reply.kind(), &target, self.released_token(), mode)
     }
 
     fn released_token(&self) -> Option<Token> {
@@ -298,9 +320,17 @@ impl Remembered {
         }
     }
 
-    /// Whether a request of `kind` on `namespace/key` (releasing `token`) is a retry of this
-    /// one. An unbound (legacy) remembered reply matches any request, as before the binding.
-    pub fn matches(&self, kind: &str, namespace: &str, key: &str, token: Option<Token>) -> bool {
+    /// Whether a request of `kind` on `namespace/key` (releasing `token`, acquiring in
+    /// `mode`) is a retry of this one. An unbound (legacy) remembered reply matches any
+    /// request, as before the binding; one without a mode matches any mode.
+    pub fn matches(
+        &self,
+        kind: &str,
+        namespace: &str,
+        key: &str,
+        token: Option<Token>,
+        mode: Option<LockMode>,
+    ) -> bool {
         let Some(target) = &self.target else {
             return true;
         };
@@ -308,14 +338,21 @@ impl Remembered {
             && target.namespace == namespace
             && target.key == key
             && self.released_token() == token
+            && (target.mode.is_none() || target.mode == mode)
     }
 }
 
-/// `Acquire orders/first`, `Release orders/first with token 7`.
-pub(crate) fn describe_request(kind: &str, target: &str, token: Option<Token>) -> String {
-    match token {
-        Some(token) => format!("{kind} {target} with token {}", token.0),
-        None => format!("{kind} {target}"),
+/// `Acquire orders/first`, `Acquire orders/first shared`, `Release orders/first with token 7`.
+pub(crate) fn describe_request(
+    kind: &str,
+    target: &str,
+    token: Option<Token>,
+    mode: Option<LockMode>,
+) -> String {
+    match (token, mode) {
+        (Some(token), _) => format!("{kind} {target} with token {}", token.0),
+        (None, Some(mode)) if mode != LockMode::Exclusive => format!("{kind} {target} {mode}"),
+        (None, _) => format!("{kind} {target}"),
     }
 }
 

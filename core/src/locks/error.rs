@@ -94,6 +94,14 @@ pub enum LockError {
         /// It holds the key (else it waits for it).
         holds: bool,
     },
+    #[error("`{namespace}/{key}` is not a semaphore: acquire it exclusive or shared, or declare it a semaphore first (picketctl semaphore set)")]
+    NotASemaphore { namespace: String, key: String },
+    #[error("`{namespace}/{key}` is a semaphore with {permits} permits: acquire a permit (mode permit); exclusive and shared acquires are refused so that a correctness lock is never silently shared")]
+    KeyIsSemaphore {
+        namespace: String,
+        key: String,
+        permits: u32,
+    },
     #[error("session {session} does not hold `{namespace}/{key}`")]
     NotHolder {
         namespace: String,
@@ -115,6 +123,19 @@ pub enum LockError {
     TooManyClasses { namespace: String, max: usize },
     #[error("namespace `{namespace}` has no class registered at prefix `{prefix}`")]
     UnknownClass { namespace: String, prefix: String },
+
+    // Semaphores.
+    #[error("permits {given} is outside [1, {max}] (0 removes the declaration)")]
+    PermitsOutOfBounds { given: u32, max: u32 },
+    #[error("`{namespace}/{key}` is held or queued for as a lock: declare it a semaphore once nobody holds or waits for it")]
+    KeyHeldAsLock { namespace: String, key: String },
+    #[error("semaphore `{namespace}/{key}` has {holders} holders and {waiters} waiters: it can be removed only when nobody holds or waits")]
+    SemaphoreInUse {
+        namespace: String,
+        key: String,
+        holders: usize,
+        waiters: usize,
+    },
 
     // Operators.
     #[error("{principal} lacks the role to {action}: one of {needed} is required")]

@@ -87,7 +87,7 @@ fn require_role(actor: &Actor, action: &'static str) -> Result<(), LockError> {
     }
 }
 
-fn check_reason(reason: &str) -> Result<(), LockError> {
+pub(crate) fn check_reason(reason: &str) -> Result<(), LockError> {
     if reason.trim().is_empty() {
         return Err(LockError::TextEmpty { field: "reason" });
     }
@@ -192,6 +192,7 @@ impl LockStateMachine {
             requester: actor.principal.clone(),
             requester_roles: actor.roles.clone(),
             revoke_session: Some(revoke_session),
+            slot: hold.slot,
             ..AuditRecord::new(
                 self.revision,
                 self.time,
@@ -257,7 +258,7 @@ impl LockStateMachine {
             .get(request.namespace.as_str())
             .and_then(|ns| ns.locks.get(request.key.as_str()))
             .and_then(|entry| entry.holders.get(&request.holder).copied());
-        if current.is_none_or(|hold| hold.token != request.token) {
+        let Some(current) = current.filter(|hold| hold.token == request.token) else {
             return Err(LockError::HolderChanged {
                 id,
                 namespace: request.namespace.clone(),
@@ -265,7 +266,7 @@ impl LockStateMachine {
                 session: request.holder,
                 token: request.token,
             });
-        }
+        };
         // The kind that counts is the class's as it is now, at the moment of the release: a
         // request made for a fenced lock says nothing true about an advisory one.
         let fenced = self.class_of(&request.namespace, &request.key).fenced;
@@ -317,13 +318,17 @@ impl LockStateMachine {
             next
         };
         // The key's floor now: this revision, unless other shared holders hold on (the floor
-        // stays, so their tokens stay valid; the next exclusive grant raises it above all).
-        let floor = self
-            .namespaces
-            .get(namespace)
-            .and_then(|ns| ns.locks.get(key))
-            .map_or(self.revision, |entry| entry.floor);
-        self.audit_approval(&actor, &request, fenced, next, floor);
+        // stays, so their tokens stay valid; the next exclusive grant raises it above all). A
+        // semaphore permit's floor is its slot's, which is now this revision.
+        let floor = match current.slot {
+            Some(_) => self.revision,
+            None => self
+                .namespaces
+                .get(namespace)
+                .and_then(|ns| ns.locks.get(key))
+                .map_or(self.revision, |entry| entry.floor),
+        };
+        self.audit_approval(&actor, &request, fenced, next, (floor, current.slot));
         Ok(Reply::ForceReleaseApproved {
             floor,
             released_token: request.token,
@@ -339,7 +344,7 @@ impl LockStateMachine {
         request: &ForceReleaseRequest,
         fenced: bool,
         next: Option<(SessionId, Token)>,
-        floor: Revision,
+        (floor, slot): (Revision, Option<u32>),
     ) {
         let mut record = AuditRecord {
             actor_roles: actor.roles.clone(),
@@ -348,6 +353,7 @@ impl LockStateMachine {
             floor: Some(floor),
             next,
             revoke_session: Some(request.revoke_session),
+            slot,
             ..AuditRecord::new(
                 self.revision,
                 self.time,

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::command::LockMode;
 use super::ids::{SessionId, Token};
 use super::lock::LockEntry;
+use super::semaphore::{Semaphore, PERMITS_MAX};
 use super::LockStateMachine;
 
 macro_rules! ensure {
@@ -102,6 +103,7 @@ impl LockStateMachine {
                     );
                 }
                 self.check_entry(namespace, key, entry)?;
+                check_permits(namespace, key, entry, ns.semaphores.get(key))?;
                 for waiter in &entry.waiters {
                     let Some(deadline) = waiter.deadline else {
                         continue;
@@ -112,6 +114,28 @@ impl LockStateMachine {
                         self.wait_deadlines.contains(&indexed),
                         "`{namespace}/{key}`: deadline {deadline} of waiter {} not indexed",
                         waiter.session
+                    );
+                }
+            }
+        }
+        for (namespace, ns) in &self.namespaces {
+            for (key, semaphore) in &ns.semaphores {
+                ensure!(
+                    (1..=PERMITS_MAX).contains(&semaphore.permits),
+                    "semaphore `{namespace}/{key}` with {} permits",
+                    semaphore.permits
+                );
+                ensure!(
+                    semaphore.permits_set_at.0 <= self.revision.0,
+                    "semaphore `{namespace}/{key}` set at {} beyond revision {}",
+                    semaphore.permits_set_at,
+                    self.revision
+                );
+                for (slot, floor) in &semaphore.floors {
+                    ensure!(
+                        *slot < PERMITS_MAX && floor.0 <= self.revision.0,
+                        "semaphore `{namespace}/{key}`: slot {slot} floor {floor} (revision {})",
+                        self.revision
                     );
                 }
             }
@@ -378,4 +402,90 @@ impl LockStateMachine {
     pub(crate) fn entry(&self, namespace: &str, key: &str) -> Option<&LockEntry> {
         self.namespaces.get(namespace)?.locks.get(key)
     }
+}
+
+/// A held key is in permit mode exactly when it is a semaphore; its holders have distinct
+/// slots, each token at or above its slot's floor; fewer than N hold only while nobody waits
+/// (a waiter would have been granted); more than N hold only as holders granted before N was
+/// lowered under them (grants after a change leave at most N), and then only holders of those
+/// may hold slots at or above N.
+fn check_permits(
+    namespace: &str,
+    key: &str,
+    entry: &LockEntry,
+    semaphore: Option<&Semaphore>,
+) -> Result<(), String> {
+    let Some(semaphore) = semaphore else {
+        ensure!(
+            entry.mode != LockMode::Permit,
+            "`{namespace}/{key}`: held in permit mode but not a semaphore"
+        );
+        for hold in entry.holders.values() {
+            ensure!(
+                hold.slot.is_none(),
+                "`{namespace}/{key}`: lock holder {} has slot {:?}",
+                hold.session,
+                hold.slot
+            );
+        }
+        return Ok(());
+    };
+    ensure!(
+        entry.mode == LockMode::Permit,
+        "`{namespace}/{key}`: a semaphore held {}",
+        entry.mode
+    );
+    let permits = semaphore.permits as usize;
+    let mut slots: BTreeSet<u32> = BTreeSet::new();
+    let mut before_change = 0;
+    for hold in entry.holders.values() {
+        let Some(slot) = hold.slot else {
+            return Err(format!(
+                "`{namespace}/{key}`: permit holder {} has no slot",
+                hold.session
+            ));
+        };
+        ensure!(
+            slots.insert(slot),
+            "`{namespace}/{key}`: slot {slot} held twice"
+        );
+        let floor = semaphore.floors.get(&slot).copied();
+        ensure!(
+            floor.is_some_and(|floor| hold.token.0 >= floor.0),
+            "`{namespace}/{key}`: slot {slot} token {} below its floor {floor:?}",
+            hold.token
+        );
+        let old = hold.token.0 < semaphore.permits_set_at.0;
+        if old {
+            before_change += 1;
+        }
+        if slot >= semaphore.permits {
+            ensure!(
+                old,
+                "`{namespace}/{key}`: slot {slot} (N {permits}) granted at {} after N was set at {}",
+                hold.token,
+                semaphore.permits_set_at
+            );
+        }
+    }
+    ensure!(
+        entry.holders.len() <= permits.max(before_change),
+        "`{namespace}/{key}`: {} holders, N {permits}, {before_change} granted before N was set",
+        entry.holders.len()
+    );
+    if !entry.waiters.is_empty() {
+        ensure!(
+            entry.holders.len() >= permits,
+            "`{namespace}/{key}`: {} holders of {permits} permits and a waiter",
+            entry.holders.len()
+        );
+    }
+    for waiter in &entry.waiters {
+        ensure!(
+            waiter.mode == LockMode::Permit,
+            "`{namespace}/{key}`: a semaphore with a {} waiter",
+            waiter.mode
+        );
+    }
+    Ok(())
 }

@@ -9,6 +9,10 @@
 //! never overtaken); whenever a hold or a wait ends, the head of the queue is granted as far as
 //! the mode allows: one exclusive waiter, or the whole run of shared waiters at the head, all in
 //! the same revision (see [`LockStateMachine::grant_from_queue`]).
+//!
+//! A semaphore key (declared with `SetSemaphore`, see [`super::semaphore`]) is held only in
+//! permit mode, by up to N holders, each in its own slot; its FIFO waiters are granted as
+//! permits free.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,6 +27,7 @@ use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SessionProof;
+use super::semaphore::Semaphore;
 use super::session::{check_request, set_insert, set_remove, Session};
 use super::wait::{WaitEnd, WaitEndKind, WAIT_TIMEOUT_MS_MAX};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
@@ -42,6 +47,8 @@ pub(crate) struct NamespaceState {
     /// entry. (Several keys can share a token: one revision may hand over several keys; and
     /// several shared holders of one key can share it: a run of readers granted together.)
     pub holds_by_age: BTreeSet<(Token, Arc<str>, SessionId)>,
+    /// The keys declared semaphores, held or free (durable: the declaration outlives holds).
+    pub semaphores: BTreeMap<Arc<str>, Semaphore>,
 }
 
 impl NamespaceState {
@@ -51,20 +58,22 @@ impl NamespaceState {
             classes: ClassRegistry::default(),
             locks: BTreeMap::new(),
             holds_by_age: BTreeSet::new(),
+            semaphores: BTreeMap::new(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty() && self.classes.is_empty()
+        self.locks.is_empty() && self.classes.is_empty() && self.semaphores.is_empty()
     }
 }
 
 /// A held key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LockEntry {
-    /// How the holders hold the key.
+    /// How the holders hold the key (permit exactly when the key is a declared semaphore).
     pub mode: LockMode,
-    /// By session; never empty; exactly one when `mode` is exclusive.
+    /// By session; never empty; exactly one when `mode` is exclusive; each in its own slot
+    /// when `mode` is permit.
     pub holders: BTreeMap<SessionId, Hold>,
     /// FIFO; each waiter's session is live, distinct, and not a holder. While the key is shared
     /// the first waiter (if any) is exclusive: shared waiters at the head are granted at once.
@@ -101,6 +110,8 @@ pub(crate) struct Hold {
     pub token: Token,
     /// Log time of the grant.
     pub granted_at: Instant,
+    /// A permit's slot (`Some` exactly when the key is held in permit mode).
+    pub slot: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +164,13 @@ impl LockStateMachine {
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
         state.check_proof(session, proof)?;
-        let this = ("Acquire", namespace.as_str(), key.as_str(), None);
+        let this = (
+            "Acquire",
+            namespace.as_str(),
+            key.as_str(),
+            None,
+            Some(mode),
+        );
         if let Some(reply) = check_request(state, session, request, this)? {
             return self.refresh_acquire(session, &namespace, &key, reply);
         }
@@ -170,6 +187,7 @@ impl LockStateMachine {
         let target = RequestTarget {
             namespace: namespace.clone(),
             key: key.clone(),
+            mode: Some(mode),
         };
         let reply = self.acquire_new(session, namespace, key, mode, wait)?;
         let remembered = Remembered {
@@ -200,7 +218,10 @@ impl LockStateMachine {
             .and_then(|ns| ns.locks.get(key));
         if let Some(entry) = entry {
             if let Some(hold) = entry.holders.get(&session) {
-                return Ok(Reply::Acquire(AcquireReply::Granted { token: hold.token }));
+                return Ok(Reply::Acquire(AcquireReply::Granted {
+                    token: hold.token,
+                    slot: hold.slot,
+                }));
             }
             if let Some(position) = waiter_position(entry, session) {
                 return Ok(Reply::Acquire(AcquireReply::Queued { position }));
@@ -230,7 +251,9 @@ impl LockStateMachine {
         let state = self.sessions.get_mut(&session).expect("caller checked");
         let key: Arc<str> = Arc::from(key);
         let Some(ns_state) = self.namespaces.get_mut(namespace.as_str()) else {
-            // A namespace without classes or holds: the key is free, the class the default.
+            // A namespace without classes, semaphores or holds: the key is free, the class the
+            // default.
+            check_semaphore_mode(&namespace, &key, mode, None)?;
             admit(session, state, &self.default_class, &self.config)?;
             let namespace: Arc<str> = Arc::from(namespace);
             let mut ns_state = NamespaceState::new(namespace.clone());
@@ -239,43 +262,55 @@ impl LockStateMachine {
                 state,
                 &mut ns_state.holds_by_age,
                 (&namespace, &key),
-                mode,
+                (mode, None),
                 (revision, time),
                 &mut self.watch,
             );
             ns_state.locks.insert(key, entry);
             self.namespaces.insert(namespace, ns_state);
-            return Ok(AcquireReply::Granted { token });
+            return Ok(AcquireReply::Granted { token, slot: None });
         };
         let NamespaceState {
             name: namespace,
             classes,
             locks,
             holds_by_age,
+            semaphores,
         } = ns_state;
         let namespace = namespace.clone();
+        let mut semaphore = semaphores.get_mut(&*key);
+        check_semaphore_mode(&namespace, &key, mode, semaphore.as_deref())?;
         let mut occupied = match locks.entry(key.clone()) {
             Entry::Vacant(vacant) => {
                 let class = class_of(Some(classes), &self.default_class, &key);
                 admit(session, state, class, &self.config)?;
+                let slot = semaphore.as_mut().map(|s| s.take_slot(None, revision));
                 let (token, entry) = grant(
                     session,
                     state,
                     holds_by_age,
                     (&namespace, &key),
-                    mode,
+                    (mode, slot),
                     (revision, time),
                     &mut self.watch,
                 );
+                if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
+                    // The token's revision: `revision` itself (but for the simulation's token
+                    // fault), as the key's floor in `grant`.
+                    semaphore.floors.insert(slot, Revision(token.0));
+                }
                 vacant.insert(entry);
-                return Ok(AcquireReply::Granted { token });
+                return Ok(AcquireReply::Granted { token, slot });
             }
             Entry::Occupied(occupied) => occupied,
         };
         let entry = occupied.get_mut();
         if let Some(hold) = entry.holders.get(&session) {
             check_same_mode(session, &namespace, &key, entry.mode, mode, true)?;
-            return Ok(AcquireReply::Granted { token: hold.token });
+            return Ok(AcquireReply::Granted {
+                token: hold.token,
+                slot: hold.slot,
+            });
         }
         if let Some(index) = entry.waiters.iter().position(|w| w.session == session) {
             let waits_as = entry.waiters[index].mode;
@@ -284,9 +319,15 @@ impl LockStateMachine {
             return Ok(AcquireReply::Queued { position });
         }
         // A shared request joins shared holders only while nobody waits: a queued exclusive
-        // request is never overtaken.
-        let joins =
-            mode == LockMode::Shared && entry.mode == LockMode::Shared && entry.waiters.is_empty();
+        // request is never overtaken. A permit is granted while one is free and nobody waits.
+        let joins = match semaphore.as_deref() {
+            Some(semaphore) => semaphore.has_room(entry.holders.len()) && entry.waiters.is_empty(),
+            None => {
+                mode == LockMode::Shared
+                    && entry.mode == LockMode::Shared
+                    && entry.waiters.is_empty()
+            }
+        };
         if !joins && wait.is_none() {
             let oldest = entry.oldest();
             return Ok(AcquireReply::Busy {
@@ -298,6 +339,9 @@ impl LockStateMachine {
         admit(session, state, class, &self.config)?;
         if joins {
             let token = Token::at(revision);
+            let slot = semaphore
+                .as_mut()
+                .map(|s| s.take_slot(Some(entry), revision));
             add_hold(
                 entry,
                 holds_by_age,
@@ -307,11 +351,12 @@ impl LockStateMachine {
                     session,
                     token,
                     granted_at: time,
+                    slot,
                 },
                 &mut self.watch,
                 revision,
             );
-            return Ok(AcquireReply::Granted { token });
+            return Ok(AcquireReply::Granted { token, slot });
         }
         let timeout_ms = wait.expect("checked above");
         if entry.waiters.len() >= self.config.waiters_per_key_max {
@@ -364,7 +409,13 @@ impl LockStateMachine {
             .get(&session)
             .ok_or(LockError::UnknownSession { session })?;
         state.check_proof(session, proof)?;
-        let this = ("Release", namespace.as_str(), key.as_str(), Some(token));
+        let this = (
+            "Release",
+            namespace.as_str(),
+            key.as_str(),
+            Some(token),
+            None,
+        );
         if let Some(reply) = check_request(state, session, request, this)? {
             return Ok(reply.to_reply());
         }
@@ -395,7 +446,11 @@ impl LockStateMachine {
         let remembered = Remembered {
             request,
             reply,
-            target: Some(RequestTarget { namespace, key }),
+            target: Some(RequestTarget {
+                namespace,
+                key,
+                mode: None,
+            }),
         };
         let window = self.config.dedup_window;
         let state = self.sessions.get_mut(&session).expect("checked above");
@@ -440,6 +495,14 @@ impl LockStateMachine {
             "hold of `{namespace}/{key}` with {} ends at {revision}",
             hold.token
         );
+        if let (HoldEnd::Forced { .. }, Some(slot)) = (end, hold.slot) {
+            // A force-released permit's slot: its tokens so far are superseded.
+            let semaphore = ns_state
+                .semaphores
+                .get_mut(&key)
+                .expect("a permit is held on a semaphore");
+            semaphore.floors.insert(slot, revision);
+        }
         let entry = ns_state.locks.get_mut(&key).expect("found above");
         entry.holders.remove(&session);
         let removed = ns_state
@@ -479,7 +542,8 @@ impl LockStateMachine {
     /// Grants, at this revision, what the head of `namespace/key`'s queue may have now: if
     /// nobody holds the key, its first waiter (an exclusive one alone, a shared one with the
     /// run of shared waiters right behind it); if it is held shared, the run of shared waiters
-    /// at the head (there is one only after an exclusive waiter ahead of them left). Drops the
+    /// at the head (there is one only after an exclusive waiter ahead of them left); on a
+    /// semaphore, head waiters while fewer than N hold, each in the lowest free slot. Drops the
     /// entry if nobody holds it any more. Returns the sessions granted, in queue order.
     pub(crate) fn grant_from_queue(
         &mut self,
@@ -496,17 +560,23 @@ impl LockStateMachine {
             classes,
             locks,
             holds_by_age,
+            semaphores,
         } = ns_state;
         let Entry::Occupied(mut occupied) = locks.entry(key.clone()) else {
             return Vec::new();
         };
         let key = occupied.key().clone();
         let entry = occupied.get_mut();
+        let mut semaphore = semaphores.get_mut(&key);
         let mut granted = Vec::new();
         while let Some(head) = entry.waiters.front().copied() {
             let free = entry.holders.is_empty();
             let shared_run = entry.mode == LockMode::Shared && head.mode == LockMode::Shared;
-            if !free && !shared_run {
+            let grants = match semaphore.as_deref() {
+                Some(semaphore) => semaphore.has_room(entry.holders.len()),
+                None => free || shared_run,
+            };
+            if !grants {
                 break;
             }
             entry.waiters.pop_front();
@@ -532,10 +602,14 @@ impl LockStateMachine {
             set_remove(&mut state.waits, &namespace, &key);
             state.holds_and_waits -= 1;
             let token = Token::at(revision);
+            let slot = semaphore
+                .as_mut()
+                .map(|s| s.take_slot(Some(entry), revision));
             let hold = Hold {
                 session: head.session,
                 token,
                 granted_at: time,
+                slot,
             };
             let ns_key = (&namespace, &key);
             add_hold(
@@ -551,7 +625,7 @@ impl LockStateMachine {
                 session: head.session,
                 namespace: namespace.clone(),
                 key: key.clone(),
-                kind: WaitEndKind::Granted { token },
+                kind: WaitEndKind::Granted { token, slot },
             });
             granted.push((head.session, token));
         }
@@ -561,7 +635,7 @@ impl LockStateMachine {
                 "`{namespace}/{key}` has waiters and no holder"
             );
             occupied.remove();
-            if locks.is_empty() && classes.is_empty() {
+            if locks.is_empty() && classes.is_empty() && semaphores.is_empty() {
                 self.namespaces.remove(&namespace);
             }
         }
@@ -715,6 +789,30 @@ fn check_same_mode(
     })
 }
 
+/// Refuses a permit on a key that is no semaphore, and a lock on one that is (so a correctness
+/// lock is never silently shared).
+fn check_semaphore_mode(
+    namespace: &str,
+    key: &str,
+    mode: LockMode,
+    semaphore: Option<&Semaphore>,
+) -> Result<(), LockError> {
+    match (mode, semaphore) {
+        (LockMode::Permit, None) => Err(LockError::NotASemaphore {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+        }),
+        (LockMode::Exclusive | LockMode::Shared, Some(semaphore)) => {
+            Err(LockError::KeyIsSemaphore {
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+                permits: semaphore.permits,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Adds a hold to a held (or just emptied) entry at `revision`, with its event.
 #[allow(clippy::too_many_arguments)]
 fn add_hold(
@@ -726,7 +824,12 @@ fn add_hold(
     watch: &mut WatchLog,
     revision: Revision,
 ) {
-    let Hold { session, token, .. } = hold;
+    let Hold {
+        session,
+        token,
+        slot,
+        ..
+    } = hold;
     let inserted = holds_by_age.insert((token, key.clone(), session));
     assert!(
         inserted,
@@ -745,7 +848,12 @@ fn add_hold(
         hold.granted_at,
         namespace,
         key,
-        EventKind::Granted { session, token },
+        EventKind::Granted {
+            session,
+            token,
+            mode: entry.mode,
+            slot,
+        },
         &state.identity,
     );
 }
@@ -756,7 +864,7 @@ fn grant(
     state: &mut Session,
     holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
     ns_key: (&Arc<str>, &Arc<str>),
-    mode: LockMode,
+    (mode, slot): (LockMode, Option<u32>),
     (revision, time): (Revision, Instant),
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
@@ -776,6 +884,7 @@ fn grant(
         session,
         token,
         granted_at: time,
+        slot,
     };
     add_hold(
         &mut entry,

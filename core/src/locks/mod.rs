@@ -26,7 +26,7 @@
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
-//! assert_eq!(reply, Ok(Reply::Acquire(AcquireReply::Granted { token: picket_core::locks::Token(2) })));
+//! assert_eq!(reply, Ok(Reply::Acquire(AcquireReply::Granted { token: picket_core::locks::Token(2), slot: None })));
 //! sm.check_invariants();
 //! ```
 
@@ -43,6 +43,7 @@ mod lock;
 mod names;
 mod owner;
 mod query;
+mod semaphore;
 mod session;
 mod snapshot;
 mod wait;
@@ -70,9 +71,11 @@ pub use owner::{
     UNAUTHENTICATED_PRINCIPAL,
 };
 pub use query::{HoldInfo, KeyInfo, NamespaceHold, PendingForceRelease, SessionInfo, WaiterInfo};
+pub use semaphore::PERMITS_MAX;
 pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
-    HoldSnapshot, LockSnapshot, LockSnapshotEntry, SessionSnapshot, SnapshotError, WaiterSnapshot,
+    HoldSnapshot, LockSnapshot, LockSnapshotEntry, SemaphoreSnapshot, SessionSnapshot,
+    SnapshotError, WaiterSnapshot,
 };
 pub use wait::{WaitEnd, WaitEndKind, EXPIRE_WAITS_BATCH_MAX, WAIT_TIMEOUT_MS_MAX};
 pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};
@@ -223,6 +226,13 @@ impl LockStateMachine {
                 namespace,
                 prefix,
             } => self.apply_remove_class(actor, namespace, prefix),
+            Command::SetSemaphore {
+                actor,
+                namespace,
+                key,
+                permits,
+                reason,
+            } => self.apply_set_semaphore(actor, namespace, key, permits, reason),
             Command::RequestForceRelease {
                 actor,
                 namespace,

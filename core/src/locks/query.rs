@@ -29,6 +29,8 @@ pub struct HoldInfo {
     pub mode: LockMode,
     /// The grant revision, which is the token.
     pub token: Token,
+    /// A permit's slot on a semaphore key (`None` for a lock).
+    pub slot: Option<u32>,
     /// Log time of the grant.
     pub granted_at: Instant,
     /// `now - granted_at`.
@@ -78,6 +80,11 @@ pub struct KeyInfo {
     /// is above the current revision).
     pub floor: Option<Revision>,
     pub pending_force_releases: Vec<ForceReleaseRequest>,
+    /// N if the key is a semaphore (held or free).
+    pub permits: Option<u32>,
+    /// A semaphore's slot floors (slot, floor), by slot: the revision of each slot's latest
+    /// grant or force-release; empty for a lock.
+    pub slot_floors: Vec<(u32, Revision)>,
 }
 
 /// A pending force-release request as listed at a moment: what changed since it was made.
@@ -131,7 +138,17 @@ impl LockStateMachine {
             floor: None,
             pending_force_releases,
             class,
+            permits: None,
+            slot_floors: Vec::new(),
         };
+        let semaphore = self
+            .namespaces
+            .get(namespace)
+            .and_then(|ns| ns.semaphores.get(key));
+        if let Some(semaphore) = semaphore {
+            info.permits = Some(semaphore.permits);
+            info.slot_floors = semaphore.floors.iter().map(|(s, f)| (*s, *f)).collect();
+        }
         if let Some(entry) = entry {
             info.mode = Some(entry.mode);
             info.holders = entry
@@ -161,6 +178,7 @@ impl LockStateMachine {
                 .entry(namespace, key)
                 .map_or_else(LockMode::default, |e| e.mode),
             token: hold.token,
+            slot: hold.slot,
             granted_at: hold.granted_at,
             held_for_ms: now.ms_since(hold.granted_at),
             session_ttl_ms: session.ttl_ms,

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::class::check_len;
-use super::command::{describe_request, Identity, Remembered, RememberedReply, Reply};
+use super::command::{describe_request, Identity, LockMode, Remembered, RememberedReply, Reply};
 use super::error::LockError;
 use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 use super::owner::{check_proof, SecretHash, SessionProof};
@@ -113,19 +113,19 @@ impl Session {
         self.holds_lost.push_back(lost);
     }
 
-    /// What `request`, a command of `kind` on `namespace/key` (releasing `token`), is.
+    /// What `request`, a command of `kind` on `namespace/key` (releasing `token`, acquiring in
+    /// `mode`), is.
     pub fn dedup(
         &self,
         request: RequestId,
-        kind: &str,
-        namespace: &str,
-        key: &str,
-        token: Option<Token>,
+        (kind, namespace, key, token, mode): RequestName<'_>,
     ) -> Dedup {
         match self.request_newest {
             Some(newest) if request <= newest => {
                 match self.replies.iter().find(|r| r.request == request) {
-                    Some(r) if r.matches(kind, namespace, key, token) => Dedup::Retry(r.reply),
+                    Some(r) if r.matches(kind, namespace, key, token, mode) => {
+                        Dedup::Retry(r.reply)
+                    }
                     Some(r) => Dedup::Reused { was: r.describe() },
                     None => Dedup::TooOld { newest },
                 }
@@ -179,20 +179,24 @@ impl Session {
 
 /// The error or early answer of a request id that is not new, for a command of `kind` on
 /// `namespace/key` (releasing `token`). `Ok(None)`: a new request, to apply.
+/// A request as its id is bound to it: (kind, namespace, key, released token, acquired mode).
+pub(crate) type RequestName<'a> = (&'a str, &'a str, &'a str, Option<Token>, Option<LockMode>);
+
 pub(crate) fn check_request(
     state: &Session,
     session: SessionId,
     request: RequestId,
-    (kind, namespace, key, token): (&str, &str, &str, Option<Token>),
+    this: RequestName<'_>,
 ) -> Result<Option<RememberedReply>, LockError> {
-    match state.dedup(request, kind, namespace, key, token) {
+    let (kind, namespace, key, token, mode) = this;
+    match state.dedup(request, this) {
         Dedup::New => Ok(None),
         Dedup::Retry(reply) => Ok(Some(reply)),
         Dedup::Reused { was } => Err(LockError::RequestIdReused {
             session,
             request,
             was,
-            this: describe_request(kind, &format!("{namespace}/{key}"), token),
+            this: describe_request(kind, &format!("{namespace}/{key}"), token, mode),
         }),
         Dedup::TooOld { newest } => Err(LockError::RequestTooOld {
             session,

@@ -3,7 +3,7 @@
 //! snapshot. A snapshot comes from outside (disk, a peer), so restore checks it and answers a
 //! typed error instead of panicking on an inconsistent one.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -17,6 +17,7 @@ use super::ids::{RequestId, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SecretHash;
+use super::semaphore::{Semaphore, PERMITS_MAX};
 use super::session::{set_insert, validate_identity, LostHold, Session};
 use super::watch::{Event, WatchLog};
 use super::LockStateMachine;
@@ -40,6 +41,21 @@ pub struct LockSnapshot {
     pub audit_compacted_through: Revision,
     pub events: Vec<Event>,
     pub events_compacted_through: Revision,
+    /// By (namespace, key): every declared semaphore, held or free (empty in snapshots
+    /// written before semaphores).
+    pub semaphores: Vec<SemaphoreSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemaphoreSnapshot {
+    pub namespace: String,
+    pub key: String,
+    /// N, in `1..=PERMITS_MAX`.
+    pub permits: u32,
+    /// The revision of the `SetSemaphore` that set N.
+    pub permits_set_at: Revision,
+    /// (slot, floor) by slot.
+    pub floors: Vec<(u32, Revision)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +89,8 @@ pub struct HoldSnapshot {
     pub session: SessionId,
     pub token: Token,
     pub granted_at: Instant,
+    /// A permit's slot (`None` for a lock, and in snapshots written before semaphores).
+    pub slot: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +134,7 @@ impl LockStateMachine {
             .collect();
         let mut locks = Vec::new();
         let mut classes = Vec::new();
+        let mut semaphores = Vec::new();
         for (namespace, ns) in &self.namespaces {
             for (key, entry) in &ns.locks {
                 locks.push(LockSnapshotEntry {
@@ -129,6 +148,7 @@ impl LockStateMachine {
                             session: hold.session,
                             token: hold.token,
                             granted_at: hold.granted_at,
+                            slot: hold.slot,
                         })
                         .collect(),
                     waiters: entry
@@ -149,6 +169,13 @@ impl LockStateMachine {
                     .iter()
                     .map(|c| (namespace.to_string(), c.clone())),
             );
+            semaphores.extend(ns.semaphores.iter().map(|(key, s)| SemaphoreSnapshot {
+                namespace: namespace.to_string(),
+                key: key.to_string(),
+                permits: s.permits,
+                permits_set_at: s.permits_set_at,
+                floors: s.floors.iter().map(|(slot, f)| (*slot, *f)).collect(),
+            }));
         }
         LockSnapshot {
             config: self.config.clone(),
@@ -162,6 +189,7 @@ impl LockStateMachine {
             audit_compacted_through: self.audit.compacted_through,
             events: self.watch.events.iter().cloned().collect(),
             events_compacted_through: self.watch.compacted_through,
+            semaphores,
         }
     }
 
@@ -204,6 +232,9 @@ impl LockStateMachine {
                 )));
             }
         }
+        for semaphore in snapshot.semaphores {
+            sm.restore_semaphore(semaphore)?;
+        }
         for entry in snapshot.locks {
             sm.restore_entry(entry)?;
         }
@@ -242,6 +273,49 @@ impl LockStateMachine {
         })?;
         sm.invariant_violation().map_err(bad)?;
         Ok(sm)
+    }
+
+    fn restore_semaphore(&mut self, semaphore: SemaphoreSnapshot) -> Result<(), SnapshotError> {
+        let SemaphoreSnapshot {
+            namespace,
+            key,
+            permits,
+            permits_set_at,
+            floors,
+        } = semaphore;
+        validate_namespace(&namespace).map_err(|e| bad(e.to_string()))?;
+        validate_key(&key).map_err(|e| bad(e.to_string()))?;
+        if !(1..=PERMITS_MAX).contains(&permits) {
+            return Err(bad(format!(
+                "semaphore `{namespace}/{key}` has {permits} permits"
+            )));
+        }
+        let mut by_slot = BTreeMap::new();
+        for (slot, floor) in floors {
+            if slot >= PERMITS_MAX || by_slot.insert(slot, floor).is_some() {
+                return Err(bad(format!(
+                    "semaphore `{namespace}/{key}`: slot {slot} listed twice or beyond {PERMITS_MAX}"
+                )));
+            }
+        }
+        let name: Arc<str> = Arc::from(namespace.as_str());
+        let ns = self
+            .namespaces
+            .entry(name.clone())
+            .or_insert_with(|| NamespaceState::new(name));
+        let restored = Semaphore {
+            permits,
+            permits_set_at,
+            floors: by_slot,
+        };
+        if ns
+            .semaphores
+            .insert(Arc::from(key.as_str()), restored)
+            .is_some()
+        {
+            return Err(bad(format!("semaphore `{namespace}/{key}` listed twice")));
+        }
+        Ok(())
     }
 
     fn restore_entry(&mut self, entry: LockSnapshotEntry) -> Result<(), SnapshotError> {
@@ -325,6 +399,7 @@ impl LockStateMachine {
                         session: h.session,
                         token: h.token,
                         granted_at: h.granted_at,
+                        slot: h.slot,
                     };
                     (h.session, hold)
                 })

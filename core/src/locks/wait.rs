@@ -32,8 +32,8 @@ pub struct WaitEnd {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitEndKind {
-    /// The waiter was granted the key with this token.
-    Granted { token: Token },
+    /// The waiter was granted the key with this token (and a permit's slot).
+    Granted { token: Token, slot: Option<u32> },
     /// The waiter left the queue without the key.
     Removed { cause: ReleaseCause },
 }
@@ -185,6 +185,20 @@ impl LockStateMachine {
     pub fn holder_token(&self, session: SessionId, namespace: &str, key: &str) -> Option<Token> {
         let entry = self.namespaces.get(namespace)?.locks.get(key)?;
         entry.holders.get(&session).map(|hold| hold.token)
+    }
+
+    /// The token and (on a semaphore) slot with which `session` holds `namespace/key`.
+    pub fn holder_grant(
+        &self,
+        session: SessionId,
+        namespace: &str,
+        key: &str,
+    ) -> Option<(Token, Option<u32>)> {
+        let entry = self.namespaces.get(namespace)?.locks.get(key)?;
+        entry
+            .holders
+            .get(&session)
+            .map(|hold| (hold.token, hold.slot))
     }
 
     /// `session`'s 1-based place in the queue of `namespace/key`, if it waits.

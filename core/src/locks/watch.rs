@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::command::Identity;
+use super::command::{Identity, LockMode};
 use super::error::WatchError;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
 use crate::time::Instant;
@@ -30,9 +30,12 @@ pub enum ReleaseCause {
 /// What happened to a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventKind {
+    /// `mode`: how the session holds the key; `slot`: a permit's slot (`None` for a lock).
     Granted {
         session: SessionId,
         token: Token,
+        mode: LockMode,
+        slot: Option<u32>,
     },
     Queued {
         session: SessionId,
@@ -58,6 +61,12 @@ pub enum EventKind {
     ClassChanged {
         class: String,
         removed: bool,
+    },
+    /// The key was declared a semaphore, its N changed, or (`permits` 0) its declaration
+    /// removed.
+    SemaphoreChanged {
+        permits: u32,
+        previous_permits: u32,
     },
 }
 

@@ -136,7 +136,9 @@ impl PendingWaits {
 fn ended_answer(end: &WaitEnd, waited: &Waited) -> Outcome {
     let (session, namespace, key) = (end.session, end.namespace.to_string(), end.key.to_string());
     match end.kind {
-        WaitEndKind::Granted { token } => Ok(Reply::Acquire(AcquireReply::Granted { token })),
+        WaitEndKind::Granted { token, slot } => {
+            Ok(Reply::Acquire(AcquireReply::Granted { token, slot }))
+        }
         WaitEndKind::Removed {
             cause: ReleaseCause::WaitExpired,
         } => Err(LockError::WaitExpired {
@@ -160,8 +162,8 @@ fn ended_answer(end: &WaitEnd, waited: &Waited) -> Outcome {
 /// What is true now of a wait: granted (its token), still queued, or ended.
 fn answer_now(sm: &LockStateMachine, key: &WaitKey) -> Option<Outcome> {
     let (session, namespace, k) = key;
-    if let Some(token) = sm.holder_token(*session, namespace, k) {
-        return Some(Ok(Reply::Acquire(AcquireReply::Granted { token })));
+    if let Some((token, slot)) = sm.holder_grant(*session, namespace, k) {
+        return Some(Ok(Reply::Acquire(AcquireReply::Granted { token, slot })));
     }
     if sm.wait_position(*session, namespace, k).is_some() {
         return None;

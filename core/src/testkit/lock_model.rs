@@ -1,5 +1,6 @@
 //! A plain, obviously-correct model of the lock state machine's sessions (and who owns them:
-//! secret and principal), holds, FIFO queues and request dedup (ids bound to their request),
+//! secret and principal), holds, FIFO queues, semaphores (permits, slots and slot floors) and
+//! request dedup (ids bound to their request),
 //! for model-based tests (`core/tests/locks_model.rs`, proptest) and the
 //! `lock_commands` fuzzer: the state machine must give the same answer as the model to every
 //! command, and hold the same holders and queues.
@@ -7,9 +8,9 @@
 use std::collections::BTreeMap;
 
 use crate::locks::{
-    AcquireReply, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine, NameError,
-    NotYours, Outcome, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
-    UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
+    AcquireReply, Actor, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine,
+    NameError, NotYours, Outcome, Reply, RequestId, Role, SecretHash, SessionId, SessionProof,
+    Token, PERMITS_MAX, UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
 };
 
 pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
@@ -33,6 +34,10 @@ pub const SECRETS: [Option<SecretHash>; 5] = [
     Some(SecretHash([4; 32])),
     None,
 ];
+/// The modes an `Acquire` asks for, chosen by `Op::Acquire::mode`.
+pub const MODES: [LockMode; 3] = [LockMode::Exclusive, LockMode::Shared, LockMode::Permit];
+/// The N a `SetSemaphore` sets: removal, a few small ones, and one out of bounds.
+pub const PERMITS: [u32; 5] = [0, 1, 2, 3, PERMITS_MAX + 1];
 /// Principals sessions are created by (the last one binds the session to its secret only).
 pub const PRINCIPALS: [&str; 3] = ["p", "q", UNAUTHENTICATED_PRINCIPAL];
 /// A secret no session has.
@@ -77,8 +82,16 @@ pub enum Op {
         /// Index into [`WAIT_TIMEOUTS`].
         timeout: usize,
         proof: usize,
-        /// Shared mode (else exclusive).
-        shared: bool,
+        /// Index into [`MODES`].
+        mode: usize,
+    },
+    /// An operator's `SetSemaphore` (`admin`: with the class-admin role, else refused).
+    SetSemaphore {
+        ns: usize,
+        key: usize,
+        /// Index into [`PERMITS`].
+        permits: usize,
+        admin: bool,
     },
     /// `CancelWait` of a session's wait (or of one it does not have).
     Cancel {
@@ -122,7 +135,8 @@ struct ModelSession {
     window: Vec<(Sent, Reply)>,
 }
 
-/// A request as the model binds its id: id, kind, namespace, key, token (releases).
+/// A request as the model binds its id: id, kind, namespace, key, token (releases), mode
+/// (acquires).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Sent {
     request: u64,
@@ -130,16 +144,28 @@ struct Sent {
     namespace: String,
     key: String,
     token: Option<Token>,
+    mode: Option<LockMode>,
 }
 
 impl Sent {
     fn describe(&self) -> String {
         let (kind, ns, key) = (self.kind, &self.namespace, &self.key);
-        match self.token {
-            Some(token) => format!("{kind} {ns}/{key} with token {}", token.0),
-            None => format!("{kind} {ns}/{key}"),
+        match (self.token, self.mode) {
+            (Some(token), _) => format!("{kind} {ns}/{key} with token {}", token.0),
+            (None, Some(mode)) if mode != LockMode::Exclusive => {
+                format!("{kind} {ns}/{key} {mode}")
+            }
+            (None, _) => format!("{kind} {ns}/{key}"),
         }
     }
+}
+
+/// A declared semaphore in the model.
+#[derive(Clone, Debug)]
+struct Sem {
+    permits: u32,
+    /// slot -> revision of its latest grant.
+    floors: BTreeMap<u32, u64>,
 }
 
 /// A held key in the model.
@@ -148,6 +174,8 @@ struct Held {
     mode: LockMode,
     /// session -> token.
     holds: BTreeMap<u64, u64>,
+    /// session -> permit slot (semaphore keys only).
+    slots: BTreeMap<u64, u32>,
     floor: u64,
 }
 
@@ -176,6 +204,7 @@ pub struct Model {
     queues: BTreeMap<LockKey, Vec<(u64, LockMode)>>,
     /// (key, waiting session) -> the wait's deadline (log time, ms), for waits that have one.
     deadlines: BTreeMap<(LockKey, u64), u64>,
+    semaphores: BTreeMap<LockKey, Sem>,
 }
 
 impl Model {
@@ -209,17 +238,42 @@ impl Model {
             let Some(&(next, mode)) = queue.first() else {
                 break;
             };
-            match self.holders.get_mut(key) {
-                None => {
-                    let holds = BTreeMap::from([(next, self.revision)]);
-                    let floor = self.revision;
-                    self.holders
-                        .insert(key.clone(), Held { mode, holds, floor });
+            if let Some(sem) = self.semaphores.get_mut(key) {
+                let revision = self.revision;
+                let held = self.holders.entry(key.clone()).or_insert_with(|| Held {
+                    mode,
+                    holds: BTreeMap::new(),
+                    slots: BTreeMap::new(),
+                    floor: revision,
+                });
+                if held.holds.len() >= sem.permits as usize {
+                    break;
                 }
-                Some(held) if held.mode == LockMode::Shared && mode == LockMode::Shared => {
-                    held.holds.insert(next, self.revision);
+                let slot = (0..sem.permits)
+                    .find(|slot| !held.slots.values().any(|s| s == slot))
+                    .expect("fewer holders than permits");
+                held.holds.insert(next, revision);
+                held.slots.insert(next, slot);
+                sem.floors.insert(slot, revision);
+            } else {
+                match self.holders.get_mut(key) {
+                    None => {
+                        let holds = BTreeMap::from([(next, self.revision)]);
+                        let floor = self.revision;
+                        let slots = BTreeMap::new();
+                        let held = Held {
+                            mode,
+                            holds,
+                            slots,
+                            floor,
+                        };
+                        self.holders.insert(key.clone(), held);
+                    }
+                    Some(held) if held.mode == LockMode::Shared && mode == LockMode::Shared => {
+                        held.holds.insert(next, self.revision);
+                    }
+                    Some(_) => break,
                 }
-                Some(_) => break,
             }
             queue.remove(0);
             self.deadlines.remove(&(key.clone(), next));
@@ -238,6 +292,7 @@ impl Model {
     fn release(&mut self, key: &LockKey, session: u64) -> Option<(SessionId, Token)> {
         let held = self.holders.get_mut(key).expect("releasing a held key");
         held.holds.remove(&session);
+        held.slots.remove(&session);
         if held.holds.is_empty() {
             self.holders.remove(key);
         }
@@ -416,6 +471,7 @@ impl Model {
                     namespace: namespace.clone(),
                     key: key.clone(),
                     token: None,
+                    mode: Some(*mode),
                 };
                 self.acquire(session.0, sent, *mode, wait.then_some(*wait_timeout_ms))
             }
@@ -475,9 +531,17 @@ impl Model {
                     namespace: namespace.clone(),
                     key: key.clone(),
                     token: Some(*token),
+                    mode: None,
                 };
                 self.release_cmd(session.0, sent)
             }
+            Command::SetSemaphore {
+                actor,
+                namespace,
+                key,
+                permits,
+                ..
+            } => self.set_semaphore(actor, namespace, key, *permits),
             other => panic!("the model does not cover {other:?}"),
         }
     }
@@ -498,6 +562,7 @@ impl Model {
                 if let Some(token) = held.holds.get(&s) {
                     let reply = AcquireReply::Granted {
                         token: Token(*token),
+                        slot: held.slots.get(&s).copied(),
                     };
                     return Some((true, held.mode, reply));
                 }
@@ -533,10 +598,28 @@ impl Model {
                 });
             }
         }
+        match (mode, self.semaphores.get(&k)) {
+            (LockMode::Permit, None) => {
+                return Err(LockError::NotASemaphore {
+                    namespace: ns.to_owned(),
+                    key: key.to_owned(),
+                })
+            }
+            (LockMode::Exclusive | LockMode::Shared, Some(sem)) => {
+                return Err(LockError::KeyIsSemaphore {
+                    namespace: ns.to_owned(),
+                    key: key.to_owned(),
+                    permits: sem.permits,
+                })
+            }
+            _ => {}
+        }
         let cfg = config();
         let queue_len = self.queues.get(&k).map_or(0, Vec::len);
-        let joins = |held: &Held| {
-            mode == LockMode::Shared && held.mode == LockMode::Shared && queue_len == 0
+        let permits = self.semaphores.get(&k).map(|sem| sem.permits as usize);
+        let joins = |held: &Held| match permits {
+            Some(permits) => held.holds.len() < permits && queue_len == 0,
+            None => mode == LockMode::Shared && held.mode == LockMode::Shared && queue_len == 0,
         };
         let reply = if let Some((holds, has, reply)) = current(self) {
             if has != mode {
@@ -561,18 +644,28 @@ impl Model {
                 session: SessionId(s),
                 max: cfg.holds_per_session_max,
             });
-        } else if !self.holders.contains_key(&k) {
-            let holds = BTreeMap::from([(s, self.revision)]);
-            let floor = self.revision;
-            self.holders.insert(k.clone(), Held { mode, holds, floor });
-            AcquireReply::Granted {
-                token: Token(self.revision),
-            }
-        } else if joins(&self.holders[&k]) {
+        } else if !self.holders.contains_key(&k) || joins(&self.holders[&k]) {
             let revision = self.revision;
-            self.holders.get_mut(&k).unwrap().holds.insert(s, revision);
+            let held = self.holders.entry(k.clone()).or_insert_with(|| Held {
+                mode,
+                holds: BTreeMap::new(),
+                slots: BTreeMap::new(),
+                floor: revision,
+            });
+            held.holds.insert(s, revision);
+            let slot = self.semaphores.get_mut(&k).map(|sem| {
+                let slot = (0..sem.permits)
+                    .find(|slot| !held.slots.values().any(|t| t == slot))
+                    .expect("a permit is free");
+                sem.floors.insert(slot, revision);
+                slot
+            });
+            if let Some(slot) = slot {
+                held.slots.insert(s, slot);
+            }
             AcquireReply::Granted {
                 token: Token(revision),
+                slot,
             }
         } else {
             let queue = self.queues.entry(k.clone()).or_default();
@@ -594,6 +687,67 @@ impl Model {
         };
         self.remember(s, sent, &Reply::Acquire(reply));
         Ok(Reply::Acquire(reply))
+    }
+
+    fn set_semaphore(&mut self, actor: &Actor, ns: &str, key: &str, permits: u32) -> Outcome {
+        if !actor.roles.contains(&Role::ClassAdmin) {
+            return Err(LockError::MissingRole {
+                principal: actor.principal.clone(),
+                action: "declare semaphores",
+                needed: "class-admin",
+            });
+        }
+        if let Some(error) = bad_namespace(ns) {
+            return Err(error);
+        }
+        if permits > PERMITS_MAX {
+            return Err(LockError::PermitsOutOfBounds {
+                given: permits,
+                max: PERMITS_MAX,
+            });
+        }
+        let k = (ns.to_owned(), key.to_owned());
+        let previous = self.semaphores.get(&k).map_or(0, |sem| sem.permits);
+        let reply = Ok(Reply::SemaphoreSet {
+            previous_permits: previous,
+        });
+        if previous == permits {
+            return reply;
+        }
+        let holders = self.holders.get(&k).map_or(0, |held| held.holds.len());
+        let waiters = self.queues.get(&k).map_or(0, Vec::len);
+        if holders + waiters > 0 && previous == 0 {
+            return Err(LockError::KeyHeldAsLock {
+                namespace: ns.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        if holders + waiters > 0 && permits == 0 {
+            return Err(LockError::SemaphoreInUse {
+                namespace: ns.to_owned(),
+                key: key.to_owned(),
+                holders,
+                waiters,
+            });
+        }
+        if permits == 0 {
+            self.semaphores.remove(&k);
+        } else {
+            let sem = self.semaphores.entry(k.clone()).or_insert(Sem {
+                permits,
+                floors: BTreeMap::new(),
+            });
+            sem.permits = permits;
+            self.grant_queue(&k);
+            if self
+                .holders
+                .get(&k)
+                .is_some_and(|held| held.holds.is_empty())
+            {
+                self.holders.remove(&k);
+            }
+        }
+        reply
     }
 
     fn release_cmd(&mut self, s: u64, sent: Sent) -> Outcome {
@@ -716,14 +870,10 @@ impl Driver {
                 wait,
                 timeout,
                 proof,
-                shared,
+                mode,
             } => {
                 let session = self.session(*session);
-                let mode = if *shared {
-                    LockMode::Shared
-                } else {
-                    LockMode::Exclusive
-                };
+                let mode = MODES[*mode % MODES.len()];
                 let command = Command::Acquire {
                     session,
                     proof: self.proof(session, *proof),
@@ -752,6 +902,21 @@ impl Driver {
                 }
             }
             Op::ExpireWaits => Command::ExpireWaits,
+            Op::SetSemaphore {
+                ns,
+                key,
+                permits,
+                admin,
+            } => {
+                let roles: &[Role] = if *admin { &[Role::ClassAdmin] } else { &[] };
+                Command::SetSemaphore {
+                    actor: Actor::new("ops", roles),
+                    namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
+                    key: KEYS[*key % KEYS.len()].into(),
+                    permits: PERMITS[*permits % PERMITS.len()],
+                    reason: "capacity".into(),
+                }
+            }
             Op::Release {
                 session,
                 ns,
@@ -785,7 +950,11 @@ impl Driver {
             Op::Retry { session, back } => self.earlier(*session, *back),
             Op::Reuse { session, back, key } => {
                 let mut command = self.earlier(*session, *back);
-                if let Command::Acquire { key: k, .. } | Command::Release { key: k, .. } =
+                // Another mode for the same key (an acquire), else another key.
+                if let (Command::Acquire { mode, .. }, 2) = (&mut command, key % 3) {
+                    let index = MODES.iter().position(|m| m == mode).unwrap_or(0);
+                    *mode = MODES[(index + 1) % MODES.len()];
+                } else if let Command::Acquire { key: k, .. } | Command::Release { key: k, .. } =
                     &mut command
                 {
                     let index = KEYS.iter().position(|name| name == k).unwrap_or(0);
@@ -845,16 +1014,31 @@ pub fn assert_same_state(
             let holder = info.holder.as_ref().map(|h| (h.session.0, h.token.0));
             let held = model.holders.get(&k);
             assert_eq!(holder, held.map(Held::oldest), "oldest holder of {k:?}");
-            let mut holders: Vec<(u64, u64)> = info
+            let mut holders: Vec<(u64, u64, Option<u32>)> = info
                 .holders
                 .iter()
-                .map(|h| (h.session.0, h.token.0))
+                .map(|h| (h.session.0, h.token.0, h.slot))
                 .collect();
             holders.sort();
-            let model_holders: Vec<(u64, u64)> = held
-                .map(|h| h.holds.iter().map(|(s, t)| (*s, *t)).collect())
+            let model_holders: Vec<(u64, u64, Option<u32>)> = held
+                .map(|h| {
+                    h.holds
+                        .iter()
+                        .map(|(s, t)| (*s, *t, h.slots.get(s).copied()))
+                        .collect()
+                })
                 .unwrap_or_default();
-            assert_eq!(holders, model_holders, "holders of {k:?}");
+            assert_eq!(
+                holders, model_holders,
+                "holders (session, token, slot) of {k:?}"
+            );
+            let sem = model.semaphores.get(&k);
+            assert_eq!(info.permits, sem.map(|s| s.permits), "permits of {k:?}");
+            let floors: Vec<(u32, u64)> = info.slot_floors.iter().map(|(s, f)| (*s, f.0)).collect();
+            let model_floors: Vec<(u32, u64)> = sem
+                .map(|s| s.floors.iter().map(|(slot, f)| (*slot, *f)).collect())
+                .unwrap_or_default();
+            assert_eq!(floors, model_floors, "slot floors of {k:?}");
             assert_eq!(info.mode, held.map(|h| h.mode), "mode of {k:?}");
             assert_eq!(
                 info.floor.map(|f| f.0),

@@ -51,6 +51,12 @@ impl Client {
         proto::RemoveClassResponse
     );
     admin_call!(
+        set_semaphore,
+        "set_semaphore",
+        proto::SetSemaphoreRequest,
+        proto::SetSemaphoreResponse
+    );
+    admin_call!(
         list_classes,
         "list_classes",
         proto::ListClassesRequest,

@@ -21,6 +21,8 @@ pub struct LockGuard {
     namespace: String,
     key: String,
     token: Token,
+    /// A semaphore permit's slot (`None` for a lock).
+    slot: Option<u32>,
     /// Set once released (by `release`); a released guard does nothing on drop.
     released: bool,
     /// This hold's loss signal: the session's loss, or a force-release of this token.
@@ -34,6 +36,7 @@ impl std::fmt::Debug for LockGuard {
             .field("namespace", &self.namespace)
             .field("key", &self.key)
             .field("token", &self.token)
+            .field("slot", &self.slot)
             .finish()
     }
 }
@@ -54,9 +57,16 @@ impl LockGuard {
             namespace: namespace.to_owned(),
             key: key.to_owned(),
             token,
+            slot: None,
             released: false,
             lost,
         }
+    }
+
+    /// The guard of a semaphore permit in `slot`.
+    pub(crate) fn with_slot(mut self, slot: Option<u32>) -> LockGuard {
+        self.slot = slot;
+        self
     }
 
     fn hold_key(&self) -> HoldKey {
@@ -66,6 +76,12 @@ impl LockGuard {
     /// The fencing token: the revision of the grant. Rises strictly per key.
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// A semaphore permit's slot (`None` for a lock): fence with
+    /// [`crate::fencing::FencingGate::check_slot`] on (key, slot).
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     pub fn namespace(&self) -> &str {

@@ -449,6 +449,42 @@ impl Session {
         }
     }
 
+    /// Takes a permit of the semaphore `namespace`/`key` (declared by an operator with
+    /// `SetSemaphore`), waiting as [`Self::lock`] does while all N are held. The guard's
+    /// [`LockGuard::slot`] is the permit's slot and its token fences that slot: a resource
+    /// that fences per (key, slot) refuses a superseded holder of the same slot. Refused on a
+    /// key that is no semaphore (rule `not_a_semaphore`).
+    pub async fn acquire_permit(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<LockGuard, ClientError> {
+        self.lock_waiting(namespace, key, LockMode::Permit, None)
+            .await
+    }
+
+    /// [`Self::acquire_permit`] that gives up after `timeout`, as [`Self::lock_within`].
+    pub async fn acquire_permit_within(
+        &self,
+        namespace: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, ClientError> {
+        let timeout_ms = millis(timeout).max(1);
+        self.lock_waiting(namespace, key, LockMode::Permit, Some(timeout_ms))
+            .await
+    }
+
+    /// A permit if one is free and nobody waits; [`ClientError::Held`] if not.
+    pub async fn try_acquire_permit(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<LockGuard, ClientError> {
+        self.acquire(namespace, key, LockMode::Permit, 0, None)
+            .await
+    }
+
     /// Takes `namespace`/`key` if it is free; [`ClientError::Held`] if not.
     pub async fn try_lock(&self, namespace: &str, key: &str) -> Result<LockGuard, ClientError> {
         self.acquire(namespace, key, LockMode::Exclusive, 0, None)
@@ -486,6 +522,7 @@ impl Session {
             mode: match mode {
                 LockMode::Exclusive => proto::LockMode::Exclusive as i32,
                 LockMode::Shared => proto::LockMode::Shared as i32,
+                LockMode::Permit => proto::LockMode::Permit as i32,
             },
         };
         loop {
@@ -531,7 +568,8 @@ impl Session {
                         namespace,
                         key,
                         Token(granted.token),
-                    ));
+                    )
+                    .with_slot(granted.slot));
                 }
                 acquire_reply::Kind::Busy(busy) => {
                     return Err(ClientError::Held {

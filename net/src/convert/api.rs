@@ -392,6 +392,35 @@ impl proto::PutClassRequest {
     }
 }
 
+impl proto::SetSemaphoreRequest {
+    /// The command; N's bounds and the reason are the state machine's rules (one place for
+    /// them, named in its errors).
+    pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
+        namespace(&self.namespace, "set_semaphore.namespace")?;
+        key(&self.key, "set_semaphore.key")?;
+        Ok(Command::SetSemaphore {
+            actor,
+            namespace: self.namespace,
+            key: self.key,
+            permits: self.permits,
+            reason: self.reason,
+        })
+    }
+}
+
+impl proto::SetSemaphoreResponse {
+    /// The answer to `SetSemaphore`, applied at `revision`.
+    pub fn from_reply(reply: Reply, revision: Revision) -> Result<Self, WrongReply> {
+        match reply {
+            Reply::SemaphoreSet { previous_permits } => Ok(proto::SetSemaphoreResponse {
+                revision: revision.0,
+                previous_permits,
+            }),
+            other => Err(wrong("SemaphoreSet", other)),
+        }
+    }
+}
+
 impl proto::RemoveClassRequest {
     pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
         namespace(&self.namespace, "remove_class.namespace")?;

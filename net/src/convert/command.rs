@@ -82,6 +82,19 @@ impl From<Command> for proto::Command {
                 secret_hash: hash_to_wire(proof.secret_hash),
                 principal: proof.principal,
             }),
+            Command::SetSemaphore {
+                actor,
+                namespace,
+                key,
+                permits,
+                reason,
+            } => pc::Kind::SetSemaphore(pc::SetSemaphore {
+                actor: Some(actor.into()),
+                namespace,
+                key,
+                permits,
+                reason,
+            }),
             Command::PutClass {
                 actor,
                 namespace,
@@ -228,6 +241,13 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             key: c.key,
             token: Token(c.token),
         },
+        pc::Kind::SetSemaphore(c) => Command::SetSemaphore {
+            actor: nested(c.actor, "set_semaphore.actor")?,
+            namespace: c.namespace,
+            key: c.key,
+            permits: c.permits,
+            reason: c.reason,
+        },
         pc::Kind::PutClass(c) => Command::PutClass {
             actor: nested(c.actor, "put_class.actor")?,
             class: nested::<_, ClassSpec>(c.class, "put_class.class")?,
@@ -264,7 +284,10 @@ impl From<AcquireReply> for proto::AcquireReply {
     fn from(v: AcquireReply) -> Self {
         use proto::acquire_reply as pa;
         let kind = match v {
-            AcquireReply::Granted { token } => pa::Kind::Granted(pa::Granted { token: token.0 }),
+            AcquireReply::Granted { token, slot } => pa::Kind::Granted(pa::Granted {
+                token: token.0,
+                slot,
+            }),
             AcquireReply::Queued { position } => pa::Kind::Queued(pa::Queued { position }),
             AcquireReply::Busy { holder, token } => pa::Kind::Busy(pa::Busy {
                 holder_session_id: holder.0,
@@ -282,6 +305,7 @@ impl TryFrom<proto::AcquireReply> for AcquireReply {
         Ok(match required(v.kind, "kind")? {
             pa::Kind::Granted(g) => AcquireReply::Granted {
                 token: Token(g.token),
+                slot: g.slot,
             },
             pa::Kind::Queued(q) => AcquireReply::Queued {
                 position: q.position,
@@ -332,6 +356,9 @@ impl From<Reply> for proto::Reply {
             }),
             Reply::ClassPut { replaced } => pr::Kind::ClassPut(pr::ClassPut { replaced }),
             Reply::ClassRemoved => pr::Kind::ClassRemoved(pr::ClassRemoved {}),
+            Reply::SemaphoreSet { previous_permits } => {
+                pr::Kind::SemaphoreSet(pr::SemaphoreSet { previous_permits })
+            }
             Reply::ForceReleaseRequested {
                 id,
                 fenced,
@@ -395,6 +422,9 @@ impl TryFrom<proto::Reply> for Reply {
                 replaced: r.replaced,
             },
             pr::Kind::ClassRemoved(_) => Reply::ClassRemoved,
+            pr::Kind::SemaphoreSet(r) => Reply::SemaphoreSet {
+                previous_permits: r.previous_permits,
+            },
             pr::Kind::ForceReleaseRequested(r) => Reply::ForceReleaseRequested {
                 id: ForceReleaseId(r.force_release_id),
                 fenced: r.fenced,

@@ -50,6 +50,7 @@ pub(crate) fn mode_to_wire(mode: LockMode) -> i32 {
     match mode {
         LockMode::Exclusive => proto::LockMode::Exclusive as i32,
         LockMode::Shared => proto::LockMode::Shared as i32,
+        LockMode::Permit => proto::LockMode::Permit as i32,
     }
 }
 
@@ -59,9 +60,10 @@ pub(crate) fn mode_from_wire(value: i32, field: &str) -> Result<LockMode, Conver
     match proto::LockMode::try_from(value) {
         Ok(proto::LockMode::Exclusive) => Ok(LockMode::Exclusive),
         Ok(proto::LockMode::Shared) => Ok(LockMode::Shared),
+        Ok(proto::LockMode::Permit) => Ok(LockMode::Permit),
         Err(_) => Err(ConvertError::new(
             field,
-            format!("unknown lock mode {value} (0 exclusive, 1 shared)"),
+            format!("unknown lock mode {value} (0 exclusive, 1 shared, 2 permit)"),
         )),
     }
 }
@@ -200,6 +202,7 @@ impl From<HoldInfo> for proto::HoldInfo {
             session_remaining_ms: v.session_remaining_ms,
             hold_ms_max_expected: v.hold_ms_max_expected,
             mode: mode_to_wire(v.mode),
+            slot: v.slot,
         }
     }
 }
@@ -214,6 +217,7 @@ impl TryFrom<proto::HoldInfo> for HoldInfo {
             key: v.key,
             session: SessionId(v.session_id),
             token: Token(v.token),
+            slot: v.slot,
             granted_at: Instant::from_millis(v.granted_at_ms),
             held_for_ms: v.held_for_ms,
             session_ttl_ms: v.session_ttl_ms,
@@ -312,6 +316,15 @@ impl From<KeyInfo> for proto::KeyInfo {
                 .into_iter()
                 .map(Into::into)
                 .collect(),
+            permits: v.permits,
+            slot_floors: v
+                .slot_floors
+                .into_iter()
+                .map(|(slot, floor)| proto::SlotFloor {
+                    slot,
+                    floor: floor.0,
+                })
+                .collect(),
         }
     }
 }
@@ -347,6 +360,12 @@ impl TryFrom<proto::KeyInfo> for KeyInfo {
             pending_force_releases: each(v.pending_force_releases, "pending_force_releases")?,
             namespace: v.namespace,
             key: v.key,
+            permits: v.permits,
+            slot_floors: v
+                .slot_floors
+                .into_iter()
+                .map(|f| (f.slot, Revision(f.floor)))
+                .collect(),
         })
     }
 }
@@ -362,6 +381,7 @@ impl From<AuditAction> for proto::AuditAction {
             AuditAction::SessionRevoked => P::SessionRevoked,
             AuditAction::ClassPut => P::ClassPut,
             AuditAction::ClassRemoved => P::ClassRemoved,
+            AuditAction::SemaphoreSet => P::SemaphoreSet,
         }
     }
 }
@@ -376,6 +396,7 @@ fn audit_action_from_wire(value: i32, field: &str) -> Result<AuditAction, Conver
         P::SessionRevoked => AuditAction::SessionRevoked,
         P::ClassPut => AuditAction::ClassPut,
         P::ClassRemoved => AuditAction::ClassRemoved,
+        P::SemaphoreSet => AuditAction::SemaphoreSet,
         P::Unspecified => unreachable!("known_enum refuses 0"),
     })
 }
@@ -400,6 +421,9 @@ impl From<AuditRecord> for proto::AuditRecord {
             floor: v.floor.map(|f| f.0),
             next: super::command::grant_to_wire(v.next),
             revoke_session: v.revoke_session,
+            previous_permits: v.permits.map(|(previous, _)| previous),
+            permits: v.permits.map(|(_, permits)| permits),
+            slot: v.slot,
         }
     }
 }
@@ -425,6 +449,8 @@ impl TryFrom<proto::AuditRecord> for AuditRecord {
             floor: v.floor.map(Revision),
             next: super::command::grant_from_wire(v.next),
             revoke_session: v.revoke_session,
+            permits: v.previous_permits.zip(v.permits),
+            slot: v.slot,
         })
     }
 }
@@ -459,9 +485,16 @@ impl From<EventKind> for proto::event::Kind {
     fn from(v: EventKind) -> Self {
         use proto::event as P;
         match v {
-            EventKind::Granted { session, token } => P::Kind::Granted(P::Granted {
+            EventKind::Granted {
+                session,
+                token,
+                mode,
+                slot,
+            } => P::Kind::Granted(P::Granted {
                 session_id: session.0,
                 token: token.0,
+                mode: mode_to_wire(mode),
+                slot,
             }),
             EventKind::Queued { session, position } => P::Kind::Queued(P::Queued {
                 session_id: session.0,
@@ -494,6 +527,13 @@ impl From<EventKind> for proto::event::Kind {
             EventKind::ClassChanged { class, removed } => {
                 P::Kind::ClassChanged(P::ClassChanged { class, removed })
             }
+            EventKind::SemaphoreChanged {
+                permits,
+                previous_permits,
+            } => P::Kind::SemaphoreChanged(P::SemaphoreChanged {
+                permits,
+                previous_permits,
+            }),
         }
     }
 }
@@ -506,6 +546,8 @@ impl TryFrom<proto::event::Kind> for EventKind {
             P::Granted(g) => EventKind::Granted {
                 session: SessionId(g.session_id),
                 token: Token(g.token),
+                mode: mode_from_wire(g.mode, "granted.mode")?,
+                slot: g.slot,
             },
             P::Queued(q) => EventKind::Queued {
                 session: SessionId(q.session_id),
@@ -529,6 +571,10 @@ impl TryFrom<proto::event::Kind> for EventKind {
             P::ClassChanged(c) => EventKind::ClassChanged {
                 class: c.class,
                 removed: c.removed,
+            },
+            P::SemaphoreChanged(c) => EventKind::SemaphoreChanged {
+                permits: c.permits,
+                previous_permits: c.previous_permits,
             },
         })
     }

@@ -5,8 +5,8 @@
 
 use picket_core::locks::{
     AcquireReply, ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry,
-    Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision, SessionId,
-    SessionSnapshot, Token, WaiterSnapshot,
+    Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision, SemaphoreSnapshot,
+    SessionId, SessionSnapshot, Token, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use prost::Message;
@@ -97,6 +97,7 @@ fn remembered_to_wire(remembered: Remembered) -> proto::RememberedReply {
         target: target.map(|t| proto::RequestTarget {
             namespace: t.namespace,
             key: t.key,
+            mode: t.mode.map(mode_to_wire),
         }),
     }
 }
@@ -114,13 +115,21 @@ impl TryFrom<proto::RememberedReply> for Remembered {
                 next: grant_from_wire(released.next),
             },
         };
-        Ok(Remembered {
-            request: RequestId(v.request_id),
-            reply,
-            target: v.target.map(|t| RequestTarget {
+        let target = match v.target {
+            Some(t) => Some(RequestTarget {
+                mode: t
+                    .mode
+                    .map(|m| mode_from_wire(m, "target.mode"))
+                    .transpose()?,
                 namespace: t.namespace,
                 key: t.key,
             }),
+            None => None,
+        };
+        Ok(Remembered {
+            request: RequestId(v.request_id),
+            reply,
+            target,
         })
     }
 }
@@ -148,6 +157,7 @@ impl From<LockSnapshotEntry> for proto::LockRecord {
             session_id: h.session.0,
             token: h.token.0,
             granted_at_ms: h.granted_at.as_millis(),
+            slot: h.slot,
         });
         proto::LockRecord {
             namespace: v.namespace,
@@ -177,6 +187,7 @@ impl TryFrom<proto::HoldRecord> for HoldSnapshot {
             session: SessionId(v.session_id),
             token: Token(v.token),
             granted_at: Instant::from_millis(v.granted_at_ms),
+            slot: v.slot,
         })
     }
 }
@@ -237,6 +248,24 @@ impl From<LockSnapshot> for proto::LockSnapshot {
             audit_compacted_through: v.audit_compacted_through.0,
             events: v.events.into_iter().map(Into::into).collect(),
             events_compacted_through: v.events_compacted_through.0,
+            semaphores: v
+                .semaphores
+                .into_iter()
+                .map(|s| proto::SemaphoreRecord {
+                    namespace: s.namespace,
+                    key: s.key,
+                    permits: s.permits,
+                    permits_set_at: s.permits_set_at.0,
+                    floors: s
+                        .floors
+                        .into_iter()
+                        .map(|(slot, floor)| proto::SlotFloorRecord {
+                            slot,
+                            floor: floor.0,
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -256,6 +285,22 @@ impl TryFrom<proto::LockSnapshot> for LockSnapshot {
             audit_compacted_through: Revision(v.audit_compacted_through),
             events: each(v.events, "events")?,
             events_compacted_through: Revision(v.events_compacted_through),
+            // Absent in snapshots written before semaphores: none.
+            semaphores: v
+                .semaphores
+                .into_iter()
+                .map(|s| SemaphoreSnapshot {
+                    namespace: s.namespace,
+                    key: s.key,
+                    permits: s.permits,
+                    permits_set_at: Revision(s.permits_set_at),
+                    floors: s
+                        .floors
+                        .into_iter()
+                        .map(|f| (f.slot, Revision(f.floor)))
+                        .collect(),
+                })
+                .collect(),
         })
     }
 }

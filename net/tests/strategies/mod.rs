@@ -8,8 +8,8 @@ use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
     LockMode, LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply,
-    Reply, RequestId, RequestTarget, Revision, Role, SecretHash, SessionId, SessionProof,
-    SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+    Reply, RequestId, RequestTarget, Revision, Role, SecretHash, SemaphoreSnapshot, SessionId,
+    SessionProof, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -159,6 +159,15 @@ pub fn command() -> impl Strategy<Value = Command> {
                 token
             }
         ),
+        (actor(), text(), text(), any::<u32>(), text()).prop_map(
+            |(actor, namespace, key, permits, reason)| Command::SetSemaphore {
+                actor,
+                namespace,
+                key,
+                permits,
+                reason
+            }
+        ),
         (actor(), text(), class()).prop_map(|(actor, namespace, class)| Command::PutClass {
             actor,
             namespace,
@@ -209,7 +218,8 @@ pub fn command() -> impl Strategy<Value = Command> {
 
 pub fn acquire_reply() -> impl Strategy<Value = AcquireReply> {
     prop_oneof![
-        token().prop_map(|token| AcquireReply::Granted { token }),
+        (token(), option::of(any::<u32>()))
+            .prop_map(|(token, slot)| AcquireReply::Granted { token, slot }),
         any::<u32>().prop_map(|position| AcquireReply::Queued { position }),
         (session(), token()).prop_map(|(holder, token)| AcquireReply::Busy { holder, token }),
     ]
@@ -262,6 +272,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         (any::<bool>(), option::of(token()))
             .prop_map(|(removed, held)| Reply::WaitCancelled { removed, held }),
         (0..1_000usize).prop_map(|removed| Reply::WaitsExpired { removed }),
+        any::<u32>().prop_map(|previous_permits| Reply::SemaphoreSet { previous_permits }),
     ]
 }
 
@@ -285,7 +296,20 @@ fn cause() -> impl Strategy<Value = ReleaseCause> {
 
 pub fn event() -> impl Strategy<Value = Event> {
     let kind = prop_oneof![
-        (session(), token()).prop_map(|(session, token)| EventKind::Granted { session, token }),
+        (session(), token(), mode(), option::of(any::<u32>())).prop_map(
+            |(session, token, mode, slot)| EventKind::Granted {
+                session,
+                token,
+                mode,
+                slot
+            }
+        ),
+        (any::<u32>(), any::<u32>()).prop_map(|(permits, previous_permits)| {
+            EventKind::SemaphoreChanged {
+                permits,
+                previous_permits,
+            }
+        }),
         (session(), any::<u32>())
             .prop_map(|(session, position)| EventKind::Queued { session, position }),
         (session(), token(), cause()).prop_map(|(session, token, cause)| EventKind::Released {
@@ -332,6 +356,7 @@ fn audit_action() -> impl Strategy<Value = AuditAction> {
         Just(AuditAction::SessionRevoked),
         Just(AuditAction::ClassPut),
         Just(AuditAction::ClassRemoved),
+        Just(AuditAction::SemaphoreSet),
     ]
 }
 
@@ -347,6 +372,10 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
         (option::of(session()), option::of(any::<u64>()), text()),
         (roles(), text(), roles()),
         (option::of(any::<u64>()), next(), option::of(any::<bool>())),
+        (
+            option::of((any::<u32>(), any::<u32>())),
+            option::of(any::<u32>()),
+        ),
     )
         .prop_map(
             |(
@@ -355,6 +384,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                 (s, r, reason),
                 (actor_roles, requester, requester_roles),
                 (floor, next, revoke_session),
+                (permits, slot),
             )| {
                 AuditRecord {
                     revision: Revision(revision),
@@ -374,6 +404,8 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     floor: floor.map(Revision),
                     next,
                     revoke_session,
+                    permits,
+                    slot,
                 }
             },
         )
@@ -418,13 +450,13 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
             option::of(any::<u64>()),
             any::<u64>(),
         ),
-        mode(),
+        (mode(), option::of(any::<u32>())),
     )
         .prop_map(
             |(
                 (namespace, key, session, identity, token),
                 (granted_at, held, ttl, rem, hold),
-                mode,
+                (mode, slot),
             )| {
                 HoldInfo {
                     namespace,
@@ -432,6 +464,7 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
                     session,
                     identity,
                     token,
+                    slot,
                     granted_at,
                     held_for_ms: held,
                     session_ttl_ms: ttl,
@@ -444,7 +477,11 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
 }
 
 pub fn mode() -> impl Strategy<Value = LockMode> {
-    prop_oneof![Just(LockMode::Exclusive), Just(LockMode::Shared)]
+    prop_oneof![
+        Just(LockMode::Exclusive),
+        Just(LockMode::Shared),
+        Just(LockMode::Permit)
+    ]
 }
 
 pub fn key_info() -> impl Strategy<Value = KeyInfo> {
@@ -470,9 +507,18 @@ pub fn key_info() -> impl Strategy<Value = KeyInfo> {
         (any::<u64>(), text(), text(), class()),
         (vec(hold_info(), 0..3), 0..10_000usize, vec(waiter, 0..3)),
         (option::of(any::<u64>()), vec(force_release(), 0..2)),
+        (
+            option::of(any::<u32>()),
+            vec((any::<u32>(), any::<u64>()), 0..3),
+        ),
     )
         .prop_map(
-            |((revision, namespace, key, class), (holders, depth, waiters), (floor, pending))| {
+            |(
+                (revision, namespace, key, class),
+                (holders, depth, waiters),
+                (floor, pending),
+                (permits, slot_floors),
+            )| {
                 // As the state machine answers: `holder` is the first of `holders`, and a held
                 // key has a mode.
                 let holder = holders.first().cloned();
@@ -489,6 +535,11 @@ pub fn key_info() -> impl Strategy<Value = KeyInfo> {
                     pending_force_releases: pending,
                     holders,
                     mode,
+                    permits,
+                    slot_floors: slot_floors
+                        .into_iter()
+                        .map(|(slot, floor)| (slot, Revision(floor)))
+                        .collect(),
                 }
             },
         )
@@ -535,7 +586,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 (
                     any::<u64>(),
                     remembered_reply(),
-                    option::of((text(), text())),
+                    option::of((text(), text(), option::of(mode()))),
                 ),
                 0..3,
             ),
@@ -556,7 +607,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                         .map(|(r, reply, target)| Remembered {
                             request: RequestId(r),
                             reply,
-                            target: target.map(|(namespace, key)| RequestTarget { namespace, key }),
+                            target: target.map(|(namespace, key, mode)| RequestTarget {
+                                namespace,
+                                key,
+                                mode,
+                            }),
                         })
                         .collect(),
                     holds_lost,
@@ -567,7 +622,10 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
         (
             text(),
             text(),
-            vec((session(), token(), instant()), 1..3),
+            vec(
+                (session(), token(), instant(), option::of(any::<u32>())),
+                1..3,
+            ),
             mode(),
         ),
         (
@@ -582,10 +640,11 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 mode,
                 holders: holders
                     .into_iter()
-                    .map(|(session, token, granted_at)| HoldSnapshot {
+                    .map(|(session, token, granted_at, slot)| HoldSnapshot {
                         session,
                         token,
                         granted_at,
+                        slot,
                     })
                     .collect(),
                 waiters: waiters
@@ -600,12 +659,32 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 floor: Revision(floor),
             },
         );
+    let semaphore = (
+        text(),
+        text(),
+        any::<u32>(),
+        any::<u64>(),
+        vec((any::<u32>(), any::<u64>()), 0..3),
+    )
+        .prop_map(
+            |(namespace, key, permits, set_at, floors)| SemaphoreSnapshot {
+                namespace,
+                key,
+                permits,
+                permits_set_at: Revision(set_at),
+                floors: floors
+                    .into_iter()
+                    .map(|(slot, floor)| (slot, Revision(floor)))
+                    .collect(),
+            },
+        );
     (
         (config(), any::<u64>(), instant()),
         (vec(session_snapshot, 0..3), vec(lock, 0..3)),
         (vec((text(), class()), 0..3), vec(force_release(), 0..2)),
         (vec(audit_record(), 0..3), any::<u64>()),
         (vec(event(), 0..3), any::<u64>()),
+        vec(semaphore, 0..3),
     )
         .prop_map(
             |(
@@ -614,6 +693,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 (classes, force_releases),
                 (audit, audit_compacted),
                 (events, events_compacted),
+                semaphores,
             )| LockSnapshot {
                 config,
                 revision: Revision(revision),
@@ -626,6 +706,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 audit_compacted_through: Revision(audit_compacted),
                 events,
                 events_compacted_through: Revision(events_compacted),
+                semaphores,
             },
         )
 }

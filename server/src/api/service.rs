@@ -449,6 +449,18 @@ impl proto::admin_server::Admin for AdminService {
         self.mutate(request.into_inner().into_command(actor)?).await
     }
 
+    async fn set_semaphore(
+        &self,
+        request: Request<proto::SetSemaphoreRequest>,
+    ) -> Result<Response<proto::SetSemaphoreResponse>, Status> {
+        let ns = &request.get_ref().namespace;
+        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
+        let command = request.into_inner().into_command(actor)?;
+        let (reply, revision) = self.0.propose(command, 0).await?;
+        let response = proto::SetSemaphoreResponse::from_reply(reply, revision)?;
+        Ok(Response::new(response))
+    }
+
     async fn list_classes(
         &self,
         request: Request<proto::ListClassesRequest>,

@@ -141,6 +141,38 @@ mod tests {
     }
 
     #[test]
+    fn every_semaphore_permit_counts_for_holds_and_the_longest_hold() {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        let set = sm.apply(
+            Instant::from_millis(1),
+            Command::SetSemaphore {
+                actor: Actor::new("root", &[Role::ClassAdmin]),
+                namespace: "jobs".to_owned(),
+                key: "pool".to_owned(),
+                permits: 2,
+                reason: "two workers".to_owned(),
+            },
+        );
+        assert!(set.is_ok(), "{set:?}");
+        let a = session(&mut sm, 10, "a");
+        let b = session(&mut sm, 10, "b");
+        let c = session(&mut sm, 10, "c");
+        acquire_in(&mut sm, 1_000, a, 1, ("jobs", "pool"), LockMode::Permit);
+        acquire_in(&mut sm, 2_000, b, 1, ("jobs", "pool"), LockMode::Permit);
+        acquire_in(&mut sm, 3_000, c, 1, ("jobs", "pool"), LockMode::Permit); // queued
+        let stats = namespace_stats(&sm, Instant::from_millis(61_000));
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].holds, stats[0].waiters), (2, 1));
+        let longest = stats[0].longest_hold.as_ref().unwrap();
+        assert_eq!(
+            longest.held_for,
+            Duration::from_secs(60),
+            "the oldest permit"
+        );
+        assert_eq!(longest.queue_depth, 1);
+    }
+
+    #[test]
     fn stats_name_the_oldest_hold_its_class_and_the_queue() {
         let mut sm = LockStateMachine::new(LockConfig::default());
         let admin = Actor::new("root", &[Role::ClassAdmin]);

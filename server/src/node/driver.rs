@@ -686,7 +686,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         // A grant's token is the revision that granted it (a waiter is answered after the
         // revision that handed it the key, maybe with later commands of the batch applied).
         let revision = match &outcome {
-            Ok(Reply::Acquire(AcquireReply::Granted { token })) => Revision(token.0),
+            Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => Revision(token.0),
             _ => self.node.state().revision(),
         };
         let _ = pending.reply.send(Ok(Answered { outcome, revision }));

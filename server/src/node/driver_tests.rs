@@ -276,7 +276,7 @@ fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
     let b = h.session(leader);
     let c = h.session(leader);
     let mut rx = h.propose(leader, acquire(a, 1, false), 0);
-    let Ok(Reply::Acquire(AcquireReply::Granted { token: first })) =
+    let Ok(Reply::Acquire(AcquireReply::Granted { token: first, .. })) =
         h.answer(&mut rx).unwrap().outcome
     else {
         panic!("a should hold the key");
@@ -312,7 +312,7 @@ fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
     );
     assert!(h.answer(&mut release).unwrap().outcome.is_ok());
     let b_answer = h.answer(&mut b_rx).unwrap();
-    let Ok(Reply::Acquire(AcquireReply::Granted { token })) = b_answer.outcome else {
+    let Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) = b_answer.outcome else {
         panic!("b should be granted, got {b_answer:?}");
     };
     assert!(token > first, "tokens rise: {token:?} after {first:?}");
@@ -333,7 +333,7 @@ fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call() {
     let b = h.session(leader);
     let c = h.session(leader);
     let mut rx = h.propose(leader, acquire(a, 1, false), 0);
-    let Ok(Reply::Acquire(AcquireReply::Granted { token: first })) =
+    let Ok(Reply::Acquire(AcquireReply::Granted { token: first, .. })) =
         h.answer(&mut rx).unwrap().outcome
     else {
         panic!("a should hold the key");

@@ -92,12 +92,12 @@ impl State {
         let session = request.session_id;
         let reply = match self.holders.get(&key) {
             Some(&(holder, token)) if holder == session => {
-                acquire_reply::Kind::Granted(acquire_reply::Granted { token })
+                acquire_reply::Kind::Granted(acquire_reply::Granted { token, slot: None })
             }
             None if self.queues.get(&key).is_none_or(VecDeque::is_empty) => {
                 let token = self.next_revision();
                 self.holders.insert(key.clone(), (session, token));
-                acquire_reply::Kind::Granted(acquire_reply::Granted { token })
+                acquire_reply::Kind::Granted(acquire_reply::Granted { token, slot: None })
             }
             Some(&(holder, token)) if request.wait_ms == 0 => {
                 acquire_reply::Kind::Busy(acquire_reply::Busy {

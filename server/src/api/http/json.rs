@@ -66,8 +66,10 @@ pub struct HoldJson {
     /// Known on the leader only (`null` on a stale read from a follower).
     pub session_remaining_ms: Option<u64>,
     pub hold_ms_max_expected: u64,
-    /// `exclusive` or `shared`.
+    /// `exclusive`, `shared` or `permit`.
     pub mode: &'static str,
+    /// A semaphore permit's slot (`null` for a lock).
+    pub slot: Option<u32>,
 }
 
 impl From<&HoldInfo> for HoldJson {
@@ -84,6 +86,7 @@ impl From<&HoldInfo> for HoldJson {
             session_remaining_ms: h.session_remaining_ms,
             hold_ms_max_expected: h.hold_ms_max_expected,
             mode: h.mode.as_str(),
+            slot: h.slot,
         }
     }
 }
@@ -95,7 +98,7 @@ pub struct WaiterJson {
     pub position: u32,
     pub queued_at_ms: u64,
     pub waiting_for_ms: u64,
-    /// The mode it asked for: `exclusive` or `shared`.
+    /// The mode it asked for: `exclusive`, `shared` or `permit`.
     pub mode: &'static str,
 }
 
@@ -152,7 +155,7 @@ pub struct KeyInfoJson {
     pub class: ClassJson,
     /// The oldest holder (the only one of an exclusive key).
     pub holder: Option<HoldJson>,
-    /// `exclusive` or `shared`; `null` for a free key.
+    /// `exclusive`, `shared` or `permit`; `null` for a free key.
     pub mode: Option<&'static str>,
     /// Every holder, oldest first.
     pub holders: Vec<HoldJson>,
@@ -160,6 +163,10 @@ pub struct KeyInfoJson {
     pub waiters: Vec<WaiterJson>,
     pub floor: Option<u64>,
     pub pending_force_releases: Vec<ForceReleaseJson>,
+    /// N if the key is a semaphore (held or free); `null` for a lock.
+    pub permits: Option<u32>,
+    /// A semaphore's slot floors, by slot (empty for a lock).
+    pub slot_floors: Vec<SlotFloorJson>,
     /// Whether this answer is a replica's own applied state, possibly behind the leader
     /// (asked for with `?stale=true`, or no leader to forward to).
     pub stale: bool,
@@ -185,10 +192,26 @@ impl KeyInfoJson {
                 .iter()
                 .map(ForceReleaseJson::from)
                 .collect(),
+            permits: k.permits,
+            slot_floors: k
+                .slot_floors
+                .iter()
+                .map(|(slot, floor)| SlotFloorJson {
+                    slot: *slot,
+                    floor: floor.0,
+                })
+                .collect(),
             stale,
             stale_reason: None,
         }
     }
+}
+
+/// One slot's floor: the revision of its latest grant or force-release.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SlotFloorJson {
+    pub slot: u32,
+    pub floor: u64,
 }
 
 /// `GET /v1/namespaces/{ns}/holds`.

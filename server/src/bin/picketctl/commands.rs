@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::confirm::Confirm;
 use super::render::{self, fenced_words, holder_learns, Report};
-use super::{Ack, ClassesAction, Command, CtlError, ForceRelease};
+use super::{Ack, ClassesAction, Command, CtlError, ForceRelease, SemaphoreAction};
 
 pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlError> {
     match command {
@@ -73,6 +73,21 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
             Ok(render::audit(&client.query_audit(request).await?))
         }
         Command::ForceRelease(step) => force_release(client, step).await,
+        Command::Semaphore(SemaphoreAction::Set {
+            namespace,
+            key,
+            permits,
+            reason,
+        }) => {
+            let request = proto::SetSemaphoreRequest {
+                namespace: namespace.clone(),
+                key: key.clone(),
+                permits,
+                reason,
+            };
+            let response = client.set_semaphore(request).await?;
+            Ok(render::semaphore_set(&namespace, &key, permits, &response))
+        }
         Command::Session { .. } | Command::Lock { .. } | Command::Watch { .. } => Err(
             CtlError::Io("internal: a long-running command reached one_shot".into()),
         ),

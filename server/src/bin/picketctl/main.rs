@@ -123,6 +123,7 @@ pub enum Command {
         keep: bool,
     },
     /// Take a lock (waiting in the queue) and run CMD while holding it, or hold until ctrl-c.
+    /// With --permit: a permit of a semaphore key, the same way.
     ///
     /// CMD runs in its own process group, started only once the lock is held, with
     /// PICKET_TOKEN, PICKET_NAMESPACE, PICKET_KEY and PICKET_SESSION in its environment; the
@@ -148,8 +149,13 @@ pub enum Command {
         no_wait: bool,
         /// Take the key in shared mode, together with other shared holders (waits behind an
         /// exclusive request queued before it).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "permit")]
         shared: bool,
+        /// Take a permit of a semaphore key (declared with `semaphore set`): up to N holders
+        /// together, each in its own slot; CMD also gets PICKET_SLOT. Refused on a lock
+        /// (`not_a_semaphore`), as exclusive or shared on a semaphore (`key_is_semaphore`).
+        #[arg(long)]
+        permit: bool,
         /// Give up waiting after this long (e.g. 30s, 500ms, 2m; 1ms to one day; exit 4): the
         /// wait's server-side deadline, so the cluster itself removes the wait.
         #[arg(long, value_parser = parse_duration)]
@@ -236,6 +242,30 @@ pub enum Command {
     /// Two-person force-release of a stuck lock.
     #[command(subcommand)]
     ForceRelease(ForceRelease),
+    /// Counting semaphores: declare a key with N permits, change N, or remove it (role
+    /// class-admin). Take a permit with `picketctl lock --permit NS KEY -- CMD`.
+    #[command(subcommand)]
+    Semaphore(SemaphoreAction),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SemaphoreAction {
+    /// Declare NS/KEY a semaphore with --permits N (1..=1024), change its N, or remove the
+    /// declaration with --permits 0 (only when nobody holds or waits). Lowering N takes no
+    /// permit away: no permit is granted until fewer than N hold. Audited with --reason.
+    ///
+    /// Exit status: 0 done, 1 refused by the cluster (the rule is printed, e.g.
+    /// key_held_as_lock, semaphore_in_use, missing_role), 2 bad arguments, 6 unreachable.
+    Set {
+        namespace: String,
+        key: String,
+        /// N: 1..=1024, or 0 to remove the declaration.
+        #[arg(long)]
+        permits: u32,
+        /// Why (required; recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -509,6 +539,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             ttl_ms,
             no_wait,
             shared,
+            permit,
             timeout,
             kill_grace,
             name,
@@ -520,6 +551,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
                 ttl_ms,
                 no_wait,
                 shared,
+                permit,
                 timeout,
                 kill_grace,
                 name,

@@ -131,14 +131,16 @@ pub fn hold_json(hold: &proto::HoldInfo) -> Value {
         "session_remaining_ms": hold.session_remaining_ms,
         "hold_ms_max_expected": hold.hold_ms_max_expected,
         "mode": mode_word(hold.mode),
+        "slot": hold.slot,
     })
 }
 
-/// `exclusive` or `shared` (an unknown value as its number).
+/// `exclusive`, `shared` or `permit` (an unknown value as its number).
 fn mode_word(mode: i32) -> String {
     match proto::LockMode::try_from(mode) {
         Ok(proto::LockMode::Exclusive) => "exclusive".to_owned(),
         Ok(proto::LockMode::Shared) => "shared".to_owned(),
+        Ok(proto::LockMode::Permit) => "permit".to_owned(),
         Err(_) => format!("mode {mode}"),
     }
 }
@@ -198,22 +200,34 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
         })).collect::<Vec<_>>(),
         "floor": info.floor,
         "pending_force_releases": info.pending_force_releases.iter().map(force_release_json).collect::<Vec<_>>(),
+        "permits": info.permits,
+        "slot_floors": info.slot_floors.iter().map(|f| json!({"slot": f.slot, "floor": f.floor})).collect::<Vec<_>>(),
     });
     let mut human = format!(
         "{}/{} (revision {})\n",
         info.namespace, info.key, info.revision
     );
+    if let Some(permits) = info.permits {
+        let _ = writeln!(
+            human,
+            "  semaphore: {permits} permits, {} held",
+            info.holders.len()
+        );
+    }
     match &info.holder {
-        // A shared key: every holder on its own line.
-        Some(_) if info.mode == proto::LockMode::Shared as i32 => {
-            let _ = writeln!(human, "  mode:     shared, {} holders", info.holders.len());
+        // A shared key or a semaphore: every holder on its own line (with its slot).
+        Some(_) if info.mode == proto::LockMode::Shared as i32 || info.permits.is_some() => {
+            if info.permits.is_none() {
+                let _ = writeln!(human, "  mode:     shared, {} holders", info.holders.len());
+            }
             for hold in &info.holders {
+                let slot = hold.slot.map(|s| format!("slot {s}: ")).unwrap_or_default();
                 let remaining = hold
                     .session_remaining_ms
                     .map_or("unknown".to_owned(), seconds);
                 let _ = writeln!(
                     human,
-                    "    session {} — {}, token {}, held for {}, ttl {}, remaining {remaining}",
+                    "    {slot}session {} — {}, token {}, held for {}, ttl {}, remaining {remaining}",
                     hold.session_id,
                     identity_words(hold.identity.as_ref()),
                     hold.token,
@@ -267,6 +281,14 @@ pub fn key_info(info: &proto::KeyInfo) -> Report {
     }
     if let Some(floor) = info.floor {
         let _ = writeln!(human, "  floor:    {floor}");
+    }
+    if !info.slot_floors.is_empty() {
+        let floors: Vec<String> = info
+            .slot_floors
+            .iter()
+            .map(|f| format!("slot {} {}", f.slot, f.floor))
+            .collect();
+        let _ = writeln!(human, "  slot floors: {}", floors.join(", "));
     }
     for request in &info.pending_force_releases {
         let _ = writeln!(
@@ -446,7 +468,7 @@ pub fn event_json(event: &proto::Event) -> Value {
     let (kind, detail) = match &event.kind {
         Some(Kind::Granted(g)) => (
             "granted",
-            json!({"session_id": g.session_id, "token": g.token}),
+            json!({"session_id": g.session_id, "token": g.token, "mode": mode_word(g.mode), "slot": g.slot}),
         ),
         Some(Kind::Queued(q)) => (
             "queued",
@@ -467,6 +489,10 @@ pub fn event_json(event: &proto::Event) -> Value {
         Some(Kind::ClassChanged(c)) => (
             "class_changed",
             json!({"class": c.class, "removed": c.removed}),
+        ),
+        Some(Kind::SemaphoreChanged(c)) => (
+            "semaphore_changed",
+            json!({"permits": c.permits, "previous_permits": c.previous_permits}),
         ),
         None => ("unknown", json!({})),
     };
@@ -496,9 +522,17 @@ pub fn event_words(event: &proto::Event) -> String {
     use proto::event::Kind;
     let value = event_json(event);
     let what = match &event.kind {
-        Some(Kind::Granted(g)) => {
-            format!("granted to session {} with token {}", g.session_id, g.token)
-        }
+        Some(Kind::Granted(g)) => match g.slot {
+            Some(slot) => format!(
+                "permit slot {slot} granted to session {} with token {}",
+                g.session_id, g.token
+            ),
+            None if g.mode == proto::LockMode::Shared as i32 => format!(
+                "granted shared to session {} with token {}",
+                g.session_id, g.token
+            ),
+            None => format!("granted to session {} with token {}", g.session_id, g.token),
+        },
         Some(Kind::Queued(q)) => {
             format!("session {} queued at position {}", q.session_id, q.position)
         }
@@ -530,6 +564,13 @@ pub fn event_words(event: &proto::Event) -> String {
             "class {} {}",
             c.class,
             if c.removed { "removed" } else { "put" }
+        ),
+        Some(Kind::SemaphoreChanged(c)) if c.permits == 0 => {
+            format!("semaphore removed (had {} permits)", c.previous_permits)
+        }
+        Some(Kind::SemaphoreChanged(c)) => format!(
+            "semaphore set to {} permits (was {})",
+            c.permits, c.previous_permits
         ),
         None => value["kind"].as_str().unwrap_or("?").to_owned(),
     };
@@ -588,5 +629,37 @@ pub fn force_release_list(requests: &[proto::ForceReleaseInfo]) -> Report {
             );
         }
     }
+    Report { json, human }
+}
+
+pub fn semaphore_set(
+    namespace: &str,
+    key: &str,
+    permits: u32,
+    response: &proto::SetSemaphoreResponse,
+) -> Report {
+    let json = json!({
+        "namespace": namespace,
+        "key": key,
+        "permits": permits,
+        "previous_permits": response.previous_permits,
+        "revision": response.revision,
+    });
+    let previous = response.previous_permits;
+    let human = match (previous, permits) {
+        (p, n) if p == n => format!("{namespace}/{key}: unchanged ({n} permits)\n"),
+        (_, 0) => format!(
+            "{namespace}/{key}: no longer a semaphore (had {previous} permits; revision {})\n",
+            response.revision
+        ),
+        (0, n) => format!(
+            "{namespace}/{key}: a semaphore with {n} permits (revision {})\n",
+            response.revision
+        ),
+        (p, n) => format!(
+            "{namespace}/{key}: {n} permits (was {p}; revision {})\n",
+            response.revision
+        ),
+    };
     Report { json, human }
 }

@@ -82,6 +82,8 @@ pub struct LockArgs {
     pub no_wait: bool,
     /// Shared mode (else exclusive).
     pub shared: bool,
+    /// A permit of a semaphore key (neither exclusive nor shared).
+    pub permit: bool,
     /// Give up waiting for the lock after this long (and leave the queue).
     pub timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
@@ -150,6 +152,7 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
         ttl_ms,
         no_wait,
         shared,
+        permit,
         timeout,
         kill_grace,
         name,
@@ -216,6 +219,13 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
     let acquired = tokio::select! {
         guard = async {
             match (no_wait, shared, timeout) {
+                _ if permit => match (no_wait, timeout) {
+                    (true, _) => session.try_acquire_permit(namespace, key).await,
+                    (false, Some(timeout)) => {
+                        session.acquire_permit_within(namespace, key, timeout).await
+                    }
+                    (false, None) => session.acquire_permit(namespace, key).await,
+                },
                 (true, false, _) => session.try_lock(namespace, key).await,
                 (true, true, _) => session.try_lock_shared(namespace, key).await,
                 (false, false, Some(timeout)) => session.lock_within(namespace, key, timeout).await,
@@ -254,9 +264,13 @@ pub async fn lock(global: &Global, args: LockArgs, json: bool) -> Result<u8, Ctl
     say(
         json,
         json!({"event": "acquired", "namespace": namespace, "key": key, "token": guard.token().0,
-               "session_id": session.id(), "pid": group.as_ref().map(Group::pid)}),
+               "slot": guard.slot(), "session_id": session.id(), "pid": group.as_ref().map(Group::pid)}),
         &format!(
-            "holding {namespace}/{key} with token {} (session {}{})",
+            "holding {namespace}/{key}{} with token {} (session {}{})",
+            guard
+                .slot()
+                .map(|slot| format!(" permit slot {slot}"))
+                .unwrap_or_default(),
             guard.token().0,
             session.id(),
             group
@@ -431,12 +445,15 @@ async fn run_under(
     signals: &mut Signals,
     json: bool,
 ) -> Result<u8, CtlError> {
-    let env = [
+    let mut env = vec![
         ("PICKET_TOKEN", guard.token().0.to_string()),
         ("PICKET_NAMESPACE", guard.namespace().to_owned()),
         ("PICKET_KEY", guard.key().to_owned()),
         ("PICKET_SESSION", guard.session_id().to_string()),
     ];
+    if let Some(slot) = guard.slot() {
+        env.push(("PICKET_SLOT", slot.to_string()));
+    }
     if let Err(error) = group.start(&env).await {
         group.abandon().await;
         return Err(error);

@@ -267,6 +267,12 @@ impl Admin for FakeAdmin {
     ) -> Result<Response<proto::RemoveClassResponse>, Status> {
         nope()
     }
+    async fn set_semaphore(
+        &self,
+        _: Request<proto::SetSemaphoreRequest>,
+    ) -> Result<Response<proto::SetSemaphoreResponse>, Status> {
+        nope()
+    }
     async fn list_classes(
         &self,
         _: Request<proto::ListClassesRequest>,
@@ -608,6 +614,9 @@ fn the_audit_text_shows_time_kind_people_roles_floor_next_and_revocation() {
             token: 50,
         }),
         revoke_session: Some(false),
+        previous_permits: None,
+        permits: None,
+        slot: None,
     };
     let report = render::audit(&proto::QueryAuditResponse {
         records: vec![record],
@@ -650,6 +659,8 @@ fn watch_text_shows_log_time_and_who() {
         kind: Some(proto::event::Kind::Granted(proto::event::Granted {
             session_id: 3,
             token: 7,
+            mode: 0,
+            slot: None,
         })),
     };
     let words = render::event_words(&event);

@@ -1,0 +1,357 @@
+//! End-to-end: counting semaphores (issue 15), through the Rust client library and `picketctl`
+//! against three real `picketd` processes. `picketctl semaphore set` declares a key with 2
+//! permits; two sessions (one of them `picketctl lock --permit`) hold distinct slots while a
+//! third queues; a release hands the freed slot to the waiter, and a `FencingGate` fencing per
+//! slot refuses the superseded holder of that slot; lowering N keeps the holders and grants
+//! nothing until fewer than N hold; a two-person force-release of one holder raises its slot's
+//! floor; `picketctl inspect` shows N, the slots and their floors.
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use picket_net::client::{Client, ClientConfig, ClientError, Credentials, Session};
+use picket_net::fencing::{FencingError, FencingGate};
+use picket_net::proto;
+use support::*;
+
+const NS: &str = "jobs";
+const KEY: &str = "render-pool";
+const ELECTION: Duration = Duration::from_secs(10);
+
+fn config(cluster: &Cluster, name: &str) -> ClientConfig {
+    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
+    config.session_ttl = Some(Duration::from_secs(10));
+    config
+}
+
+async fn session(cluster: &Cluster, name: &str) -> Session {
+    Client::new(config(cluster, name))
+        .unwrap()
+        .create_session()
+        .await
+        .unwrap()
+}
+
+fn picketctl(cluster: &Cluster, principal: &str, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+    command
+        .arg("--endpoints")
+        .arg(cluster.endpoints.join(","))
+        .arg("--principal")
+        .arg(principal)
+        .arg("--roles")
+        .arg("class-admin,on-call")
+        .env_remove("PICKET_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .args(args);
+    command
+}
+
+async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
+    let out = command.output().await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
+async fn eventually(
+    cluster: &Cluster,
+    leader: usize,
+    what: &str,
+    ok: impl Fn(&proto::KeyInfo) -> bool,
+) -> proto::KeyInfo {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
+            .await
+            .unwrap();
+        if ok(&info) {
+            return info;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (session, token, slot) of every holder, oldest first.
+fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64, Option<u32>)> {
+    info.holders
+        .iter()
+        .map(|h| (h.session_id, h.token, h.slot))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(ELECTION).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let slot_file = dir.path().join("slot");
+
+    // A permit of a key that is no semaphore is refused by rule.
+    let a = session(&cluster, "worker-a").await;
+    let refused = a.try_acquire_permit(NS, KEY).await.unwrap_err();
+    assert_eq!(refused.rule(), Some("not_a_semaphore"), "{refused}");
+
+    // The operator declares 2 permits.
+    let set = json_of(picketctl(
+        &cluster,
+        "carol",
+        &[
+            "--json",
+            "semaphore",
+            "set",
+            NS,
+            KEY,
+            "--permits",
+            "2",
+            "--reason",
+            "two render workers",
+        ],
+    ))
+    .await;
+    assert_eq!(set["previous_permits"], 0, "{set}");
+    assert_eq!(set["permits"], 2, "{set}");
+    // An exclusive lock of the semaphore is refused: never silently shared.
+    let refused = a.try_lock(NS, KEY).await.unwrap_err();
+    assert_eq!(refused.rule(), Some("key_is_semaphore"), "{refused}");
+
+    // Two holders in distinct slots: the client library and picketctl lock --permit.
+    let permit_a = a.acquire_permit(NS, KEY).await.unwrap();
+    assert_eq!(permit_a.slot(), Some(0));
+    let script = format!(
+        "echo \"$PICKET_SLOT\" > '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        slot_file.display(),
+        stop.display()
+    );
+    let mut ctl_holder = picketctl(
+        &cluster,
+        "svc",
+        &["lock", "--permit", NS, KEY, "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    let info = eventually(&cluster, leader, "two permits held", |i| {
+        i.holders.len() == 2
+    })
+    .await;
+    assert_eq!(info.permits, Some(2));
+    assert_eq!(info.mode, proto::LockMode::Permit as i32);
+    let ctl_hold = info.holders[1].clone();
+    assert_eq!(ctl_hold.slot, Some(1), "distinct slots");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&slot_file).map_or(true, |s| s.trim().is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "CMD ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&slot_file).unwrap().trim(), "1");
+
+    // The resource fences per slot.
+    let gate = FencingGate::new(64);
+    let fence_key = format!("{NS}/{KEY}");
+    gate.check_slot(&fence_key, 0, permit_a.token()).unwrap();
+    gate.check_slot(&fence_key, 1, proto_token(ctl_hold.token))
+        .unwrap();
+
+    // A third session queues; busy without waiting.
+    let c = session(&cluster, "worker-c").await;
+    assert!(matches!(
+        c.try_acquire_permit(NS, KEY).await,
+        Err(ClientError::Held { .. })
+    ));
+    let busy = picketctl(
+        &cluster,
+        "svc",
+        &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
+    )
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire_permit(NS, KEY).await }
+    });
+    eventually(&cluster, leader, "c queues", |i| {
+        i.waiters.iter().map(|w| w.session_id).collect::<Vec<_>>() == vec![c.id()]
+    })
+    .await;
+
+    // a's permit frees: c gets slot 0 with a token above a's.
+    let a_token = permit_a.token();
+    permit_a.release().await.unwrap();
+    let permit_c = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("c is granted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(permit_c.slot(), Some(0), "the freed slot");
+    assert!(permit_c.token() > a_token);
+    // The new holder of slot 0 writes; the superseded one is refused; slot 1 is not.
+    gate.check_slot(&fence_key, 0, permit_c.token()).unwrap();
+    assert!(matches!(
+        gate.check_slot(&fence_key, 0, a_token),
+        Err(FencingError::StaleSlot { slot: 0, .. })
+    ));
+    gate.check_slot(&fence_key, 1, proto_token(ctl_hold.token))
+        .unwrap();
+
+    // picketctl inspect shows N, every holder's slot and the slot floors.
+    let shown = json_of(picketctl(&cluster, "svc", &["--json", "inspect", NS, KEY])).await;
+    assert_eq!(shown["permits"], 2, "{shown}");
+    assert_eq!(shown["mode"], "permit", "{shown}");
+    let slots: Vec<u64> = shown["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["slot"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        slots,
+        vec![1, 0],
+        "oldest first: the picketctl holder, then c"
+    );
+    assert_eq!(
+        shown["slot_floors"][0]["floor"],
+        permit_c.token().0,
+        "{shown}"
+    );
+    let human = picketctl(&cluster, "svc", &["inspect", NS, KEY])
+        .output()
+        .await
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("semaphore: 2 permits, 2 held"), "{human}");
+
+    // Lowering N to 1 keeps both holders; a new request waits until fewer than 1 hold.
+    let mut admin_config = config(&cluster, "ops");
+    admin_config.credentials = Credentials {
+        principal: Some("carol".into()),
+        roles: Some("class-admin".into()),
+        bearer: None,
+    };
+    let admin = Client::new(admin_config).unwrap();
+    let lowered = admin
+        .set_semaphore(proto::SetSemaphoreRequest {
+            namespace: NS.into(),
+            key: KEY.into(),
+            permits: 1,
+            reason: "one GPU left".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(lowered.previous_permits, 2);
+    assert!(lowered.revision > 0);
+    let d = session(&cluster, "worker-d").await;
+    let d_waiting = tokio::spawn({
+        let d = d.clone();
+        async move { d.acquire_permit(NS, KEY).await }
+    });
+    let info = eventually(&cluster, leader, "d queues", |i| i.waiters.len() == 1).await;
+    assert_eq!(info.permits, Some(1));
+    assert_eq!(info.holders.len(), 2, "lowering N takes no permit away");
+
+    // Two-person force-release of c (by session and token): one holder is left, N is 1, so d
+    // still waits; slot 0's floor is the release.
+    let token_arg = permit_c.token().0.to_string();
+    let session_arg = c.id().to_string();
+    let requested = json_of(picketctl(
+        &cluster,
+        "alice",
+        &[
+            "--json",
+            "force-release",
+            "request",
+            NS,
+            KEY,
+            "--token",
+            &token_arg,
+            "--session",
+            &session_arg,
+            "--reason",
+            "render job wedged",
+        ],
+    ))
+    .await;
+    let id = requested["force_release_id"].as_u64().unwrap().to_string();
+    let approved = json_of(picketctl(
+        &cluster,
+        "bob",
+        &[
+            "--json",
+            "force-release",
+            "approve",
+            &id,
+            "--ack",
+            "advisory",
+        ],
+    ))
+    .await;
+    assert_eq!(approved["released_token"], permit_c.token().0, "{approved}");
+    let floor = approved["floor"].as_u64().unwrap();
+    let info = eventually(&cluster, leader, "c released", |i| i.holders.len() == 1).await;
+    assert_eq!(
+        holders(&info),
+        vec![(ctl_hold.session_id, ctl_hold.token, Some(1))]
+    );
+    assert!(
+        info.slot_floors
+            .iter()
+            .any(|f| f.slot == 0 && f.floor == floor),
+        "{info:?}"
+    );
+    assert!(!d_waiting.is_finished(), "1 holder of 1 permit: d waits");
+
+    // The picketctl holder ends: d is granted slot 0 (the only slot below N).
+    std::fs::write(&stop, b"").unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), ctl_holder.wait())
+        .await
+        .expect("picketctl exits when its command does")
+        .unwrap();
+    assert!(code.success(), "{code:?}");
+    let permit_d = tokio::time::timeout(Duration::from_secs(10), d_waiting)
+        .await
+        .expect("d is granted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(permit_d.slot(), Some(0));
+    assert!(permit_d.token().0 > floor);
+    gate.check_slot(&fence_key, 0, permit_d.token()).unwrap();
+    assert!(matches!(
+        gate.check_slot(&fence_key, 0, permit_c.token()),
+        Err(FencingError::StaleSlot { .. })
+    ));
+    permit_d.release().await.unwrap();
+
+    // Free again, the declaration stays until removed.
+    let removed = json_of(picketctl(
+        &cluster,
+        "carol",
+        &[
+            "--json",
+            "semaphore",
+            "set",
+            NS,
+            KEY,
+            "--permits",
+            "0",
+            "--reason",
+            "done",
+        ],
+    ))
+    .await;
+    assert_eq!(removed["previous_permits"], 1, "{removed}");
+    let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
+        .await
+        .unwrap();
+    assert_eq!(info.permits, None);
+}
+
+fn proto_token(token: u64) -> picket_core::locks::Token {
+    picket_core::locks::Token(token)
+}
