@@ -42,6 +42,7 @@ mod guard;
 mod keepalive;
 mod session;
 mod state;
+mod stream;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 mod tls;
@@ -60,6 +61,7 @@ pub use guard::LockGuard;
 pub use keepalive::{keepalive_attempt_timeout, KeepAliveAck};
 pub use session::{Closed, Session, SessionEvents};
 pub use state::{jeopardy_after, SessionEvent, SessionState};
+pub use stream::Transport;
 pub use tls::{endpoint_uri_for, TlsConfig, TlsMismatch};
 
 /// A handle on a Picket cluster. Cheap to clone; sessions created from it share its routing.

@@ -355,6 +355,10 @@ impl Lock for Replica {
     ) -> Result<Response<Self::SessionStream>, Status> {
         use proto::session_request::Request as In;
         use proto::session_response::Response as Out;
+        if self.state().old_form_errors {
+            // A server from before the standard error form has no Session method either.
+            return Err(Status::unimplemented(""));
+        }
         self.check_leader()?;
         let mut inbound = request.into_inner();
         let (sender, receiver) = mpsc::channel(16);
@@ -438,9 +442,21 @@ impl Lock for Replica {
             request.key.clone(),
         ));
         let started = Instant::now();
+        let mut first = true;
         loop {
             let (reply, revision, lost_in_change) = {
                 let mut state = self.state();
+                // A held wait that left the queue meanwhile (cancelled) ends, as on the server.
+                let queued = state
+                    .queues
+                    .get(&request.key)
+                    .is_some_and(|queue| queue.contains(&request.session_id));
+                let holds =
+                    state.holders.get(&request.key).map(|(s, _)| *s) == Some(request.session_id);
+                if !first && !queued && !holds {
+                    return Err(refusal(tonic::Code::Aborted, "wait_cancelled"));
+                }
+                first = false;
                 let reply = state.apply_acquire(&request);
                 let lost = state.acquires_lost_in_leader_change > 0;
                 if lost {
