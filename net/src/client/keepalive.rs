@@ -1,5 +1,6 @@
-//! The background task that keeps one session alive over a `KeepAlive` stream, and decides
-//! when the session must be considered lost.
+//! The background task that keeps one session alive, on the client's `Session` stream or (with
+//! `Transport::Unary`) over a `KeepAlive` stream of its own, and decides when the session must
+//! be considered lost.
 //!
 //! The deadline is `send time of the last acknowledged keepalive + ttl - margin` (the server
 //! counts the same TTL from its *receipt*, which is later, and the margin, `clock_drift_ppm`
