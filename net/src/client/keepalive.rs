@@ -276,7 +276,11 @@ pub(crate) async fn run(
     liveness: Arc<Liveness>,
 ) {
     let mut lost = liveness.lost.subscribe();
+    // Biased (checked in order): when two are ready at once, the same one wins every run (an
+    // unbiased select draws from a per-thread random source, which the simulator's seed does
+    // not reach).
     tokio::select! {
+        biased;
         () = watch_deadline(&liveness) => {
             liveness.lose(liveness.expired_ttl_ms());
         }

@@ -54,9 +54,11 @@ pub(crate) async fn open(
     tokio::spawn(async move {
         let _slot = slot;
         loop {
+            // Biased (checked in order): no draw from a random source, same run in the simulator.
             let next = tokio::select! {
-                next = inbound.message() => next,
+                biased;
                 () = stopped(&mut shutdown) => return,
+                next = inbound.message() => next,
             };
             let next = match next {
                 Ok(Some(next)) => next,
@@ -99,9 +101,10 @@ pub(crate) async fn open(
             tokio::spawn(async move {
                 // A reader gone or a server stopping drops the call, as it does a unary one.
                 let answer = tokio::select! {
-                    answer = dispatch(&service, &principal, request) => answer,
-                    () = tx.closed() => return,
+                    biased;
                     () = stopped(&mut shutdown) => return,
+                    () = tx.closed() => return,
+                    answer = dispatch(&service, &principal, request) => answer,
                 };
                 // Free before the answer leaves: a client that saw it may use the room at once.
                 drop(permit);
