@@ -416,7 +416,7 @@ async fn keep_alive_on_session_stream(
                     "{uri}: a keepalive went unanswered for {} ms",
                     attempt.as_millis()
                 ));
-                cluster.streams.abandon(&uri, why).await;
+                cluster.streams.abandon(&uri, why);
                 StreamEnd::Broken
             }
         };

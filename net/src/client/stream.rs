@@ -53,7 +53,10 @@ pub enum Transport {
 /// The client's `Session` stream: at most one open, to the replica last used.
 #[derive(Default)]
 pub(crate) struct SessionStreams {
-    open: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    open: Mutex<Option<Arc<Conn>>>,
+    /// Held while a stream is being opened, so that callers arriving meanwhile use it rather
+    /// than open their own (never held by [`SessionStreams::abandon`], which must not wait).
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// One open `Session` stream.
@@ -149,13 +152,29 @@ impl SessionStreams {
 
     /// Gives up the stream to `uri`, if it is the open one: its callers in flight fail (and
     /// retry on a new stream). For a stream that left a keepalive unanswered too long.
-    pub(crate) async fn abandon(&self, uri: &str, why: Status) {
-        let mut open = self.open.lock().await;
-        if open.as_ref().is_some_and(|conn| conn.uri == uri) {
-            if let Some(conn) = open.take() {
-                conn.shared.end(why);
+    pub(crate) fn abandon(&self, uri: &str, why: Status) {
+        let abandoned = {
+            let mut open = self.open();
+            match open.as_ref() {
+                Some(conn) if conn.uri == uri => open.take(),
+                _ => None,
             }
+        };
+        if let Some(conn) = abandoned {
+            conn.shared.end(why);
         }
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, Option<Arc<Conn>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open stream to `uri`, if it has not ended.
+    fn live_to(&self, uri: &str) -> Option<Arc<Conn>> {
+        self.open()
+            .as_ref()
+            .filter(|conn| conn.uri == uri && conn.shared.ended().is_none())
+            .cloned()
     }
 
     async fn conn_to(
@@ -164,13 +183,15 @@ impl SessionStreams {
         uri: &str,
         channel: Channel,
     ) -> Result<Arc<Conn>, Status> {
-        let mut open = self.open.lock().await;
-        if let Some(conn) = open.as_ref() {
-            if conn.uri == uri && conn.shared.ended().is_none() {
-                return Ok(conn.clone());
-            }
+        if let Some(conn) = self.live_to(uri) {
+            return Ok(conn);
         }
-        if let Some(old) = open.take() {
+        let _opening = self.opening.lock().await;
+        if let Some(conn) = self.live_to(uri) {
+            return Ok(conn); // opened by the caller before us
+        }
+        let old = self.open().take();
+        if let Some(old) = old {
             // Moved to another replica: what is still in flight there is retried here.
             old.shared
                 .end(Status::unavailable(format!("{}: left for {uri}", old.uri)));
@@ -191,7 +212,7 @@ impl SessionStreams {
             shared,
             reader,
         });
-        *open = Some(conn.clone());
+        *self.open() = Some(conn.clone());
         Ok(conn)
     }
 }
