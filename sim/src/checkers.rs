@@ -3,7 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::{AckedOp, Checker, FinalKind, History, Violation};
+use crate::history::{
+    Accepted, Access, AckedOp, Ask, Checker, FinalKind, History, LogEvent, LogKind, Mode, Outcome,
+    Violation, WaitCause,
+};
 
 fn violation(checker: Checker, detail: String) -> Violation {
     Violation { checker, detail }
@@ -17,20 +20,24 @@ pub fn check_all(history: &History) -> Vec<Violation> {
     found.extend(no_acked_loss(history));
     found.extend(session_kept(history));
     found.extend(liveness(history));
+    found.extend(waits_end(history));
     found
 }
 
 /// Checker 1: Tokens rise strictly per key, across leaders and restarts: every replica (every boot of
 /// it) sees a key's grants with strictly rising tokens, and all replicas agree on the grant at
-/// each revision.
+/// each revision. The one exception is a run of shared waiters granted together: its grants
+/// share their revision, so they share their token (docs/locks.md, "Shared locks").
 pub fn tokens_rise(history: &History) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut last_per_boot: BTreeMap<(u64, u64, &str), u64> = BTreeMap::new();
+    let mut last_per_boot: BTreeMap<(u64, u64, &str), (u64, u64)> = BTreeMap::new();
     let mut at_revision: BTreeMap<(&str, u64), (u64, u64)> = BTreeMap::new();
     for grant in &history.grants {
         let at = (grant.node, grant.boot, grant.key.as_str());
-        if let Some(last) = last_per_boot.insert(at, grant.token) {
-            if grant.token <= last {
+        if let Some((last, last_revision)) = last_per_boot.insert(at, (grant.token, grant.revision))
+        {
+            let same_run = grant.token == last && grant.revision == last_revision;
+            if grant.token <= last && !same_run {
                 found.push(violation(
                     Checker::TokensRise,
                     format!(
@@ -72,46 +79,144 @@ pub fn tokens_rise(history: &History) -> Vec<Violation> {
     found
 }
 
-/// Checker 2: The fenced resource never accepts a write whose token is lower than one it accepted for
-/// the key, and every accepted write's token was really granted for that key.
+/// The unit a fencing token fences: a key. (A semaphore permit would be fenced per slot: the
+/// unit would be the key and the permit's slot; docs/simulation.md, "Adding semaphores".)
+fn fence_unit(access: &Accepted) -> &str {
+    access.key.as_str()
+}
+
+/// Checker 2: fenced exclusion, per key, in the order the fenced resource accepted accesses
+/// (writers write with `FencingGate::check`, shared holders read with `check_read`):
+/// - no access carries a token below a **write** token accepted before it: an exclusive
+///   holder's accepted write ends every earlier holder, so two exclusive holders overlapping, or
+///   a reader whose token is below a writer's accepted before it, is a violation; reads raise
+///   nothing, so two shared holders' reads interleave freely;
+/// - every accepted token was granted for that key (a replica's watch log or a client's
+///   acknowledgement), a write's token never only in shared mode (a reader writing);
+/// - a grant acknowledged as exclusive shares its revision with no other session's grant of the
+///   key (only a run of shared waiters is granted together).
+///
+/// Not a violation, because the gate does not promise it (docs/locks.md, "Shared locks": reads
+/// record nothing): a superseded writer's write accepted after a later reader's read, whose token
+/// is above the writer's. [`stale_writes_over_reads`] counts them (`over_reads=` in the SIM line).
 pub fn fencing(history: &History) -> Vec<Violation> {
-    let granted: BTreeSet<(&str, u64)> = history
-        .grants
-        .iter()
-        .map(|g| (g.key.as_str(), g.token))
-        .chain(history.acked.iter().filter_map(|op| match op {
-            AckedOp::Grant { key, token, .. } => Some((key.as_str(), *token)),
-            _ => None,
-        }))
-        .collect();
+    let mut modes: BTreeMap<(&str, u64), BTreeSet<Mode>> = BTreeMap::new();
+    let mut acked_sessions: BTreeMap<(&str, u64), BTreeSet<(u64, Mode)>> = BTreeMap::new();
+    for op in &history.acked {
+        if let AckedOp::Grant {
+            key,
+            token,
+            session,
+            mode,
+        } = op
+        {
+            modes
+                .entry((key.as_str(), *token))
+                .or_default()
+                .insert(*mode);
+            acked_sessions
+                .entry((key.as_str(), *token))
+                .or_default()
+                .insert((*session, *mode));
+        }
+    }
+    let mut granted_to: BTreeMap<(&str, u64), BTreeSet<u64>> = BTreeMap::new();
+    for g in &history.grants {
+        granted_to
+            .entry((g.key.as_str(), g.token))
+            .or_default()
+            .insert(g.session);
+    }
+    let granted = |key: &str, token: u64| {
+        granted_to.contains_key(&(key, token)) || modes.contains_key(&(key, token))
+    };
     let mut found = Vec::new();
-    let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
-    for write in &history.writes {
-        let key = write.key.as_str();
-        if let Some(&high) = highest.get(key) {
-            if write.token < high {
+    let mut highest_write: BTreeMap<&str, u64> = BTreeMap::new();
+    for access in &history.accepted {
+        let unit = fence_unit(access);
+        let what = match access.access {
+            Access::Write => "write",
+            Access::Read => "read",
+        };
+        if let Some(&high) = highest_write.get(unit) {
+            if access.token < high {
                 found.push(violation(
                     Checker::Fencing,
                     format!(
-                        "resource accepted `{key}` token {} from client {} at {} ms after token {high}",
-                        write.token, write.client, write.at_ms
+                        "resource accepted a {what} of `{unit}` with token {} from client {} at {} ms after a write with token {high}",
+                        access.token, access.client, access.at_ms
                     ),
                 ));
             }
         }
-        let high = highest.entry(key).or_insert(write.token);
-        *high = (*high).max(write.token);
-        if !granted.contains(&(key, write.token)) {
+        if access.access == Access::Write {
+            let high = highest_write.entry(unit).or_insert(access.token);
+            *high = (*high).max(access.token);
+        }
+        if !granted(&access.key, access.token) {
             found.push(violation(
                 Checker::Fencing,
                 format!(
-                    "resource accepted `{key}` token {} from client {} that no replica granted",
-                    write.token, write.client
+                    "resource accepted a {what} of `{}` with token {} from client {} that no replica granted",
+                    access.key, access.token, access.client
+                ),
+            ));
+        }
+        let only_shared = modes
+            .get(&(access.key.as_str(), access.token))
+            .is_some_and(|m| !m.contains(&Mode::Exclusive));
+        if access.access == Access::Write && only_shared {
+            found.push(violation(
+                Checker::Fencing,
+                format!(
+                    "resource accepted a write of `{}` with token {} from client {}, granted only shared",
+                    access.key, access.token, access.client
+                ),
+            ));
+        }
+    }
+    for (&(key, token), acked) in &acked_sessions {
+        let Some(&(exclusive, _)) = acked.iter().find(|(_, m)| *m == Mode::Exclusive) else {
+            continue;
+        };
+        let others: BTreeSet<u64> = granted_to
+            .get(&(key, token))
+            .into_iter()
+            .flatten()
+            .chain(acked.iter().map(|(s, _)| s))
+            .copied()
+            .filter(|s| *s != exclusive)
+            .collect();
+        if !others.is_empty() {
+            found.push(violation(
+                Checker::Fencing,
+                format!(
+                    "`{key}` token {token} was granted exclusive to session {exclusive} and also to sessions {others:?}"
                 ),
             ));
         }
     }
     found
+}
+
+/// How many writes the resource accepted from a superseded writer after a later reader's read of
+/// the key (the read's token above the write's, no write at or above the read's token between):
+/// what the gate does not refuse (reads record nothing). Not a violation; see [`fencing`].
+pub fn stale_writes_over_reads(history: &History) -> usize {
+    let mut highest_read: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut count = 0;
+    for access in &history.accepted {
+        let unit = fence_unit(access);
+        let read = highest_read.get(unit).copied().unwrap_or(0);
+        match access.access {
+            Access::Read => {
+                highest_read.insert(unit, read.max(access.token));
+            }
+            Access::Write if access.token < read => count += 1,
+            Access::Write => {}
+        }
+    }
+    count
 }
 
 /// Checker 3: Replicas' applied prefixes are identical: every digest reported for a revision (by any
@@ -270,6 +375,215 @@ pub fn liveness(history: &History) -> Vec<Violation> {
             ),
         )],
     }
+}
+
+/// Where a session stands with a key in one replica boot's lock log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaitState {
+    /// Queued at this log time.
+    Waiting { queued_ms: u64 },
+    /// Not waiting: its wait was removed (`why`), it was granted, or its hold ended.
+    NotWaiting { why: &'static str, revision: u64 },
+}
+
+/// A grant by hand-off (see [`waits_end`]) in one replica boot's lock log, with where its
+/// session stood with the key just before (`None`: not known, its earlier events fell before
+/// the stream began).
+struct HandOff<'h> {
+    event: &'h LogEvent,
+    token: u64,
+    before: Option<WaitState>,
+}
+
+/// Every hand-off grant of every replica boot's lock log, in log order per boot.
+fn hand_offs(history: &History) -> Vec<HandOff<'_>> {
+    let mut streams: BTreeMap<(u64, u64), Vec<&LogEvent>> = BTreeMap::new();
+    for e in &history.log {
+        streams.entry((e.node, e.boot)).or_default().push(e);
+    }
+    let mut found = Vec::new();
+    for events in streams.values() {
+        let mut state: BTreeMap<(u64, &str), WaitState> = BTreeMap::new();
+        let mut last_revision = 0;
+        let mut i = 0;
+        while i < events.len() {
+            let revision = events[i].revision;
+            let end = events[i..]
+                .iter()
+                .position(|e| e.revision != revision)
+                .map_or(events.len(), |n| i + n);
+            // A revision seen again (the watcher started over within a boot) is skipped.
+            if revision > last_revision {
+                last_revision = revision;
+                // Keys something happened to earlier in this revision.
+                let mut touched: BTreeSet<&str> = BTreeSet::new();
+                for e in &events[i..end] {
+                    let key = e.key.as_str();
+                    let pair = (e.session, key);
+                    let why = match e.kind {
+                        LogKind::Queued => None,
+                        LogKind::Granted { token } => {
+                            if touched.contains(key) {
+                                found.push(HandOff {
+                                    event: e,
+                                    token,
+                                    before: state.get(&pair).copied(),
+                                });
+                            }
+                            Some("granted")
+                        }
+                        LogKind::WaitRemoved {
+                            cause: WaitCause::Cancelled,
+                        } => Some("cancelled"),
+                        LogKind::WaitRemoved {
+                            cause: WaitCause::Expired,
+                        } => Some("expired"),
+                        LogKind::WaitRemoved {
+                            cause: WaitCause::SessionEnded,
+                        } => Some("ended with its session"),
+                        LogKind::HoldEnded { .. } => Some("a hold that ended"),
+                    };
+                    let next = match why {
+                        None => WaitState::Waiting {
+                            queued_ms: e.time_ms,
+                        },
+                        Some(why) => WaitState::NotWaiting {
+                            why,
+                            revision: e.revision,
+                        },
+                    };
+                    state.insert(pair, next);
+                    touched.insert(key);
+                }
+            }
+            i = end;
+        }
+    }
+    found
+}
+
+/// Checker 7: no grant to a cancelled or expired wait. The evidence and what it shows:
+///
+/// - **The lock log** of every replica boot (the watcher's stream, in log order; a revision seen
+///   again in a stream is skipped). A waiter is granted only by a *hand-off*: a revision in which
+///   something else happened to the key first (a release, a wait removed, a force-release, a
+///   session's end), while a fresh grant (the key free, or a shared request joining) is the only
+///   event of its own `Acquire`'s revision on the key. So a hand-off `Granted` to a session must
+///   find it waiting: its last event on the key in the stream is `Queued`. After a
+///   `WaitRemoved` (cancelled, expired, its session's end; in an earlier revision or earlier in
+///   the same one), a grant or a hold's end, it waits only once it is `Queued` again. A session
+///   whose events on the key fell before the stream began (compaction) is judged from its next
+///   event on.
+/// - **The client's view**: a `cancel_wait` answered `removed` at revision R, after which the
+///   same wait's call answered `Granted` with a token above R (the client was granted a wait
+///   after its cancel was acknowledged); a cancel answered `held: t` where no replica granted t
+///   to that session on the key.
+/// - **Deadlines** are judged by [`grants_past_deadline`], which the harness runs beside this
+///   checker: strict only with `PICKET_SIM_STRICT_DEADLINES` set, because the core grants a wait
+///   whose deadline passed when a hand-off comes before the `ExpireWaits` (docs/simulation.md,
+///   "Found by the checkers").
+pub fn waits_end(history: &History) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut reported: BTreeSet<(u64, &str, u64)> = BTreeSet::new();
+    for h in hand_offs(history) {
+        let e = h.event;
+        let Some(WaitState::NotWaiting { why, revision }) = h.before else {
+            continue;
+        };
+        // Every replica sees the same grant: reported once.
+        if reported.insert((e.session, e.key.as_str(), h.token)) {
+            found.push(violation(
+                Checker::WaitsEnd,
+                format!(
+                    "node {} (boot {}) granted `{}` token {} to session {} at revision {}, whose wait was {why} at revision {revision}",
+                    e.node, e.boot, e.key, h.token, e.session, e.revision
+                ),
+            ));
+        }
+    }
+    let granted: BTreeSet<(u64, &str, u64)> = history
+        .grants
+        .iter()
+        .map(|g| (g.session, g.key.as_str(), g.token))
+        .collect();
+    for a in &history.attempts {
+        let Some(cancel) = a.cancel else {
+            continue;
+        };
+        if let Outcome::Granted { token } = a.outcome {
+            if cancel.removed && token > cancel.revision {
+                found.push(violation(
+                    Checker::WaitsEnd,
+                    format!(
+                        "client {} (session {}) was granted `{}` token {token} after its cancel was acknowledged as removed at revision {}",
+                        a.client, a.session, a.key, cancel.revision
+                    ),
+                ));
+            }
+        }
+        if let Some(held) = cancel.held_token {
+            if !granted.contains(&(a.session, a.key.as_str(), held)) {
+                found.push(violation(
+                    Checker::WaitsEnd,
+                    format!(
+                        "client {} (session {}): cancel of `{}` answered held token {held}, which no replica granted to it",
+                        a.client, a.session, a.key
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Checker 7's deadline rule: a hand-off grant (see [`waits_end`]) whose log time is past its
+/// wait's deadline. A wait's deadline is the log time of its `Queued` revision plus the timeout
+/// it asked for (docs/locks.md). The log does not carry the timeout; the clients record it
+/// ([`crate::history::Attempt::timeout_ms`]), and the workload gives every wait of a session on
+/// a key the same one (drawn when the session opens), so the pair names it; a pair that ever
+/// waited without a deadline is not judged.
+///
+/// Not in [`check_all`]: the core breaks this rule today (a release, close or force-release
+/// applied after a waiter's deadline but before the leader's `ExpireWaits` hands the key to the
+/// expired wait). The harness counts these (`late_grants=` in the SIM line) and makes them
+/// violations with `PICKET_SIM_STRICT_DEADLINES` set.
+pub fn grants_past_deadline(history: &History) -> Vec<Violation> {
+    // (session, key) -> the timeout of its waits; None when one had no deadline.
+    let mut timeouts: BTreeMap<(u64, &str), Option<u64>> = BTreeMap::new();
+    for a in &history.attempts {
+        if a.ask == Ask::Try {
+            continue;
+        }
+        let entry = timeouts
+            .entry((a.session, a.key.as_str()))
+            .or_insert(a.timeout_ms);
+        *entry = match (*entry, a.timeout_ms) {
+            (Some(was), Some(now)) => Some(was.max(now)),
+            _ => None,
+        };
+    }
+    let mut found = Vec::new();
+    let mut reported: BTreeSet<(u64, &str, u64)> = BTreeSet::new();
+    for h in hand_offs(history) {
+        let e = h.event;
+        let Some(WaitState::Waiting { queued_ms }) = h.before else {
+            continue;
+        };
+        let Some(Some(timeout)) = timeouts.get(&(e.session, e.key.as_str())) else {
+            continue;
+        };
+        let deadline = queued_ms + timeout;
+        if e.time_ms > deadline && reported.insert((e.session, e.key.as_str(), h.token)) {
+            found.push(violation(
+                Checker::WaitsEnd,
+                format!(
+                    "node {} (boot {}) granted `{}` token {} to session {} at log time {} ms, past its wait's deadline {deadline} ms (queued at {queued_ms} ms)",
+                    e.node, e.boot, e.key, h.token, e.session, e.time_ms
+                ),
+            ));
+        }
+    }
+    found
 }
 
 #[cfg(test)]

@@ -28,13 +28,30 @@ pub struct DigestSeen {
     pub digest: u64,
 }
 
-/// A write the fenced resource accepted, in acceptance order.
+/// The mode a lock was asked for and granted in (a semaphore permit, with its slot, would be a
+/// third: see docs/simulation.md, "Adding semaphores").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+/// How a holder used the fenced resource: an exclusive holder writes (`FencingGate::check`), a
+/// shared holder reads (`FencingGate::check_read`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Write,
+    Read,
+}
+
+/// An access the fenced resource accepted, in acceptance order (reads and writes in one list).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriteAccepted {
+pub struct Accepted {
     pub key: String,
     pub token: u64,
     pub client: u64,
     pub at_ms: u64,
+    pub access: Access,
 }
 
 /// An operation whose success a client was told.
@@ -44,6 +61,7 @@ pub enum AckedOp {
         key: String,
         token: u64,
         session: u64,
+        mode: Mode,
     },
     Release {
         key: String,
@@ -53,6 +71,101 @@ pub enum AckedOp {
         key: String,
         token: u64,
     },
+}
+
+/// An event of a replica's lock log about a session's wait or hold (the watchers record every
+/// one, per replica boot, in log order): the evidence of checker 7.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEvent {
+    pub node: u64,
+    pub boot: u64,
+    pub revision: u64,
+    /// The log time of the revision (the leader's stamp, as the state machine keeps it).
+    pub time_ms: u64,
+    /// `namespace/key`.
+    pub key: String,
+    pub session: u64,
+    pub kind: LogKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogKind {
+    Queued,
+    Granted {
+        token: u64,
+    },
+    /// The wait ended without a grant.
+    WaitRemoved {
+        cause: WaitCause,
+    },
+    /// The session's hold ended (released, its session's end, force-released).
+    HoldEnded {
+        token: u64,
+    },
+}
+
+/// Why a wait was removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitCause {
+    Cancelled,
+    Expired,
+    /// Its session ended (closed, expired, revoked).
+    SessionEnded,
+}
+
+/// How a workload client asked for a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// `try_lock` / `try_lock_shared`: no wait.
+    Try,
+    /// A waiting call (`lock_within` with the session's deadline for the key, or `lock`)
+    /// awaited until it answers (a call without a deadline is dropped after `ms`).
+    Wait { ms: u64 },
+    /// A waiting call dropped after `ms` (the library cancels the wait in the background).
+    DropAfter { ms: u64 },
+    /// A waiting call, and after `ms` an explicit `cancel_wait` while it is pending.
+    CancelAfter { ms: u64 },
+}
+
+/// What the waiting (or trying) call answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Granted {
+        token: u64,
+    },
+    /// `Held`: the key was taken (a try).
+    Busy,
+    /// `WaitTimedOut`: the server removed the wait at its deadline.
+    TimedOut,
+    /// Dropped by the client before it answered.
+    Dropped,
+    /// Any other error (the wait cancelled, the session lost, the cluster unavailable).
+    Failed,
+}
+
+/// The answer to an explicit `cancel_wait`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CancelSeen {
+    pub removed: bool,
+    pub held_token: Option<u64>,
+    /// The revision that answered.
+    pub revision: u64,
+}
+
+/// One acquire a workload client made, and what it saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    pub client: u64,
+    pub session: u64,
+    /// `namespace/key`.
+    pub key: String,
+    pub mode: Mode,
+    pub ask: Ask,
+    /// The server-side wait deadline asked (`lock_within`), if any.
+    pub timeout_ms: Option<u64>,
+    pub outcome: Outcome,
+    /// The explicit cancel's answer (`Ask::CancelAfter`, when it was sent).
+    pub cancel: Option<CancelSeen>,
 }
 
 /// A keepalive the leader acknowledged; `sent_at_ms` is when the client sent it.
@@ -103,8 +216,13 @@ pub struct FinalReplica {
 pub struct History {
     pub grants: Vec<GrantSeen>,
     pub digests: Vec<DigestSeen>,
-    pub writes: Vec<WriteAccepted>,
+    /// The fenced resource's accepted writes and reads, in acceptance order.
+    pub accepted: Vec<Accepted>,
     pub acked: Vec<AckedOp>,
+    /// Every wait and hold event of every replica boot's lock log (checker 7).
+    pub log: Vec<LogEvent>,
+    /// Every acquire of the workload's clients (checker 7; mode and deadline evidence).
+    pub attempts: Vec<Attempt>,
     pub keepalives: Vec<KeepAliveAcked>,
     pub sessions_gone: Vec<SessionGone>,
     pub leaders: Vec<LeaderSeen>,
@@ -156,7 +274,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// The six checkers (docs/simulation.md).
+/// The seven checkers (docs/simulation.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Checker {
     TokensRise,
@@ -165,16 +283,18 @@ pub enum Checker {
     NoAckedLoss,
     SessionKept,
     Liveness,
+    WaitsEnd,
 }
 
 impl Checker {
-    pub const ALL: [Checker; 6] = [
+    pub const ALL: [Checker; 7] = [
         Checker::TokensRise,
         Checker::Fencing,
         Checker::AppliedPrefix,
         Checker::NoAckedLoss,
         Checker::SessionKept,
         Checker::Liveness,
+        Checker::WaitsEnd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -185,6 +305,7 @@ impl Checker {
             Checker::NoAckedLoss => "no-acked-loss",
             Checker::SessionKept => "session-kept",
             Checker::Liveness => "liveness",
+            Checker::WaitsEnd => "waits-end",
         }
     }
 }

@@ -10,8 +10,9 @@
 
 use madsim::runtime::Runtime;
 use madsim::Config;
+use picket_sim::checkers::stale_writes_over_reads;
 use picket_sim::cluster::{run, Break, RunConfig, RunReport};
-use picket_sim::history::{AckedOp, Checker};
+use picket_sim::history::{Access, AckedOp, Ask, Checker, Mode, Outcome};
 use picket_sim::plan::{PlanConfig, Scenario};
 
 fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
@@ -28,6 +29,23 @@ fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunRepor
 }
 
 fn summary(seed: u64, report: &RunReport) -> String {
+    let h = &report.history;
+    let count = |pred: &dyn Fn(&picket_sim::history::Attempt) -> bool| {
+        h.attempts.iter().filter(|a| pred(a)).count()
+    };
+    let shared = h
+        .acked
+        .iter()
+        .filter(|op| {
+            matches!(
+                op,
+                AckedOp::Grant {
+                    mode: Mode::Shared,
+                    ..
+                }
+            )
+        })
+        .count();
     let mix: Vec<String> = report
         .plan
         .mix()
@@ -35,7 +53,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} digests={} keepalives={} gone={} forced={} writes={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} reads={} over_reads={} late_grants={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -43,6 +61,11 @@ fn summary(seed: u64, report: &RunReport) -> String {
         report.trace_lines,
         report.history.acked.len(),
         report.history.grants.len(),
+        shared,
+        count(&|a| a.ask != Ask::Try),
+        count(&|a| a.outcome == Outcome::TimedOut),
+        count(&|a| a.outcome == Outcome::Dropped),
+        count(&|a| a.cancel.is_some()),
         report.history.digests.len(),
         report.history.keepalives.len(),
         report.history.sessions_gone.len(),
@@ -52,7 +75,13 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .iter()
             .filter(|op| matches!(op, AckedOp::ForceRelease { .. }))
             .count(),
-        report.history.writes.len(),
+        h.accepted
+            .iter()
+            .filter(|a| a.access == Access::Write)
+            .count(),
+        h.accepted.iter().filter(|a| a.access == Access::Read).count(),
+        stale_writes_over_reads(h),
+        report.late_grants.len(),
         report.history.final_replicas.len(),
         report.counters.get("rejoined").copied().unwrap_or(0),
         report.counters.get("slow-fsync").copied().unwrap_or(0),
@@ -153,6 +182,8 @@ fn checkers_bite() {
         (Break::FastClock, Checker::SessionKept),
         (Break::NoHeal, Checker::Liveness),
         (Break::CutSynced, Checker::NoAckedLoss),
+        (Break::ReadBypass, Checker::Fencing),
+        (Break::RequeueCancelled, Checker::WaitsEnd),
     ];
     for (broken, checker) in cases {
         let caught = (1..=SEEDS_MAX).find(|seed| {

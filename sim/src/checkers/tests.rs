@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::history::{
-    DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, RecoverySeen, SessionGone,
-    SyncedDamage, WriteAccepted,
+    Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent,
+    RecoverySeen, SessionGone, SyncedDamage, WaitCause,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -17,12 +17,54 @@ fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
     }
 }
 
-fn write(key: &str, token: u64) -> WriteAccepted {
-    WriteAccepted {
+fn write(key: &str, token: u64) -> Accepted {
+    Accepted {
         key: key.to_string(),
         token,
         client: 1,
         at_ms: 0,
+        access: Access::Write,
+    }
+}
+
+fn read(key: &str, token: u64) -> Accepted {
+    Accepted {
+        access: Access::Read,
+        ..write(key, token)
+    }
+}
+
+fn acked_grant(key: &str, token: u64, session: u64, mode: Mode) -> AckedOp {
+    AckedOp::Grant {
+        key: key.into(),
+        token,
+        session,
+        mode,
+    }
+}
+
+fn event(revision: u64, time_ms: u64, key: &str, session: u64, kind: LogKind) -> LogEvent {
+    LogEvent {
+        node: 1,
+        boot: 1,
+        revision,
+        time_ms,
+        key: key.to_string(),
+        session,
+        kind,
+    }
+}
+
+fn attempt(session: u64, key: &str, ask: Ask, timeout_ms: Option<u64>) -> Attempt {
+    Attempt {
+        client: 1,
+        session,
+        key: key.to_string(),
+        mode: Mode::Exclusive,
+        ask,
+        timeout_ms,
+        outcome: Outcome::Failed,
+        cancel: None,
     }
 }
 
@@ -57,28 +99,22 @@ fn good() -> History {
                 digest: 12,
             },
         ],
-        writes: vec![
+        accepted: vec![
             write("ns/a", 3),
             write("ns/a", 3),
             write("ns/a", 7),
             write("ns/b", 5),
         ],
         acked: vec![
-            AckedOp::Grant {
-                key: "ns/a".into(),
-                token: 3,
-                session: 1,
-            },
+            acked_grant("ns/a", 3, 1, Mode::Exclusive),
             AckedOp::Release {
                 key: "ns/a".into(),
                 token: 3,
             },
-            AckedOp::Grant {
-                key: "ns/a".into(),
-                token: 7,
-                session: 1,
-            },
+            acked_grant("ns/a", 7, 1, Mode::Exclusive),
         ],
+        log: Vec::new(),
+        attempts: Vec::new(),
         keepalives: vec![KeepAliveAcked {
             session: 1,
             sent_at_ms: 1_000,
@@ -161,16 +197,16 @@ fn tokens_rise_catches_replicas_disagreeing_on_a_grant() {
 #[test]
 fn fencing_catches_a_lower_token_after_a_higher_one() {
     let mut h = good();
-    h.writes.push(write("ns/a", 3));
+    h.accepted.push(write("ns/a", 3));
     let found = fencing(&h);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].detail.contains("after token 7"));
+    assert!(found[0].detail.contains("after a write with token 7"));
 }
 
 #[test]
 fn fencing_catches_a_token_never_granted() {
     let mut h = good();
-    h.writes.push(write("ns/b", 6));
+    h.accepted.push(write("ns/b", 6));
     let found = fencing(&h);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].detail.contains("no replica granted"));
@@ -250,4 +286,271 @@ fn liveness_catches_a_late_or_missing_probe() {
     assert_eq!(liveness(&h).len(), 1);
     h.healed_at_ms = None;
     assert_eq!(liveness(&h), Vec::new());
+}
+
+/// Shared holders of `ns/s`: sessions 2 and 3 granted together at revision 10 (a run of shared
+/// waiters, one token), session 4 joining at 12; then session 5's exclusive grant at 20.
+fn shared_history() -> History {
+    let mut h = good();
+    for (revision, session) in [(10, 2), (10, 3), (12, 4), (20, 5)] {
+        h.grants.push(GrantSeen {
+            session,
+            ..grant(1, 1, revision, "ns/s")
+        });
+    }
+    h.acked.extend([
+        acked_grant("ns/s", 10, 2, Mode::Shared),
+        acked_grant("ns/s", 10, 3, Mode::Shared),
+        acked_grant("ns/s", 12, 4, Mode::Shared),
+        acked_grant("ns/s", 20, 5, Mode::Exclusive),
+    ]);
+    // The readers read in any order, the writer writes, a reader granted after it reads.
+    h.accepted.extend([
+        read("ns/s", 12),
+        read("ns/s", 10),
+        read("ns/s", 10),
+        write("ns/s", 20),
+        read("ns/s", 20),
+    ]);
+    let last = &mut h.final_replicas[0];
+    last.revision = 40;
+    for token in [10, 12, 20] {
+        last.events
+            .push((token, "ns/s".into(), FinalKind::Granted, token));
+    }
+    h
+}
+
+#[test]
+fn shared_holders_granted_together_and_reading_in_any_order_pass() {
+    assert_eq!(check_all(&shared_history()), Vec::new());
+}
+
+#[test]
+fn fencing_catches_a_reader_after_a_later_writer() {
+    let mut h = shared_history();
+    h.accepted.push(read("ns/s", 12));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("a read of `ns/s` with token 12")
+            && found[0].detail.contains("after a write with token 20"),
+        "{}",
+        found[0].detail
+    );
+}
+
+#[test]
+fn fencing_catches_an_exclusive_grant_shared_with_another_holder() {
+    let mut h = shared_history();
+    // Session 6 granted `ns/s` in the exclusive grant's revision.
+    h.grants.push(GrantSeen {
+        session: 6,
+        ..grant(2, 1, 20, "ns/s")
+    });
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("exclusive to session 5"),
+        "{}",
+        found[0].detail
+    );
+    // The same for two exclusive acknowledgements of one token.
+    let mut h = shared_history();
+    h.acked.push(acked_grant("ns/s", 20, 7, Mode::Exclusive));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("sessions {7}"),
+        "{}",
+        found[0].detail
+    );
+}
+
+#[test]
+fn fencing_catches_a_reader_writing() {
+    let mut h = shared_history();
+    h.accepted.push(write("ns/s", 20));
+    h.accepted.push(write("ns/s", 30));
+    h.grants.push(grant(1, 1, 30, "ns/s"));
+    h.acked.push(acked_grant("ns/s", 30, 1, Mode::Shared));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("granted only shared"),
+        "{}",
+        found[0].detail
+    );
+}
+
+/// A superseded writer's write after a later reader's read is what the gate allows (reads record
+/// nothing): counted, not a violation.
+#[test]
+fn a_stale_write_over_a_later_read_is_counted_not_flagged() {
+    let mut h = shared_history();
+    h.grants.push(grant(1, 1, 25, "ns/s"));
+    h.acked.push(acked_grant("ns/s", 25, 1, Mode::Shared));
+    h.accepted.push(read("ns/s", 25));
+    h.accepted.push(write("ns/s", 20));
+    assert_eq!(fencing(&h), Vec::new());
+    assert_eq!(stale_writes_over_reads(&h), 1);
+    assert_eq!(stale_writes_over_reads(&shared_history()), 0);
+}
+
+#[test]
+fn tokens_rise_allows_one_token_only_for_grants_of_one_revision() {
+    let h = shared_history();
+    assert_eq!(tokens_rise(&h), Vec::new());
+    let mut h = shared_history();
+    // A token seen again at a later revision is not a run granted together.
+    h.grants.push(GrantSeen {
+        revision: 21,
+        token: 20,
+        session: 8,
+        ..grant(1, 1, 21, "ns/s")
+    });
+    assert!(!tokens_rise(&h).is_empty());
+}
+
+/// `ns/w`: session 2 queued at revision 30 (log time 1_000 ms) behind holder 1, which releases at
+/// 40 (1_200 ms): a hand-off to session 2. Session 3 queued at 31 and cancelled at 35.
+fn wait_history() -> History {
+    let mut h = good();
+    h.log = vec![
+        event(29, 900, "ns/w", 1, LogKind::Granted { token: 29 }),
+        event(30, 1_000, "ns/w", 2, LogKind::Queued),
+        event(31, 1_010, "ns/w", 3, LogKind::Queued),
+        event(
+            35,
+            1_100,
+            "ns/w",
+            3,
+            LogKind::WaitRemoved {
+                cause: WaitCause::Cancelled,
+            },
+        ),
+        event(40, 1_200, "ns/w", 1, LogKind::HoldEnded { token: 29 }),
+        event(40, 1_200, "ns/w", 2, LogKind::Granted { token: 40 }),
+        // Session 3 takes the free key later with a fresh acquire: no wait to judge.
+        event(41, 1_300, "ns/w", 2, LogKind::HoldEnded { token: 40 }),
+        event(50, 1_500, "ns/w", 3, LogKind::Granted { token: 50 }),
+    ];
+    h.attempts = vec![
+        attempt(2, "ns/w", Ask::Wait { ms: 1_000 }, Some(300)),
+        attempt(3, "ns/w", Ask::CancelAfter { ms: 50 }, None),
+    ];
+    h
+}
+
+#[test]
+fn waits_end_passes_hand_offs_to_waiters_and_fresh_grants() {
+    assert_eq!(waits_end(&wait_history()), Vec::new());
+    // The same stream read twice (a watcher that started over) changes nothing.
+    let mut h = wait_history();
+    h.log.extend(wait_history().log);
+    assert_eq!(waits_end(&h), Vec::new());
+}
+
+#[test]
+fn waits_end_catches_a_hand_off_to_a_cancelled_wait() {
+    let mut h = wait_history();
+    // Session 3's cancelled wait is handed the key when session 2 releases.
+    h.log.truncate(6);
+    h.log.push(event(
+        41,
+        1_300,
+        "ns/w",
+        2,
+        LogKind::HoldEnded { token: 40 },
+    ));
+    h.log
+        .push(event(41, 1_300, "ns/w", 3, LogKind::Granted { token: 41 }));
+    let found = waits_end(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("was cancelled at revision 35"),
+        "{}",
+        found[0].detail
+    );
+    // Also when the wait expired in the very revision that grants it.
+    let mut h = wait_history();
+    h.log.insert(
+        4,
+        event(
+            40,
+            1_200,
+            "ns/w",
+            2,
+            LogKind::WaitRemoved {
+                cause: WaitCause::Expired,
+            },
+        ),
+    );
+    let found = waits_end(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("was expired at revision 40"),
+        "{}",
+        found[0].detail
+    );
+}
+
+#[test]
+fn grants_past_deadline_catches_a_grant_past_the_deadline() {
+    let mut h = wait_history();
+    assert_eq!(grants_past_deadline(&h), Vec::new());
+    // Session 2's deadline: 1_000 + 150 ms; granted at 1_200.
+    h.attempts[0].timeout_ms = Some(150);
+    let found = grants_past_deadline(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].checker, Checker::WaitsEnd);
+    assert!(
+        found[0].detail.contains("past its wait's deadline 1150 ms"),
+        "{}",
+        found[0].detail
+    );
+    // A session that also waited on the key without a deadline is not judged.
+    h.attempts
+        .push(attempt(2, "ns/w", Ask::DropAfter { ms: 10 }, None));
+    assert_eq!(waits_end(&h), Vec::new());
+}
+
+#[test]
+fn waits_end_catches_a_client_granted_after_its_cancel_was_acknowledged() {
+    let mut h = wait_history();
+    h.attempts[1].cancel = Some(CancelSeen {
+        removed: true,
+        held_token: None,
+        revision: 35,
+    });
+    h.attempts[1].outcome = Outcome::Granted { token: 50 };
+    let found = waits_end(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .contains("after its cancel was acknowledged"),
+        "{}",
+        found[0].detail
+    );
+    // A cancel that found the key already granted (it raced the grant) answers the hold.
+    let mut h = wait_history();
+    h.attempts[0].cancel = Some(CancelSeen {
+        removed: false,
+        held_token: Some(40),
+        revision: 40,
+    });
+    h.attempts[0].outcome = Outcome::Granted { token: 40 };
+    h.grants.push(GrantSeen {
+        session: 2,
+        ..grant(1, 1, 40, "ns/w")
+    });
+    assert_eq!(waits_end(&h), Vec::new());
+    // ... and one naming a hold nobody granted is a violation.
+    h.attempts[0].cancel = Some(CancelSeen {
+        removed: false,
+        held_token: Some(39),
+        revision: 40,
+    });
+    assert_eq!(waits_end(&h).len(), 1);
 }

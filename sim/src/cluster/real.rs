@@ -4,7 +4,7 @@
 //! (`picket_net::client`). Observation goes through the public API and two small hooks of the
 //! real code:
 //!
-//! - a watcher per replica follows that replica's lock log (checkers 1, 2 and 4), the driver's
+//! - a watcher per replica follows that replica's lock log (checkers 1, 2, 4 and 7), the driver's
 //!   status gives the applied revision and the leader;
 //! - the driver's digest feed (`DriverHandle::subscribe_digests`: the real state's
 //!   `LockStateMachine::digest` after every apply) gives each replica's digest per revision
@@ -12,6 +12,8 @@
 //!   that disappeared (checker 5);
 //! - the client library's `Session::keepalive_acks` gives every acknowledged renewal with its
 //!   send time (checker 5).
+//!
+//! The clients' workload (what they ask for and what they record) is in [`super::workload`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use madsim::rand::{thread_rng, Rng};
 use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::client::{Client, ClientConfig, KeepAliveAck, Session};
+use picket_net::client::{Client, ClientConfig, KeepAliveAck};
 use picket_net::proto;
 use picket_server::node::driver::{DriverHandle, Request};
 use picket_server::node::durable::{EmptyDataDir, StoreError};
@@ -31,11 +33,11 @@ use tokio::sync::{broadcast, watch};
 
 use super::addr::{replica_ip, REPLICA_PORT};
 use super::lying_disk::NoSyncDisk;
-use super::resource::{write_as, ResourceConn};
 use super::shared::{lock, BootEvents, Break, SharedRef};
 use crate::clock::DriftClock;
 use crate::history::{
-    AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, SessionGone,
+    AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent, LogKind,
+    SessionGone, WaitCause,
 };
 
 /// How often a replica's status (role, applied revision) is read.
@@ -327,7 +329,8 @@ async fn record_acks(mut acks: watch::Receiver<KeepAliveAck>, shared: SharedRef)
 }
 
 /// Follows replica `node`'s lock log from the oldest retained revision, starting over for each
-/// boot of the replica: grants for checkers 1 and 2, all events for checker 4.
+/// boot of the replica: grants for checkers 1 and 2, all events for checker 4, wait and hold
+/// events for checker 7.
 pub async fn watcher_main(node: NodeId, shared: SharedRef) {
     loop {
         let boot = lock(&shared).boots.get(&node).copied().unwrap_or(0);
@@ -361,7 +364,7 @@ pub async fn watcher_main(node: NodeId, shared: SharedRef) {
 fn record_event(s: &mut super::shared::Shared, node: NodeId, boot: u64, event: proto::Event) {
     use proto::event::Kind;
     let key = format!("{}/{}", event.namespace, event.key);
-    let (kind, token) = match event.kind {
+    let (session, logged, final_kind) = match event.kind {
         Some(Kind::Granted(g)) => {
             s.history.grants.push(GrantSeen {
                 node: node.0,
@@ -371,13 +374,46 @@ fn record_event(s: &mut super::shared::Shared, node: NodeId, boot: u64, event: p
                 token: g.token,
                 session: g.session_id,
             });
-            (FinalKind::Granted, g.token)
+            let token = g.token;
+            (
+                g.session_id,
+                LogKind::Granted { token },
+                Some((FinalKind::Granted, token)),
+            )
         }
-        Some(Kind::Released(r)) => (FinalKind::Released, r.token),
-        Some(Kind::ForceReleased(f)) => (FinalKind::ForceReleased, f.token),
+        Some(Kind::Queued(q)) => (q.session_id, LogKind::Queued, None),
+        Some(Kind::WaitRemoved(w)) => {
+            let cause = if w.cause == proto::ReleaseCause::WaitCancelled as i32 {
+                WaitCause::Cancelled
+            } else if w.cause == proto::ReleaseCause::WaitExpired as i32 {
+                WaitCause::Expired
+            } else {
+                WaitCause::SessionEnded
+            };
+            (w.session_id, LogKind::WaitRemoved { cause }, None)
+        }
+        Some(Kind::Released(r)) => (
+            r.session_id,
+            LogKind::HoldEnded { token: r.token },
+            Some((FinalKind::Released, r.token)),
+        ),
+        Some(Kind::ForceReleased(f)) => (
+            f.session_id,
+            LogKind::HoldEnded { token: f.token },
+            Some((FinalKind::ForceReleased, f.token)),
+        ),
         _ => return,
     };
-    if let Some(be) = s.boot_events.get_mut(&node) {
+    s.history.log.push(LogEvent {
+        node: node.0,
+        boot,
+        revision: event.revision,
+        time_ms: event.time_ms,
+        key: key.clone(),
+        session,
+        kind: logged,
+    });
+    if let (Some((kind, token)), Some(be)) = (final_kind, s.boot_events.get_mut(&node)) {
         be.events.push((event.revision, key, kind, token));
     }
 }
@@ -394,8 +430,9 @@ fn library_config(ctx: &ClientCtx) -> ClientConfig {
     config
 }
 
-/// A client node on the real client library: sessions, `try_lock`, writes to the fenced
-/// resource while the guard is held (stopping at the lost-lock signal), release.
+/// A client node on the real client library: sessions, each running the workload
+/// ([`super::workload::run_session`]: acquires of every kind, accesses to the fenced resource
+/// while the guard is held, release), a new session when one is lost.
 pub async fn real_client_main(ctx: ClientCtx) {
     let client = Client::new(library_config(&ctx)).expect("valid client configuration");
     let mut resource = None;
@@ -403,7 +440,7 @@ pub async fn real_client_main(ctx: ClientCtx) {
         match client.create_session().await {
             Ok(session) => {
                 tokio::spawn(record_acks(session.keepalive_acks(), ctx.shared.clone()));
-                run_session(&ctx, &session, &mut resource).await;
+                super::workload::run_session(&ctx, &session, &mut resource).await;
                 // Dropping the last handle of a session not lost closes it (not an expiry).
                 if session.lost_signal().borrow().is_none() {
                     lock(&ctx.shared).history.sessions_closed.push(session.id());
@@ -413,57 +450,6 @@ pub async fn real_client_main(ctx: ClientCtx) {
         }
     }
     std::future::pending::<()>().await;
-}
-
-async fn run_session(ctx: &ClientCtx, session: &Session, resource: &mut Option<ResourceConn>) {
-    let mut failures = 0;
-    while !lock(&ctx.shared).clients_stop && session.is_alive() && failures < 5 {
-        let key = format!("k{}", thread_rng().gen_range(0..KEYS));
-        let guard = match session.try_lock(NAMESPACE, &key).await {
-            Ok(guard) => guard,
-            Err(_) => {
-                failures += 1;
-                let pause = thread_rng().gen_range(50..200);
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                continue;
-            }
-        };
-        failures = 0;
-        let gate_key = format!("{NAMESPACE}/{key}");
-        let token = guard.token().0;
-        lock(&ctx.shared).history.acked.push(AckedOp::Grant {
-            key: gate_key.clone(),
-            token,
-            session: session.id(),
-        });
-        let writes = thread_rng().gen_range(1..=4);
-        for _ in 0..writes {
-            if !guard.is_held() {
-                break;
-            }
-            tokio::select! {
-                () = write_as(ctx.id, resource, &gate_key, token) => {}
-                _ = guard.lost() => break,
-            }
-            let pause = thread_rng().gen_range(30..150);
-            tokio::time::sleep(Duration::from_millis(pause)).await;
-        }
-        if guard.release().await.is_ok() {
-            lock(&ctx.shared).history.acked.push(AckedOp::Release {
-                key: gate_key.clone(),
-                token,
-            });
-        }
-        if lock(&ctx.shared).broken == Some(Break::GateBypass) {
-            // Ignores the lost-lock signal: one more write with the old token, later.
-            let id = ctx.id;
-            tokio::spawn(async move {
-                let later = thread_rng().gen_range(200..800);
-                tokio::time::sleep(Duration::from_millis(later)).await;
-                write_as(id, &mut None, &gate_key, token).await;
-            });
-        }
-    }
 }
 
 /// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with the

@@ -1,23 +1,70 @@
 //! The fenced resource: a tiny gRPC service (`proto/picket/sim/v1/resource.proto`) guarded by
-//! `picket_net::FencingGate`, recording every write it accepts in the history (checker 2), and
-//! the clients' side of it ([`write_as`]).
+//! `picket_net::FencingGate` (`check` for writes, `check_read` for shared holders' reads),
+//! recording every access it accepts in the history (checker 2), and the clients' side of it
+//! ([`write_as`], [`read_as`]).
 
 use std::time::Duration;
 
 use picket_core::locks::Token;
-use picket_net::FencingGate;
+use picket_net::{FencingError, FencingGate};
 use tonic::{Request, Response, Status};
 
 use super::addr::{resource_ip, RESOURCE_PORT};
 use super::shared::{lock, Break, SharedRef};
-use crate::history::WriteAccepted;
+use crate::history::{Accepted, Access};
 use crate::proto::resource_client::ResourceClient;
 use crate::proto::resource_server::{Resource, ResourceServer};
-use crate::proto::{WriteRequest, WriteResponse};
+use crate::proto::{ReadRequest, ReadResponse, WriteRequest, WriteResponse};
 
 pub struct FencedResource {
     gate: FencingGate,
     shared: SharedRef,
+}
+
+impl FencedResource {
+    /// Records the gate's decision on one access; answers (accepted, refusal).
+    fn decide(
+        &self,
+        access: Access,
+        key: String,
+        token: u64,
+        client: u64,
+        checked: Result<(), FencingError>,
+    ) -> (bool, String) {
+        let what = match access {
+            Access::Write => "write",
+            Access::Read => "read",
+        };
+        let mut s = lock(&self.shared);
+        match checked {
+            Ok(()) => {
+                let at_ms = s.now_ms();
+                s.trace(&format!(
+                    "resource accepted {what} {key} token {token} client {client}"
+                ));
+                s.count(match access {
+                    Access::Write => "writes-accepted",
+                    Access::Read => "reads-accepted",
+                });
+                s.history.accepted.push(Accepted {
+                    key,
+                    token,
+                    client,
+                    at_ms,
+                    access,
+                });
+                (true, String::new())
+            }
+            Err(refusal) => {
+                s.trace(&format!("resource refused {what} {key} token {token}"));
+                s.count(match access {
+                    Access::Write => "writes-refused",
+                    Access::Read => "reads-refused",
+                });
+                (false, refusal.to_string())
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -33,35 +80,22 @@ impl Resource for FencedResource {
         } else {
             self.gate.check(&req.key, Token(req.token))
         };
-        let mut s = lock(&self.shared);
-        match checked {
-            Ok(()) => {
-                let at_ms = s.now_ms();
-                s.trace(&format!(
-                    "resource accepted {} token {} client {}",
-                    req.key, req.token, req.client_id
-                ));
-                s.count("writes-accepted");
-                s.history.writes.push(WriteAccepted {
-                    key: req.key,
-                    token: req.token,
-                    client: req.client_id,
-                    at_ms,
-                });
-                Ok(Response::new(WriteResponse {
-                    accepted: true,
-                    refusal: String::new(),
-                }))
-            }
-            Err(refusal) => {
-                s.trace(&format!("resource refused {} token {}", req.key, req.token));
-                s.count("writes-refused");
-                Ok(Response::new(WriteResponse {
-                    accepted: false,
-                    refusal: refusal.to_string(),
-                }))
-            }
-        }
+        let (accepted, refusal) =
+            self.decide(Access::Write, req.key, req.token, req.client_id, checked);
+        Ok(Response::new(WriteResponse { accepted, refusal }))
+    }
+
+    async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {
+        let req = request.into_inner();
+        let bypass = lock(&self.shared).broken == Some(Break::ReadBypass);
+        let checked = if bypass {
+            Ok(())
+        } else {
+            self.gate.check_read(&req.key, Token(req.token))
+        };
+        let (accepted, refusal) =
+            self.decide(Access::Read, req.key, req.token, req.client_id, checked);
+        Ok(Response::new(ReadResponse { accepted, refusal }))
     }
 }
 
@@ -85,13 +119,18 @@ pub async fn resource_main(shared: SharedRef) {
 /// A connection to the fenced resource (opened on first use, dropped after a failure).
 pub type ResourceConn = ResourceClient<tonic::transport::Channel>;
 
-/// Writes to the fenced resource with `token` as client `client_id`.
-pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+/// The connection, opened if there is none.
+async fn connect(resource: &mut Option<ResourceConn>) -> Option<&mut ResourceConn> {
     if resource.is_none() {
         let url = format!("http://{}:{RESOURCE_PORT}", resource_ip());
         *resource = ResourceClient::connect(url).await.ok();
     }
-    let Some(client) = resource.as_mut() else {
+    resource.as_mut()
+}
+
+/// Writes to the fenced resource with `token` as client `client_id`.
+pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+    let Some(client) = connect(resource).await else {
         return;
     };
     let request = WriteRequest {
@@ -101,6 +140,22 @@ pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: 
         payload: Vec::new(),
     };
     let sent = tokio::time::timeout(Duration::from_millis(500), client.write(request)).await;
+    if !matches!(sent, Ok(Ok(_))) {
+        *resource = None;
+    }
+}
+
+/// Reads from the fenced resource with a shared holder's `token` as client `client_id`.
+pub async fn read_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+    let Some(client) = connect(resource).await else {
+        return;
+    };
+    let request = ReadRequest {
+        key: key.to_string(),
+        token,
+        client_id,
+    };
+    let sent = tokio::time::timeout(Duration::from_millis(500), client.read(request)).await;
     if !matches!(sent, Ok(Ok(_))) {
         *resource = None;
     }

@@ -32,10 +32,17 @@ pub enum Break {
     /// Log recovery forgets what was synced and cuts a damaged last record as a torn tail (the
     /// rule before segment format version 2): checker 4. Real-driver runs only.
     CutSynced,
+    /// The resource skips `check_read` for shared holders' reads, and readers ignore the
+    /// lost-lock signal (they read again with their old token after release): checker 2.
+    ReadBypass,
+    /// A client keeps a wait it cancelled: after its `cancel_wait` was answered `removed`, it
+    /// asks again for the key in the same call (a library that re-queues the wait under a new
+    /// request id) and takes the grant as the cancelled wait's: checker 7.
+    RequeueCancelled,
 }
 
 impl Break {
-    pub const ALL: [Break; 7] = [
+    pub const ALL: [Break; 9] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -43,6 +50,8 @@ impl Break {
         Break::FastClock,
         Break::NoHeal,
         Break::CutSynced,
+        Break::ReadBypass,
+        Break::RequeueCancelled,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +63,8 @@ impl Break {
             Break::FastClock => "fast-clock",
             Break::NoHeal => "no-heal",
             Break::CutSynced => "cut-synced",
+            Break::ReadBypass => "read-bypass",
+            Break::RequeueCancelled => "requeue-cancelled",
         }
     }
 
