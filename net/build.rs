@@ -25,7 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prost::Message::encode_to_vec(&descriptors),
     )?;
 
-    let config = prost_build::Config::new();
+    let mut config = prost_build::Config::new();
+    // `google.rpc.Status` (the `Session` stream's errors) is the standard one tonic-types has.
+    config.extern_path(".google.rpc", "::tonic_types::pb");
     tonic_build::configure()
         .file_descriptor_set_path(&descriptor_path)
         .skip_protoc_run()

@@ -80,6 +80,10 @@ pub struct Args {
     /// failover: when to kill the leader, seconds after t0.
     #[arg(long, default_value_t = 4.0)]
     pub kill_at_s: f64,
+    /// How the client library talks to the cluster: stream (one Session stream per client,
+    /// the library's default) or unary (unary calls, a KeepAlive stream per session): the A/B.
+    #[arg(long, default_value = "stream", value_parser = ["stream", "unary"])]
+    pub transport: String,
 }
 
 fn main() {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picket_net::client::{Client, ClientConfig, ClientError, Session};
+use picket_net::client::{Client, ClientConfig, ClientError, Session, Transport};
 use picket_net::proto::{self, lock_client::LockClient};
 use tokio::sync::mpsc;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
@@ -29,6 +29,10 @@ fn bare(endpoint: &str) -> String {
 pub fn config(args: &Args, endpoints: Vec<String>) -> ClientConfig {
     let mut config = ClientConfig::new(endpoints, "picket-bench");
     config.session_ttl = Some(Duration::from_secs(args.lease_ttl));
+    config.transport = match args.transport.as_str() {
+        "unary" => Transport::Unary,
+        _ => Transport::Stream,
+    };
     config
 }
 

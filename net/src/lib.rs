@@ -10,6 +10,7 @@
 //! - [`status`]: `LockError` -> gRPC status codes, the `ErrorDetail` in status details (inside a
 //!   standard `google.rpc.Status`), the leader hint of a non-leader.
 //! - [`fencing`]: [`FencingGate`], which refuses a write whose token is below the highest seen.
+//! - [`session_stream`]: the `Session` stream's errors, the unary calls' `google.rpc.Status`.
 //! - [`secret`]: [`secret::SessionSecret`], drawn by the client (or the server), hashed here so
 //!   that only the hash reaches the log.
 //!
@@ -40,6 +41,7 @@ pub mod convert;
 pub mod error;
 pub mod fencing;
 pub mod secret;
+pub mod session_stream;
 pub mod status;
 
 pub use error::{ConvertError, DecodeError};

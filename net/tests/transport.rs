@@ -1,6 +1,6 @@
 //! The generated services over a real loopback HTTP/2 connection: a unary call, the keepalive
-//! bidirectional stream, the watch server stream, and error statuses whose ErrorDetail and
-//! leader-hint metadata survive the transport. (Outside the simulator only: madsim passes
+//! and session bidirectional streams, the watch server stream, and error statuses whose
+//! ErrorDetail and leader-hint metadata survive the transport. (Outside the simulator only: madsim passes
 //! messages as Rust values and has no `serve_with_incoming`.)
 #![cfg(not(madsim))]
 
@@ -99,6 +99,35 @@ impl Lock for Toy {
         Ok(Response::new(proto::CancelWaitResponse::default()))
     }
 
+    type SessionStream = BoxStream<proto::SessionResponse>;
+
+    /// Acquires answered as by `acquire`, in order; anything else refused `UNIMPLEMENTED`.
+    async fn session(
+        &self,
+        request: Request<Streaming<proto::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        use picket_net::session_stream::status_to_proto;
+        use proto::session_request::Request as In;
+        use proto::session_response::Response as Out;
+        let answers = request.into_inner().then(|item| async move {
+            let item = item?;
+            let answer = match item.request {
+                Some(In::Acquire(m)) => Toy
+                    .acquire(Request::new(m))
+                    .await
+                    .map(|r| Out::Acquire(r.into_inner())),
+                _ => Err(Status::unimplemented("toy: acquires only")),
+            };
+            Ok(proto::SessionResponse {
+                seq: item.seq,
+                response: Some(
+                    answer.unwrap_or_else(|status| Out::Error(status_to_proto(&status))),
+                ),
+            })
+        });
+        Ok(Response::new(Box::pin(answers)))
+    }
+
     type WatchStream = BoxStream<proto::WatchResponse>;
 
     async fn watch(
@@ -160,6 +189,7 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
         namespace: "elsewhere".into(),
         ..good
     };
+    let redirected_again = redirected.clone();
     let status = client.acquire(redirected).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(
@@ -180,6 +210,22 @@ async fn services_statuses_and_hints_cross_a_real_connection() {
         seqs.push(answer.unwrap().seq);
     }
     assert_eq!(seqs, vec![1, 2, 3]);
+
+    // The same refusal on the Session stream: its google.rpc.Status keeps the rule and the hint.
+    let on_stream = tokio_stream::iter([proto::SessionRequest {
+        seq: 5,
+        request: Some(proto::session_request::Request::Acquire(redirected_again)),
+    }]);
+    let mut answers = client.session(on_stream).await.unwrap().into_inner();
+    let answer = answers.next().await.unwrap().unwrap();
+    assert_eq!(answer.seq, 5);
+    let Some(proto::session_response::Response::Error(error)) = answer.response else {
+        panic!("a refusal: {answer:?}");
+    };
+    let status = picket_net::session_stream::status_from_proto(&error);
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(error_detail(&status).unwrap().rule, "not_leader");
+    assert_eq!(leader_hint(&status).unwrap().node_id, Some(3));
 
     let mut pages = client
         .watch(proto::WatchRequest {

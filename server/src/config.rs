@@ -175,6 +175,8 @@ pub struct Limits {
     pub waits_max: usize,
     pub watch_streams_max: usize,
     pub keepalive_streams_max: usize,
+    /// Requests in flight on one `Session` stream at most (keepalives not counted).
+    pub session_stream_requests_max: usize,
     /// Paxos slots in flight at most.
     pub window_slots: usize,
     /// Commands per slot at most.
@@ -189,6 +191,7 @@ impl Default for Limits {
             waits_max: 10_000,
             watch_streams_max: 1_024,
             keepalive_streams_max: 10_000,
+            session_stream_requests_max: 1_024,
             window_slots: 64,
             batch_commands_max: 256,
         }
@@ -376,6 +379,10 @@ impl Config {
             (l.waits_max, "limits.waits_max"),
             (l.watch_streams_max, "limits.watch_streams_max"),
             (l.keepalive_streams_max, "limits.keepalive_streams_max"),
+            (
+                l.session_stream_requests_max,
+                "limits.session_stream_requests_max",
+            ),
             (l.window_slots, "limits.window_slots"),
             (l.batch_commands_max, "limits.batch_commands_max"),
         ] {

@@ -223,6 +223,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         ServiceLimits {
             watch_streams_max: config.limits.watch_streams_max,
             keepalive_streams_max: config.limits.keepalive_streams_max,
+            session_stream_requests_max: config.limits.session_stream_requests_max,
         },
         shutdown_rx.clone(),
     );

@@ -16,6 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use super::error::{classify, ClientError, Retry};
+use super::stream::{SessionStreams, Transport};
 #[cfg(not(madsim))]
 use super::tls::error_text;
 use super::tls::{endpoint_uri_for, status_text, TlsConfig, TlsMismatch};
@@ -80,6 +81,10 @@ pub struct ClientConfig {
     /// rates differ by that much. Default 10,000 (1 %: 100 ms of a 10 s TTL); at most 100,000.
     pub clock_drift_ppm: u32,
     pub credentials: Credentials,
+    /// How keepalives, acquires, releases, cancels and closes travel: one `Session` stream for
+    /// the whole client (the default), or the unary calls and a `KeepAlive` stream per session
+    /// (the same rules and retries either way; see docs/client.md).
+    pub transport: Transport,
 }
 
 impl ClientConfig {
@@ -104,6 +109,7 @@ impl ClientConfig {
             session_ttl: None,
             clock_drift_ppm: CLOCK_DRIFT_PPM_DEFAULT,
             credentials: Credentials::default(),
+            transport: Transport::default(),
         }
     }
 
@@ -174,6 +180,8 @@ pub(crate) struct Cluster {
     tls: tonic::transport::ClientTlsConfig,
     route: Mutex<Route>,
     channel_factory: Option<ChannelFactory>,
+    /// The `Session` stream of this client ([`Transport::Stream`]).
+    pub(crate) streams: SessionStreams,
 }
 
 impl Cluster {
@@ -228,6 +236,7 @@ impl Cluster {
                 current: 0,
             }),
             channel_factory,
+            streams: SessionStreams::default(),
         })
     }
 
@@ -329,6 +338,25 @@ impl Cluster {
         F: Fn(Channel, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        self.call_at(what, message, attempt_timeout, |_, channel, request| {
+            send(channel, request)
+        })
+        .await
+    }
+
+    /// [`Cluster::call`] whose `send` is also given the URI of the replica it goes to.
+    pub(crate) async fn call_at<Req, Resp, F, Fut>(
+        &self,
+        what: &'static str,
+        message: Req,
+        attempt_timeout: Duration,
+        send: F,
+    ) -> Result<(Resp, Instant), ClientError>
+    where
+        Req: Clone,
+        F: Fn(String, Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
         let started = Instant::now();
         let give_up_at = started + self.config.retry_budget;
         let mut backoff = self.config.backoff_min;
@@ -339,7 +367,8 @@ impl Cluster {
             let (index, uri, channel) = self.current();
             let sent_at = Instant::now();
             let request = self.request(message.clone(), attempt_timeout);
-            let status = match tokio::time::timeout(attempt_timeout, send(channel, request)).await {
+            let attempt = send(uri.clone(), channel, request);
+            let status = match tokio::time::timeout(attempt_timeout, attempt).await {
                 Ok(Ok(response)) => return Ok((response.into_inner(), sent_at)),
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!(

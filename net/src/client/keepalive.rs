@@ -1,5 +1,6 @@
-//! The background task that keeps one session alive over a `KeepAlive` stream, and decides
-//! when the session must be considered lost.
+//! The background task that keeps one session alive, on the client's `Session` stream or (with
+//! `Transport::Unary`) over a `KeepAlive` stream of its own, and decides when the session must
+//! be considered lost.
 //!
 //! The deadline is `send time of the last acknowledged keepalive + ttl - margin` (the server
 //! counts the same TTL from its *receipt*, which is later, and the margin, `clock_drift_ppm`
@@ -20,9 +21,16 @@ use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use super::cluster::Cluster;
 use super::error::{classify, LostReason, Retry, UNKNOWN_SESSION};
 use super::state::{self, SessionEvent, SessionState};
-use crate::proto::{self, lock_client::LockClient};
+use super::stream::Transport;
+use crate::proto::{
+    self, lock_client::LockClient, session_request::Request as In,
+    session_response::Response as Out,
+};
 use crate::secret::SessionSecret;
 use crate::status::error_detail;
+
+/// Redirects a session's keepalive follows in a row without a backoff (a hint loop).
+const REDIRECTS_IN_A_ROW_MAX: u32 = 3;
 
 /// Keepalives in flight on one stream (unanswered); more means the stream is stuck.
 pub(crate) const KEEPALIVES_IN_FLIGHT_MAX: usize = 4;
@@ -268,7 +276,11 @@ pub(crate) async fn run(
     liveness: Arc<Liveness>,
 ) {
     let mut lost = liveness.lost.subscribe();
+    // Biased (checked in order): when two are ready at once, the same one wins every run (an
+    // unbiased select draws from a per-thread random source, which the simulator's seed does
+    // not reach).
     tokio::select! {
+        biased;
         () = watch_deadline(&liveness) => {
             liveness.lose(liveness.expired_ttl_ms());
         }
@@ -331,9 +343,104 @@ enum StreamEnd {
     Broken,
 }
 
-/// Keeps streams open, one after the other; returns only when the server says the session is
-/// gone.
+/// Keeps the session alive until the server says it is gone: on the client's `Session` stream
+/// ([`Transport::Stream`]), else (or against a server without it) on `KeepAlive` streams.
 async fn keep_alive(
+    cluster: &Cluster,
+    session_id: u64,
+    secret: &SessionSecret,
+    liveness: &Liveness,
+) -> LostReason {
+    if cluster.config.transport == Transport::Stream {
+        if let Some(reason) =
+            keep_alive_on_session_stream(cluster, session_id, secret, liveness).await
+        {
+            return reason;
+        }
+    }
+    keep_alive_on_keepalive_streams(cluster, session_id, secret, liveness).await
+}
+
+/// One keepalive every `ttl / 3` on the client's `Session` stream, each given up after the
+/// keepalive attempt timeout (which abandons the stream, as a stuck `KeepAlive` stream is
+/// abandoned); a failure moves on as one on a `KeepAlive` stream does (a hint followed, else
+/// the next replica after a backoff). Returns the reason when the server says the session is
+/// gone, or `None` when the server has no `Session` method.
+async fn keep_alive_on_session_stream(
+    cluster: &Cluster,
+    session_id: u64,
+    secret: &SessionSecret,
+    liveness: &Liveness,
+) -> Option<LostReason> {
+    let attempt = keepalive_attempt_timeout(cluster.config.rpc_timeout, liveness.ttl);
+    let interval = (liveness.ttl / 3).max(Duration::from_millis(1));
+    let backoff_max = keepalive_backoff_max(cluster.config.backoff_max, liveness.ttl);
+    let backoff_min = cluster.config.backoff_min.min(backoff_max);
+    let mut backoff = backoff_min;
+    let mut redirects_in_a_row = 0u32;
+    let mut seq = 0u64;
+    loop {
+        seq += 1;
+        let (index, uri, channel) = cluster.current();
+        let keepalive = proto::KeepAliveRequest {
+            session_id,
+            seq,
+            session_secret: secret.as_bytes().to_vec(),
+        };
+        let sent_at = Instant::now();
+        let call = cluster
+            .streams
+            .call(cluster, &uri, channel, In::KeepAlive(keepalive));
+        let end = match tokio::time::timeout(attempt, call).await {
+            Ok(Ok(Out::KeepAlive(answer))) if answer.session_id == session_id => {
+                if answer.lost {
+                    return Some(LostReason::Revoked);
+                }
+                if let Some(error) = answer.error {
+                    let (rule, message) = (error.rule, error.message);
+                    return Some(LostReason::KeepAliveRefused { rule, message });
+                }
+                liveness.note_holds_lost(&answer.lost_holds);
+                liveness.extend(session_id, sent_at, Duration::from_millis(answer.ttl_ms));
+                backoff = backoff_min;
+                redirects_in_a_row = 0;
+                tokio::time::sleep_until(sent_at + interval).await;
+                continue;
+            }
+            // Not an answer to this keepalive (a server bug): as a broken stream.
+            Ok(Ok(_)) => StreamEnd::Broken,
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => return None,
+            Ok(Err(status)) => stream_error(&status),
+            Err(_) => {
+                let why = tonic::Status::deadline_exceeded(format!(
+                    "{uri}: a keepalive went unanswered for {} ms",
+                    attempt.as_millis()
+                ));
+                cluster.streams.abandon(&uri, why);
+                StreamEnd::Broken
+            }
+        };
+        match end {
+            StreamEnd::Lost(reason) => return Some(reason),
+            StreamEnd::Redirect(hint) => {
+                cluster.follow(index, &hint);
+                backoff = backoff_min;
+                if redirects_in_a_row < REDIRECTS_IN_A_ROW_MAX {
+                    redirects_in_a_row += 1;
+                    continue;
+                }
+            }
+            StreamEnd::Broken => cluster.rotate(index),
+        }
+        redirects_in_a_row = 0;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(backoff_max);
+    }
+}
+
+/// Keeps `KeepAlive` streams open, one after the other; returns only when the server says the
+/// session is gone.
+async fn keep_alive_on_keepalive_streams(
     cluster: &Cluster,
     session_id: u64,
     secret: &SessionSecret,

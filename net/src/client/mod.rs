@@ -5,8 +5,11 @@
 //!   replicas in turn when no hint is given). Every attempt has a timeout; every call a retry
 //!   budget. Retries of `Acquire`/`Release` keep their request id, so a retry across a leader
 //!   change is answered, not applied twice.
-//! - [`Session`]: created with [`Client::create_session`], kept alive by a tokio task over one
-//!   `KeepAlive` stream. Lost when the server says so (`lost = true`, `unknown_session`) or when
+//! - One `Session` stream per [`Client`] carries the keepalives, acquires, releases, cancels
+//!   and closes of all its sessions ([`Transport::Stream`], the default; `stream.rs`), under the
+//!   same retry loop as the unary calls, which [`Transport::Unary`] keeps.
+//! - [`Session`]: created with [`Client::create_session`], kept alive by a tokio task (on the
+//!   session stream, or a `KeepAlive` stream of its own with [`Transport::Unary`]). Lost when the server says so (`lost = true`, `unknown_session`) or when
 //!   `last acknowledged keepalive send time + ttl` passes, whichever comes first: the server
 //!   counts the TTL from its later receipt, so the client gives up first. Its state
 //!   ([`Session::state`], [`Session::events`]): `Healthy`, `Jeopardy` (no keepalive acknowledged
@@ -42,6 +45,7 @@ mod guard;
 mod keepalive;
 mod session;
 mod state;
+mod stream;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 mod tls;
@@ -60,6 +64,7 @@ pub use guard::LockGuard;
 pub use keepalive::{keepalive_attempt_timeout, KeepAliveAck};
 pub use session::{Closed, Session, SessionEvents};
 pub use state::{jeopardy_after, SessionEvent, SessionState};
+pub use stream::Transport;
 pub use tls::{endpoint_uri_for, TlsConfig, TlsMismatch};
 
 /// A handle on a Picket cluster. Cheap to clone; sessions created from it share its routing.

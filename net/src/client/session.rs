@@ -12,6 +12,7 @@ use super::error::{ClientError, LostReason, REQUEST_TOO_OLD, WAIT_ENDED, WAIT_EX
 use super::guard::LockGuard;
 use super::keepalive::{self, KeepAliveAck, Liveness};
 use super::state::{SessionEvent, SessionState};
+use super::stream;
 use crate::proto::{self, acquire_reply, lock_client::LockClient};
 use crate::secret::SessionSecret;
 
@@ -93,9 +94,13 @@ impl SessionInner {
         let timeout = self.cluster.config.rpc_timeout;
         let answer = self
             .cluster
-            .call("release", request, timeout, |channel, request| async move {
-                LockClient::new(channel).release(request).await
-            })
+            .lock_call(
+                "release",
+                request,
+                timeout,
+                stream::RELEASE,
+                |channel, request| async move { LockClient::new(channel).release(request).await },
+            )
             .await;
         answer
             .map(|(response, _)| response)
@@ -119,10 +124,11 @@ impl SessionInner {
         let timeout = self.cluster.config.rpc_timeout;
         let answer =
             self.cluster
-                .call(
+                .lock_call(
                     "cancel_wait",
                     request,
                     timeout,
+                    stream::CANCEL_WAIT,
                     |channel, request| async move {
                         LockClient::new(channel).cancel_wait(request).await
                     },
@@ -198,10 +204,11 @@ async fn close_session(
         session_secret: secret.as_bytes().to_vec(),
     };
     cluster
-        .call(
+        .lock_call(
             "close_session",
             request,
             cluster.config.rpc_timeout,
+            stream::CLOSE_SESSION,
             |channel, request| async move { LockClient::new(channel).close_session(request).await },
         )
         .await
@@ -532,10 +539,11 @@ impl Session {
             let answer =
                 inner
                     .cluster
-                    .call(
+                    .lock_call(
                         "acquire",
                         request.clone(),
                         timeout,
+                        stream::ACQUIRE,
                         |channel, request| async move {
                             LockClient::new(channel).acquire(request).await
                         },

@@ -7,7 +7,7 @@ use std::time::Duration;
 use picket_core::locks::Token;
 use tokio::time::Instant;
 
-use super::{Client, ClientConfig, ClientError, LostReason, SessionEvent, SessionState};
+use super::{Client, ClientConfig, ClientError, LostReason, SessionEvent, SessionState, Transport};
 use crate::FencingGate;
 use fake::KeepAliveMode;
 
@@ -60,6 +60,48 @@ async fn follows_the_bare_hint_and_reads_the_bare_rule_of_an_older_server() {
             reason: LostReason::UnknownSession
         }
     );
+    assert_eq!(
+        state.lock().unwrap().session_streams_opened,
+        0,
+        "an older server has no Session stream: the client went unary"
+    );
+}
+
+/// One `Session` stream carries every session of a client (keepalives, locks, releases); with
+/// `Transport::Unary` the same calls go unary, with a `KeepAlive` stream per session.
+#[tokio::test]
+async fn one_session_stream_carries_all_sessions_of_a_client_unless_unary_is_chosen() {
+    for transport in [Transport::Stream, Transport::Unary] {
+        let (state, endpoints) = fake::start(1, 0).await;
+        let mut config = config(&endpoints);
+        config.transport = transport;
+        let client = Client::new(config).unwrap();
+        let first = client.create_session().await.unwrap();
+        let second = client.create_session().await.unwrap();
+        let a = first.lock("orders", "a").await.unwrap();
+        let b = second.try_lock("orders", "b").await.unwrap();
+        assert!(b.token() > a.token());
+        let waiting = tokio::spawn({
+            let second = second.clone();
+            async move { second.lock("orders", "a").await }
+        });
+        // Renewals of both sessions while the wait is held.
+        for session in [&first, &second] {
+            let mut acks = session.keepalive_acks();
+            let created = acks.borrow_and_update().sent_at;
+            acks.wait_for(|ack| ack.sent_at > created).await.unwrap();
+        }
+        a.release().await.unwrap();
+        let handed = waiting.await.unwrap().unwrap();
+        assert!(handed.token() > b.token());
+        let state = state.lock().unwrap();
+        let (session_streams, keepalive_streams) =
+            (state.session_streams_opened, state.keepalive_streams_opened);
+        match transport {
+            Transport::Stream => assert_eq!((session_streams, keepalive_streams), (1, 1)),
+            Transport::Unary => assert_eq!((session_streams, keepalive_streams), (0, 2)),
+        }
+    }
 }
 
 #[tokio::test]

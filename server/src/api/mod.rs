@@ -1,5 +1,5 @@
 //! What clients and operators reach: the gRPC services ([`service`], with [`stream`] for their
-//! streams, [`error_detail`] for the standard error details and [`observe`] for their metrics),
+//! streams and [`session_stream`] for the `Session` stream, [`error_detail`] for the standard error details and [`observe`] for their metrics),
 //! and the HTTP port ([`http`]: `/metrics`, `/healthz`, JSON inspection read through
 //! [`inspect`]).
 
@@ -12,4 +12,5 @@ pub mod inspect;
 #[cfg(not(madsim))]
 pub mod observe;
 pub mod service;
+pub mod session_stream;
 pub mod stream;

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use crate::shutdown::stopped;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api::session_stream;
 use crate::api::stream::ChannelStream;
 use crate::auth::Authenticator;
 use crate::node::driver::{Answered, DriverHandle, Request as DriverRequest};
@@ -37,8 +38,11 @@ const WATCH_PAGE_EVENTS: usize = 1_000;
 pub struct ServiceLimits {
     /// Open `Watch` streams at most (beyond: `busy`).
     pub watch_streams_max: usize,
-    /// Open `KeepAlive` streams at most (beyond: `busy`).
+    /// Open `KeepAlive` and `Session` streams at most, together (beyond: `busy`).
     pub keepalive_streams_max: usize,
+    /// Requests in flight on one `Session` stream at most, keepalives not counted (beyond:
+    /// that request is answered `busy`).
+    pub session_stream_requests_max: usize,
 }
 
 impl Default for ServiceLimits {
@@ -46,6 +50,7 @@ impl Default for ServiceLimits {
         ServiceLimits {
             watch_streams_max: 1_024,
             keepalive_streams_max: 10_000,
+            session_stream_requests_max: 1_024,
         }
     }
 }
@@ -57,9 +62,10 @@ pub struct Api {
     pub auth: Authenticator,
     pub limits: ServiceLimits,
     watches: Arc<AtomicUsize>,
-    keepalives: Arc<AtomicUsize>,
+    /// Open `KeepAlive` and `Session` streams.
+    pub(crate) keepalives: Arc<AtomicUsize>,
     /// Ends open streams at shutdown (a graceful server stop waits for them).
-    shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
 }
 
 impl Api {
@@ -120,10 +126,14 @@ impl Api {
 }
 
 /// A slot among a bounded number of open streams, freed on drop.
-struct StreamSlot(Arc<AtomicUsize>);
+pub(crate) struct StreamSlot(Arc<AtomicUsize>);
 
 impl StreamSlot {
-    fn take(count: &Arc<AtomicUsize>, max: usize, what: &str) -> Result<StreamSlot, Status> {
+    pub(crate) fn take(
+        count: &Arc<AtomicUsize>,
+        max: usize,
+        what: &str,
+    ) -> Result<StreamSlot, Status> {
         let before = count.fetch_add(1, Ordering::AcqRel);
         if before >= max {
             count.fetch_sub(1, Ordering::AcqRel);
@@ -139,6 +149,36 @@ impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The answer to one keepalive of a `KeepAlive` or `Session` stream from a caller authenticated
+/// as `principal`: a malformed or refused entry is answered on its own (the stream goes on); an
+/// `Err` (not the leader, not ready) ends a `KeepAlive` stream.
+pub(crate) async fn keep_alive_entry(
+    driver: &DriverHandle,
+    next: proto::KeepAliveRequest,
+    principal: &str,
+) -> Result<proto::KeepAliveResponse, Status> {
+    let (session_id, seq) = (next.session_id, next.seq);
+    let ka = match KeepAlive::parse(next, principal) {
+        Ok(ka) => ka,
+        Err(error) => return Ok(keepalive_refused(session_id, seq, error.detail())),
+    };
+    let result = driver
+        .ask(|reply| DriverRequest::KeepAlive {
+            session: ka.session,
+            proof: ka.proof,
+            reply,
+        })
+        .await?;
+    let (result, lost) = match result {
+        Ok((ttl, lost)) => (Ok(ttl), lost),
+        Err(error) => (Err(error), Vec::new()),
+    };
+    keepalive_answer(ka.session, ka.seq, result, |n| driver.endpoint_of(n)).map(|mut answer| {
+        answer.lost_holds = lost.into_iter().map(Into::into).collect();
+        answer
+    })
 }
 
 fn reply_as<T: TryFrom<Reply, Error = WrongReply>>(reply: Reply) -> Result<T, Status> {
@@ -203,32 +243,7 @@ impl proto::lock_server::Lock for LockService {
                     Ok(Some(next)) => next,
                     Ok(None) | Err(_) => return,
                 };
-                let (session_id, seq) = (next.session_id, next.seq);
-                let answer = match KeepAlive::parse(next, &principal) {
-                    Ok(ka) => match driver
-                        .ask(|reply| DriverRequest::KeepAlive {
-                            session: ka.session,
-                            proof: ka.proof,
-                            reply,
-                        })
-                        .await
-                    {
-                        Ok(result) => {
-                            let (result, lost) = match result {
-                                Ok((ttl, lost)) => (Ok(ttl), lost),
-                                Err(error) => (Err(error), Vec::new()),
-                            };
-                            keepalive_answer(ka.session, ka.seq, result, |n| driver.endpoint_of(n))
-                                .map(|mut answer| {
-                                    answer.lost_holds = lost.into_iter().map(Into::into).collect();
-                                    answer
-                                })
-                        }
-                        Err(status) => Err(status),
-                    },
-                    // A malformed entry is answered on its own: the stream goes on.
-                    Err(error) => Ok(keepalive_refused(session_id, seq, error.detail())),
-                };
+                let answer = keep_alive_entry(&driver, next, &principal).await;
                 let end = answer.is_err();
                 if tx.send(answer).await.is_err() || end {
                     return;
@@ -280,6 +295,15 @@ impl proto::lock_server::Lock for LockService {
         let (reply, revision) = self.0.propose(command, 0).await?;
         let response = proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)?;
         Ok(Response::new(response))
+    }
+
+    type SessionStream = ChannelStream<Result<proto::SessionResponse, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<proto::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        session_stream::open(self.clone(), request).await
     }
 
     type WatchStream = ChannelStream<Result<proto::WatchResponse, Status>>;

@@ -35,6 +35,12 @@ impl Cluster {
     /// With `tls`, every replica uses the test certificates of `tests/tls` (mutual TLS between
     /// replicas, `https://` for clients).
     pub fn start_with(tls: bool) -> Cluster {
+        Cluster::start_configured(tls, "")
+    }
+
+    /// [`Cluster::start_with`], with `extra` (TOML sections, e.g. `[limits]`) appended to every
+    /// replica's configuration file.
+    pub fn start_configured(tls: bool, extra: &str) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("picket-e2e-")
             .tempdir()
@@ -64,7 +70,7 @@ impl Cluster {
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{tls_section}",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{tls_section}{extra}",
                 i + 1,
                 i + 1
             );

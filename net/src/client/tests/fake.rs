@@ -63,8 +63,11 @@ pub struct State {
     pub old_form_errors: bool,
     /// session -> the holds it lost to force-release, carried in every keepalive answer.
     pub holds_lost: BTreeMap<u64, Vec<proto::LostHold>>,
-    /// Keepalive streams opened so far (each stream's number is its rank).
+    /// Keepalive streams opened so far, `Session` streams included (each stream's number is its
+    /// rank).
     pub keepalive_streams_opened: u64,
+    /// `Session` streams opened so far.
+    pub session_streams_opened: u64,
     /// Streams numbered below this never answer again (a stuck connection to a leader that is
     /// gone); streams opened later answer as `keepalive_mode` says.
     pub keepalive_streams_stalled_below: u64,
@@ -223,6 +226,44 @@ impl Replica {
         Err(state.in_form(status))
     }
 
+    /// The leader's answer to one keepalive on stream `stream_number` (`None`: it stays silent).
+    fn keepalive_entry(
+        &self,
+        keepalive: &proto::KeepAliveRequest,
+        stream_number: u64,
+    ) -> Option<proto::KeepAliveResponse> {
+        let mut state = self.state();
+        let alive = state.sessions.get(&keepalive.session_id) == Some(&true);
+        let ours = state.secrets.get(&keepalive.session_id) == Some(&keepalive.session_secret);
+        let error = (!ours).then(|| proto::ErrorDetail {
+            rule: "session_not_yours".into(),
+            message: "fake: session_not_yours".into(),
+            ..Default::default()
+        });
+        let stalled = stream_number < state.keepalive_streams_stalled_below;
+        match state.keepalive_mode() {
+            KeepAliveMode::Silent => None,
+            KeepAliveMode::Answer if stalled => None,
+            KeepAliveMode::Answer => {
+                state
+                    .keepalives_answered
+                    .push((keepalive.seq, Instant::now()));
+                Some(proto::KeepAliveResponse {
+                    session_id: keepalive.session_id,
+                    seq: keepalive.seq,
+                    ttl_ms: 3_000,
+                    lost: !alive,
+                    error,
+                    lost_holds: state
+                        .holds_lost
+                        .get(&keepalive.session_id)
+                        .cloned()
+                        .unwrap_or_default(),
+                })
+            }
+        }
+    }
+
     fn check_session(&self, session: u64, secret: &[u8]) -> Result<(), Status> {
         let state = self.state();
         match state.sessions.get(&session) {
@@ -291,45 +332,96 @@ impl Lock for Replica {
         };
         tokio::spawn(async move {
             while let Some(Ok(keepalive)) = inbound.next().await {
-                let answer = {
-                    let mut state = replica.state();
-                    let alive = state.sessions.get(&keepalive.session_id) == Some(&true);
-                    let ours =
-                        state.secrets.get(&keepalive.session_id) == Some(&keepalive.session_secret);
-                    let error = (!ours).then(|| proto::ErrorDetail {
-                        rule: "session_not_yours".into(),
-                        message: "fake: session_not_yours".into(),
-                        ..Default::default()
-                    });
-                    let stalled = stream_number < state.keepalive_streams_stalled_below;
-                    match state.keepalive_mode() {
-                        KeepAliveMode::Silent => None,
-                        KeepAliveMode::Answer if stalled => None,
-                        KeepAliveMode::Answer => {
-                            state
-                                .keepalives_answered
-                                .push((keepalive.seq, Instant::now()));
-                            Some(proto::KeepAliveResponse {
-                                session_id: keepalive.session_id,
-                                seq: keepalive.seq,
-                                ttl_ms: 3_000,
-                                lost: !alive,
-                                error,
-                                lost_holds: state
-                                    .holds_lost
-                                    .get(&keepalive.session_id)
-                                    .cloned()
-                                    .unwrap_or_default(),
-                            })
-                        }
-                    }
-                };
+                let answer = replica.keepalive_entry(&keepalive, stream_number);
                 let delay = replica.state().keepalive_answer_delay;
                 tokio::time::sleep(delay).await;
                 if let Some(answer) = answer {
                     if sender.send(Ok(answer)).await.is_err() {
                         return;
                     }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    type SessionStream = BoxStream<proto::SessionResponse>;
+
+    /// Keepalives as on `KeepAlive` (the same knobs; a stream's rank counts among keepalive
+    /// streams), the other requests by this fake's unary handlers, each as a task of its own.
+    async fn session(
+        &self,
+        request: Request<Streaming<proto::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        use proto::session_request::Request as In;
+        use proto::session_response::Response as Out;
+        if self.state().old_form_errors {
+            // A server from before the standard error form has no Session method either.
+            return Err(Status::unimplemented(""));
+        }
+        self.check_leader()?;
+        let mut inbound = request.into_inner();
+        let (sender, receiver) = mpsc::channel(16);
+        let replica = self.clone();
+        let stream_number = {
+            let mut state = self.state();
+            state.keepalive_streams_opened += 1;
+            state.session_streams_opened += 1;
+            state.keepalive_streams_opened - 1
+        };
+        tokio::spawn(async move {
+            while let Some(Ok(next)) = inbound.next().await {
+                let seq = next.seq;
+                let answer = match next.request.expect("the client sends a request") {
+                    In::KeepAlive(keepalive) => {
+                        let answer = replica.keepalive_entry(&keepalive, stream_number);
+                        let delay = replica.state().keepalive_answer_delay;
+                        tokio::time::sleep(delay).await;
+                        match answer {
+                            Some(answer) => answer,
+                            None => continue,
+                        }
+                    }
+                    other => {
+                        let (replica, sender) = (replica.clone(), sender.clone());
+                        tokio::spawn(async move {
+                            let answer = match other {
+                                In::KeepAlive(_) => unreachable!("answered above"),
+                                In::Acquire(m) => replica
+                                    .acquire(Request::new(m))
+                                    .await
+                                    .map(|r| Out::Acquire(r.into_inner())),
+                                In::Release(m) => replica
+                                    .release(Request::new(m))
+                                    .await
+                                    .map(|r| Out::Release(r.into_inner())),
+                                In::CancelWait(m) => replica
+                                    .cancel_wait(Request::new(m))
+                                    .await
+                                    .map(|r| Out::CancelWait(r.into_inner())),
+                                In::CloseSession(m) => replica
+                                    .close_session(Request::new(m))
+                                    .await
+                                    .map(|r| Out::CloseSession(r.into_inner())),
+                            };
+                            let response = answer.unwrap_or_else(|status| {
+                                Out::Error(crate::session_stream::status_to_proto(&status))
+                            });
+                            let message = proto::SessionResponse {
+                                seq,
+                                response: Some(response),
+                            };
+                            let _ = sender.send(Ok(message)).await;
+                        });
+                        continue;
+                    }
+                };
+                let message = proto::SessionResponse {
+                    seq,
+                    response: Some(Out::KeepAlive(answer)),
+                };
+                if sender.send(Ok(message)).await.is_err() {
+                    return;
                 }
             }
         });
@@ -350,9 +442,21 @@ impl Lock for Replica {
             request.key.clone(),
         ));
         let started = Instant::now();
+        let mut first = true;
         loop {
             let (reply, revision, lost_in_change) = {
                 let mut state = self.state();
+                // A held wait that left the queue meanwhile (cancelled) ends, as on the server.
+                let queued = state
+                    .queues
+                    .get(&request.key)
+                    .is_some_and(|queue| queue.contains(&request.session_id));
+                let holds =
+                    state.holders.get(&request.key).map(|(s, _)| *s) == Some(request.session_id);
+                if !first && !queued && !holds {
+                    return Err(refusal(tonic::Code::Aborted, "wait_cancelled"));
+                }
+                first = false;
                 let reply = state.apply_acquire(&request);
                 let lost = state.acquires_lost_in_leader_change > 0;
                 if lost {
