@@ -31,7 +31,17 @@ def generate_stubs():
     proto_dir = Path(os.environ["PICKET_PROTO_DIR"])
     STUBS.mkdir(parents=True, exist_ok=True)
     files = sorted(str(p) for p in (proto_dir / "picket" / "v1").glob("*.proto"))
-    args = ["protoc", f"-I{proto_dir}", f"--python_out={STUBS}", f"--grpc_python_out={STUBS}"]
+    # The well-known types (google/protobuf/any.proto, imported by net/proto's
+    # google/rpc/status.proto) ship with grpcio-tools; google.rpc's Python module comes from
+    # googleapis-common-protos, so only picket/v1 is generated.
+    well_known = Path(protoc.__file__).parent / "_proto"
+    args = [
+        "protoc",
+        f"-I{proto_dir}",
+        f"-I{well_known}",
+        f"--python_out={STUBS}",
+        f"--grpc_python_out={STUBS}",
+    ]
     assert protoc.main(args + files) == 0, "grpcio-tools could not compile net/proto"
     sys.path.insert(0, str(STUBS))
 
