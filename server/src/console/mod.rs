@@ -546,15 +546,7 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
         Ok(answer) => {
             page.revision = answer.revision;
             for hold in &answer.holds {
-                let inspected = user
-                    .client
-                    .inspect(proto::InspectRequest {
-                        namespace: hold.namespace.clone(),
-                        key: hold.key.clone(),
-                        allow_stale: false,
-                    })
-                    .await
-                    .ok();
+                let inspected = inspect(&user, &hold.namespace, &hold.key).await.ok();
                 let holder = view::HolderView::of(hold);
                 page.namespaces.push(NamespaceView {
                     namespace: hold.namespace.clone(),
@@ -599,6 +591,34 @@ async fn open_key(Query(query): Query<OpenKeyQuery>) -> Response {
     Redirect::to(&key_href(query.namespace.trim(), query.key.trim())).into_response()
 }
 
+/// The key as it is now (a linearizable `Admin.Inspect`), read as the signed-in person.
+async fn inspect(
+    user: &SignedIn,
+    namespace: &str,
+    key: &str,
+) -> Result<proto::KeyInfo, ClientError> {
+    user.client
+        .inspect(proto::InspectRequest {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            allow_stale: false,
+        })
+        .await
+}
+
+/// The key page of `k`, with the request form as given and an optional refusal.
+fn key_page_of(user: &SignedIn, k: KeyView, form: RequestForm, error: Option<Refused>) -> KeyPage {
+    let (ns, key) = (k.namespace.clone(), view::encode_path(&k.key));
+    KeyPage {
+        who: Some(Who::of(user)),
+        live_href: format!("/console/live/{ns}/{key}"),
+        request_href: format!("/console/request/{ns}/{key}"),
+        k,
+        error,
+        form,
+    }
+}
+
 #[derive(Deserialize)]
 struct PartQuery {
     part: Option<String>,
@@ -626,15 +646,7 @@ async fn key_page(
         Ok(user) => user,
         Err(redirect) => return *redirect,
     };
-    let inspected = user
-        .client
-        .inspect(proto::InspectRequest {
-            namespace: namespace.clone(),
-            key: key.clone(),
-            allow_stale: false,
-        })
-        .await;
-    let info = match inspected {
+    let info = match inspect(&user, &namespace, &key).await {
         Ok(info) => info,
         Err(error) => {
             return message(
@@ -659,17 +671,7 @@ async fn key_page(
         revoke: true,
         ..RequestForm::default()
     };
-    render(
-        &KeyPage {
-            who: Some(Who::of(&user)),
-            live_href: format!("/console/live/{}/{}", namespace, view::encode_path(&key)),
-            request_href: format!("/console/request/{}/{}", namespace, view::encode_path(&key)),
-            k,
-            error: None,
-            form,
-        },
-        StatusCode::OK,
-    )
+    render(&key_page_of(&user, k, form, None), StatusCode::OK)
 }
 
 /// Server-sent events for one key: a `change` event (data: the revision) whenever the key's lock
@@ -759,15 +761,7 @@ async fn request(
         Ok(user) => user,
         Err(refused) => return *refused,
     };
-    let inspected = user
-        .client
-        .inspect(proto::InspectRequest {
-            namespace: namespace.clone(),
-            key: key.clone(),
-            allow_stale: false,
-        })
-        .await;
-    let info = match inspected {
+    let info = match inspect(&user, &namespace, &key).await {
         Ok(info) => info,
         Err(error) => {
             return message(
@@ -790,17 +784,7 @@ async fn request(
         double_run: fields.double_run.clone(),
     };
     let page = |k: KeyView, form: RequestForm, error: Refused, status: StatusCode| {
-        render(
-            &KeyPage {
-                who: Some(Who::of(&user)),
-                live_href: format!("/console/live/{}/{}", namespace, view::encode_path(&key)),
-                request_href: format!("/console/request/{}/{}", namespace, view::encode_path(&key)),
-                k,
-                error: Some(error),
-                form,
-            },
-            status,
-        )
+        render(&key_page_of(&user, k, form, Some(error)), status)
     };
     let Ok(token) = fields.token.trim().parse::<u64>() else {
         let refusal = Refused::console(
@@ -911,13 +895,7 @@ async fn approval(
             )
         }
     };
-    let now = user
-        .client
-        .inspect(proto::InspectRequest {
-            namespace: request.namespace.clone(),
-            key: request.key.clone(),
-            allow_stale: false,
-        })
+    let now = inspect(user, &request.namespace, &request.key)
         .await
         .ok()
         .map(|info| KeyView::of(&info));
