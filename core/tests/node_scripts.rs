@@ -17,8 +17,9 @@
 //! `tick` or `deliver-msgs` also prints each message and persist.
 //!
 //! Commands:
-//! - `setup nodes=3 leader=1`: starts the nodes and lets only `leader` time out, so it is
-//!   elected and ready (the election preamble is not printed).
+//! - `setup nodes=3 leader=1 [window=N]`: starts the nodes and lets only `leader` time out, so
+//!   it is elected and ready (the election preamble is not printed); `window`: the pipeline
+//!   window in slots (default 64), to queue proposals behind a full one.
 //! - `tick ms=N [verbose=true]`: moves time, firing every timeout that falls due (each followed
 //!   by delivery of all messages until the network is quiet).
 //! - `deliver-msgs node=I [count=N] [verbose=true]`: hands node I the messages in its inbox
@@ -121,9 +122,10 @@ fn secret_hash(byte: u64) -> SecretHash {
     SecretHash([u8::try_from(byte).expect("secret is one byte"); 32])
 }
 
-fn config(index: usize, nodes: usize, boot: u64) -> NodeConfig {
+fn config(index: usize, nodes: usize, boot: u64, window: usize) -> NodeConfig {
     let members = (1..=nodes as u64).map(NodeId).collect();
     let mut replica = paxos::Config::new(NodeId(index as u64 + 1), members, 1);
+    replica.window_slots = window;
     replica.election_timeout_ms_min = 150;
     replica.election_timeout_ms_max = 300;
     replica.heartbeat_ms = 50;
@@ -145,12 +147,14 @@ struct World {
     /// Messages for each node, in the order they were sent.
     inbox: Vec<VecDeque<(NodeId, Msg)>>,
     isolated: BTreeSet<usize>,
+    /// The leader's pipeline window in slots (`setup window=N`; default 64).
+    window: usize,
     out: Vec<String>,
     verbose: bool,
 }
 
 impl World {
-    fn new(count: usize) -> World {
+    fn new(count: usize, window: usize) -> World {
         let mut world = World {
             now: Instant::ZERO,
             nodes: Vec::new(),
@@ -158,11 +162,13 @@ impl World {
             boots: vec![1; count],
             inbox: vec![VecDeque::new(); count],
             isolated: BTreeSet::new(),
+            window,
             out: Vec::new(),
             verbose: false,
         };
         for i in 0..count {
-            let node = Node::new(config(i, count, 1), NodeDurable::default()).expect("config");
+            let node =
+                Node::new(config(i, count, 1, window), NodeDurable::default()).expect("config");
             world.nodes.push(Some(node));
             world.drain(i);
         }
@@ -427,7 +433,7 @@ impl World {
             "restart" => {
                 let i = line.node();
                 self.boots[i] += 1;
-                let cfg = config(i, self.nodes.len(), self.boots[i]);
+                let cfg = config(i, self.nodes.len(), self.boots[i], self.window);
                 let node = Node::new(cfg, self.durable[i].clone()).expect("restart");
                 self.nodes[i] = Some(node);
                 self.say(format!("n{}: restarted (boot {})", i + 1, self.boots[i]));
@@ -504,7 +510,8 @@ fn kind(msg: &Msg) -> String {
 fn setup(line: &Line) -> (World, String) {
     let count = line.num("nodes") as usize;
     let leader = line.num("leader") as usize - 1;
-    let mut world = World::new(count);
+    let window = line.opt_num("window").map_or(64, |w| w as usize);
+    let mut world = World::new(count, window);
     for _ in 0..100 {
         if world.nodes[leader]
             .as_ref()
@@ -633,6 +640,11 @@ fn waits() {
 }
 
 #[test]
+fn wait_deadlines() {
+    run_file(&script("wait_deadlines"));
+}
+
+#[test]
 fn leader_change() {
     run_file(&script("leader_change"));
 }
@@ -651,7 +663,10 @@ fn every_script_runs() {
         })
         .collect();
     names.sort();
-    assert_eq!(names, ["leader_change", "sessions", "waits"]);
+    assert_eq!(
+        names,
+        ["leader_change", "sessions", "wait_deadlines", "waits"]
+    );
 }
 
 /// A check that does not hold prints `FAILED: ...` (a difference from the file) and the

@@ -21,6 +21,7 @@ pub fn check_all(history: &History) -> Vec<Violation> {
     found.extend(session_kept(history));
     found.extend(liveness(history));
     found.extend(waits_end(history));
+    found.extend(grants_past_deadline(history));
     found
 }
 
@@ -478,10 +479,8 @@ fn hand_offs(history: &History) -> Vec<HandOff<'_>> {
 ///   same wait's call answered `Granted` with a token above R (the client was granted a wait
 ///   after its cancel was acknowledged); a cancel answered `held: t` where no replica granted t
 ///   to that session on the key.
-/// - **Deadlines** are judged by [`grants_past_deadline`], which the harness runs beside this
-///   checker: strict only with `PICKET_SIM_STRICT_DEADLINES` set, because the core grants a wait
-///   whose deadline passed when a hand-off comes before the `ExpireWaits` (docs/simulation.md,
-///   "Found by the checkers").
+/// - **Deadlines** are judged by [`grants_past_deadline`], part of [`check_all`] beside this
+///   checker (docs/simulation.md, "Found by the checkers: a wait granted past its deadline").
 pub fn waits_end(history: &History) -> Vec<Violation> {
     let mut found = Vec::new();
     let mut reported: BTreeSet<(u64, &str, u64)> = BTreeSet::new();
@@ -543,10 +542,9 @@ pub fn waits_end(history: &History) -> Vec<Violation> {
 /// a key the same one (drawn when the session opens), so the pair names it; a pair that ever
 /// waited without a deadline is not judged.
 ///
-/// Not in [`check_all`]: the core breaks this rule today (a release, close or force-release
-/// applied after a waiter's deadline but before the leader's `ExpireWaits` hands the key to the
-/// expired wait). The harness counts these (`late_grants=` in the SIM line) and makes them
-/// violations with `PICKET_SIM_STRICT_DEADLINES` set.
+/// Every batch that hands keys over begins with `ExpireWaits` at the same log time
+/// (`picket_core::node`'s batch head), so the core keeps this rule; the planted bug
+/// `late-expiry` breaks it.
 pub fn grants_past_deadline(history: &History) -> Vec<Violation> {
     // (session, key) -> the timeout of its waits; None when one had no deadline.
     let mut timeouts: BTreeMap<(u64, &str), Option<u64>> = BTreeMap::new();

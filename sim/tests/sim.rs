@@ -53,7 +53,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} reads={} over_reads={} late_grants={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -81,7 +81,6 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .count(),
         h.accepted.iter().filter(|a| a.access == Access::Read).count(),
         stale_writes_over_reads(h),
-        report.late_grants.len(),
         report.history.final_replicas.len(),
         report.counters.get("rejoined").copied().unwrap_or(0),
         report.counters.get("slow-fsync").copied().unwrap_or(0),
@@ -184,6 +183,7 @@ fn checkers_bite() {
         (Break::CutSynced, Checker::NoAckedLoss),
         (Break::ReadBypass, Checker::Fencing),
         (Break::RequeueCancelled, Checker::WaitsEnd),
+        (Break::LateExpiry, Checker::WaitsEnd),
     ];
     for (broken, checker) in cases {
         let caught = (1..=SEEDS_MAX).find(|seed| {

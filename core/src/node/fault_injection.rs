@@ -25,10 +25,17 @@ pub struct Faults {
     /// Fresh grants take a token that wraps every [`TOKEN_WRAP_REVISIONS`] revisions (a token
     /// truncated to a narrow counter): a key's tokens stop rising, i.e. tokens are reused.
     pub token_wrap: bool,
+    /// Waits expire late: batches that hand keys over no longer begin with `ExpireWaits`, and
+    /// the leader proposes its own `ExpireWaits` [`LATE_WAIT_EXPIRY_MS`] after a deadline
+    /// passed, so a hand-off in between grants a wait whose deadline passed.
+    pub late_wait_expiry: bool,
 }
 
+/// How late the leader proposes `ExpireWaits` under [`Faults::late_wait_expiry`].
+pub const LATE_WAIT_EXPIRY_MS: u64 = 1_000;
+
 thread_local! {
-    static FAULTS: Cell<Faults> = const { Cell::new(Faults { apply_with_local_clock: None, token_wrap: false }) };
+    static FAULTS: Cell<Faults> = const { Cell::new(Faults { apply_with_local_clock: None, token_wrap: false, late_wait_expiry: false }) };
 }
 
 /// Switches the faults for the run that starts now (replaces the previous run's).

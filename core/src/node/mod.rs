@@ -63,6 +63,8 @@ mod query;
 mod waits;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -213,7 +215,8 @@ pub struct NodeCounters {
     pub expiry_proposals: u64,
     pub keepalives_accepted: u64,
     pub proposals_failed: u64,
-    /// `ExpireWaits` commands proposed.
+    /// `ExpireWaits` commands proposed on their own (a deadline passed); not the ones at the
+    /// head of a batch that hands keys over.
     pub wait_expiry_proposals: u64,
     /// Waiting proposals answered with a grant.
     pub waits_granted: u64,
@@ -244,6 +247,10 @@ pub struct Node {
     waits: PendingWaits,
     /// How many of `pending` are waiting `Acquire`s (counted against `waits_pending_max`).
     pending_waiting: usize,
+    /// Shared with the replica's batch head (`waits::expire_waits_head`): false only while no
+    /// wait with a deadline can be in the state a new batch applies to. Written and read by the
+    /// one thread that steps this node.
+    waits_may_be_due: Arc<AtomicBool>,
     /// Leader only: when to propose `ExpireWaits` again if the last one was not applied.
     wait_expiry_retry_at: Option<Instant>,
     proposal_next: u64,
@@ -258,7 +265,13 @@ impl Node {
     /// Builds a node from its configuration and what storage restored (a restored snapshot is
     /// installed at once).
     pub fn new(cfg: NodeConfig, durable: NodeDurable) -> Result<Node, ConfigError> {
-        let replica = Replica::new(cfg.replica.clone(), durable)?;
+        let mut replica = Replica::new(cfg.replica.clone(), durable)?;
+        let waits_may_be_due = Arc::new(AtomicBool::new(true));
+        replica.set_batch_head(waits::expire_waits_head(
+            replica.id(),
+            cfg.boot,
+            waits_may_be_due.clone(),
+        ));
         let mut node = Node {
             counters: NodeCounters::default(),
             sm: LockStateMachine::new(cfg.locks.clone()),
@@ -273,6 +286,7 @@ impl Node {
             pending: BTreeMap::new(),
             waits: PendingWaits::default(),
             pending_waiting: 0,
+            waits_may_be_due,
             wait_expiry_retry_at: None,
             proposal_next: 1,
             checked_revision: Revision(0),
@@ -382,23 +396,11 @@ impl Node {
             results.push(Ok(proposal));
         }
         self.pending_waiting += waits_new;
-        // A command of this batch may end a hold and hand the key to the next waiter: when a
-        // wait's deadline has passed, `ExpireWaits` goes first in the same batch (same log
-        // time), so no hand-off can reach that wait (the expiry proposed on its own may still be
-        // in flight, or held back by its retry guard).
-        let room_left = matches!(&room, Ok(room) if entries.len() < *room);
-        if !entries.is_empty() && room_left && self.waits_overdue() {
-            entries.insert(
-                0,
-                NodeCommand {
-                    origin: self.replica.id(),
-                    boot: self.cfg.boot,
-                    proposal: ProposalId(0),
-                    command: Command::ExpireWaits,
-                },
-            );
-            self.counters.wait_expiry_proposals += 1;
+        if waits_new > 0 {
+            self.note_waits_may_be_due();
         }
+        // A command of this batch that hands a key to the next waiter gets an `ExpireWaits`
+        // before it in the batch it lands in (`waits::expire_waits_head`).
         if !entries.is_empty() {
             let queued = self.replica.propose_many(self.now, entries);
             assert!(
@@ -501,7 +503,7 @@ impl Node {
             };
             let wait_expiry = match self.wait_expiry_retry_at {
                 Some(retry) => Some(retry),
-                None => self.sm.wait_deadline_next(),
+                None => self.wait_expiry_due(),
             };
             next = earliest(earliest(next, expiry), wait_expiry);
         }
@@ -561,6 +563,7 @@ impl Node {
         self.answer_held_waits();
         self.compact_if_due();
         self.drain_replica();
+        self.note_waits_may_be_due();
         self.check_invariants();
     }
 
@@ -865,19 +868,14 @@ impl Node {
             proposal: ProposalId(0),
             command,
         };
-        let mut entries = vec![entry(Command::ExpireSessions {
+        // Ending the sessions hands their keys to the next waiters: the batch it lands in
+        // expires due waits first (`waits::expire_waits_head`).
+        let entries = vec![entry(Command::ExpireSessions {
             sessions: due.clone(),
         })];
-        // Ending the sessions hands their keys to the next waiters: due waits go first (as in
-        // `propose_batch_held`).
-        let expires_waits = self.waits_overdue();
-        if expires_waits {
-            entries.insert(0, entry(Command::ExpireWaits));
-        }
         match self.replica.propose_many(self.now, entries) {
             Ok(()) => {
                 self.counters.expiry_proposals += 1;
-                self.counters.wait_expiry_proposals += u64::from(expires_waits);
                 self.leases.mark_expiring(&due);
             }
             Err(_) => {

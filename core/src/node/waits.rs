@@ -3,12 +3,14 @@
 //! their hold time passes. Only the leader has any (its proposals fail when it steps down).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::locks::{
     AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, SessionId,
     WaitEnd, WaitEndKind,
 };
-use crate::paxos::RoleKind;
+use crate::paxos::{BatchHead, NodeId};
 use crate::time::Instant;
 
 use super::{Action, Node, NodeCommand, ProposalId};
@@ -234,19 +236,18 @@ impl Node {
         }
     }
 
-    /// Leader: whether a batch should begin with `ExpireWaits`, so that no hand-off in it reaches
-    /// a wait whose deadline has passed: one has (by now), or the leader is not ready (it has not
-    /// applied its predecessors' slots, so its state may lack waits that are already queued).
-    /// The command removes only what is due at its log time, and nothing otherwise. (Not
-    /// covered: a deadline that passes between the proposal and the batch's log time, set when
-    /// it takes its slot; docs/simulation.md, checker 7.)
-    pub(super) fn waits_overdue(&self) -> bool {
-        self.role == RoleKind::Leader
-            && (!self.ready
-                || self
-                    .sm
-                    .wait_deadline_next()
-                    .is_some_and(|at| at <= self.now))
+    /// When the leader proposes `ExpireWaits` on its own: at the earliest wait deadline (late
+    /// under the simulation's `late_wait_expiry` fault).
+    pub(super) fn wait_expiry_due(&self) -> Option<Instant> {
+        #[cfg(not(madsim))]
+        let late_ms = 0;
+        #[cfg(madsim)]
+        let late_ms = if super::fault_injection::get().late_wait_expiry {
+            super::fault_injection::LATE_WAIT_EXPIRY_MS
+        } else {
+            0
+        };
+        self.sm.wait_deadline_next().map(|at| at.add_ms(late_ms))
     }
 
     /// Leader: proposes `ExpireWaits` once the earliest wait deadline passed.
@@ -254,7 +255,7 @@ impl Node {
         if !self.ready || self.wait_expiry_retry_at.is_some_and(|t| t > self.now) {
             return;
         }
-        if self.sm.wait_deadline_next().is_none_or(|at| at > self.now) {
+        if self.wait_expiry_due().is_none_or(|at| at > self.now) {
             self.wait_expiry_retry_at = None;
             return;
         }
@@ -275,4 +276,65 @@ impl Node {
             Err(_) => self.wait_expiry_retry_at = Some(self.now.add_ms(heartbeat_ms)),
         }
     }
+}
+
+impl Node {
+    /// Tells the batch head whether a wait with a deadline can be in the state the next batch
+    /// applies to: one is in the applied state, or this leader proposed a wait not applied yet,
+    /// or it is not ready (its predecessors' slots may hold waits it has not applied). Called
+    /// after every input and when a wait is proposed, so it is never false when one can be.
+    pub(super) fn note_waits_may_be_due(&self) {
+        let may = !self.ready || self.pending_waiting > 0 || self.sm.wait_deadline_next().is_some();
+        self.waits_may_be_due.store(may, Ordering::Relaxed);
+    }
+}
+
+/// The batch head of a node (`Replica::set_batch_head`): a batch holding a command that may hand
+/// a key to a waiter (a release, a session's end, a cancel, an approved force-release, more
+/// semaphore permits) begins with `ExpireWaits`. The batch takes its log time when it takes its
+/// slot, so the expiry removes every wait whose deadline is at or before the log time of the
+/// hand-offs after it, whatever the leader knew when it proposed them (a deadline that passed
+/// while the batch was queued, a wait queued in a slot the leader had not applied): no hand-off
+/// reaches an expired wait. An expiry removes up to [`crate::locks::EXPIRE_WAITS_BATCH_MAX`] waits, so this
+/// holds while no more than that many are due at one log time. Nothing due: it only takes a
+/// revision; and while no wait with a deadline can be there (`may_be_due`, kept by
+/// [`Node::note_waits_may_be_due`]), no head is added, so revisions and tokens are as before.
+pub(super) fn expire_waits_head(
+    origin: NodeId,
+    boot: u64,
+    may_be_due: Arc<AtomicBool>,
+) -> BatchHead<NodeCommand> {
+    Box::new(move |commands: &[NodeCommand]| {
+        if !may_be_due.load(Ordering::Relaxed) {
+            return None;
+        }
+        #[cfg(madsim)]
+        if super::fault_injection::get().late_wait_expiry {
+            return None;
+        }
+        let hands_over = commands.iter().any(|c| {
+            matches!(
+                c.command,
+                Command::Release { .. }
+                    | Command::CloseSession { .. }
+                    | Command::ExpireSessions { .. }
+                    | Command::CancelWait { .. }
+                    | Command::ApproveForceRelease { .. }
+                    | Command::SetSemaphore { .. }
+            )
+        });
+        let expires_first = matches!(
+            commands.first(),
+            Some(NodeCommand {
+                command: Command::ExpireWaits,
+                ..
+            })
+        );
+        (hands_over && !expires_first).then_some(NodeCommand {
+            origin,
+            boot,
+            proposal: ProposalId(0),
+            command: Command::ExpireWaits,
+        })
+    })
 }

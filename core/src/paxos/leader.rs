@@ -271,7 +271,10 @@ where
                 return;
             }
             let n = l.queue.len().min(self.cfg.batch_commands_max);
-            let commands: Vec<C> = l.queue.drain(..n).collect();
+            let mut commands: Vec<C> = l.queue.drain(..n).collect();
+            if let Some(head) = self.batch_head.as_ref().and_then(|head| head(&commands)) {
+                commands.insert(0, head);
+            }
             let value = Value::Batch {
                 stamp: self.now,
                 commands,

@@ -100,4 +100,4 @@ pub use io::{
 pub use learner::CATCHUP_ENTRIES_MAX;
 pub use message::{AcceptedEntry, Message};
 pub use quorum::Votes;
-pub use replica::{Counters, Replica};
+pub use replica::{BatchHead, Counters, Replica};

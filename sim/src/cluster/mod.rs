@@ -26,7 +26,7 @@ use picket_storage::{Disk, SimDisk};
 
 pub use shared::Break;
 
-use crate::checkers::{check_all, grants_past_deadline};
+use crate::checkers::check_all;
 use crate::clock::DriftClock;
 use crate::history::{FinalReplica, History, Violation};
 use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
@@ -57,9 +57,6 @@ pub struct RunReport {
     pub trace_lines: u64,
     pub sim_ms: u64,
     pub counters: BTreeMap<&'static str, u64>,
-    /// Grants past their wait's deadline (checker 7's deadline rule; not violations unless
-    /// `PICKET_SIM_STRICT_DEADLINES` is set).
-    pub late_grants: Vec<Violation>,
 }
 
 struct Cluster {
@@ -134,16 +131,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     let slow_fsyncs = picket_server::node::buggify::slow_fsyncs();
     s.counters.insert("slow-fsync", slow_fsyncs);
     let history = s.history.clone();
-    let mut violations = check_all(&history);
-    // Checker 7's deadline rule, which the core still breaks in rare cases (docs/simulation.md):
-    // counted in the report, violations only when asked for.
-    let late_grants = grants_past_deadline(&history);
-    for late in &late_grants {
-        s.trace(&format!("late grant {late}"));
-    }
-    if std::env::var_os("PICKET_SIM_STRICT_DEADLINES").is_some() {
-        violations.extend(late_grants.iter().cloned());
-    }
+    let violations = check_all(&history);
     for v in &violations {
         s.trace(&format!("violation {v}"));
     }
@@ -155,7 +143,6 @@ pub async fn run(config: RunConfig) -> RunReport {
         trace_lines: s.trace_lines,
         sim_ms: s.now_ms(),
         counters: s.counters.clone(),
-        late_grants,
     }
 }
 
@@ -166,6 +153,7 @@ fn set_core_faults(broken: Option<Break>) {
     fault_injection::set(Faults {
         apply_with_local_clock: (broken == Some(Break::DigestMutation)).then_some(NodeId(1)),
         token_wrap: broken == Some(Break::TokenReuse),
+        late_wait_expiry: broken == Some(Break::LateExpiry),
     });
     picket_storage::recovery::fault_injection::set_old_tail_rule(broken == Some(Break::CutSynced));
 }

@@ -39,10 +39,14 @@ pub enum Break {
     /// asks again for the key in the same call (a library that re-queues the wait under a new
     /// request id) and takes the grant as the cancelled wait's: checker 7.
     RequeueCancelled,
+    /// Waits expire late (core fault `late_wait_expiry`): batches that hand keys over no longer
+    /// begin with `ExpireWaits`, and the leader's own `ExpireWaits` comes 1 s after a deadline,
+    /// so a release in between hands the key to a wait whose deadline passed: checker 7.
+    LateExpiry,
 }
 
 impl Break {
-    pub const ALL: [Break; 9] = [
+    pub const ALL: [Break; 10] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -52,6 +56,7 @@ impl Break {
         Break::CutSynced,
         Break::ReadBypass,
         Break::RequeueCancelled,
+        Break::LateExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +70,7 @@ impl Break {
             Break::CutSynced => "cut-synced",
             Break::ReadBypass => "read-bypass",
             Break::RequeueCancelled => "requeue-cancelled",
+            Break::LateExpiry => "late-expiry",
         }
     }
 
