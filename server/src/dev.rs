@@ -84,6 +84,9 @@ pub struct DevCluster {
     nodes: Vec<Option<RunningNode>>,
 }
 
+/// How many times [`DevCluster::start_with`] starts on fresh ephemeral ports when one was taken.
+pub const DEV_START_ATTEMPTS: u32 = 5;
+
 /// A free port on 127.0.0.1 (bound then released: another process could take it meanwhile,
 /// which tests accept).
 pub fn free_port() -> std::io::Result<u16> {
@@ -96,7 +99,33 @@ impl DevCluster {
         DevCluster::start_with(DevOptions::default()).await
     }
 
+    /// Starts the cluster. With ephemeral ports and a temporary directory, a port that another
+    /// process took between the pick and the bind (`free_port` releases it) is picked again:
+    /// up to [`DEV_START_ATTEMPTS`] starts, each on fresh ports in a fresh directory.
     pub async fn start_with(options: DevOptions) -> Result<DevCluster, StartError> {
+        let retry = options.ports.is_none() && options.data_dir.is_none();
+        let mut attempt = 1;
+        loop {
+            match DevCluster::start_once(options.clone()).await {
+                Err(StartError::Listen { addr, what, source })
+                    if retry
+                        && attempt < DEV_START_ATTEMPTS
+                        && source.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    tracing::warn!(
+                        %addr,
+                        what,
+                        attempt,
+                        "dev cluster: a picked port was taken before it was bound; starting again on fresh ports"
+                    );
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(options: DevOptions) -> Result<DevCluster, StartError> {
         let (temp, data_dir) = match options.data_dir {
             Some(dir) => (None, dir),
             None => {
