@@ -18,6 +18,7 @@
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
 pub mod api;
+pub mod audit_report;
 pub mod auth;
 pub mod config;
 #[cfg(not(madsim))]

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use picket_net::proto;
+use picket_server::audit_report::{self, kind_word, role_words};
 pub use picket_server::wall_clock::utc;
 use serde_json::{json, Value};
 
@@ -40,31 +41,6 @@ pub fn holder_learns(revoke_session: bool) -> &'static str {
         "The holder's session is revoked: every client of it learns at its next keepalive that all its locks are lost."
     } else {
         "WITHOUT --revoke-session the holder's session lives on. A Picket client (the client library, picketctl lock) learns at its next keepalive that this lock is gone and stops (picketctl lock stops its command); a process that is paused, partitioned, or does not use a Picket client learns NOTHING and may go on writing. Revoke the session (a new request with --revoke-session) if you are not sure."
-    }
-}
-
-fn role_words(roles: &[i32]) -> String {
-    let words: Vec<&str> = roles
-        .iter()
-        .map(|role| match proto::Role::try_from(*role) {
-            Ok(proto::Role::OnCall) => "on-call",
-            Ok(proto::Role::IncidentCommander) => "incident-commander",
-            Ok(proto::Role::ClassAdmin) => "class-admin",
-            _ => "unknown",
-        })
-        .collect();
-    if words.is_empty() {
-        "no role recorded".to_owned()
-    } else {
-        words.join(", ")
-    }
-}
-
-fn kind_word(fenced: bool) -> &'static str {
-    if fenced {
-        "fenced"
-    } else {
-        "advisory"
     }
 }
 
@@ -354,43 +330,8 @@ pub fn classes(listing: &[(String, Vec<proto::ClassSpec>)]) -> Report {
     Report { json, human }
 }
 
-fn action_words(action: i32) -> &'static str {
-    match proto::AuditAction::try_from(action) {
-        Ok(proto::AuditAction::ForceReleaseRequested) => "force-release requested",
-        Ok(proto::AuditAction::ForceReleaseApproved) => "force-release approved",
-        Ok(proto::AuditAction::ForceReleaseDenied) => "force-release denied",
-        Ok(proto::AuditAction::ForceReleaseExpired) => "force-release expired",
-        Ok(proto::AuditAction::SessionRevoked) => "session revoked",
-        Ok(proto::AuditAction::ClassPut) => "class put",
-        Ok(proto::AuditAction::ClassRemoved) => "class removed",
-        _ => "unknown",
-    }
-}
-
 pub fn audit(response: &proto::QueryAuditResponse) -> Report {
-    let json = json!({
-        "compacted_through": response.compacted_through,
-        "records": response.records.iter().map(|r| json!({
-            "revision": r.revision,
-            "time_ms": r.time_ms,
-            "time": utc(r.time_ms),
-            "actor": r.actor,
-            "actor_roles": role_words(&r.actor_roles),
-            "action": action_words(r.action),
-            "namespace": r.namespace,
-            "key": r.key,
-            "token": r.token,
-            "fenced": r.fenced,
-            "session_id": r.session_id,
-            "force_release_id": r.force_release_id,
-            "reason": r.reason,
-            "requester": r.requester,
-            "requester_roles": role_words(&r.requester_roles),
-            "floor": r.floor,
-            "next": r.next.as_ref().map(|g| json!({"session_id": g.session_id, "token": g.token})),
-            "revoke_session": r.revoke_session,
-        })).collect::<Vec<_>>(),
-    });
+    let json = audit_report::response_json(response);
     let mut human = String::new();
     if response.compacted_through > 0 {
         let _ = writeln!(
@@ -400,64 +341,7 @@ pub fn audit(response: &proto::QueryAuditResponse) -> Report {
         );
     }
     for r in &response.records {
-        let actor = if r.actor.is_empty() {
-            "nobody (log time)".to_owned()
-        } else {
-            format!("{} ({})", r.actor, role_words(&r.actor_roles))
-        };
-        let _ = write!(
-            human,
-            "rev {} {} {} {}/{} by {actor}",
-            r.revision,
-            utc(r.time_ms),
-            action_words(r.action),
-            r.namespace,
-            r.key,
-        );
-        if let Some(request) = r.force_release_id {
-            let _ = write!(human, ", request #{request}");
-        }
-        if !r.requester.is_empty() && r.requester != r.actor {
-            let _ = write!(
-                human,
-                ", requested by {} ({})",
-                r.requester,
-                role_words(&r.requester_roles)
-            );
-        }
-        if let Some(token) = r.token {
-            let _ = write!(human, ", token {token}");
-        }
-        if let Some(session) = r.session_id {
-            let _ = write!(human, " of session {session}");
-        }
-        if let Some(fenced) = r.fenced {
-            let _ = write!(human, ", {}", kind_word(fenced));
-        }
-        if let Some(floor) = r.floor {
-            let _ = write!(human, ", floor {floor}");
-        }
-        match &r.next {
-            Some(next) => {
-                let _ = write!(
-                    human,
-                    ", next holder session {} token {}",
-                    next.session_id, next.token
-                );
-            }
-            None if r.floor.is_some() => human.push_str(", no next holder"),
-            None => {}
-        }
-        if let Some(revoke) = r.revoke_session {
-            let _ = write!(
-                human,
-                ", revoke session: {}",
-                if revoke { "yes" } else { "no" }
-            );
-        }
-        if !r.reason.is_empty() {
-            let _ = write!(human, ", reason {:?}", r.reason);
-        }
+        human.push_str(&audit_report::record_line(r));
         human.push('\n');
     }
     Report { json, human }
