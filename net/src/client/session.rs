@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::locks::{LockMode, Token};
-use tokio::sync::{broadcast, watch};
+use std::collections::BTreeMap;
+
+use tokio::sync::{broadcast, watch, Notify};
 
 use super::cluster::{millis, Cluster};
 use super::error::{ClientError, LostReason, REQUEST_TOO_OLD, WAIT_ENDED, WAIT_EXPIRED};
@@ -25,6 +27,15 @@ pub(crate) struct SessionInner {
     pub(crate) liveness: Arc<Liveness>,
     /// The last request id used. Request ids are non-zero and strictly increasing per session.
     request_id_last: AtomicU64,
+    /// Background `CancelWait`s not answered yet, per (namespace, key): a new acquire of that
+    /// key waits for them (see [`SessionInner::after_cancels`]).
+    cancels: std::sync::Mutex<BTreeMap<(String, String), PendingCancels>>,
+}
+
+/// The background cancels of one key still in flight, and who waits for them to end.
+struct PendingCancels {
+    count: usize,
+    done: Arc<Notify>,
 }
 
 impl SessionInner {
@@ -109,6 +120,55 @@ impl SessionInner {
 }
 
 impl SessionInner {
+    /// Waits until no background `CancelWait` of `namespace`/`key` is in flight. `CancelWait`
+    /// names the session and the key, not a request: a dropped call's cancel that is applied
+    /// after a later call on the key queued would remove *that* call's wait, or answer its grant
+    /// (and the dropped call's task would release a lock a live guard holds). So a new acquire
+    /// of the key starts only once the earlier cancel is answered (or gave up within its retry
+    /// budget). Found by the simulation (seed 119: a `lock_shared` dropped during a leader
+    /// change, then the next call on the key).
+    async fn after_cancels(&self, namespace: &str, key: &str) {
+        let pending = || {
+            let cancels = self.cancels.lock().expect("cancels lock");
+            cancels
+                .get(&(namespace.to_owned(), key.to_owned()))
+                .map(|p| p.done.clone())
+        };
+        while let Some(done) = pending() {
+            let notified = done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if pending().is_none() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn cancel_started(&self, namespace: &str, key: &str) {
+        let mut cancels = self.cancels.lock().expect("cancels lock");
+        cancels
+            .entry((namespace.to_owned(), key.to_owned()))
+            .or_insert_with(|| PendingCancels {
+                count: 0,
+                done: Arc::new(Notify::new()),
+            })
+            .count += 1;
+    }
+
+    fn cancel_ended(&self, namespace: &str, key: &str) {
+        let mut cancels = self.cancels.lock().expect("cancels lock");
+        let at = (namespace.to_owned(), key.to_owned());
+        let Some(pending) = cancels.get_mut(&at) else {
+            return;
+        };
+        pending.count -= 1;
+        if pending.count == 0 {
+            let done = cancels.remove(&at).expect("present").done;
+            done.notify_waiters();
+        }
+    }
+
     /// `CancelWait`, retried within the call's retry budget.
     pub(crate) async fn cancel_wait(
         &self,
@@ -163,14 +223,15 @@ impl Drop for CancelOnDrop {
             std::mem::take(&mut self.namespace),
             std::mem::take(&mut self.key),
         );
+        inner.cancel_started(&namespace, &key);
         runtime.spawn(async move {
-            let Ok(answer) = inner.cancel_wait(&namespace, &key).await else {
-                return;
-            };
-            if let Some(token) = answer.held_token {
-                // Granted before the cancel, to a caller who is gone: give the key back.
-                let _ = inner.release(&namespace, &key, Token(token)).await;
+            if let Ok(answer) = inner.cancel_wait(&namespace, &key).await {
+                if let Some(token) = answer.held_token {
+                    // Granted before the cancel, to a caller who is gone: give the key back.
+                    let _ = inner.release(&namespace, &key, Token(token)).await;
+                }
             }
+            inner.cancel_ended(&namespace, &key);
         });
     }
 }
@@ -292,6 +353,7 @@ impl Session {
                 secret,
                 liveness,
                 request_id_last: AtomicU64::new(0),
+                cancels: Default::default(),
             }),
         })
     }
@@ -517,6 +579,7 @@ impl Session {
         wait_timeout_ms: Option<u64>,
     ) -> Result<LockGuard, ClientError> {
         let inner = &self.inner;
+        inner.after_cancels(namespace, key).await;
         let timeout = inner.cluster.config.rpc_timeout + Duration::from_millis(wait_ms);
         let mut request = proto::AcquireRequest {
             session_id: inner.id,

@@ -444,6 +444,46 @@ async fn dropping_a_waiting_lock_cancels_the_wait_in_the_background() {
     panic!("no CancelWait after the waiting lock was dropped");
 }
 
+/// A background cancel names the session and the key, not the call: the next call on the key
+/// starts only once it was answered, so it can neither remove the new call's wait nor hand the
+/// dropped call's task the new call's grant to release (found by the simulation, seed 119).
+#[tokio::test]
+async fn a_new_lock_of_a_key_waits_for_the_background_cancel_of_the_dropped_one() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let holder = client.create_session().await.unwrap();
+    let waiter = client.create_session().await.unwrap();
+    let held = holder.lock("orders", "a").await.unwrap();
+    state.lock().unwrap().cancel_wait_delay = Duration::from_millis(300);
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(100), waiter.lock("orders", "a")).await;
+    assert!(gave_up.is_err(), "still queued when given up");
+    let acquires_before = state.lock().unwrap().cancels_before_acquire.len();
+    // Another key is not held back by the cancel.
+    let other = waiter.try_lock("orders", "b").await.unwrap();
+    // The same key again, at once: its Acquire reaches the leader after the cancel.
+    let again = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("orders", "a").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.release().await.unwrap();
+    let again = again
+        .await
+        .unwrap()
+        .expect("granted after the holder released");
+    let state = state.lock().unwrap();
+    let seen = &state.cancels_before_acquire[acquires_before..];
+    assert_eq!(seen[0], 0, "the other key went ahead of the slow cancel");
+    assert!(
+        seen[1..].iter().all(|applied| *applied == 1),
+        "every acquire of the key came after the cancel: {seen:?}"
+    );
+    assert_eq!(state.cancels, vec![(waiter.id(), "a".to_owned())]);
+    assert_eq!(state.holders["a"], (waiter.id(), again.token().0));
+    drop(other);
+}
+
 #[tokio::test]
 async fn a_granted_lock_sends_no_cancel() {
     let (state, endpoints) = fake::start(1, 0).await;

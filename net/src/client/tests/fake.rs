@@ -49,6 +49,10 @@ pub struct State {
     pub creates: Vec<usize>,
     pub releases: Vec<(u64, u64, u64)>, // session, request id, token
     pub cancels: Vec<(u64, String)>,    // session, key
+    /// How long the leader holds a `CancelWait` before it applies it (a slow cancel).
+    pub cancel_wait_delay: Duration,
+    /// For every acquire received, how many cancels had been applied by then.
+    pub cancels_before_acquire: Vec<usize>,
     pub keepalive_mode: Option<KeepAliveMode>,
     /// How long the leader takes to answer a keepalive after receiving it.
     pub keepalive_answer_delay: Duration,
@@ -435,6 +439,11 @@ impl Lock for Replica {
         self.check_leader()?;
         let request = request.into_inner();
         self.check_session(request.session_id, &request.session_secret)?;
+        {
+            let mut state = self.state();
+            let applied = state.cancels.len();
+            state.cancels_before_acquire.push(applied);
+        }
         self.state().acquires.push((
             self.index,
             request.session_id,
@@ -507,6 +516,8 @@ impl Lock for Replica {
         self.check_leader()?;
         let request = request.into_inner();
         self.check_session(request.session_id, &request.session_secret)?;
+        let delay = self.state().cancel_wait_delay;
+        tokio::time::sleep(delay).await;
         let mut state = self.state();
         let session = request.session_id;
         state.cancels.push((session, request.key.clone()));
