@@ -428,3 +428,136 @@ async fn an_advisory_request_records_the_checklist() {
     drop(held);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let carol = admin(&cluster, "carol", "picket-admin");
+    carol
+        .set_semaphore(proto::SetSemaphoreRequest {
+            namespace: NS.into(),
+            key: "workers".into(),
+            permits: 3,
+            reason: "=cmd|' /C calc'!A0, three workers".into(),
+        })
+        .await
+        .unwrap();
+    let stuck = service(&cluster, "report-job").await;
+    let held = stuck.lock(NS, "report/daily").await.unwrap();
+    let token = held.token().0.to_string();
+
+    let mut alice = Browser::new(&cluster.http_endpoint(0));
+    let page = alice.get("/console/audit?namespace=orders").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "signed out");
+    assert_eq!(
+        page.location,
+        "/console/signin?next=/console/audit%3Fnamespace%3Dorders"
+    );
+    alice.sign_in("alice", &["picket-operator"]).await;
+    let page = alice.get("/console/keys/orders/report/daily").await;
+    let csrf = csrf(&page.body);
+    let request = [
+        ("csrf", csrf.as_str()),
+        ("token", token.as_str()),
+        ("reason", "job hung"),
+        ("stopped", "yes"),
+        ("double_run", "no"),
+    ];
+    let page = alice
+        .post("/console/request/orders/report/daily", &request)
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+
+    let page = alice.get("/console/audit?namespace=orders").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for part in [
+        "semaphore set",
+        "declared with 3 permits",
+        "<td>carol (class-admin)</td>",
+        "force-release requested",
+        "href=\"/console/keys/orders/report/daily\"",
+        "<td>alice (on-call)</td>",
+        "job hung [advisory checklist",
+        "href=\"/console/audit?namespace=orders&#38;format=csv\"",
+    ] {
+        assert!(page.body.contains(part), "lacks {part:?}:\n{}", page.body);
+    }
+    let page = alice.get("/console/audit?namespace=billing").await;
+    assert!(
+        page.body.contains("No audit record matches."),
+        "{}",
+        page.body
+    );
+
+    let csv = alice
+        .http
+        .get(format!(
+            "{}/console/audit?namespace=orders&format=csv",
+            alice.base
+        ))
+        .header(COOKIE, alice.cookie.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(csv.status(), StatusCode::OK);
+    assert_eq!(csv.headers()["content-type"], "text/csv; charset=utf-8");
+    assert_eq!(
+        csv.headers()["content-disposition"],
+        "attachment; filename=\"picket-audit-orders-from-0.csv\""
+    );
+    let csv = csv.text().await.unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two records:\n{csv}");
+    assert!(lines[0].starts_with("revision,time,time_ms,action,namespace,key,actor"));
+    assert!(
+        lines[1].contains(",semaphore set,orders,workers,carol,class-admin,"),
+        "{csv}"
+    );
+    assert!(
+        lines[1].ends_with(",3,\"'=cmd|' /C calc'!A0, three workers\""),
+        "a formula is defused and a comma quoted: {csv}"
+    );
+    assert!(
+        lines[2].contains(&format!(
+            ",force-release requested,orders,report/daily,alice,on-call,alice,on-call,{},{},{token},",
+            pending(&carol).await[0].id,
+            stuck.id()
+        )),
+        "{csv}"
+    );
+
+    let json: serde_json::Value = alice
+        .http
+        .get(format!(
+            "{}/console/audit?namespace=orders&format=json",
+            alice.base
+        ))
+        .header(COOKIE, alice.cookie.clone().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .map(|text| serde_json::from_str(&text).unwrap())
+        .unwrap();
+    let records = json["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{json}");
+    assert_eq!(records[0]["action"], "semaphore set");
+    assert_eq!(records[0]["permits"], 3);
+    assert_eq!(records[1]["action"], "force-release requested");
+    assert_eq!(records[1]["token"], held.token().0);
+    assert!(json["next_from"].is_null(), "nothing was cut: {json}");
+
+    let page = alice.get("/console/audit?format=xml").await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("invalid_argument"), "{}", page.body);
+    let page = alice.get("/console/audit?from=soon").await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("is not a whole number"), "{}", page.body);
+    drop(held);
+    cluster.shutdown().await;
+}

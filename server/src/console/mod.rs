@@ -42,6 +42,7 @@ use tokio::sync::mpsc;
 
 use crate::api::stream::ChannelStream;
 
+mod audit;
 pub mod signin;
 pub mod view;
 
@@ -108,6 +109,7 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Router {
         .route("/console/force-releases/{id}", get(approval_page))
         .route("/console/force-releases/{id}/approve", post(approve))
         .route("/console/force-releases/{id}/deny", post(deny))
+        .route("/console/audit", get(audit::audit_page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
         .with_state(console)
