@@ -154,7 +154,10 @@ pub fn fencing(history: &History) -> Vec<Violation> {
     for (&(key, token), acked) in &acked_sessions {
         for &(session, mode) in acked {
             if let Mode::Permit { slot } = mode {
-                slots.entry((key, token)).or_default().insert((slot, session));
+                slots
+                    .entry((key, token))
+                    .or_default()
+                    .insert((slot, session));
             }
         }
     }

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::history::{
-    Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent,
-    RecoverySeen, SessionGone, SyncedDamage, WaitCause,
+    Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen,
+    LogEvent, RecoverySeen, SessionGone, SyncedDamage, WaitCause,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -433,8 +433,12 @@ fn permit_history() -> History {
             slot: Some(slot),
             ..grant(1, 1, revision, "ns/p")
         });
-        h.acked
-            .push(acked_grant("ns/p", revision, session, Mode::Permit { slot }));
+        h.acked.push(acked_grant(
+            "ns/p",
+            revision,
+            session,
+            Mode::Permit { slot },
+        ));
     }
     h.accepted.extend([
         slot_write("ns/p", 1, 10),
@@ -468,7 +472,9 @@ fn fencing_catches_a_superseded_holder_writing_in_its_slot() {
     let found = fencing(&h);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
-        found[0].detail.contains("a write of `ns/p` slot 0 with token 10")
+        found[0]
+            .detail
+            .contains("a write of `ns/p` slot 0 with token 10")
             && found[0].detail.contains("after a write with token 15"),
         "{}",
         found[0].detail
@@ -502,7 +508,9 @@ fn fencing_catches_one_slot_granted_twice_and_a_slot_beyond_n() {
     let found = fencing(&h);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
-        found[0].detail.contains("slot 1 was granted to sessions 3 and 5"),
+        found[0]
+            .detail
+            .contains("slot 1 was granted to sessions 3 and 5"),
         "{}",
         found[0].detail
     );
@@ -512,7 +520,9 @@ fn fencing_catches_one_slot_granted_twice_and_a_slot_beyond_n() {
     let found = fencing(&h);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
-        found[0].detail.contains("slot 2 of a semaphore of 2 permits"),
+        found[0]
+            .detail
+            .contains("slot 2 of a semaphore of 2 permits"),
         "{}",
         found[0].detail
     );

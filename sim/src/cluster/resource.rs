@@ -98,8 +98,13 @@ impl Resource for FencedResource {
         } else {
             self.gate.check_read(&req.key, Token(req.token))
         };
-        let (accepted, refusal) =
-            self.decide(Access::Read, (req.key, None), req.token, req.client_id, checked);
+        let (accepted, refusal) = self.decide(
+            Access::Read,
+            (req.key, None),
+            req.token,
+            req.client_id,
+            checked,
+        );
         Ok(Response::new(ReadResponse { accepted, refusal }))
     }
 }
