@@ -67,7 +67,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -96,6 +96,11 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .filter(|a| a.access == Access::Write)
             .count(),
         slot_writes,
+        report
+            .counters
+            .get("slot-writes-refused")
+            .copied()
+            .unwrap_or(0),
         h.accepted.iter().filter(|a| a.access == Access::Read).count(),
         stale_writes_over_reads(h),
         report.history.final_replicas.len(),

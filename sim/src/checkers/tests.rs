@@ -124,6 +124,7 @@ fn good() -> History {
         ],
         log: Vec::new(),
         attempts: Vec::new(),
+        semaphores: BTreeMap::new(),
         keepalives: vec![KeepAliveAcked {
             session: 1,
             sent_at_ms: 1_000,

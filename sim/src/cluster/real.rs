@@ -466,10 +466,11 @@ fn operator_client(replicas: &[NodeId], principal: &str, role: &str) -> Option<C
 }
 
 /// Force-releases in the workload: now and then one on-call operator (`alice`) inspects a key
-/// and requests a force-release of its holder's token, and a second (`bob`) approves it,
-/// acknowledging the class's fenced flag. The old holder is not told (its session stays): it
-/// may write again with its old token, which the fenced resource must refuse once a newer
-/// holder wrote. An acknowledged approval is checked by checker 4 like a release.
+/// (a lock or a semaphore) and requests a force-release of its (oldest) holder's token, and a
+/// second (`bob`) approves it, acknowledging the class's fenced flag. The old holder is not told
+/// (its session stays): it may write again with its old token, which the fenced resource must
+/// refuse once a newer holder wrote (of the key, or of a permit's slot). An acknowledged
+/// approval is checked by checker 4 like a release.
 ///
 /// First, a class admin (`carol`) declares the run's semaphores (`SetSemaphore`, retried until
 /// acknowledged: a retry of an applied one changes nothing); until then the clients' permit
@@ -486,11 +487,16 @@ pub async fn operator_main(replicas: Vec<NodeId>, shared: SharedRef) {
     while !lock(&shared).clients_stop {
         let pause = thread_rng().gen_range(1_500..4_000);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        // The first key held, from a random one on.
-        let first = thread_rng().gen_range(0..KEYS);
-        for i in 0..KEYS {
-            let key = format!("k{}", (first + i) % KEYS);
-            if let Some(token) = force_release(&alice, &bob, &key).await {
+        // The first key held, from a random one on: the locks, then the semaphores (a
+        // permit's holder: the oldest, whose slot the next permit takes).
+        let keys: Vec<String> = (0..KEYS)
+            .map(|i| format!("k{i}"))
+            .chain(lock(&shared).semaphores.iter().map(|(key, _)| key.clone()))
+            .collect();
+        let first = thread_rng().gen_range(0..keys.len());
+        for i in 0..keys.len() {
+            let key = &keys[(first + i) % keys.len()];
+            if let Some(token) = force_release(&alice, &bob, key).await {
                 let mut s = lock(&shared);
                 s.count("force-release");
                 s.trace(&format!("force-released {NAMESPACE}/{key} token {token}"));

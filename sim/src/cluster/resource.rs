@@ -64,6 +64,9 @@ impl FencedResource {
                     Access::Write => "writes-refused",
                     Access::Read => "reads-refused",
                 });
+                if slot.is_some() {
+                    s.count("slot-writes-refused");
+                }
                 (false, refusal.to_string())
             }
         }
