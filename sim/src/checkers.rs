@@ -80,22 +80,37 @@ pub fn tokens_rise(history: &History) -> Vec<Violation> {
     found
 }
 
-/// The unit a fencing token fences: a key. (A semaphore permit would be fenced per slot: the
-/// unit would be the key and the permit's slot; docs/simulation.md, "Adding semaphores".)
-fn fence_unit(access: &Accepted) -> &str {
-    access.key.as_str()
+/// The unit a fencing token fences: a lock's key, or a semaphore's key and the permit's slot
+/// (`FencingGate::check_slot` fences each slot apart; docs/locks.md, "Semaphores").
+fn fence_unit(access: &Accepted) -> (&str, Option<u32>) {
+    (access.key.as_str(), access.slot)
 }
 
-/// Checker 2: fenced exclusion, per key, in the order the fenced resource accepted accesses
-/// (writers write with `FencingGate::check`, shared holders read with `check_read`):
-/// - no access carries a token below a **write** token accepted before it: an exclusive
-///   holder's accepted write ends every earlier holder, so two exclusive holders overlapping, or
-///   a reader whose token is below a writer's accepted before it, is a violation; reads raise
-///   nothing, so two shared holders' reads interleave freely;
+/// How a fence unit is named in a violation.
+fn unit_name((key, slot): (&str, Option<u32>)) -> String {
+    match slot {
+        None => format!("`{key}`"),
+        Some(slot) => format!("`{key}` slot {slot}"),
+    }
+}
+
+/// Checker 2: fenced exclusion, per exclusive key and per semaphore slot, in the order the
+/// fenced resource accepted accesses (writers write with `FencingGate::check`, permit holders
+/// with `check_slot` in their slot, shared holders read with `check_read`):
+/// - no access carries a token below a **write** token accepted before it in the same unit (a
+///   key, or a semaphore's key and slot): an exclusive holder's accepted write ends every
+///   earlier holder, so two exclusive holders overlapping, or a reader whose token is below a
+///   writer's accepted before it, is a violation; reads raise nothing, so two shared holders'
+///   reads interleave freely; a permit holder's write ends every earlier holder *of its slot*,
+///   so the N holders of a semaphore write together, each in its own slot;
 /// - every accepted token was granted for that key (a replica's watch log or a client's
-///   acknowledgement), a write's token never only in shared mode (a reader writing);
+///   acknowledgement); a write's token in the mode it writes in: a lock write's never only in
+///   shared mode (a reader writing), a slot write's in that slot (a holder writing in another
+///   holder's slot);
 /// - a grant acknowledged as exclusive shares its revision with no other session's grant of the
-///   key (only a run of shared waiters is granted together).
+///   key (only a run of shared waiters, or of permits, is granted together), and a permit's
+///   grant shares its revision with no other session's grant of that slot; every permit's slot
+///   is below its semaphore's N (the run never lowers N).
 ///
 /// Not a violation, because the gate does not promise it (docs/locks.md, "Shared locks": reads
 /// record nothing): a superseded writer's write accepted after a later reader's read, whose token
@@ -122,30 +137,51 @@ pub fn fencing(history: &History) -> Vec<Violation> {
         }
     }
     let mut granted_to: BTreeMap<(&str, u64), BTreeSet<u64>> = BTreeMap::new();
+    // (key, token) -> the permit slots seen granted, with their sessions.
+    let mut slots: BTreeMap<(&str, u64), BTreeSet<(u32, u64)>> = BTreeMap::new();
     for g in &history.grants {
         granted_to
             .entry((g.key.as_str(), g.token))
             .or_default()
             .insert(g.session);
+        if let Some(slot) = g.slot {
+            slots
+                .entry((g.key.as_str(), g.token))
+                .or_default()
+                .insert((slot, g.session));
+        }
+    }
+    for (&(key, token), acked) in &acked_sessions {
+        for &(session, mode) in acked {
+            if let Mode::Permit { slot } = mode {
+                slots
+                    .entry((key, token))
+                    .or_default()
+                    .insert((slot, session));
+            }
+        }
     }
     let granted = |key: &str, token: u64| {
         granted_to.contains_key(&(key, token)) || modes.contains_key(&(key, token))
     };
     let mut found = Vec::new();
-    let mut highest_write: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut highest_write: BTreeMap<(&str, Option<u32>), u64> = BTreeMap::new();
     for access in &history.accepted {
         let unit = fence_unit(access);
         let what = match access.access {
             Access::Write => "write",
             Access::Read => "read",
         };
-        if let Some(&high) = highest_write.get(unit) {
+        if let Some(&high) = highest_write.get(&unit) {
             if access.token < high {
                 found.push(violation(
                     Checker::Fencing,
                     format!(
-                        "resource accepted a {what} of `{unit}` with token {} from client {} at {} ms after a write with token {high}",
-                        access.token, access.client, access.at_ms
+                        "resource accepted a {what} of {} with token {} from client {} at {} ms after a write with token {high}",
+                        unit_name(unit),
+                        access.token,
+                        access.client,
+                        access.at_ms
                     ),
                 ));
             }
@@ -163,15 +199,28 @@ pub fn fencing(history: &History) -> Vec<Violation> {
                 ),
             ));
         }
-        let only_shared = modes
-            .get(&(access.key.as_str(), access.token))
-            .is_some_and(|m| !m.contains(&Mode::Exclusive));
-        if access.access == Access::Write && only_shared {
+        if access.access == Access::Read {
+            continue;
+        }
+        let at = (access.key.as_str(), access.token);
+        let wrong_mode = match access.slot {
+            None => modes
+                .get(&at)
+                .is_some_and(|m| !m.contains(&Mode::Exclusive))
+                .then(|| "granted only shared".to_string()),
+            Some(slot) => slots
+                .get(&at)
+                .is_some_and(|s| !s.iter().any(|(granted, _)| *granted == slot))
+                .then(|| format!("granted in slot(s) {:?}", slots[&at])),
+        };
+        if let Some(granted_as) = wrong_mode {
             found.push(violation(
                 Checker::Fencing,
                 format!(
-                    "resource accepted a write of `{}` with token {} from client {}, granted only shared",
-                    access.key, access.token, access.client
+                    "resource accepted a write of {} with token {} from client {}, {granted_as}",
+                    unit_name(unit),
+                    access.token,
+                    access.client
                 ),
             ));
         }
@@ -197,6 +246,29 @@ pub fn fencing(history: &History) -> Vec<Violation> {
             ));
         }
     }
+    for (&(key, token), granted) in &slots {
+        let mut holder: BTreeMap<u32, u64> = BTreeMap::new();
+        for &(slot, session) in granted {
+            match holder.insert(slot, session) {
+                Some(other) if other != session => found.push(violation(
+                    Checker::Fencing,
+                    format!(
+                        "`{key}` slot {slot} was granted to sessions {other} and {session} at token {token}"
+                    ),
+                )),
+                _ => {}
+            }
+            match history.semaphores.get(key) {
+                Some(&permits) if slot >= permits => found.push(violation(
+                    Checker::Fencing,
+                    format!(
+                        "`{key}` token {token}: session {session} was granted slot {slot} of a semaphore of {permits} permits"
+                    ),
+                )),
+                _ => {}
+            }
+        }
+    }
     found
 }
 
@@ -204,11 +276,11 @@ pub fn fencing(history: &History) -> Vec<Violation> {
 /// the key (the read's token above the write's, no write at or above the read's token between):
 /// what the gate does not refuse (reads record nothing). Not a violation; see [`fencing`].
 pub fn stale_writes_over_reads(history: &History) -> usize {
-    let mut highest_read: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut highest_read: BTreeMap<(&str, Option<u32>), u64> = BTreeMap::new();
     let mut count = 0;
     for access in &history.accepted {
         let unit = fence_unit(access);
-        let read = highest_read.get(unit).copied().unwrap_or(0);
+        let read = highest_read.get(&unit).copied().unwrap_or(0);
         match access.access {
             Access::Read => {
                 highest_read.insert(unit, read.max(access.token));

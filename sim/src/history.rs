@@ -4,6 +4,7 @@
 //! Times are **simulated** milliseconds since the start of the run, as the harness (not a node's
 //! drifting clock) sees them: the checkers judge against true time.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A grant as a replica applied it (read from its watch log after each apply).
@@ -17,6 +18,8 @@ pub struct GrantSeen {
     pub key: String,
     pub token: u64,
     pub session: u64,
+    /// A semaphore permit's slot (the watch event's `slot`); `None` for a lock.
+    pub slot: Option<u32>,
 }
 
 /// A replica's state digest after applying through `revision`.
@@ -28,16 +31,26 @@ pub struct DigestSeen {
     pub digest: u64,
 }
 
-/// The mode a lock was asked for and granted in (a semaphore permit, with its slot, would be a
-/// third: see docs/simulation.md, "Adding semaphores").
+/// The mode a key was granted in: a lock's (exclusive or shared) or a semaphore permit, with
+/// the slot the client's guard reports (`LockGuard::slot`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     Exclusive,
     Shared,
+    Permit { slot: u32 },
+}
+
+/// The mode an acquire asked for (a permit's slot is known only once it is granted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    Exclusive,
+    Shared,
+    Permit,
 }
 
 /// How a holder used the fenced resource: an exclusive holder writes (`FencingGate::check`), a
-/// shared holder reads (`FencingGate::check_read`).
+/// permit holder writes in its slot (`FencingGate::check_slot`), a shared holder reads
+/// (`FencingGate::check_read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
     Write,
@@ -52,6 +65,8 @@ pub struct Accepted {
     pub client: u64,
     pub at_ms: u64,
     pub access: Access,
+    /// A permit holder's write: its slot (the gate fenced it per slot).
+    pub slot: Option<u32>,
 }
 
 /// An operation whose success a client was told.
@@ -116,7 +131,7 @@ pub enum WaitCause {
 /// How a workload client asked for a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ask {
-    /// `try_lock` / `try_lock_shared`: no wait.
+    /// `try_lock` / `try_lock_shared` / `try_acquire_permit`: no wait.
     Try,
     /// A waiting call (`lock_within` with the session's deadline for the key, or `lock`)
     /// awaited until it answers (a call without a deadline is dropped after `ms`).
@@ -159,7 +174,7 @@ pub struct Attempt {
     pub session: u64,
     /// `namespace/key`.
     pub key: String,
-    pub mode: Mode,
+    pub mode: Asked,
     pub ask: Ask,
     /// The server-side wait deadline asked (`lock_within`), if any.
     pub timeout_ms: Option<u64>,
@@ -223,6 +238,9 @@ pub struct History {
     pub log: Vec<LogEvent>,
     /// Every acquire of the workload's clients (checker 7; mode and deadline evidence).
     pub attempts: Vec<Attempt>,
+    /// The semaphores declared at the start of the run (`namespace/key` -> N permits), as
+    /// their `SetSemaphore` was acknowledged: checker 2 judges every permit's slot below N.
+    pub semaphores: BTreeMap<String, u32>,
     pub keepalives: Vec<KeepAliveAcked>,
     pub sessions_gone: Vec<SessionGone>,
     pub leaders: Vec<LeaderSeen>,

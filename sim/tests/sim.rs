@@ -46,6 +46,20 @@ fn summary(seed: u64, report: &RunReport) -> String {
             )
         })
         .count();
+    let permits = h
+        .acked
+        .iter()
+        .filter(|op| {
+            matches!(
+                op,
+                AckedOp::Grant {
+                    mode: Mode::Permit { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    let slot_writes = h.accepted.iter().filter(|a| a.slot.is_some()).count();
     let mix: Vec<String> = report
         .plan
         .mix()
@@ -53,7 +67,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -62,6 +76,8 @@ fn summary(seed: u64, report: &RunReport) -> String {
         report.history.acked.len(),
         report.history.grants.len(),
         shared,
+        permits,
+        h.semaphores.len(),
         count(&|a| a.ask != Ask::Try),
         count(&|a| a.outcome == Outcome::TimedOut),
         count(&|a| a.outcome == Outcome::Dropped),
@@ -79,6 +95,12 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .iter()
             .filter(|a| a.access == Access::Write)
             .count(),
+        slot_writes,
+        report
+            .counters
+            .get("slot-writes-refused")
+            .copied()
+            .unwrap_or(0),
         h.accepted.iter().filter(|a| a.access == Access::Read).count(),
         stale_writes_over_reads(h),
         report.history.final_replicas.len(),
@@ -184,6 +206,7 @@ fn checkers_bite() {
         (Break::ReadBypass, Checker::Fencing),
         (Break::RequeueCancelled, Checker::WaitsEnd),
         (Break::LateExpiry, Checker::WaitsEnd),
+        (Break::SlotBypass, Checker::Fencing),
     ];
     for (broken, checker) in cases {
         let caught = (1..=SEEDS_MAX).find(|seed| {

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::history::{
-    Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent,
-    RecoverySeen, SessionGone, SyncedDamage, WaitCause,
+    Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen,
+    LogEvent, RecoverySeen, SessionGone, SyncedDamage, WaitCause,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -14,6 +14,7 @@ fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
         key: key.to_string(),
         token: revision,
         session: 1,
+        slot: None,
     }
 }
 
@@ -24,6 +25,14 @@ fn write(key: &str, token: u64) -> Accepted {
         client: 1,
         at_ms: 0,
         access: Access::Write,
+        slot: None,
+    }
+}
+
+fn slot_write(key: &str, slot: u32, token: u64) -> Accepted {
+    Accepted {
+        slot: Some(slot),
+        ..write(key, token)
     }
 }
 
@@ -60,7 +69,7 @@ fn attempt(session: u64, key: &str, ask: Ask, timeout_ms: Option<u64>) -> Attemp
         client: 1,
         session,
         key: key.to_string(),
-        mode: Mode::Exclusive,
+        mode: Asked::Exclusive,
         ask,
         timeout_ms,
         outcome: Outcome::Failed,
@@ -115,6 +124,7 @@ fn good() -> History {
         ],
         log: Vec::new(),
         attempts: Vec::new(),
+        semaphores: BTreeMap::new(),
         keepalives: vec![KeepAliveAcked {
             session: 1,
             sent_at_ms: 1_000,
@@ -410,6 +420,113 @@ fn tokens_rise_allows_one_token_only_for_grants_of_one_revision() {
         ..grant(1, 1, 21, "ns/s")
     });
     assert!(!tokens_rise(&h).is_empty());
+}
+
+/// A semaphore `ns/p` of 2 permits: sessions 2 and 3 granted slots 0 and 1 together at
+/// revision 10 (one token), session 4 granted slot 0 at 15 after session 2 released it; every
+/// holder writes in its slot, the two slots' writes interleaved.
+fn permit_history() -> History {
+    let mut h = good();
+    h.semaphores.insert("ns/p".into(), 2);
+    for (revision, session, slot) in [(10, 2, 0), (10, 3, 1), (15, 4, 0)] {
+        h.grants.push(GrantSeen {
+            session,
+            slot: Some(slot),
+            ..grant(1, 1, revision, "ns/p")
+        });
+        h.acked.push(acked_grant(
+            "ns/p",
+            revision,
+            session,
+            Mode::Permit { slot },
+        ));
+    }
+    h.accepted.extend([
+        slot_write("ns/p", 1, 10),
+        slot_write("ns/p", 0, 10),
+        slot_write("ns/p", 0, 15),
+        // Slot 1's holder (token 10) writes after slot 0's newer holder (15): other slot.
+        slot_write("ns/p", 1, 10),
+    ]);
+    let last = &mut h.final_replicas[0];
+    last.revision = 40;
+    for token in [10, 15] {
+        last.events
+            .push((token, "ns/p".into(), FinalKind::Granted, token));
+    }
+    h
+}
+
+#[test]
+fn permits_granted_together_and_writing_in_their_slots_pass() {
+    let h = permit_history();
+    assert_eq!(check_all(&h), Vec::new());
+    // Checker 1: permits granted in one revision share its token.
+    assert_eq!(tokens_rise(&h), Vec::new());
+}
+
+#[test]
+fn fencing_catches_a_superseded_holder_writing_in_its_slot() {
+    let mut h = permit_history();
+    // Session 2's permit (slot 0, token 10) writes after slot 0's next holder wrote with 15.
+    h.accepted.push(slot_write("ns/p", 0, 10));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .contains("a write of `ns/p` slot 0 with token 10")
+            && found[0].detail.contains("after a write with token 15"),
+        "{}",
+        found[0].detail
+    );
+}
+
+#[test]
+fn fencing_catches_a_permit_writing_in_another_slot() {
+    let mut h = permit_history();
+    // Token 15 was granted slot 0 only.
+    h.accepted.push(slot_write("ns/p", 1, 15));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("`ns/p` slot 1 with token 15")
+            && found[0].detail.contains("granted in slot(s)"),
+        "{}",
+        found[0].detail
+    );
+}
+
+#[test]
+fn fencing_catches_one_slot_granted_twice_and_a_slot_beyond_n() {
+    let mut h = permit_history();
+    // Session 5 granted slot 1 in the revision that granted it to session 3.
+    h.grants.push(GrantSeen {
+        session: 5,
+        slot: Some(1),
+        ..grant(2, 1, 10, "ns/p")
+    });
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .contains("slot 1 was granted to sessions 3 and 5"),
+        "{}",
+        found[0].detail
+    );
+    let mut h = permit_history();
+    h.acked
+        .push(acked_grant("ns/p", 15, 6, Mode::Permit { slot: 2 }));
+    let found = fencing(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .contains("slot 2 of a semaphore of 2 permits"),
+        "{}",
+        found[0].detail
+    );
 }
 
 /// `ns/w`: session 2 queued at revision 30 (log time 1_000 ms) behind holder 1, which releases at

@@ -80,6 +80,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     // The real server's buggify points (lossy, duplicating, reordering links; slow fsyncs).
     picket_server::node::buggify::set(plan.buggify);
     let shared = Shared::new(config.broken);
+    lock(&shared).semaphores = workload::draw_semaphores(config.seed);
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
     let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
     tokio::time::sleep(Duration::from_millis(1_500)).await;

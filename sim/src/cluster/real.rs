@@ -373,6 +373,7 @@ fn record_event(s: &mut super::shared::Shared, node: NodeId, boot: u64, event: p
                 key: key.clone(),
                 token: g.token,
                 session: g.session_id,
+                slot: g.slot,
             });
             let token = g.token;
             (
@@ -452,39 +453,50 @@ pub async fn real_client_main(ctx: ClientCtx) {
     std::future::pending::<()>().await;
 }
 
-/// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with the
-/// on-call role.
-fn operator_client(replicas: &[NodeId], principal: &str) -> Option<Client> {
+/// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with `role`.
+fn operator_client(replicas: &[NodeId], principal: &str, role: &str) -> Option<Client> {
     let endpoints: Vec<String> = replicas.iter().map(|r| client_endpoint(*r)).collect();
     let mut config = ClientConfig::new(endpoints, principal);
     config.identity_pid = 0;
     config.rpc_timeout = Duration::from_millis(1_000);
     config.retry_budget = Duration::from_millis(3_000);
     config.credentials.principal = Some(principal.to_string());
-    config.credentials.roles = Some("on-call".to_string());
+    config.credentials.roles = Some(role.to_string());
     Client::new(config).ok()
 }
 
 /// Force-releases in the workload: now and then one on-call operator (`alice`) inspects a key
-/// and requests a force-release of its holder's token, and a second (`bob`) approves it,
-/// acknowledging the class's fenced flag. The old holder is not told (its session stays): it
-/// may write again with its old token, which the fenced resource must refuse once a newer
-/// holder wrote. An acknowledged approval is checked by checker 4 like a release.
+/// (a lock or a semaphore) and requests a force-release of its (oldest) holder's token, and a
+/// second (`bob`) approves it, acknowledging the class's fenced flag. The old holder is not told
+/// (its session stays): it may write again with its old token, which the fenced resource must
+/// refuse once a newer holder wrote (of the key, or of a permit's slot). An acknowledged
+/// approval is checked by checker 4 like a release.
+///
+/// First, a class admin (`carol`) declares the run's semaphores (`SetSemaphore`, retried until
+/// acknowledged: a retry of an applied one changes nothing); until then the clients' permit
+/// requests are refused (`not_a_semaphore`).
 pub async fn operator_main(replicas: Vec<NodeId>, shared: SharedRef) {
-    let (Some(alice), Some(bob)) = (
-        operator_client(&replicas, "alice"),
-        operator_client(&replicas, "bob"),
+    let (Some(alice), Some(bob), Some(carol)) = (
+        operator_client(&replicas, "alice", "on-call"),
+        operator_client(&replicas, "bob", "on-call"),
+        operator_client(&replicas, "carol", "class-admin"),
     ) else {
         return;
     };
+    declare_semaphores(&carol, &shared).await;
     while !lock(&shared).clients_stop {
         let pause = thread_rng().gen_range(1_500..4_000);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        // The first key held, from a random one on.
-        let first = thread_rng().gen_range(0..KEYS);
-        for i in 0..KEYS {
-            let key = format!("k{}", (first + i) % KEYS);
-            if let Some(token) = force_release(&alice, &bob, &key).await {
+        // The first key held, from a random one on: the locks, then the semaphores (a
+        // permit's holder: the oldest, whose slot the next permit takes).
+        let keys: Vec<String> = (0..KEYS)
+            .map(|i| format!("k{i}"))
+            .chain(lock(&shared).semaphores.iter().map(|(key, _)| key.clone()))
+            .collect();
+        let first = thread_rng().gen_range(0..keys.len());
+        for i in 0..keys.len() {
+            let key = &keys[(first + i) % keys.len()];
+            if let Some(token) = force_release(&alice, &bob, key).await {
                 let mut s = lock(&shared);
                 s.count("force-release");
                 s.trace(&format!("force-released {NAMESPACE}/{key} token {token}"));
@@ -497,6 +509,40 @@ pub async fn operator_main(replicas: Vec<NodeId>, shared: SharedRef) {
         }
     }
     std::future::pending::<()>().await;
+}
+
+/// Declares the run's semaphores through the real admin path, each retried until acknowledged,
+/// and records each N for checker 2 (`History::semaphores`).
+async fn declare_semaphores(admin: &Client, shared: &SharedRef) {
+    let semaphores = lock(shared).semaphores.clone();
+    for (key, permits) in semaphores {
+        let request = proto::SetSemaphoreRequest {
+            namespace: NAMESPACE.to_string(),
+            key: key.clone(),
+            permits,
+            reason: "simulated workload: a pool of permits".to_string(),
+        };
+        loop {
+            if lock(shared).clients_stop {
+                return;
+            }
+            match admin.set_semaphore(request.clone()).await {
+                Ok(answer) => {
+                    let mut s = lock(shared);
+                    s.count("semaphore-declared");
+                    s.trace(&format!(
+                        "semaphore {NAMESPACE}/{key} declared with {permits} permits at revision {}",
+                        answer.revision
+                    ));
+                    s.history
+                        .semaphores
+                        .insert(format!("{NAMESPACE}/{key}"), permits);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
 }
 
 /// Request (alice) and approval (bob) of a force-release of `key`'s holder; the released token

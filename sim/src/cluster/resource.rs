@@ -1,5 +1,6 @@
 //! The fenced resource: a tiny gRPC service (`proto/picket/sim/v1/resource.proto`) guarded by
-//! `picket_net::FencingGate` (`check` for writes, `check_read` for shared holders' reads),
+//! `picket_net::FencingGate` (`check` for writes, `check_slot` for semaphore permit holders'
+//! writes, fenced per slot, `check_read` for shared holders' reads),
 //! recording every access it accepts in the history (checker 2), and the clients' side of it
 //! ([`write_as`], [`read_as`]).
 
@@ -26,14 +27,15 @@ impl FencedResource {
     fn decide(
         &self,
         access: Access,
-        key: String,
+        (key, slot): (String, Option<u32>),
         token: u64,
         client: u64,
         checked: Result<(), FencingError>,
     ) -> (bool, String) {
-        let what = match access {
-            Access::Write => "write",
-            Access::Read => "read",
+        let what = match (access, slot) {
+            (Access::Write, None) => "write".to_string(),
+            (Access::Write, Some(slot)) => format!("write (slot {slot})"),
+            (Access::Read, _) => "read".to_string(),
         };
         let mut s = lock(&self.shared);
         match checked {
@@ -52,6 +54,7 @@ impl FencedResource {
                     client,
                     at_ms,
                     access,
+                    slot,
                 });
                 (true, String::new())
             }
@@ -61,6 +64,9 @@ impl FencedResource {
                     Access::Write => "writes-refused",
                     Access::Read => "reads-refused",
                 });
+                if slot.is_some() {
+                    s.count("slot-writes-refused");
+                }
                 (false, refusal.to_string())
             }
         }
@@ -74,14 +80,16 @@ impl Resource for FencedResource {
         request: Request<WriteRequest>,
     ) -> Result<Response<WriteResponse>, Status> {
         let req = request.into_inner();
-        let bypass = lock(&self.shared).broken == Some(Break::GateBypass);
-        let checked = if bypass {
-            Ok(())
-        } else {
-            self.gate.check(&req.key, Token(req.token))
+        let broken = lock(&self.shared).broken;
+        let checked = match req.slot {
+            None if broken == Some(Break::GateBypass) => Ok(()),
+            None => self.gate.check(&req.key, Token(req.token)),
+            Some(_) if broken == Some(Break::SlotBypass) => Ok(()),
+            Some(slot) => self.gate.check_slot(&req.key, slot, Token(req.token)),
         };
+        let unit = (req.key, req.slot);
         let (accepted, refusal) =
-            self.decide(Access::Write, req.key, req.token, req.client_id, checked);
+            self.decide(Access::Write, unit, req.token, req.client_id, checked);
         Ok(Response::new(WriteResponse { accepted, refusal }))
     }
 
@@ -93,8 +101,13 @@ impl Resource for FencedResource {
         } else {
             self.gate.check_read(&req.key, Token(req.token))
         };
-        let (accepted, refusal) =
-            self.decide(Access::Read, req.key, req.token, req.client_id, checked);
+        let (accepted, refusal) = self.decide(
+            Access::Read,
+            (req.key, None),
+            req.token,
+            req.client_id,
+            checked,
+        );
         Ok(Response::new(ReadResponse { accepted, refusal }))
     }
 }
@@ -128,8 +141,15 @@ async fn connect(resource: &mut Option<ResourceConn>) -> Option<&mut ResourceCon
     resource.as_mut()
 }
 
-/// Writes to the fenced resource with `token` as client `client_id`.
-pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: &str, token: u64) {
+/// Writes to the fenced resource with `token` as client `client_id`: an exclusive holder's
+/// write (`slot` None), or a semaphore permit holder's in its `slot`.
+pub async fn write_as(
+    client_id: u64,
+    resource: &mut Option<ResourceConn>,
+    key: &str,
+    slot: Option<u32>,
+    token: u64,
+) {
     let Some(client) = connect(resource).await else {
         return;
     };
@@ -138,6 +158,7 @@ pub async fn write_as(client_id: u64, resource: &mut Option<ResourceConn>, key: 
         token,
         client_id,
         payload: Vec::new(),
+        slot,
     };
     let sent = tokio::time::timeout(Duration::from_millis(500), client.write(request)).await;
     if !matches!(sent, Ok(Ok(_))) {

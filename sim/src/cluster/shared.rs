@@ -43,10 +43,14 @@ pub enum Break {
     /// begin with `ExpireWaits`, and the leader's own `ExpireWaits` comes 1 s after a deadline,
     /// so a release in between hands the key to a wait whose deadline passed: checker 7.
     LateExpiry,
+    /// The resource skips `check_slot` for semaphore permit holders' writes, and permit holders
+    /// ignore the lost-lock signal (they write again in their slot with their old token after
+    /// release): checker 2, per slot.
+    SlotBypass,
 }
 
 impl Break {
-    pub const ALL: [Break; 10] = [
+    pub const ALL: [Break; 11] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -57,6 +61,7 @@ impl Break {
         Break::ReadBypass,
         Break::RequeueCancelled,
         Break::LateExpiry,
+        Break::SlotBypass,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +76,7 @@ impl Break {
             Break::ReadBypass => "read-bypass",
             Break::RequeueCancelled => "requeue-cancelled",
             Break::LateExpiry => "late-expiry",
+            Break::SlotBypass => "slot-bypass",
         }
     }
 
@@ -111,6 +117,9 @@ pub struct Shared {
     pub clients_stop: bool,
     /// Counters for the summary.
     pub counters: BTreeMap<&'static str, u64>,
+    /// The run's semaphores (key in [`super::real::NAMESPACE`], N permits), drawn from the
+    /// seed; declared by the operator node, asked for by the clients.
+    pub semaphores: Vec<(String, u32)>,
 }
 
 pub type SharedRef = Arc<Mutex<Shared>>;
@@ -133,6 +142,7 @@ impl Shared {
             refused: BTreeMap::new(),
             clients_stop: false,
             counters: BTreeMap::new(),
+            semaphores: Vec::new(),
         }))
     }
 

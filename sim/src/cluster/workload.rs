@@ -1,14 +1,11 @@
 //! The clients' workload on the real client library (docs/simulation.md, "A run"): every draw
 //! from the simulation's seeded RNG, so a seed replays it. Each session repeats one acquire of
-//! `sim/k0..k2` — `try_lock`, a waiting call awaited (`lock_within` with a short or long
-//! deadline, or `lock`), one dropped after a random delay (the library cancels it), or one
-//! cancelled explicitly with `cancel_wait` while it waits; exclusive or shared on the same keys
-//! — records what it saw, and uses a grant: an exclusive holder writes to the fenced resource
-//! with its token, a shared holder reads through `check_read`.
-//!
-//! Semaphore permits would be a third [`Mode`]: drawn in [`draw_acquire`], asked in
-//! [`wait_call`] and [`try_call`], used in [`use_grant`] (docs/simulation.md, "Adding
-//! semaphores").
+//! `sim/k0..k2` (exclusive or shared on the same keys) or of a permit of the run's semaphores
+//! `sim/s0..` ([`draw_semaphores`]) — `try_lock`, a waiting call awaited (`lock_within` with a
+//! short or long deadline, or `lock`), one dropped after a random delay (the library cancels
+//! it), or one cancelled explicitly with `cancel_wait` while it waits — records what it saw, and
+//! uses a grant: an exclusive holder writes to the fenced resource with its token, a permit
+//! holder writes in its slot (`check_slot`), a shared holder reads through `check_read`.
 
 use std::time::Duration;
 
@@ -19,7 +16,7 @@ use picket_net::client::{ClientError, LockGuard, Session};
 use super::real::{ClientCtx, KEYS, NAMESPACE};
 use super::resource::{read_as, write_as, ResourceConn};
 use super::shared::{lock, Break};
-use crate::history::{AckedOp, Ask, Attempt, CancelSeen, Mode, Outcome};
+use crate::history::{AckedOp, Ask, Asked, Attempt, CancelSeen, Fnv, Mode, Outcome};
 
 /// The longest a waiting call is polled after its explicit cancel was answered.
 const AFTER_CANCEL_MS: u64 = 2_000;
@@ -27,14 +24,30 @@ const AFTER_CANCEL_MS: u64 = 2_000;
 /// Acquires in a row without a grant after which a session is dropped for a new one.
 const FAILURES_MAX: u32 = 5;
 
+/// The semaphores of a run with `seed`: one or two (`s0`, `s1`), each of 2 or 3 permits. Drawn
+/// from a hash of the seed, not the simulation's RNG, so the draw moves no other draw of the
+/// run.
+pub fn draw_semaphores(seed: u64) -> Vec<(String, u32)> {
+    let h = Fnv::of(&(seed ^ 0x5e3a_9f0c_0000_0001).to_le_bytes());
+    let count = 1 + (h % 2);
+    (0..count)
+        .map(|i| (format!("s{i}"), 2 + u32::from((h >> (8 + 8 * i)) & 1 == 1)))
+        .collect()
+}
+
 /// A session's workload: acquires drawn by [`draw_acquire`], each recorded (`Attempt`) with
 /// what the client saw; a grant used by [`use_grant`] and released; a cancel answered with a
 /// hold it raced, released at once.
 pub async fn run_session(ctx: &ClientCtx, session: &Session, resource: &mut Option<ResourceConn>) {
-    let deadlines = draw_deadlines();
+    let semaphores: Vec<String> = lock(&ctx.shared)
+        .semaphores
+        .iter()
+        .map(|(key, _)| key.clone())
+        .collect();
+    let deadlines = draw_deadlines(KEYS + semaphores.len());
     let mut failures = 0;
     while !lock(&ctx.shared).clients_stop && session.is_alive() && failures < FAILURES_MAX {
-        let draw = draw_acquire(&deadlines);
+        let draw = draw_acquire(&deadlines, &semaphores);
         let (guard, outcome, cancel) = acquire(ctx, session, &draw).await;
         record_attempt(ctx, session, &draw, outcome, cancel);
         let Some(guard) = guard else {
@@ -54,8 +67,8 @@ pub async fn run_session(ctx: &ClientCtx, session: &Session, resource: &mut Opti
 /// The server-side wait deadline a session uses on each key, drawn when it opens (so that
 /// every wait of a session on a key has the same one, the evidence checker 7 needs): a short
 /// one, a long one (beyond a session TTL), or none (`lock`, dropped or cancelled by the client).
-fn draw_deadlines() -> Vec<Option<u64>> {
-    (0..KEYS)
+fn draw_deadlines(keys: usize) -> Vec<Option<u64>> {
+    (0..keys)
         .map(|_| match thread_rng().gen_range(0..3) {
             0 => Some(thread_rng().gen_range(50..400)),
             1 => Some(thread_rng().gen_range(1_500..5_000)),
@@ -69,21 +82,24 @@ struct Draw {
     key: String,
     /// `namespace/key`, as the gate and the history name it.
     gate_key: String,
-    mode: Mode,
+    mode: Asked,
     ask: Ask,
     timeout_ms: Option<u64>,
 }
 
-/// Draws an acquire: the key, the mode (shared in 2 of 5, on every key, so readers and writers
-/// contend on the same keys) and how to ask (a try in 4 of 10, a waiting call awaited, dropped
-/// or cancelled in 2 of 10 each).
-fn draw_acquire(deadlines: &[Option<u64>]) -> Draw {
+/// Draws an acquire: the key (a lock's or a semaphore's, each alike), the mode (a permit on a
+/// semaphore; on a lock shared in 2 of 5, on every key, so readers and writers contend on the
+/// same keys) and how to ask (a try in 4 of 10, a waiting call awaited, dropped or cancelled in
+/// 2 of 10 each).
+fn draw_acquire(deadlines: &[Option<u64>], semaphores: &[String]) -> Draw {
     let mut rng = thread_rng();
-    let index = rng.gen_range(0..KEYS);
-    let mode = if rng.gen_range(0..5) < 2 {
-        Mode::Shared
+    let index = rng.gen_range(0..KEYS + semaphores.len());
+    let (key, mode) = if index >= KEYS {
+        (semaphores[index - KEYS].clone(), Asked::Permit)
+    } else if rng.gen_range(0..5) < 2 {
+        (format!("k{index}"), Asked::Shared)
     } else {
-        Mode::Exclusive
+        (format!("k{index}"), Asked::Exclusive)
     };
     let ask = match rng.gen_range(0..10) {
         0..=3 => Ask::Try,
@@ -98,31 +114,46 @@ fn draw_acquire(deadlines: &[Option<u64>]) -> Draw {
         },
     };
     Draw {
-        key: format!("k{index}"),
-        gate_key: format!("{NAMESPACE}/k{index}"),
+        gate_key: format!("{NAMESPACE}/{key}"),
+        key,
         mode,
         timeout_ms: deadlines[index].filter(|_| ask != Ask::Try),
         ask,
     }
 }
 
-/// The trying call of `draw`: `try_lock` or `try_lock_shared`.
+/// The trying call of `draw`: `try_lock`, `try_lock_shared` or `try_acquire_permit`.
 async fn try_call(session: &Session, draw: &Draw) -> Result<LockGuard, ClientError> {
     match draw.mode {
-        Mode::Exclusive => session.try_lock(NAMESPACE, &draw.key).await,
-        Mode::Shared => session.try_lock_shared(NAMESPACE, &draw.key).await,
+        Asked::Exclusive => session.try_lock(NAMESPACE, &draw.key).await,
+        Asked::Shared => session.try_lock_shared(NAMESPACE, &draw.key).await,
+        Asked::Permit => session.try_acquire_permit(NAMESPACE, &draw.key).await,
     }
 }
 
-/// The waiting call of `draw`: `lock_within` (shared or not) with the session's deadline for the
-/// key, or `lock` without one.
+/// The waiting call of `draw`: `lock_within` (shared or not) or `acquire_permit_within` with
+/// the session's deadline for the key, or `lock` / `acquire_permit` without one.
 async fn wait_call(session: &Session, draw: &Draw) -> Result<LockGuard, ClientError> {
-    let timeout = draw.timeout_ms.map(Duration::from_millis);
-    match (draw.mode, timeout) {
-        (Mode::Exclusive, Some(t)) => session.lock_within(NAMESPACE, &draw.key, t).await,
-        (Mode::Exclusive, None) => session.lock(NAMESPACE, &draw.key).await,
-        (Mode::Shared, Some(t)) => session.lock_shared_within(NAMESPACE, &draw.key, t).await,
-        (Mode::Shared, None) => session.lock_shared(NAMESPACE, &draw.key).await,
+    let (ns, key) = (NAMESPACE, draw.key.as_str());
+    match (draw.mode, draw.timeout_ms.map(Duration::from_millis)) {
+        (Asked::Exclusive, Some(t)) => session.lock_within(ns, key, t).await,
+        (Asked::Exclusive, None) => session.lock(ns, key).await,
+        (Asked::Shared, Some(t)) => session.lock_shared_within(ns, key, t).await,
+        (Asked::Shared, None) => session.lock_shared(ns, key).await,
+        (Asked::Permit, Some(t)) => session.acquire_permit_within(ns, key, t).await,
+        (Asked::Permit, None) => session.acquire_permit(ns, key).await,
+    }
+}
+
+/// The mode `guard` holds `draw`'s key in. A permit whose guard reports no slot is recorded in
+/// slot `u32::MAX`, which checker 2 finds beyond every semaphore's N.
+fn granted_mode(draw: &Draw, guard: &LockGuard) -> Mode {
+    match draw.mode {
+        Asked::Exclusive => Mode::Exclusive,
+        Asked::Shared => Mode::Shared,
+        Asked::Permit => Mode::Permit {
+            slot: guard.slot().unwrap_or(u32::MAX),
+        },
     }
 }
 
@@ -242,16 +273,24 @@ fn record_attempt(
 }
 
 /// A cancel answered with a hold (`token`) that the call did not return: the session holds
-/// the key, acknowledged by the cancel's answer; released at once.
+/// the key, acknowledged by the cancel's answer; released at once. (A permit's hold is not
+/// recorded as a grant: the cancel's answer does not name its slot.)
 async fn give_back(ctx: &ClientCtx, session: &Session, draw: &Draw, token: u64) {
     let released = session.release(NAMESPACE, &draw.key, Token(token)).await;
     let mut s = lock(&ctx.shared);
-    s.history.acked.push(AckedOp::Grant {
-        key: draw.gate_key.clone(),
-        token,
-        session: session.id(),
-        mode: draw.mode,
-    });
+    let mode = match draw.mode {
+        Asked::Exclusive => Some(Mode::Exclusive),
+        Asked::Shared => Some(Mode::Shared),
+        Asked::Permit => None,
+    };
+    if let Some(mode) = mode {
+        s.history.acked.push(AckedOp::Grant {
+            key: draw.gate_key.clone(),
+            token,
+            session: session.id(),
+            mode,
+        });
+    }
     if released.is_ok() {
         s.history.acked.push(AckedOp::Release {
             key: draw.gate_key.clone(),
@@ -261,9 +300,10 @@ async fn give_back(ctx: &ClientCtx, session: &Session, draw: &Draw, token: u64) 
 }
 
 /// Uses a grant: 1-4 accesses to the fenced resource while it is held (writes with an
-/// exclusive token, reads through `check_read` with a shared one), stopping at the lost-lock
-/// signal; then the release. Under `gate-bypass` (writers) and `read-bypass` (readers) the
-/// client ignores the loss: one more access with the old token, later.
+/// exclusive token, writes in its slot with a permit's, reads through `check_read` with a
+/// shared one), stopping at the lost-lock signal; then the release. Under `gate-bypass`
+/// (writers), `slot-bypass` (permit holders) and `read-bypass` (readers) the client ignores the
+/// loss: one more access with the old token, later.
 async fn use_grant(
     ctx: &ClientCtx,
     draw: &Draw,
@@ -271,19 +311,29 @@ async fn use_grant(
     resource: &mut Option<ResourceConn>,
 ) {
     let token = guard.token().0;
-    lock(&ctx.shared).history.acked.push(AckedOp::Grant {
-        key: draw.gate_key.clone(),
-        token,
-        session: guard.session_id(),
-        mode: draw.mode,
-    });
+    let mode = granted_mode(draw, &guard);
+    {
+        let mut s = lock(&ctx.shared);
+        if let Mode::Permit { slot } = mode {
+            s.trace(&format!(
+                "client {} permit {} slot {slot} token {token}",
+                ctx.id, draw.gate_key
+            ));
+        }
+        s.history.acked.push(AckedOp::Grant {
+            key: draw.gate_key.clone(),
+            token,
+            session: guard.session_id(),
+            mode,
+        });
+    }
     let accesses = thread_rng().gen_range(1..=4);
     for _ in 0..accesses {
         if !guard.is_held() {
             break;
         }
         tokio::select! {
-            () = access(ctx.id, resource, draw.mode, &draw.gate_key, token) => {}
+            () = access(ctx.id, resource, mode, &draw.gate_key, token) => {}
             _ = guard.lost() => break,
         }
         let pause = thread_rng().gen_range(30..150);
@@ -296,11 +346,13 @@ async fn use_grant(
         });
     }
     let stale = matches!(
-        (lock(&ctx.shared).broken, draw.mode),
-        (Some(Break::GateBypass), Mode::Exclusive) | (Some(Break::ReadBypass), Mode::Shared)
+        (lock(&ctx.shared).broken, mode),
+        (Some(Break::GateBypass), Mode::Exclusive)
+            | (Some(Break::SlotBypass), Mode::Permit { .. })
+            | (Some(Break::ReadBypass), Mode::Shared)
     );
     if stale {
-        let (id, mode, gate_key) = (ctx.id, draw.mode, draw.gate_key.clone());
+        let (id, gate_key) = (ctx.id, draw.gate_key.clone());
         tokio::spawn(async move {
             let later = thread_rng().gen_range(200..800);
             tokio::time::sleep(Duration::from_millis(later)).await;
@@ -318,7 +370,8 @@ async fn access(
     token: u64,
 ) {
     match mode {
-        Mode::Exclusive => write_as(client_id, resource, gate_key, token).await,
+        Mode::Exclusive => write_as(client_id, resource, gate_key, None, token).await,
+        Mode::Permit { slot } => write_as(client_id, resource, gate_key, Some(slot), token).await,
         Mode::Shared => read_as(client_id, resource, gate_key, token).await,
     }
 }
