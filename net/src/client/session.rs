@@ -562,11 +562,15 @@ impl Session {
 
     /// Leaves the queue of `namespace`/`key` (idempotent). If the session holds the key (the
     /// cancel raced the grant) the answer carries the hold's token: release it, or keep it.
+    /// Sent once the background cancel of a dropped call on the key (if any) was answered.
     pub async fn cancel_wait(
         &self,
         namespace: &str,
         key: &str,
     ) -> Result<proto::CancelWaitResponse, ClientError> {
+        // After a dropped call's background cancel of the key, so that this one's answer is
+        // about the wait of the call still running (the earlier one's is gone by then).
+        self.inner.after_cancels(namespace, key).await;
         self.inner.cancel_wait(namespace, key).await
     }
 
