@@ -2,25 +2,27 @@
 // issuing Keycloak-shaped tokens: `preferred_username` and `realm_access.roles` in JWT access
 // tokens whose audience is Picket's (`picket`), as docs/auth.md expects of Keycloak.
 //
-//   node provider.js <port> <console redirect URI>
+//   node provider.js <port>
 //
 // Listens on 127.0.0.1:<port> only; the issuer is http://127.0.0.1:<port>. Prints `ready` on
 // stdout once it listens. Clients:
 // - `picket-console` (secret `console-secret`, client_secret_basic): authorization code with
-//   PKCE (S256) required, redirect URI as given;
+//   PKCE (S256) required; redirect URI http://127.0.0.1/console/oidc/callback on any port (a
+//   loopback redirect, RFC 8252 7.3: the test's replicas get free ports);
 // - `picket-worker` (secret `worker-secret`): client credentials, a lock client
 //   (`picket-client`) named `worker`.
 // Users (login form at /interaction/<uid>, fixed passwords; consent is implied for the console):
-// `alice` / `alice-pw` (picket-operator), `bob` / `bob-pw` (picket-admin only).
+// `alice` / `alice-pw` (picket-operator), `bob` / `bob-pw` (picket-admin only), `carol` /
+// `carol-pw` (no Picket role).
 
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
 
 import Provider from 'oidc-provider';
 
-const [port, redirectUri] = process.argv.slice(2);
-if (!port || !redirectUri) {
-  console.error('usage: node provider.js <port> <console redirect URI>');
+const [port] = process.argv.slice(2);
+if (!port) {
+  console.error('usage: node provider.js <port>');
   process.exit(2);
 }
 const issuer = `http://127.0.0.1:${port}`;
@@ -30,6 +32,7 @@ const RESOURCE = 'urn:picket';
 const USERS = {
   alice: { password: 'alice-pw', roles: ['picket-operator', 'offline_access'] },
   bob: { password: 'bob-pw', roles: ['picket-admin'] },
+  carol: { password: 'carol-pw', roles: ['offline_access'] },
 };
 const WORKER = { principal: 'worker', roles: ['picket-client'] };
 
@@ -44,8 +47,8 @@ const provider = new Provider(issuer, {
       token_endpoint_auth_method: 'client_secret_basic',
       grant_types: ['authorization_code'],
       response_types: ['code'],
-      redirect_uris: [redirectUri],
-      post_logout_redirect_uris: [redirectUri.replace(/\/console\/.*$/, '/console/signin')],
+      application_type: 'native',
+      redirect_uris: ['http://127.0.0.1/console/oidc/callback'],
     },
     {
       client_id: 'picket-worker',
