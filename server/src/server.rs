@@ -301,7 +301,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                 dev_sign_in: auth.is_insecure(),
                 secure_cookie: https.is_some(),
                 http_endpoints: cluster.endpoints.clone(),
-                oidc: console_oidc(&config, &auth)?,
+                oidc: console_oidc(config, &auth)?,
             };
             let source = Arc::new(crate::api::inspect::DriverInspect {
                 driver: handle.clone(),

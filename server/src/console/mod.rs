@@ -406,6 +406,9 @@ struct SignedInPage {
 }
 
 /// The issuer's answer: signs the person in, or says which rule refused (nothing changes).
+/// Signed in, it answers with a page that moves on by itself (`<meta http-equiv="refresh">`),
+/// not with a redirect: a browser does not send the `SameSite=Strict` cookie on a redirect chain
+/// that began at the issuer's site, so the next page would not know the person yet.
 async fn oidc_callback(
     State(console): State<Console>,
     headers: HeaderMap,

