@@ -301,6 +301,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                 dev_sign_in: auth.is_insecure(),
                 secure_cookie: https.is_some(),
                 http_endpoints: cluster.endpoints.clone(),
+                oidc: console_oidc(config, &auth)?,
             };
             let source = Arc::new(crate::api::inspect::DriverInspect {
                 driver: handle.clone(),
@@ -309,7 +310,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                 .forward_client()
                 .map_err(|e| StartError::Tls(format!("the console's health reads: {e}")))?;
             let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster)
-                .merge(crate::console::router(console, health_client));
+                .merge(crate::console::router(console, health_client).map_err(StartError::Auth)?);
             let (task, bound) = serve_http(addr, https, router, shutdown_rx.clone()).await?;
             tasks.push(task);
             Some(bound)
@@ -334,6 +335,36 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         driver: driver_task,
         tasks,
     })
+}
+
+/// The console's OpenID Connect sign-in, with `[oidc.console]`: its client secret read now and
+/// its redirect URL built on `redirect_url_base` (default: the cluster's `external_url`).
+#[cfg(not(madsim))]
+fn console_oidc(
+    config: &Config,
+    auth: &Authenticator,
+) -> Result<Option<crate::console::oidc::ConsoleOidc>, StartError> {
+    let Some(section) = config.oidc.as_ref().and_then(|o| o.console.as_ref()) else {
+        return Ok(None);
+    };
+    let secret = section.secret().map_err(StartError::Auth)?;
+    let base = section
+        .redirect_url_base
+        .as_deref()
+        .map(|b| b.trim_end_matches('/').to_owned())
+        .or_else(|| config.external_url())
+        .ok_or_else(|| {
+            StartError::Auth(
+                "oidc.console.redirect_url_base: required (no external_url or HTTP address to build the redirect URL on)"
+                    .to_owned(),
+            )
+        })?;
+    Ok(Some(crate::console::oidc::ConsoleOidc {
+        section: section.clone(),
+        secret,
+        redirect_uri: format!("{base}{}", crate::console::oidc::CALLBACK_PATH),
+        auth: auth.clone(),
+    }))
 }
 
 /// The authenticator `config` asks for: OIDC (keys loaded now, so a bad key file or an

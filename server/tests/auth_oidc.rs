@@ -484,3 +484,36 @@ async fn an_oidc_config_section_with_a_jwks_file_builds_a_working_authenticator(
         error.message()
     );
 }
+
+#[tokio::test]
+async fn an_id_token_is_checked_like_an_access_token_but_for_the_client_id() {
+    let dev = DevIssuer::generate(ISSUER, AUDIENCE).unwrap();
+    let verifier = dev.verifier();
+    let now = unix_now_s();
+    let id_claims = |aud: &str, exp: u64| {
+        json!({
+            "iss": ISSUER, "aud": aud, "sub": "alice", "nonce": "n-1",
+            "iat": now, "exp": exp,
+        })
+    };
+    let id_token = dev.mint_claims(id_claims("picket-console", now + 300));
+    let claims = verifier
+        .verify_id_token(&id_token, "picket-console")
+        .await
+        .unwrap();
+    assert_eq!(claims["nonce"], "n-1");
+    // An access token for Picket is not an ID token for the console, nor the reverse.
+    let access = dev.mint("alice", &["picket-operator"], Duration::from_secs(60));
+    let refused = verifier
+        .verify_id_token(&access, "picket-console")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.rule(), "wrong_audience", "{refused}");
+    assert!(verifier.verify(&id_token).await.is_err());
+    let expired = dev.mint_claims(id_claims("picket-console", now - 600));
+    let refused = verifier
+        .verify_id_token(&expired, "picket-console")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.rule(), "token_expired", "{refused}");
+}

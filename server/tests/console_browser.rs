@@ -11,6 +11,8 @@
 //! also replace the ones docs/console.md shows.
 #![cfg(not(madsim))]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -352,4 +354,39 @@ async fn two_people_walk_the_journey_in_chromium() {
     drop(driver);
     drop(held);
     cluster.shutdown().await;
+}
+
+/// The OpenID Connect sign-in in Chromium, at the real test provider (`tests/console_oidc.rs`
+/// walks its refusals): a signed-out key page leads to the provider's login form and, after it,
+/// back to that page signed in, so the callback's page moved on by itself and the browser sent
+/// the new `SameSite=Strict` cookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_at_the_openid_provider_in_chromium() {
+    let provider = common::oidc_provider::Provider::start().await;
+    let (cluster, _secret) = common::oidc_provider::cluster_for(&provider).await;
+    let profiles = tempfile::tempdir().unwrap();
+    let driver = Driver::start(profiles.path().to_owned()).await;
+    let alice = driver.browser("alice-oidc").await;
+    let page = format!("/console/keys/{NS}/{KEY}");
+    alice
+        .goto(&format!("{}{page}", cluster.http[0]))
+        .await
+        .unwrap();
+    until_text(&alice, "Sign in", "the provider's login form").await;
+    let url = alice.current_url().await.unwrap();
+    assert!(url.as_str().starts_with(&provider.issuer), "{url}");
+    fill(&alice, "input[name=login]", "alice").await;
+    fill(&alice, "input[name=password]", "alice-pw").await;
+    shot(&alice, "oidc-1-provider-login").await;
+    click(&alice, "button[type=submit]").await;
+    until_text(
+        &alice,
+        "Signed in as alice (picket-operator)",
+        "back at the key page, signed in",
+    )
+    .await;
+    assert_eq!(alice.current_url().await.unwrap().path(), page);
+    shot(&alice, "oidc-2-signed-in").await;
+    alice.close().await.unwrap();
+    drop(driver);
 }

@@ -32,6 +32,85 @@ pub struct OidcSection {
     pub refresh_interval_min_s: u64,
     #[serde(default = "default_max_age_s")]
     pub max_age_s: u64,
+    /// `[oidc.console]`: the web console signs people in through this issuer (authorization
+    /// code flow with PKCE, docs/console.md). Absent: no OIDC sign-in in the console.
+    #[serde(default)]
+    pub console: Option<ConsoleOidcSection>,
+}
+
+/// `[oidc.console]`: the console as a relying party (an OIDC client) of the `[oidc]` issuer.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleOidcSection {
+    /// The console's client id at the issuer; the ID token's `aud` must contain it.
+    pub client_id: String,
+    /// The client's secret (a confidential client, sent with HTTP Basic at the token endpoint).
+    /// Absent, with no `client_secret_file`: a public client (PKCE alone).
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// The secret in a file (its first line), instead of `client_secret`.
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// The base URL browsers reach the console at; the redirect URL to register at the issuer
+    /// is `<redirect_url_base>/console/oidc/callback`. Absent: the cluster's `external_url`.
+    #[serde(default)]
+    pub redirect_url_base: Option<String>,
+    /// The scopes asked for (must include `openid`).
+    #[serde(default = "default_console_scopes")]
+    pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for ConsoleOidcSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleOidcSection")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("client_secret_file", &self.client_secret_file)
+            .field("redirect_url_base", &self.redirect_url_base)
+            .field("scopes", &self.scopes)
+            .finish()
+    }
+}
+
+fn default_console_scopes() -> Vec<String> {
+    vec!["openid".to_owned(), "profile".to_owned()]
+}
+
+impl ConsoleOidcSection {
+    /// The client secret (read from its file now), or `None` for a public client; refuses a
+    /// section that would not work.
+    pub fn secret(&self) -> Result<Option<String>, String> {
+        if self.client_id.trim().is_empty() {
+            return Err("oidc.console.client_id: required".to_owned());
+        }
+        if !self.scopes.iter().any(|s| s == "openid") {
+            return Err("oidc.console.scopes: must include `openid`".to_owned());
+        }
+        match (&self.client_secret, &self.client_secret_file) {
+            (Some(_), Some(_)) => Err(
+                "oidc.console: client_secret and client_secret_file are exclusive: choose one"
+                    .to_owned(),
+            ),
+            (Some(secret), None) => Ok(Some(secret.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    format!("oidc.console.client_secret_file: {}: {e}", path.display())
+                })?;
+                let secret = text.lines().next().unwrap_or("").trim().to_owned();
+                if secret.is_empty() {
+                    return Err(format!(
+                        "oidc.console.client_secret_file: {}: empty",
+                        path.display()
+                    ));
+                }
+                Ok(Some(secret))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 fn default_leeway_s() -> u64 {
@@ -113,6 +192,25 @@ mod tests {
             r#"{"issuer": "i", "audiences": ["a"], "audience": "a"}"#,
         );
         assert!(typo.unwrap_err().to_string().contains("audience"));
+        let console: OidcSection = serde_json::from_str(
+            r#"{"issuer": "i", "audiences": ["a"], "console": {"client_id": "picket-console"}}"#,
+        )
+        .unwrap();
+        let console = console.console.unwrap();
+        assert_eq!(console.scopes, ["openid", "profile"]);
+        assert_eq!(console.secret(), Ok(None));
+        let both = ConsoleOidcSection {
+            client_secret: Some("s".to_owned()),
+            client_secret_file: Some("f".into()),
+            ..console.clone()
+        };
+        assert!(both.secret().unwrap_err().contains("exclusive"));
+        assert!(!format!("{both:?}").contains("\"s\""));
+        let no_openid = ConsoleOidcSection {
+            scopes: vec!["profile".to_owned()],
+            ..console
+        };
+        assert!(no_openid.secret().unwrap_err().contains("openid"));
         let empty: OidcSection =
             serde_json::from_str(r#"{"issuer": "i", "audiences": []}"#).unwrap();
         assert!(empty.authenticator().unwrap_err().contains("audience"));

@@ -113,47 +113,68 @@ impl DiscoveryJwks {
             client,
         })
     }
+}
 
-    async fn get_bounded(&self, url: &str) -> Result<Vec<u8>, String> {
-        let response = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        if !response.status().is_success() {
-            return Err(format!("GET {url}: HTTP {}", response.status()));
-        }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        if bytes.len() > JWKS_BYTES_MAX {
-            return Err(format!("GET {url}: {} bytes, too large", bytes.len()));
-        }
-        Ok(bytes.to_vec())
+/// `<issuer>/.well-known/openid-configuration`.
+#[cfg(not(madsim))]
+pub fn discovery_url(issuer: &str) -> String {
+    format!(
+        "{}/.well-known/openid-configuration",
+        issuer.trim_end_matches('/')
+    )
+}
+
+/// The issuer's discovery document, refused unless it names `issuer` itself (a document that
+/// names another issuer would hand us that issuer's endpoints and keys). Real network only.
+#[cfg(not(madsim))]
+pub async fn discovery_document(
+    client: &reqwest::Client,
+    issuer: &str,
+) -> Result<serde_json::Value, String> {
+    let issuer = issuer.trim_end_matches('/');
+    let url = discovery_url(issuer);
+    let doc: serde_json::Value = serde_json::from_slice(&get_bounded(client, &url).await?)
+        .map_err(|e| format!("{url}: not JSON: {e}"))?;
+    let named = doc.get("issuer").and_then(serde_json::Value::as_str);
+    if named.map(|i| i.trim_end_matches('/')) != Some(issuer) {
+        return Err(format!(
+            "{url}: discovery document names issuer {named:?}, not `{issuer}`"
+        ));
     }
+    Ok(doc)
+}
+
+#[cfg(not(madsim))]
+async fn get_bounded(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("GET {url}: HTTP {}", response.status()));
+    }
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    if bytes.len() > JWKS_BYTES_MAX {
+        return Err(format!("GET {url}: {} bytes, too large", bytes.len()));
+    }
+    Ok(bytes.to_vec())
 }
 
 #[cfg(not(madsim))]
 impl JwksSource for DiscoveryJwks {
     fn fetch(&self) -> BoxFuture<'_, Result<JwkSet, String>> {
         Box::pin(async move {
-            let url = format!("{}/.well-known/openid-configuration", self.issuer);
-            let doc: serde_json::Value = serde_json::from_slice(&self.get_bounded(&url).await?)
-                .map_err(|e| format!("{url}: not JSON: {e}"))?;
-            let issuer = doc.get("issuer").and_then(serde_json::Value::as_str);
-            if issuer.map(|i| i.trim_end_matches('/')) != Some(self.issuer.as_str()) {
-                return Err(format!(
-                    "{url}: discovery document names issuer {issuer:?}, not `{}`",
-                    self.issuer
-                ));
-            }
+            let doc = discovery_document(&self.client, &self.issuer).await?;
             let jwks_uri = doc
                 .get("jwks_uri")
                 .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| format!("{url}: no `jwks_uri`"))?;
-            parse_jwks(&self.get_bounded(jwks_uri).await?).map_err(|e| format!("{jwks_uri}: {e}"))
+                .ok_or_else(|| format!("{}: no `jwks_uri`", discovery_url(&self.issuer)))?;
+            parse_jwks(&get_bounded(&self.client, jwks_uri).await?)
+                .map_err(|e| format!("{jwks_uri}: {e}"))
         })
     }
 

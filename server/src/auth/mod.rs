@@ -32,7 +32,7 @@ pub mod oidc;
 pub mod roles;
 
 pub use cert::{CertAuth, PrincipalFrom, PrincipalSource};
-pub use config::OidcSection;
+pub use config::{ConsoleOidcSection, OidcSection};
 pub use error::AuthError;
 pub use oidc::{OidcConfig, OidcVerifier};
 pub use roles::{AuthMethod, Caller, ClaimConfig, LockRoles};

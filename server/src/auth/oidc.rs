@@ -123,27 +123,50 @@ impl OidcVerifier {
         header: &HeaderView,
         key: &VerifyKey,
     ) -> Result<Caller, AuthError> {
-        let key_alg = format!("{:?}", key.algorithm);
-        if header.alg != key_alg {
-            return Err(AuthError::AlgorithmMismatch {
-                kid: key.kid.clone(),
-                token_alg: header.alg.clone(),
-                key_alg,
-            });
-        }
+        check_algorithm(header, key)?;
+        let claims = self.verified_claims(token, key, &self.config.audiences)?;
+        self.config.claims.caller(&claims)
+    }
+
+    /// The claims of an OpenID Connect ID token for the relying party `client_id` (the console's
+    /// sign-in), checked as access tokens are (signature by the issuer's key, `iss`, `exp`,
+    /// `nbf`, the key's algorithm) except that `aud` must contain `client_id`. The caller checks
+    /// the `nonce` it sent.
+    pub async fn verify_id_token(
+        &self,
+        token: &str,
+        client_id: &str,
+    ) -> Result<serde_json::Value, AuthError> {
+        let header = read_header(token)?;
+        let key = self.keys.get(&header.kid).await?;
+        check_algorithm(&header, &key)?;
+        self.verified_claims(token, &key, &[client_id.to_owned()])
+    }
+
+    fn verified_claims(
+        &self,
+        token: &str,
+        key: &VerifyKey,
+        audiences: &[String],
+    ) -> Result<serde_json::Value, AuthError> {
         let mut validation = Validation::new(key.algorithm);
         validation.leeway = self.config.leeway_s;
         validation.validate_exp = true;
         validation.validate_nbf = true;
         validation.set_issuer(&[&self.config.issuer]);
-        validation.set_audience(&self.config.audiences);
+        validation.set_audience(audiences);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         let data = jsonwebtoken::decode::<serde_json::Value>(token, &key.key, &validation)
-            .map_err(|e| self.decode_error(e, key))?;
-        self.config.claims.caller(&data.claims)
+            .map_err(|e| self.decode_error(e, key, audiences))?;
+        Ok(data.claims)
     }
 
-    fn decode_error(&self, error: jsonwebtoken::errors::Error, key: &VerifyKey) -> AuthError {
+    fn decode_error(
+        &self,
+        error: jsonwebtoken::errors::Error,
+        key: &VerifyKey,
+        audiences: &[String],
+    ) -> AuthError {
         let leeway_s = self.config.leeway_s;
         match error.into_kind() {
             ErrorKind::InvalidSignature => AuthError::BadSignature,
@@ -153,7 +176,7 @@ impl OidcVerifier {
                 expected: self.config.issuer.clone(),
             },
             ErrorKind::InvalidAudience => AuthError::WrongAudience {
-                expected: self.config.audiences.clone(),
+                expected: audiences.to_vec(),
             },
             ErrorKind::MissingRequiredClaim(claim) => AuthError::MissingClaim(claim),
             ErrorKind::InvalidAlgorithm => AuthError::AlgorithmMismatch {
@@ -169,6 +192,20 @@ impl OidcVerifier {
             other => AuthError::MalformedToken(format!("{other:?}")),
         }
     }
+}
+
+/// The token must name the algorithm of the key it is checked with (the key's, never the
+/// token's choice).
+fn check_algorithm(header: &HeaderView, key: &VerifyKey) -> Result<(), AuthError> {
+    let key_alg = format!("{:?}", key.algorithm);
+    if header.alg != key_alg {
+        return Err(AuthError::AlgorithmMismatch {
+            kid: key.kid.clone(),
+            token_alg: header.alg.clone(),
+            key_alg,
+        });
+    }
+    Ok(())
 }
 
 /// Reads `alg` and `kid` from the token's header, refusing `none` and HMAC algorithms before

@@ -12,7 +12,8 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /console/` | overview: longest hold per namespace against its class, pending requests, the replicas |
-//! | `GET /console/signin`, `POST` | sign-in (`picketd dev`: the insecure dev sign-in) |
+//! | `GET /console/signin`, `POST` | sign-in: to the issuer with `[oidc.console]` ([`oidc`]); `picketd dev`: the insecure dev sign-in |
+//! | `GET /console/oidc/callback` | the issuer's answer: the code exchanged, the tokens verified, signed in |
 //! | `POST /console/signout` | sign-out |
 //! | `GET /console/keys/{ns}/{key}` | the key's page (`?part=state`: its live part alone) |
 //! | `GET /console/live/{ns}/{key}` | server-sent events: `change` whenever the key's lock log moves |
@@ -43,6 +44,7 @@ use tokio::sync::mpsc;
 use crate::api::stream::ChannelStream;
 
 mod audit;
+pub mod oidc;
 pub mod signin;
 pub mod view;
 
@@ -80,6 +82,9 @@ pub struct ConsoleConfig {
     /// node id -> HTTP base URL of every replica (the overview's cluster strip reads their
     /// `/healthz`).
     pub http_endpoints: BTreeMap<u64, String>,
+    /// The OpenID Connect sign-in (`[oidc.console]`): people sign in at the `[oidc]` issuer and
+    /// the console calls the cluster with their access token.
+    pub oidc: Option<oidc::ConsoleOidc>,
 }
 
 #[derive(Clone)]
@@ -87,21 +92,25 @@ struct Console {
     config: Arc<ConsoleConfig>,
     sign_ins: SignIns,
     http: reqwest::Client,
+    oidc: Option<oidc::OidcSignIn>,
 }
 
 /// The console's routes (nest them at the root of the HTTP router). `http` reads the replicas'
 /// `/healthz`.
-pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Router {
+pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Result<Router, String> {
+    let oidc = config.oidc.clone().map(oidc::OidcSignIn::new).transpose()?;
     let console = Console {
         config: Arc::new(config),
         sign_ins: SignIns::default(),
         http,
+        oidc,
     };
-    Router::new()
+    Ok(Router::new()
         .route("/console", get(|| async { Redirect::to("/console/") }))
         .route("/console/", get(overview))
         .route("/console/signin", get(signin_page).post(signin))
         .route("/console/signout", post(signout))
+        .route(oidc::CALLBACK_PATH, get(oidc_callback))
         .route("/console/keys", get(open_key))
         .route("/console/keys/{namespace}/{*key}", get(key_page))
         .route("/console/live/{namespace}/{*key}", get(key_live))
@@ -112,7 +121,7 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Router {
         .route("/console/audit", get(audit::audit_page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
-        .with_state(console)
+        .with_state(console))
 }
 
 // --- pages -------------------------------------------------------------------------------
@@ -179,6 +188,8 @@ impl Refused {
 struct SigninPage {
     who: Option<Who>,
     dev: bool,
+    /// The issuer people sign in at, with `[oidc.console]`.
+    issuer: Option<String>,
     roles: Vec<(&'static str, &'static str)>,
     next: String,
     error: Option<Refused>,
@@ -349,16 +360,127 @@ async fn signin_page(
     Query(query): Query<NextQuery>,
 ) -> Response {
     let who = console.sign_ins.current(&headers).map(|u| Who::of(&u));
+    let next = safe_next(query.next.as_deref());
+    let mut error = None;
+    if let (None, Some(oidc)) = (&who, &console.oidc) {
+        match oidc.begin(&headers, next.clone()).await {
+            Ok((url, binding)) => {
+                return (
+                    StatusCode::SEE_OTHER,
+                    [
+                        (
+                            header::SET_COOKIE,
+                            oidc::binding_cookie(&binding, console.config.secure_cookie),
+                        ),
+                        (header::LOCATION, url),
+                        (header::CACHE_CONTROL, "no-store".to_owned()),
+                    ],
+                )
+                    .into_response()
+            }
+            Err(refused) => error = Some(Refused::console(refused.rule, refused.message)),
+        }
+    }
+    let status = if error.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
     render(
         &SigninPage {
             who,
             dev: console.config.dev_sign_in,
+            issuer: console.oidc.as_ref().map(oidc::OidcSignIn::issuer),
             roles: DEV_ROLES.to_vec(),
-            next: safe_next(query.next.as_deref()),
-            error: None,
+            next,
+            error,
         },
-        StatusCode::OK,
+        status,
     )
+}
+
+#[derive(Template)]
+#[template(path = "console/signed_in.html")]
+struct SignedInPage {
+    who: Option<Who>,
+    next: String,
+    error: Option<Refused>,
+}
+
+/// The issuer's answer: signs the person in, or says which rule refused (nothing changes).
+/// Signed in, it answers with a page that moves on by itself (`<meta http-equiv="refresh">`),
+/// not with a redirect: a browser does not send the `SameSite=Strict` cookie on a redirect chain
+/// that began at the issuer's site, so the next page would not know the person yet.
+async fn oidc_callback(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<oidc::CallbackQuery>,
+) -> Response {
+    let Some(sign_in) = &console.oidc else {
+        return message(
+            None,
+            StatusCode::NOT_FOUND,
+            "Not signed in",
+            Some(Refused::console(
+                "sign_in_not_available",
+                "this cluster's console has no OpenID Connect sign-in ([oidc.console])",
+            )),
+            vec![],
+        );
+    };
+    let signed = match sign_in.finish(&headers, &query).await {
+        Ok(signed) => signed,
+        Err(refused) => {
+            return render(
+                &MessagePage {
+                    who: None,
+                    title: "Not signed in".to_owned(),
+                    lines: vec!["Nothing was changed: you are not signed in.".to_owned()],
+                    links: vec![("/console/signin".to_owned(), "Sign in again".to_owned())],
+                    error: Some(Refused::console(
+                        refused.rule,
+                        format!("{}: nothing was changed; sign in again", refused.message),
+                    )),
+                },
+                StatusCode::FORBIDDEN,
+            )
+        }
+    };
+    let client = match console.client_with_token(&signed.access_token) {
+        Ok(client) => client,
+        Err(error) => {
+            return message(
+                None,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Not signed in",
+                Some(Refused::console("client_config", error.to_string())),
+                vec![],
+            )
+        }
+    };
+    let id = console.sign_ins.sign_in_for(
+        signed.principal.clone(),
+        signed.roles.clone(),
+        client,
+        signed.ttl,
+    );
+    let user = console.sign_ins.by_id(&id);
+    let page = SignedInPage {
+        who: user.as_ref().map(Who::of),
+        next: signed.next,
+        error: None,
+    };
+    let mut response = render(&page, StatusCode::OK);
+    let cookies = response.headers_mut();
+    for cookie in [
+        signin::set_cookie(&id, console.config.secure_cookie, signed.ttl),
+        signin::clear_cookie_named(oidc::BINDING_COOKIE, console.config.secure_cookie),
+    ] {
+        if let Ok(value) = cookie.parse() {
+            cookies.append(header::SET_COOKIE, value);
+        }
+    }
+    response
 }
 
 #[derive(Deserialize)]
@@ -381,6 +503,7 @@ async fn signin(State(console): State<Console>, Form(form): Form<SigninForm>) ->
             &SigninPage {
                 who: None,
                 dev: console.config.dev_sign_in,
+                issuer: console.oidc.as_ref().map(oidc::OidcSignIn::issuer),
                 roles: DEV_ROLES.to_vec(),
                 next: next.clone(),
                 error: Some(Refused::console(rule, text)),
@@ -391,7 +514,7 @@ async fn signin(State(console): State<Console>, Form(form): Form<SigninForm>) ->
     if !console.config.dev_sign_in {
         return refuse(
             "sign_in_not_available",
-            "this cluster does not run insecure dev auth, and the console's OIDC sign-in is not available yet: use picketctl with your token",
+            "the dev sign-in is only for clusters that run insecure dev auth (`picketd dev`): sign in through the issuer (GET /console/signin) if [oidc.console] is configured, else use picketctl with your token",
         );
     }
     let principal = form.principal.trim().to_owned();
@@ -423,7 +546,7 @@ async fn signin(State(console): State<Console>, Form(form): Form<SigninForm>) ->
         [
             (
                 header::SET_COOKIE,
-                signin::set_cookie(&id, console.config.secure_cookie),
+                signin::set_cookie(&id, console.config.secure_cookie, signin::SIGN_IN_TTL),
             ),
             (header::LOCATION, next),
         ],
@@ -446,13 +569,33 @@ async fn signout(
         return *refused;
     }
     console.sign_ins.sign_out(&headers);
+    let clear = signin::clear_cookie(console.config.secure_cookie);
+    if let Some(sign_in) = &console.oidc {
+        // Not back to /console/signin: with the issuer's session still open, that would sign
+        // the person straight in again.
+        let mut links = vec![("/console/signin".to_owned(), "Sign in again".to_owned())];
+        if let Some(url) = sign_in.end_session_url().await {
+            links.push((url, "Also sign out at the issuer".to_owned()));
+        }
+        let mut page = render(
+            &MessagePage {
+                who: None,
+                title: "Signed out".to_owned(),
+                lines: vec!["Your console sign-in on this replica has ended.".to_owned()],
+                links,
+                error: None,
+            },
+            StatusCode::OK,
+        );
+        if let Ok(value) = clear.parse() {
+            page.headers_mut().insert(header::SET_COOKIE, value);
+        }
+        return page;
+    }
     (
         StatusCode::SEE_OTHER,
         [
-            (
-                header::SET_COOKIE,
-                signin::clear_cookie(console.config.secure_cookie),
-            ),
+            (header::SET_COOKIE, clear),
             (header::LOCATION, "/console/signin".to_owned()),
         ],
     )
@@ -460,17 +603,31 @@ async fn signout(
 }
 
 impl Console {
-    /// A client of the cluster acting as `principal` with `roles`.
+    /// A client of the cluster acting as `principal` with `roles` (dev metadata).
     fn client_for(&self, principal: &str, roles: &[String]) -> Result<Client, ClientError> {
+        self.client_with(Credentials {
+            principal: Some(principal.to_owned()),
+            roles: Some(roles.join(",")),
+            bearer: None,
+        })
+    }
+
+    /// A client of the cluster presenting `access_token` (an OIDC sign-in): the servers verify
+    /// it and take the principal and roles from it, as for any gRPC caller.
+    fn client_with_token(&self, access_token: &str) -> Result<Client, ClientError> {
+        self.client_with(Credentials {
+            principal: None,
+            roles: None,
+            bearer: Some(access_token.to_owned()),
+        })
+    }
+
+    fn client_with(&self, credentials: Credentials) -> Result<Client, ClientError> {
         let mut config = ClientConfig::new(self.config.endpoints.clone(), "picket-console");
         config.tls = self.config.tls.clone();
         config.rpc_timeout = Duration::from_secs(3);
         config.retry_budget = Duration::from_secs(5);
-        config.credentials = Credentials {
-            principal: Some(principal.to_owned()),
-            roles: Some(roles.join(",")),
-            bearer: None,
-        };
+        config.credentials = credentials;
         Client::new(config)
     }
 

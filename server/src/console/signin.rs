@@ -31,6 +31,8 @@ pub struct SignedIn {
     /// Calls the cluster as this person.
     pub client: Client,
     since: Instant,
+    /// How long it lasts: [`SIGN_IN_TTL`], or an OIDC sign-in's access token lifetime.
+    ttl: Duration,
 }
 
 impl SignedIn {
@@ -58,11 +60,23 @@ pub fn random_token() -> String {
 }
 
 impl SignIns {
-    /// Signs a person in; returns the cookie's value.
+    /// Signs a person in for [`SIGN_IN_TTL`]; returns the cookie's value.
     pub fn sign_in(&self, principal: String, roles: Vec<String>, client: Client) -> String {
+        self.sign_in_for(principal, roles, client, SIGN_IN_TTL)
+    }
+
+    /// Signs a person in for `ttl` (at most [`SIGN_IN_TTL`]); returns the cookie's value.
+    pub fn sign_in_for(
+        &self,
+        principal: String,
+        roles: Vec<String>,
+        client: Client,
+        ttl: Duration,
+    ) -> String {
+        let ttl = ttl.min(SIGN_IN_TTL);
         let id = random_token();
         let mut table = self.inner.lock().expect("sign-in table poisoned");
-        table.retain(|_, s| s.since.elapsed() < SIGN_IN_TTL);
+        table.retain(|_, s| s.since.elapsed() < s.ttl);
         while table.len() >= SIGN_INS_MAX {
             let oldest = table
                 .iter()
@@ -79,6 +93,7 @@ impl SignIns {
                 csrf: random_token(),
                 client,
                 since: Instant::now(),
+                ttl,
             },
         );
         id
@@ -86,12 +101,13 @@ impl SignIns {
 
     /// The person whose cookie the request carries, if the sign-in is still valid.
     pub fn current(&self, headers: &HeaderMap) -> Option<SignedIn> {
-        let id = cookie_value(headers, COOKIE)?;
+        self.by_id(&cookie_value(headers, COOKIE)?)
+    }
+
+    /// The sign-in whose cookie value is `id`, if it is still valid.
+    pub fn by_id(&self, id: &str) -> Option<SignedIn> {
         let table = self.inner.lock().expect("sign-in table poisoned");
-        table
-            .get(&id)
-            .filter(|s| s.since.elapsed() < SIGN_IN_TTL)
-            .cloned()
+        table.get(id).filter(|s| s.since.elapsed() < s.ttl).cloned()
     }
 
     pub fn sign_out(&self, headers: &HeaderMap) {
@@ -117,19 +133,24 @@ pub fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// The `Set-Cookie` value that signs the browser in (`Secure` when the console is served over
-/// HTTPS). `SameSite=Strict`: no other site's page can make the browser send it.
-pub fn set_cookie(id: &str, secure: bool) -> String {
+/// HTTPS), for `ttl`. `SameSite=Strict`: no other site's page can make the browser send it.
+pub fn set_cookie(id: &str, secure: bool, ttl: Duration) -> String {
     let secure = if secure { "; Secure" } else { "" };
     format!(
         "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        SIGN_IN_TTL.as_secs()
+        ttl.as_secs()
     )
 }
 
 /// The `Set-Cookie` value that removes it.
 pub fn clear_cookie(secure: bool) -> String {
+    clear_cookie_named(COOKIE, secure)
+}
+
+/// The `Set-Cookie` value that removes the console's cookie `name` (path `/console`).
+pub fn clear_cookie_named(name: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
+    format!("{name}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
 }
 
 #[cfg(test)]
@@ -150,9 +171,9 @@ mod tests {
 
     #[test]
     fn the_cookie_is_http_only_and_strict() {
-        let cookie = set_cookie("x", true);
+        let cookie = set_cookie("x", true, SIGN_IN_TTL);
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
         assert!(cookie.ends_with("; Secure"));
-        assert!(!set_cookie("x", false).contains("Secure"));
+        assert!(!set_cookie("x", false, SIGN_IN_TTL).contains("Secure"));
     }
 }

@@ -12,6 +12,7 @@
 mod prom;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
+pub mod oidc_provider;
 pub mod pki;
 
 use std::path::PathBuf;

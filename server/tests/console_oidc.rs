@@ -1,0 +1,390 @@
+//! The console's OpenID Connect sign-in against a real OpenID Provider: panva's certified
+//! `oidc-provider` on Node (`tests/oidc_provider/`, installed from its lock file by
+//! `scripts/test`), issuing Keycloak-shaped tokens, in front of three real `picketd` with
+//! `[oidc]` (keys through discovery) and `[oidc.console]`. The flow is walked over HTTP as a
+//! browser does: the console's redirect to the provider, its login form, the redirect back with
+//! the code, the console's exchange with the PKCE verifier.
+#![cfg(not(madsim))]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::oidc_provider::{cluster_for, Provider};
+use picket_net::client::{Client, ClientConfig, Credentials};
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+
+const NS: &str = "orders";
+
+/// One browser: its cookies (every host here is 127.0.0.1, and cookies ignore ports, as in a
+/// browser), redirects read by the test.
+struct Browser {
+    http: reqwest::Client,
+    cookies: BTreeMap<String, String>,
+}
+
+struct Page {
+    status: StatusCode,
+    location: String,
+    body: String,
+    /// The cookies this answer set (name=value; an empty value removes one).
+    set: Vec<String>,
+}
+
+impl Browser {
+    fn new() -> Browser {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .build()
+                .unwrap(),
+            cookies: BTreeMap::new(),
+        }
+    }
+
+    async fn answer(&mut self, request: reqwest::RequestBuilder) -> Page {
+        let header = self
+            .cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let request = if header.is_empty() {
+            request
+        } else {
+            request.header(COOKIE, header)
+        };
+        let answer = request.send().await.expect("the server answers");
+        let mut set = Vec::new();
+        for value in answer.headers().get_all(SET_COOKIE) {
+            let value = value.to_str().unwrap();
+            let pair = value.split(';').next().unwrap().trim().to_owned();
+            let (name, v) = pair.split_once('=').unwrap();
+            let expired = value.contains("Max-Age=0") || value.contains("1970");
+            if v.is_empty() || expired {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_owned(), v.to_owned());
+            }
+            set.push(pair);
+        }
+        Page {
+            status: answer.status(),
+            location: answer
+                .headers()
+                .get(LOCATION)
+                .map(|l| l.to_str().unwrap().to_owned())
+                .unwrap_or_default(),
+            body: answer.text().await.unwrap(),
+            set,
+        }
+    }
+
+    async fn get(&mut self, url: &str) -> Page {
+        let request = self.http.get(url);
+        self.answer(request).await
+    }
+
+    async fn post(&mut self, url: &str, form: &[(&str, &str)]) -> Page {
+        let request = self.http.post(url).form(form);
+        self.answer(request).await
+    }
+
+    /// Follows `page`'s redirects (relative to `origin`) until one leads to a URL starting with
+    /// `stop` (returned, not fetched) or a page that is not a redirect (`Err`).
+    async fn follow(&mut self, mut page: Page, origin: &str, stop: &str) -> Result<String, Page> {
+        for _ in 0..10 {
+            if !page.status.is_redirection() {
+                return Err(page);
+            }
+            let url = absolute(origin, &page.location);
+            if url.starts_with(stop) {
+                return Ok(url);
+            }
+            page = self.get(&url).await;
+        }
+        panic!("more than 10 redirects");
+    }
+
+    /// Begins a sign-in at the console: the issuer's authorization URL it redirects to.
+    async fn begin(&mut self, console: &str) -> String {
+        let page = self
+            .get(&format!("{console}/console/signin?next=/console/"))
+            .await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        assert!(
+            page.set
+                .iter()
+                .any(|c| c.starts_with("picket_console_oidc=")),
+            "the pre-sign-in cookie: {:?}",
+            page.set
+        );
+        page.location
+    }
+
+    /// Logs in at the provider from the authorization URL `authorize`: the console callback
+    /// URL the provider redirects back to (with the code and state), not yet fetched.
+    async fn log_in(
+        &mut self,
+        provider: &str,
+        authorize: &str,
+        console: &str,
+        user: &str,
+        password: &str,
+    ) -> String {
+        let first = self.get(authorize).await;
+        let form = self
+            .follow(first, provider, console)
+            .await
+            .expect_err("the provider shows its login form");
+        assert_eq!(form.status, StatusCode::OK, "{}", form.body);
+        let action = between(&form.body, "action=\"", "\"");
+        let answer = self
+            .post(
+                &absolute(provider, &action),
+                &[("login", user), ("password", password)],
+            )
+            .await;
+        match self.follow(answer, provider, console).await {
+            Ok(callback) => callback,
+            Err(page) => panic!("the provider did not redirect back: {}", page.body),
+        }
+    }
+
+    /// The whole sign-in: the console's page after the callback.
+    async fn sign_in(&mut self, provider: &str, console: &str, user: &str, password: &str) -> Page {
+        let authorize = self.begin(console).await;
+        let callback = self
+            .log_in(provider, &authorize, console, user, password)
+            .await;
+        self.get(&callback).await
+    }
+}
+
+fn absolute(origin: &str, location: &str) -> String {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        location.to_owned()
+    } else {
+        format!("{origin}{location}")
+    }
+}
+
+fn between(text: &str, start: &str, end: &str) -> String {
+    let at = text
+        .find(start)
+        .unwrap_or_else(|| panic!("{start} in {text}"))
+        + start.len();
+    text[at..].split(end).next().unwrap().replace("&amp;", "&")
+}
+
+/// A query parameter of `url`.
+fn param(url: &str, name: &str) -> String {
+    reqwest::Url::parse(url)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| panic!("no {name} in {url}"))
+}
+
+fn with_param(url: &str, name: &str, value: &str) -> String {
+    let mut parsed = reqwest::Url::parse(url).unwrap();
+    let pairs: Vec<(String, String)> = parsed
+        .query_pairs()
+        .map(|(k, v)| {
+            let v = if k == name {
+                value.to_owned()
+            } else {
+                v.into_owned()
+            };
+            (k.into_owned(), v)
+        })
+        .collect();
+    parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    parsed.into()
+}
+
+fn csrf(body: &str) -> String {
+    between(body, "name=\"csrf\" value=\"", "\"")
+}
+
+fn refused_rule(page: &Page) -> String {
+    between(&page.body, "<code class=\"rule\">", "</code>")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_sign_in_to_the_console_at_a_real_openid_provider() {
+    let provider = Provider::start().await;
+    let (cluster, _secret_dir) = cluster_for(&provider).await;
+    let console = cluster.http[0].clone();
+    let issuer = provider.issuer.clone();
+
+    // A worker holds a lock, with its own token from the provider (client credentials).
+    let mut config = ClientConfig::new(cluster.endpoints.clone(), "ledger-writer");
+    config.credentials = Credentials {
+        bearer: Some(provider.worker_token().await),
+        ..Credentials::default()
+    };
+    let worker = Client::new(config).unwrap().create_session().await.unwrap();
+    let held = worker.lock(NS, "ledger/17").await.unwrap();
+    let token = held.token().0.to_string();
+
+    // Signed out: a page sends the browser to the sign-in, which sends it to the provider with
+    // the code flow's parameters.
+    let mut alice = Browser::new();
+    let page = alice.get(&format!("{console}/console/")).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    let authorize = alice.begin(&console).await;
+    assert!(
+        authorize.starts_with(&format!("{issuer}/auth?")),
+        "{authorize}"
+    );
+    assert_eq!(param(&authorize, "response_type"), "code");
+    assert_eq!(param(&authorize, "client_id"), "picket-console");
+    assert_eq!(param(&authorize, "code_challenge_method"), "S256");
+    assert_eq!(param(&authorize, "code_challenge").len(), 43);
+    assert_eq!(
+        param(&authorize, "redirect_uri"),
+        format!("{console}/console/oidc/callback")
+    );
+    assert_ne!(param(&authorize, "state"), param(&authorize, "nonce"));
+
+    // Alice logs in at the provider; the console verifies the answer and signs her in.
+    let callback = alice
+        .log_in(&issuer, &authorize, &console, "alice", "alice-pw")
+        .await;
+    let page = alice.get(&callback).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.set.iter().any(|c| c.starts_with("picket_console=")),
+        "{:?}",
+        page.set
+    );
+    let page = alice.get(&format!("{console}/console/")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains("Signed in as <strong>alice</strong> (picket-operator)"),
+        "{}",
+        page.body
+    );
+
+    // The same answer again (a replayed state): refused, and nobody is signed in by it.
+    let mut replay = Browser::new();
+    replay.cookies = alice.cookies.clone();
+    replay.cookies.remove("picket_console");
+    let page = replay.get(&callback).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert_eq!(refused_rule(&page), "state_unknown", "{}", page.body);
+    assert!(!page.set.iter().any(|c| c.starts_with("picket_console=")));
+    // A forged state: refused the same way.
+    let forged = with_param(&callback, "state", "forged-state");
+    let page = alice.get(&forged).await;
+    assert_eq!(refused_rule(&page), "state_unknown", "{}", page.body);
+
+    // Alice, an operator, requests a force-release of the worker's hold: the server allows it.
+    let page = alice
+        .get(&format!("{console}/console/keys/{NS}/ledger/17"))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let form = [
+        ("csrf", csrf(&page.body)),
+        ("token", token.clone()),
+        ("reason", "ledger writer wedged".to_owned()),
+        ("revoke", "on".to_owned()),
+        ("stopped", "yes".to_owned()),
+        ("double_run", "no".to_owned()),
+    ];
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let page = alice
+        .post(&format!("{console}/console/request/{NS}/ledger/17"), &form)
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(page.location.starts_with("/console/force-releases/"));
+
+    // Bob has only picket-admin: signed in, but the request needs picket-operator, and the
+    // server says so.
+    let mut bob = Browser::new();
+    let page = bob.sign_in(&issuer, &console, "bob", "bob-pw").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let page = bob
+        .get(&format!("{console}/console/keys/{NS}/ledger/17"))
+        .await;
+    assert!(page
+        .body
+        .contains("Signed in as <strong>bob</strong> (picket-admin)"));
+    let mut form = form.clone();
+    let bob_csrf = csrf(&page.body);
+    form[0] = ("csrf", &bob_csrf);
+    let page = bob
+        .post(&format!("{console}/console/request/{NS}/ledger/17"), &form)
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert!(page.body.contains("picket-operator"), "{}", page.body);
+
+    // Carol has no Picket role at all: the sign-in itself is refused, naming the rule.
+    let mut carol = Browser::new();
+    let page = carol.sign_in(&issuer, &console, "carol", "carol-pw").await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert!(!page.set.iter().any(|c| c.starts_with("picket_console=")));
+
+    // A code exchanged with another sign-in's PKCE verifier: Dave begins two sign-ins, logs in
+    // for the first, and brings its code back with the second one's state. The console
+    // exchanges it with the second verifier; the provider refuses.
+    let mut dave = Browser::new();
+    let first = dave.begin(&console).await;
+    let second = dave.begin(&console).await;
+    let callback = dave
+        .log_in(&issuer, &first, &console, "alice", "alice-pw")
+        .await;
+    let crossed = with_param(&callback, "state", &param(&second, "state"));
+    let page = dave.get(&crossed).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert_eq!(refused_rule(&page), "code_refused", "{}", page.body);
+    assert!(page.body.contains("invalid_grant"), "{}", page.body);
+    assert!(!dave.cookies.contains_key("picket_console"));
+
+    // An answer for a sign-in begun in another browser (no pre-sign-in cookie): refused.
+    let mut erin = Browser::new();
+    let begun = erin.begin(&console).await;
+    let mut mallory = Browser::new();
+    let stolen = format!(
+        "{console}/console/oidc/callback?code=whatever&state={}",
+        param(&begun, "state")
+    );
+    let page = mallory.get(&stolen).await;
+    assert_eq!(
+        refused_rule(&page),
+        "state_not_this_browser",
+        "{}",
+        page.body
+    );
+
+    // Sign-out ends the console sign-in, and links to the provider's end_session_endpoint.
+    let page = alice.get(&format!("{console}/console/")).await;
+    let page = alice
+        .post(
+            &format!("{console}/console/signout"),
+            &[("csrf", &csrf(&page.body))],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("{issuer}/session/end?client_id=picket-console")),
+        "{}",
+        page.body
+    );
+    assert!(!alice.cookies.contains_key("picket_console"));
+    let page = alice.get(&format!("{console}/console/")).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert!(page.location.starts_with("/console/signin"));
+
+    drop(held);
+    drop(cluster);
+    drop(provider);
+}
