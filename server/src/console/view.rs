@@ -182,7 +182,7 @@ impl PendingView {
             holder_session_id: request.holder_session_id,
             token: request.token,
             requester: request.requester.clone(),
-            requester_roles: role_words(&request.requester_roles),
+            requester_roles: crate::audit_report::role_words(&request.requester_roles),
             reason: request.reason.clone(),
             revoke_session: request.revoke_session,
             fenced: request.fenced,
@@ -196,19 +196,6 @@ impl PendingView {
             kind_now: kind_word(fenced_now),
         }
     }
-}
-
-pub fn role_words(roles: &[i32]) -> String {
-    let words: Vec<&str> = roles
-        .iter()
-        .map(|role| match proto::Role::try_from(*role) {
-            Ok(proto::Role::OnCall) => "on-call",
-            Ok(proto::Role::IncidentCommander) => "incident commander",
-            Ok(proto::Role::ClassAdmin) => "class admin",
-            _ => "unknown role",
-        })
-        .collect();
-    words.join(", ")
 }
 
 /// Everything the key page shows.
