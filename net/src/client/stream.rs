@@ -242,7 +242,10 @@ impl SessionStreams {
             request: Some(In::Subscribe(proto::SubscribeRequest {})),
         };
         let queued_first = requests.try_send(subscribe);
-        assert!(queued_first.is_ok(), "a new channel has room: {queued_first:?}");
+        assert!(
+            queued_first.is_ok(),
+            "a new channel has room: {queued_first:?}"
+        );
         let mut request = cluster.request(ReceiverStream::new(queued), cluster.config.rpc_timeout);
         // A stream lives long: no deadline on it as a whole (each request has its own).
         request.metadata_mut().remove("grpc-timeout");
