@@ -36,6 +36,28 @@ pub enum LostReason {
         revision: u64,
         force_release_id: u64,
     },
+    /// The server pushed the session's end on the session stream, with its cause, as soon as
+    /// its lock log showed it (a keepalive answer would have said [`LostReason::Revoked`],
+    /// later).
+    Ended {
+        cause: SessionEnd,
+        /// The revision of the lock log where the session ended.
+        revision: u64,
+    },
+}
+
+/// How a session ended at the server (the cause in [`LostReason::Ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Closed with its secret (by this process or any other that has the secret).
+    Closed,
+    /// Its TTL ran out at the leader.
+    Expired,
+    /// Revoked by an approved force-release with `revoke_session`.
+    Revoked {
+        /// The force-release request (0: not known).
+        force_release_id: u64,
+    },
 }
 
 impl fmt::Display for LostReason {
@@ -50,6 +72,16 @@ impl fmt::Display for LostReason {
             LostReason::Closed => write!(f, "the session was closed by this client"),
             LostReason::KeepAliveRefused { rule, message } => {
                 write!(f, "the server refused the session's keepalive ({rule}): {message}")
+            }
+            LostReason::Ended { cause, revision } => {
+                let how = match cause {
+                    SessionEnd::Closed => "closed".to_owned(),
+                    SessionEnd::Expired => "expired (its TTL ran out at the leader)".to_owned(),
+                    SessionEnd::Revoked { force_release_id } => {
+                        format!("revoked by force-release request {force_release_id}")
+                    }
+                };
+                write!(f, "the server says the session was {how} (revision {revision})")
             }
             LostReason::ForceReleased { revision, force_release_id } => write!(
                 f,

@@ -61,6 +61,8 @@ pub struct KeepAliveAck {
     /// The part of the TTL the client gives up early for clock-rate drift
     /// (`ClientConfig::clock_drift_ppm`).
     pub margin: Duration,
+    /// Keepalives of the session acknowledged so far, this one included (0: the creation).
+    pub keepalives: u64,
 }
 
 impl KeepAliveAck {
@@ -236,6 +238,7 @@ impl Liveness {
             acked_at: Instant::now(),
             ttl,
             margin: self.margin,
+            keepalives: self.acks.borrow().keepalives + 1,
         };
         {
             let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
@@ -276,6 +279,8 @@ pub(crate) async fn run(
     liveness: Arc<Liveness>,
 ) {
     let mut lost = liveness.lost.subscribe();
+    // The session stream's pushes about this session apply to `liveness` while this runs.
+    let _carried = cluster.streams.carry(session_id, &liveness);
     // Biased (checked in order): when two are ready at once, the same one wins every run (an
     // unbiased select draws from a per-thread random source, which the simulator's seed does
     // not reach).

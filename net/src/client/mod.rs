@@ -58,7 +58,8 @@ pub use cluster::{
     ENDPOINTS_MAX, PRINCIPAL_METADATA, ROLES_METADATA,
 };
 pub use error::{
-    ClientError, LostReason, Refusal, REQUEST_TOO_OLD, UNKNOWN_SESSION, WAIT_ENDED, WAIT_EXPIRED,
+    ClientError, LostReason, Refusal, SessionEnd, REQUEST_TOO_OLD, UNKNOWN_SESSION, WAIT_ENDED,
+    WAIT_EXPIRED,
 };
 pub use guard::LockGuard;
 pub use keepalive::{keepalive_attempt_timeout, KeepAliveAck};

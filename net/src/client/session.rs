@@ -339,6 +339,7 @@ impl Session {
             acked_at: tokio::time::Instant::now(),
             ttl,
             margin: keepalive::drift_margin(ttl, cluster.config.clock_drift_ppm),
+            keepalives: 0,
         }));
         tokio::spawn(keepalive::run(
             cluster.clone(),

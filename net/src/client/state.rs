@@ -122,6 +122,7 @@ mod tests {
             acked_at: sent_at + Duration::from_millis(5),
             ttl: TTL,
             margin: Duration::from_millis(100),
+            keepalives: 1,
         }
     }
 

@@ -13,6 +13,13 @@
 //! attempt timeout abandons the stream ([`SessionStreams::abandon`]), as it abandons a stuck
 //! `KeepAlive` stream.
 //!
+//! Each stream asks for the server's pushes (`subscribe`, its first request): a hold of a
+//! session it carries lost to a force-release without revocation, or the session's end, is
+//! applied as soon as it arrives, by the very code that applies the same facts from a
+//! keepalive answer ([`Liveness::note_holds_lost`], [`Liveness::lose`]), to the sessions whose
+//! keepalive tasks registered with [`SessionStreams::carry`]. A server from before pushes
+//! answers the `subscribe` with an error that nobody waits for, and sends none.
+//!
 //! [`Transport::Unary`] keeps the unary calls (and one `KeepAlive` stream per session), for
 //! A/B measurements and for servers without the `Session` method; a server that answers the
 //! stream `UNIMPLEMENTED` is served by the unary calls anyway.
@@ -20,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -30,9 +37,10 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::cluster::Cluster;
-use super::error::ClientError;
+use super::error::{ClientError, LostReason, SessionEnd};
+use super::keepalive::Liveness;
 use crate::proto::{
-    self, lock_client::LockClient, session_request::Request as In,
+    self, lock_client::LockClient, session_event, session_request::Request as In,
     session_response::Response as Out,
 };
 use crate::session_stream::status_from_proto;
@@ -57,6 +65,27 @@ pub(crate) struct SessionStreams {
     /// Held while a stream is being opened, so that callers arriving meanwhile use it rather
     /// than open their own (never held by [`SessionStreams::abandon`], which must not wait).
     opening: tokio::sync::Mutex<()>,
+    /// The sessions kept alive on this client's streams, for the server's pushes about them.
+    carried: Arc<Carried>,
+}
+
+/// session id -> what its pushes apply to.
+type Carried = Mutex<BTreeMap<u64, Weak<Liveness>>>;
+
+/// A session registered for pushes, unregistered on drop.
+pub(crate) struct CarryGuard {
+    carried: Arc<Carried>,
+    session_id: u64,
+}
+
+impl Drop for CarryGuard {
+    fn drop(&mut self) {
+        carried(&self.carried).remove(&self.session_id);
+    }
+}
+
+fn carried(carried: &Carried) -> std::sync::MutexGuard<'_, BTreeMap<u64, Weak<Liveness>>> {
+    carried.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One open `Session` stream.
@@ -165,6 +194,15 @@ impl SessionStreams {
         }
     }
 
+    /// Registers `session_id` for the pushes of this client's streams, while the guard lives.
+    pub(crate) fn carry(&self, session_id: u64, liveness: &Arc<Liveness>) -> CarryGuard {
+        carried(&self.carried).insert(session_id, Arc::downgrade(liveness));
+        CarryGuard {
+            carried: self.carried.clone(),
+            session_id,
+        }
+    }
+
     fn open(&self) -> std::sync::MutexGuard<'_, Option<Arc<Conn>>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -197,6 +235,17 @@ impl SessionStreams {
                 .end(Status::unavailable(format!("{}: left for {uri}", old.uri)));
         }
         let (requests, queued) = mpsc::channel(REQUESTS_QUEUED_MAX);
+        let shared = Arc::new(Shared::default());
+        // The first request asks for pushes; its answer is waited for by nobody.
+        let subscribe = proto::SessionRequest {
+            seq: shared.seq_last.fetch_add(1, Ordering::Relaxed) + 1,
+            request: Some(In::Subscribe(proto::SubscribeRequest {})),
+        };
+        let queued_first = requests.try_send(subscribe);
+        assert!(
+            queued_first.is_ok(),
+            "a new channel has room: {queued_first:?}"
+        );
         let mut request = cluster.request(ReceiverStream::new(queued), cluster.config.rpc_timeout);
         // A stream lives long: no deadline on it as a whole (each request has its own).
         request.metadata_mut().remove("grpc-timeout");
@@ -204,8 +253,8 @@ impl SessionStreams {
             .session(request)
             .await?
             .into_inner();
-        let shared = Arc::new(Shared::default());
-        let reader = tokio::spawn(read(responses, shared.clone(), uri.to_owned()));
+        let carried = self.carried.clone();
+        let reader = tokio::spawn(read(responses, shared.clone(), carried, uri.to_owned()));
         let conn = Arc::new(Conn {
             uri: uri.to_owned(),
             requests,
@@ -221,14 +270,24 @@ fn stream_gone() -> Status {
     Status::unavailable("the session stream ended")
 }
 
-/// Hands each answer to the caller waiting for its seq, until the stream ends.
-async fn read(mut responses: Streaming<proto::SessionResponse>, shared: Arc<Shared>, uri: String) {
+/// Hands each answer to the caller waiting for its seq, and applies each push, until the
+/// stream ends.
+async fn read(
+    mut responses: Streaming<proto::SessionResponse>,
+    shared: Arc<Shared>,
+    carried: Arc<Carried>,
+    uri: String,
+) {
     let why = loop {
         match responses.message().await {
             Ok(Some(answer)) => {
                 let Some(response) = answer.response else {
-                    continue; // an answer without a body (a newer server's push): not for us
+                    continue; // an answer without a body (a newer server's kind): not for us
                 };
+                if let (0, Out::Event(event)) = (answer.seq, &response) {
+                    apply_push(&carried, event);
+                    continue;
+                }
                 // A caller that gave up (its timeout) is no longer waiting: dropped.
                 if let Some(waiting) = shared.waiting().remove(&answer.seq) {
                     let _ = waiting.send(response);
@@ -239,6 +298,40 @@ async fn read(mut responses: Streaming<proto::SessionResponse>, shared: Arc<Shar
         }
     };
     shared.end(why);
+}
+
+/// Applies a push about a session of this client as the same fact from a keepalive answer is
+/// applied: a hold lost ends that guard; the session's end loses the session.
+fn apply_push(carried_sessions: &Carried, event: &proto::SessionEvent) {
+    let liveness = carried(carried_sessions)
+        .get(&event.session_id)
+        .and_then(Weak::upgrade);
+    let Some(liveness) = liveness else {
+        return; // no longer kept alive here
+    };
+    match &event.kind {
+        Some(session_event::Kind::HoldLost(hold)) => {
+            liveness.note_holds_lost(std::slice::from_ref(hold));
+        }
+        Some(session_event::Kind::Ended(ended)) => {
+            liveness.lose(lost_reason(ended, event.revision));
+        }
+        None => {} // a newer server's kind: its keepalive answers say what matters
+    }
+}
+
+/// The reason a pushed session end gives.
+fn lost_reason(ended: &session_event::SessionEnded, revision: u64) -> LostReason {
+    let cause = match proto::ReleaseCause::try_from(ended.cause) {
+        Ok(proto::ReleaseCause::SessionClosed) => SessionEnd::Closed,
+        Ok(proto::ReleaseCause::SessionExpired) => SessionEnd::Expired,
+        Ok(proto::ReleaseCause::SessionRevoked) => SessionEnd::Revoked {
+            force_release_id: ended.force_release_id,
+        },
+        // A cause this client does not know: gone, as a keepalive answer would say.
+        _ => return LostReason::Revoked,
+    };
+    LostReason::Ended { cause, revision }
 }
 
 impl Cluster {

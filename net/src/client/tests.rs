@@ -257,8 +257,14 @@ async fn an_unknown_session_answer_loses_the_session() {
     let (state, endpoints) = fake::start(1, 0).await;
     let client = Client::new(config(&endpoints)).unwrap();
     let session = client.create_session().await.unwrap();
-    // The fake forgets the session; the keepalives would say so too, but the acquire is first.
-    state.lock().unwrap().sessions.remove(&session.id());
+    // The fake forgets the session and stops answering keepalives (which would say `lost`, and
+    // may come first: the stream's first request, `subscribe`, moves when they are answered), so
+    // the acquire's answer is what tells.
+    {
+        let mut state = state.lock().unwrap();
+        state.sessions.remove(&session.id());
+        state.keepalive_mode = Some(KeepAliveMode::Silent);
+    }
     let error = session.try_lock("orders", "a").await.unwrap_err();
     assert_eq!(
         error,

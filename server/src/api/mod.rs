@@ -1,5 +1,5 @@
 //! What clients and operators reach: the gRPC services ([`service`], with [`stream`] for their
-//! streams and [`session_stream`] for the `Session` stream, [`error_detail`] for the standard error details and [`observe`] for their metrics),
+//! streams and [`session_stream`] for the `Session` stream (its pushes in [`session_push`]), [`error_detail`] for the standard error details and [`observe`] for their metrics),
 //! and the HTTP port ([`http`]: `/metrics`, `/healthz`, JSON inspection read through
 //! [`inspect`]).
 
@@ -12,5 +12,6 @@ pub mod inspect;
 #[cfg(not(madsim))]
 pub mod observe;
 pub mod service;
+pub mod session_push;
 pub mod session_stream;
 pub mod stream;

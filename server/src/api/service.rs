@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use crate::shutdown::stopped;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api::session_push::LogFeed;
 use crate::api::session_stream;
 use crate::api::stream::ChannelStream;
 use crate::auth::Authenticator;
@@ -66,6 +67,8 @@ pub struct Api {
     pub(crate) keepalives: Arc<AtomicUsize>,
     /// Ends open streams at shutdown (a graceful server stop waits for them).
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// The lock log as followed for the `Session` streams' pushes.
+    pub log_feed: LogFeed,
 }
 
 impl Api {
@@ -82,6 +85,7 @@ impl Api {
             limits,
             watches: Arc::new(AtomicUsize::new(0)),
             keepalives: Arc::new(AtomicUsize::new(0)),
+            log_feed: LogFeed::default(),
         }
     }
 

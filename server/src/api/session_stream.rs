@@ -8,12 +8,15 @@
 //! error is the unary call's `google.rpc.Status`, carried in the answer
 //! ([`status_to_proto`]).
 //!
-//! Keepalives are answered in order, one at a time, on the stream's reading task (they are
-//! leader-local and quick). Every other request runs as a task of its own, so a waiting Acquire
+//! Keepalives (and `subscribe`) are answered in order, one at a time, on the stream's reading
+//! task (they are leader-local and quick). Every other request runs as a task of its own, so a waiting Acquire
 //! is answered when its wait ends while later requests are answered meanwhile. Bounds: at most
 //! `session_stream_requests_max` such tasks per stream (beyond: that request is answered `busy`,
 //! naming the bound), and a bounded outgoing channel (a slow reader holds the answers back
 //! instead of growing a buffer).
+//!
+//! A stream that sends `subscribe` also gets pushes about the sessions it carries
+//! ([`crate::api::session_push`]); one that does not gets none.
 
 use std::sync::Arc;
 
@@ -26,6 +29,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Extensions, Request, Response, Status, Streaming};
 
 use crate::api::service::{keep_alive_entry, LockService, StreamSlot};
+use crate::api::session_push::Carried;
 use crate::api::stream::ChannelStream;
 use crate::shutdown::stopped;
 
@@ -51,6 +55,8 @@ pub(crate) async fn open(
     let in_flight = Arc::new(Semaphore::new(requests_max));
     let (tx, rx) = mpsc::channel(SESSION_BUFFER);
     let mut shutdown = api.shutdown.clone();
+    let carried = Arc::new(Carried::default());
+    let mut subscribed = false;
     tokio::spawn(async move {
         let _slot = slot;
         loop {
@@ -78,9 +84,18 @@ pub(crate) async fn open(
                 }
                 continue;
             };
+            if let (session_request::Request::Subscribe(_), false) = (&body, subscribed) {
+                subscribed = true; // a second subscribe is answered, and changes nothing
+                let api = &service.0;
+                let carried = carried.clone();
+                (api.log_feed).start_pushes(&api.driver, &api.shutdown, carried, tx.clone());
+            }
             let request = Request::from_parts(metadata.clone(), extensions.clone(), body);
-            if let session_request::Request::KeepAlive(_) = request.get_ref() {
+            if let session_request::Request::KeepAlive(_) | session_request::Request::Subscribe(_) =
+                request.get_ref()
+            {
                 let answer = dispatch(&service, &principal, request).await;
+                note_carried(&carried, &answer);
                 if send(&tx, seq, answer).await.is_err() {
                     return;
                 }
@@ -96,7 +111,12 @@ pub(crate) async fn open(
                 }
                 continue;
             };
+            let acquiring = match request.get_ref() {
+                session_request::Request::Acquire(m) => Some(m.session_id),
+                _ => None,
+            };
             let (service, tx, principal) = (service.clone(), tx.clone(), principal.clone());
+            let carried = carried.clone();
             let mut shutdown = service.0.shutdown.clone();
             tokio::spawn(async move {
                 // A reader gone or a server stopping drops the call, as it does a unary one.
@@ -106,6 +126,9 @@ pub(crate) async fn open(
                     () = tx.closed() => return,
                     answer = dispatch(&service, &principal, request) => answer,
                 };
+                if let (Some(session_id), Ok(_)) = (acquiring, &answer) {
+                    carried.carry(session_id); // the acquire proved the session's secret
+                }
                 // Free before the answer leaves: a client that saw it may use the room at once.
                 drop(permit);
                 let _ = send(&tx, seq, answer).await;
@@ -113,6 +136,19 @@ pub(crate) async fn open(
         }
     });
     Ok(Response::new(ChannelStream::new(rx)))
+}
+
+/// A keepalive answered without error proves the caller has the session's secret: the stream
+/// carries the session (for its pushes) from then on, until an answer says it is gone.
+fn note_carried(carried: &Carried, answer: &Result<session_response::Response, Status>) {
+    let Ok(session_response::Response::KeepAlive(answer)) = answer else {
+        return;
+    };
+    if answer.lost {
+        carried.forget(answer.session_id);
+    } else if answer.error.is_none() {
+        carried.carry(answer.session_id);
+    }
 }
 
 /// `request` answered by the unary handler of its kind (a keepalive as on the `KeepAlive` stream
@@ -138,6 +174,8 @@ async fn dispatch(
         In::CloseSession(m) => {
             Out::CloseSession(service.close_session(call(parts, m)).await?.into_inner())
         }
+        // The stream's reading task started its pushes.
+        In::Subscribe(proto::SubscribeRequest {}) => Out::Subscribe(proto::SubscribeResponse {}),
     })
 }
 

@@ -407,6 +407,8 @@ impl Lock for Replica {
                                     .close_session(Request::new(m))
                                     .await
                                     .map(|r| Out::CloseSession(r.into_inner())),
+                                // Answered; this fake pushes nothing.
+                                In::Subscribe(_) => Ok(Out::Subscribe(proto::SubscribeResponse {})),
                             };
                             let response = answer.unwrap_or_else(|status| {
                                 Out::Error(crate::session_stream::status_to_proto(&status))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, LostReason};
+use picket_net::client::{Client, ClientConfig, ClientError, Credentials, LostReason, SessionEnd};
 use picket_net::{proto, FencingError, FencingGate};
 use picket_server::dev::DevCluster;
 
@@ -131,9 +131,17 @@ async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
     assert_eq!(report.json["session_revoked"], session.id());
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
-        .expect("the holder learns of the revocation at its next keepalive");
+        .expect("the holder learns of the revocation (pushed, else at its next keepalive)");
     assert!(
-        matches!(reason, LostReason::Revoked | LostReason::UnknownSession),
+        matches!(
+            reason,
+            LostReason::Revoked
+                | LostReason::UnknownSession
+                | LostReason::Ended {
+                    cause: SessionEnd::Revoked { .. },
+                    ..
+                }
+        ),
         "{reason}"
     );
     assert!(!guard.is_held());
