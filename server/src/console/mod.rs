@@ -1127,9 +1127,9 @@ async fn approve(
             }
             match answer.session_revoked {
                 Some(session) => lines.push(format!(
-                    "Session {session} was revoked in the same revision: its client learns it at its next keepalive and stops."
+                    "Session {session} was revoked in the same revision: its client learns it at once on its session stream (else at its next keepalive) and stops."
                 )),
-                None => lines.push("The holder's session was not revoked: a Picket client learns at its next keepalive that this lock is gone; a process that does not use one learns nothing.".to_owned()),
+                None => lines.push("The holder's session was not revoked: a Picket client learns that this lock is gone, at once on its session stream (else at its next keepalive); a process that does not use one learns nothing.".to_owned()),
             }
             render(
                 &MessagePage {

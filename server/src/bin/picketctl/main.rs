@@ -320,7 +320,7 @@ pub enum ForceRelease {
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
-        /// Also revoke the holder's session (its client fences itself at its next keepalive).
+        /// Also revoke the holder's session (its client fences itself when it learns it: pushed on its session stream, else at its next keepalive).
         #[arg(long)]
         revoke_session: bool,
     },

@@ -38,9 +38,9 @@ pub fn fenced_words(fenced: bool) -> &'static str {
 /// What the holder learns of a force-release, said at request and approval.
 pub fn holder_learns(revoke_session: bool) -> &'static str {
     if revoke_session {
-        "The holder's session is revoked: every client of it learns at its next keepalive that all its locks are lost."
+        "The holder's session is revoked: every client of it learns that all its locks are lost, at once if it is on the session stream (the client library's default, picketctl lock), else at its next keepalive."
     } else {
-        "WITHOUT --revoke-session the holder's session lives on. A Picket client (the client library, picketctl lock) learns at its next keepalive that this lock is gone and stops (picketctl lock stops its command); a process that is paused, partitioned, or does not use a Picket client learns NOTHING and may go on writing. Revoke the session (a new request with --revoke-session) if you are not sure."
+        "WITHOUT --revoke-session the holder's session lives on. A Picket client (the client library, picketctl lock) learns that this lock is gone, at once on the session stream, else at its next keepalive, and stops (picketctl lock stops its command); a process that is paused, partitioned, or does not use a Picket client learns NOTHING and may go on writing. Revoke the session (a new request with --revoke-session) if you are not sure."
     }
 }
 
