@@ -23,6 +23,7 @@ async fn a_follower_forwards_https_inspection_to_the_leader_with_the_callers_tok
         tls: true,
         mtls: false,
         extra: String::new(),
+        ..Options::default()
     });
     let leader = cluster.leader(STEP).await;
     let token = cluster.token("olga", &["picket-operator"]);
@@ -77,6 +78,7 @@ async fn a_follower_answers_a_certificate_caller_from_its_own_state_and_says_why
         tls: true,
         mtls: true,
         extra,
+        ..Options::default()
     });
     let leader = cluster.leader(STEP).await;
     let alice = cluster

@@ -345,7 +345,12 @@ async fn assert_attacks_refused(attackers: &[Attacker], victim: &Victim, observe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_oidc_nobody_acts_on_another_principals_session() {
-    let cluster = OidcCluster::start();
+    // Every call goes to the leader found now: slower elections keep it there on a loaded machine
+    // (CI once saw `not_leader` from a leader change mid-test).
+    let cluster = OidcCluster::start_with(Options {
+        election_timeout_ms: STABLE_ELECTIONS_MS,
+        ..Options::default()
+    });
     let leader = cluster.leader(Duration::from_secs(20)).await;
     let endpoint = &cluster.endpoints[leader];
     let alice = Caller::connect(endpoint, Some(cluster.token("alice", &["picket-client"]))).await;
@@ -454,6 +459,7 @@ async fn with_mutual_tls_nobody_acts_on_another_principals_session() {
         tls: true,
         mtls: true,
         extra: String::new(),
+        election_timeout_ms: STABLE_ELECTIONS_MS,
     });
     let leader = cluster.leader(Duration::from_secs(20)).await;
     let endpoint = &cluster.endpoints[leader];

@@ -49,6 +49,7 @@ fn start() -> (OidcCluster, People) {
         tls: true,
         mtls: true,
         extra,
+        ..Options::default()
     });
     let pki = cluster.pki.as_ref().unwrap();
     let people = People {

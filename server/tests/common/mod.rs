@@ -50,7 +50,14 @@ pub struct Options {
     pub mtls: bool,
     /// More configuration appended to every replica's file (e.g. an `[auth]` section).
     pub extra: String,
+    /// `[timing]`'s election timeout range in ms (heartbeats every 50 ms). Fast by default; a
+    /// test that pins its calls to the leader it found takes a slower range, so that a loaded
+    /// machine's late heartbeat does not move the leader under it.
+    pub election_timeout_ms: (u64, u64),
 }
+
+/// The election timeouts of a test whose calls go to one replica, the leader it found first.
+pub const STABLE_ELECTIONS_MS: (u64, u64) = (2_000, 4_000);
 
 impl Default for Options {
     fn default() -> Options {
@@ -59,6 +66,7 @@ impl Default for Options {
             tls: false,
             mtls: false,
             extra: String::new(),
+            election_timeout_ms: (300, 600),
         }
     }
 }
@@ -130,10 +138,12 @@ impl OidcCluster {
                 "cluster_id = \"journey\"\nnode_id = {}\ndata_dir = \"node-{}\"\n\
                  http_listen = \"127.0.0.1:{http}\"\n{members}\n\
                  {sections}\
-                 [timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n\
+                 [timing]\nelection_timeout_ms_min = {}\nelection_timeout_ms_max = {}\nheartbeat_ms = 50\n\
                  [storage]\npreallocate_bytes = 0\n{}\n",
                 i + 1,
                 i + 1,
+                options.election_timeout_ms.0,
+                options.election_timeout_ms.1,
                 options.extra,
             );
             let path = cluster.dir.path().join(format!("node-{}.toml", i + 1));
