@@ -64,11 +64,16 @@ fn assert_no_keepalive_since_the_first(acks: &watch::Receiver<KeepAliveAck>) {
 
 /// Alice requests and Bob approves a force-release of `guard`'s hold: its id.
 async fn force_release(cluster: &Cluster, guard: &LockGuard, revoke_session: bool) -> u64 {
+    force_release_of(cluster, guard.key(), guard.token().0, revoke_session).await
+}
+
+/// Alice requests and Bob approves a force-release of the hold of `key` with `token`: its id.
+async fn force_release_of(cluster: &Cluster, key: &str, token: u64, revoke_session: bool) -> u64 {
     let requested = client(cluster, Some("alice"))
         .request_force_release(proto::RequestForceReleaseRequest {
             namespace: NS.into(),
-            key: guard.key().into(),
-            expected_token: guard.token().0,
+            key: key.into(),
+            expected_token: token,
             reason: "test: pushes".into(),
             revoke_session,
             holder_session_id: 0,
@@ -208,25 +213,8 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let requested = client(&cluster, Some("alice"))
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "job".into(),
-            expected_token: holder.token,
-            reason: "test: picketctl".into(),
-            revoke_session: false,
-            holder_session_id: 0,
-        })
-        .await
-        .unwrap();
-    client(&cluster, Some("bob"))
-        .approve_force_release(proto::ApproveForceReleaseRequest {
-            force_release_id: requested.force_release_id,
-            acknowledged_fenced: requested.fenced,
-        })
-        .await
-        .unwrap();
-    let wanted = format!("request {}", requested.force_release_id);
+    let request = force_release_of(&cluster, "job", holder.token, false).await;
+    let wanted = format!("request {request}");
     let deadline = tokio::time::Instant::now() + STEP;
     let line = loop {
         let found = lines
@@ -383,25 +371,7 @@ async fn only_a_stream_that_subscribed_gets_pushes_and_an_old_style_stream_works
     let token = old.acquire(2, &at, a, "k").await;
 
     // A force-release without revocation: pushed to `subscribed` with the hold and the request.
-    let alice = client(&cluster, Some("alice"));
-    let requested = alice
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "k".into(),
-            expected_token: token,
-            reason: "test: raw pushes".into(),
-            revoke_session: false,
-            holder_session_id: 0,
-        })
-        .await
-        .unwrap();
-    client(&cluster, Some("bob"))
-        .approve_force_release(proto::ApproveForceReleaseRequest {
-            force_release_id: requested.force_release_id,
-            acknowledged_fenced: requested.fenced,
-        })
-        .await
-        .unwrap();
+    let request = force_release_of(&cluster, "k", token, false).await;
     let pushed = subscribed.push().await;
     assert_eq!(pushed.session_id, a);
     let Some(session_event::Kind::HoldLost(hold)) = pushed.kind else {
@@ -409,7 +379,7 @@ async fn only_a_stream_that_subscribed_gets_pushes_and_an_old_style_stream_works
     };
     assert_eq!((hold.namespace.as_str(), hold.key.as_str()), (NS, "k"));
     assert_eq!(hold.token, token);
-    assert_eq!(hold.force_release_id, requested.force_release_id);
+    assert_eq!(hold.force_release_id, request);
     assert_eq!(hold.revision, pushed.revision);
     assert!(hold.revision > token);
 
