@@ -47,16 +47,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockMode, LockSnapshot, RequestId, SecretHash, SessionId,
-    SessionProof, Token,
+    Command, Identity, LockConfig, LockMode, RequestId, SecretHash, SessionId, SessionProof, Token,
 };
-use picket_core::node::{Action, Node, NodeCommand, NodeConfig, NodeDurable};
-use picket_core::paxos::{self, Input, Message, NodeId};
+use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage};
+use picket_core::paxos::{self, Input, NodeId};
 use picket_core::time::Instant;
 
 const NAMESPACE: &str = "ns";
 
-type Msg = Message<NodeCommand, LockSnapshot>;
+type Msg = NodeMessage;
 
 /// A command line: its name and `key=value` arguments.
 struct Line {

@@ -26,7 +26,7 @@ struct Envelope {
     seq: u64,
     from: NodeId,
     to: NodeId,
-    msg: paxos::Message<picket_core::node::NodeCommand, picket_core::locks::LockSnapshot>,
+    msg: picket_core::node::NodeMessage,
 }
 
 struct Sim {

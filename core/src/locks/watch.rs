@@ -82,8 +82,9 @@ pub struct Event {
     pub key: Arc<str>,
     pub kind: EventKind,
     /// Who the session the event is about said it was, at the event (`None` for class changes,
-    /// and for events recorded before identities were kept).
-    pub identity: Option<Identity>,
+    /// and for events recorded before identities were kept). Shared, so a snapshot of the
+    /// history (one per compaction) copies no strings.
+    pub identity: Option<Arc<Identity>>,
 }
 
 /// Which events a watcher wants.
@@ -158,7 +159,7 @@ impl WatchLog {
             namespace: namespace.clone(),
             key: key.clone(),
             kind,
-            identity,
+            identity: identity.map(Arc::new),
         });
     }
 

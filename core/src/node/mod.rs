@@ -104,16 +104,21 @@ pub struct NodeCommand {
     pub command: Command,
 }
 
+/// The state machine's snapshot as the replica keeps, persists and sends it: shared, so the copy
+/// the replica keeps for catch-up and the one storage saves in the background cost no clone of
+/// the state inside the driver's turn.
+pub type NodeSnapshot = Arc<LockSnapshot>;
+
 /// The replica type inside a node.
-pub type NodeReplica = Replica<NodeCommand, LockSnapshot>;
+pub type NodeReplica = Replica<NodeCommand, NodeSnapshot>;
 /// Inputs from peers, timers and storage.
-pub type NodeInput = paxos::Input<NodeCommand, LockSnapshot>;
+pub type NodeInput = paxos::Input<NodeCommand, NodeSnapshot>;
 /// What storage restores.
-pub type NodeDurable = Durable<NodeCommand, LockSnapshot>;
+pub type NodeDurable = Durable<NodeCommand, NodeSnapshot>;
 /// What storage makes durable ([`Action::Persist`]).
-pub type NodePersist = paxos::Persist<NodeCommand, LockSnapshot>;
+pub type NodePersist = paxos::Persist<NodeCommand, NodeSnapshot>;
 /// A message between replicas ([`Action::Send`]).
-pub type NodeMessage = paxos::Message<NodeCommand, LockSnapshot>;
+pub type NodeMessage = paxos::Message<NodeCommand, NodeSnapshot>;
 
 /// Configuration of a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +127,8 @@ pub struct NodeConfig {
     pub locks: LockConfig,
     /// Unique per process start (e.g. a counter kept on disk, or the wall clock at start).
     pub boot: u64,
-    /// Compact the log once this many slots were applied past the last snapshot (0: never).
+    /// Compact the log every this many applied slots (0: never). The replicas of a cluster
+    /// compact at slots shifted by their rank among the members (`Node::compaction_due`).
     pub compact_every_slots: u64,
     /// Queued `Acquire` proposals this node keeps pending (answered when the wait ends) at
     /// most; beyond it, a waiting `Acquire` is refused with [`NodeProposeError::TooManyWaits`].
@@ -727,10 +733,10 @@ impl Node {
         }
     }
 
-    fn on_install_snapshot(&mut self, slot: Slot, snapshot: LockSnapshot) {
+    fn on_install_snapshot(&mut self, slot: Slot, snapshot: NodeSnapshot) {
         // Snapshots are made by `LockStateMachine::snapshot` on a peer: one that does not
         // restore means the replicas diverged, which must stop this node, not be papered over.
-        self.sm = match LockStateMachine::restore(snapshot) {
+        self.sm = match LockStateMachine::restore(Arc::unwrap_or_clone(snapshot)) {
             Ok(sm) => sm,
             Err(error) => panic!("snapshot at slot {slot} does not restore: {error}"),
         };
@@ -884,12 +890,25 @@ impl Node {
         }
     }
 
+    fn compaction_due(&self) -> bool {
+        let members = &self.cfg.replica.members;
+        let id = self.cfg.replica.id;
+        let rank = members.iter().filter(|m| **m < id).count();
+        compaction_due(
+            self.cfg.compact_every_slots,
+            (rank, members.len()),
+            self.replica.slot_snapshot(),
+            self.slot_applied,
+        )
+    }
+
     fn compact_if_due(&mut self) {
-        let every = self.cfg.compact_every_slots;
-        if every == 0 || self.slot_applied.0 < self.replica.slot_snapshot().0 + every {
+        if !self.compaction_due() {
             return;
         }
-        let compacted = self.replica.compact(self.slot_applied, self.sm.snapshot());
+        let compacted = self
+            .replica
+            .compact(self.slot_applied, Arc::new(self.sm.snapshot()));
         assert!(
             compacted.is_ok(),
             "compaction at applied slot: {compacted:?}"
@@ -898,11 +917,68 @@ impl Node {
     }
 }
 
+/// Whether a replica whose last snapshot is at `snapshot` compacts at `applied`: when the applied
+/// slot crosses a line of a grid with a step of `every` slots (0: never), shifted by `rank /
+/// members` of a step (rank: how many members have a lower id), and at least half a step after
+/// the last snapshot. The replicas apply the same slots at about the same moment: without the
+/// shift all of them would stop for their compaction together, the leader and both followers of
+/// a quorum.
+fn compaction_due(
+    every: u64,
+    (rank, members): (usize, usize),
+    snapshot: Slot,
+    applied: Slot,
+) -> bool {
+    if every == 0 {
+        return false;
+    }
+    let shift = every / members.max(1) as u64 * rank as u64;
+    let line = |slot: Slot| slot.0.saturating_add(shift) / every;
+    applied.0 >= snapshot.0.saturating_add(every / 2) && line(applied) > line(snapshot)
+}
+
 /// The session a command ends, if it is a close.
 fn ended_session(command: &Command) -> Option<SessionId> {
     match command {
         Command::CloseSession { session, .. } => Some(*session),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::*;
+
+    /// The slots at which a replica of `rank` compacts while the applied slot moves by `step`.
+    fn compactions(every: u64, rank: usize, step: u64, until: u64) -> Vec<u64> {
+        let mut snapshot = Slot::ZERO;
+        let mut out = Vec::new();
+        let mut applied = 0;
+        while applied < until {
+            applied += step;
+            if compaction_due(every, (rank, 3), snapshot, Slot(applied)) {
+                snapshot = Slot(applied);
+                out.push(applied);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_replicas_of_a_cluster_compact_at_different_slots_every_step() {
+        assert_eq!(compactions(300, 0, 1, 1_000), [300, 600, 900]);
+        assert_eq!(compactions(300, 1, 1, 1_000), [200, 500, 800]);
+        assert_eq!(compactions(300, 2, 1, 1_000), [150, 400, 700, 1_000]);
+        // Applied in jumps (a batch of slots at once): still one compaction per step.
+        assert_eq!(compactions(300, 1, 7, 1_000), [203, 504, 805]);
+    }
+
+    #[test]
+    fn a_snapshot_just_below_a_line_is_not_followed_by_a_compaction_at_once() {
+        // A snapshot installed from a peer at 299: the line at 300 is crossed half a step later.
+        assert!(!compaction_due(300, (0, 3), Slot(299), Slot(300)));
+        assert!(compaction_due(300, (0, 3), Slot(299), Slot(449)));
+        assert!(!compaction_due(0, (0, 3), Slot(0), Slot(1_000_000)));
     }
 }
 

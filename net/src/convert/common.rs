@@ -8,6 +8,7 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::{each, from_usize, known_enum, nested, to_usize};
 use crate::error::ConvertError;
@@ -588,7 +589,7 @@ impl From<Event> for proto::Event {
             namespace: v.namespace.to_string(),
             key: v.key.to_string(),
             kind: Some(v.kind.into()),
-            identity: v.identity.map(Into::into),
+            identity: v.identity.map(|i| Arc::unwrap_or_clone(i).into()),
         }
     }
 }
@@ -602,7 +603,11 @@ impl TryFrom<proto::Event> for Event {
             kind: nested(v.kind, "kind")?,
             namespace: v.namespace.into(),
             key: v.key.into(),
-            identity: v.identity.map(Identity::try_from).transpose()?,
+            identity: v
+                .identity
+                .map(Identity::try_from)
+                .transpose()?
+                .map(Arc::new),
         })
     }
 }

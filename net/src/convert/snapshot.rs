@@ -3,6 +3,8 @@
 //! Decoding checks structure only; whether a snapshot describes a reachable state is checked by
 //! `LockStateMachine::restore`, which answers its own typed error.
 
+use std::sync::Arc;
+
 use picket_core::locks::{
     AcquireReply, ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry,
     Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision, SemaphoreSnapshot,
@@ -312,6 +314,22 @@ where
 {
     let wire = P::decode(bytes).map_err(|source| DecodeError::Protobuf { message, source })?;
     C::try_from(wire).map_err(|e| DecodeError::Invalid(e.within(message)))
+}
+
+/// The node's shared snapshot (`picket_core::node::NodeSnapshot`): converted by whoever sends or
+/// saves it, outside the driver's turn; the state is copied only while the replica still keeps
+/// its own reference.
+impl From<Arc<LockSnapshot>> for proto::LockSnapshot {
+    fn from(v: Arc<LockSnapshot>) -> Self {
+        Arc::unwrap_or_clone(v).into()
+    }
+}
+
+impl TryFrom<proto::LockSnapshot> for Arc<LockSnapshot> {
+    type Error = ConvertError;
+    fn try_from(v: proto::LockSnapshot) -> Result<Self, ConvertError> {
+        LockSnapshot::try_from(v).map(Arc::new)
+    }
 }
 
 /// Reads a `picket.v1.LockSnapshot` (structure only: restore checks consistency).

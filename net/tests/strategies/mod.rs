@@ -343,7 +343,7 @@ pub fn event() -> impl Strategy<Value = Event> {
             namespace: namespace.into(),
             key: key.into(),
             kind,
-            identity,
+            identity: identity.map(std::sync::Arc::new),
         })
 }
 

@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::locks::{
-    AcquireReply, Command, LockSnapshot, LostHold, Outcome, Reply, Revision, SessionId,
-    SessionProof, WatchError, WatchFilter, WatchPage,
+    AcquireReply, Command, LostHold, Outcome, Reply, Revision, SessionId, SessionProof, WatchError,
+    WatchFilter, WatchPage,
 };
-use picket_core::node::{Action, Answer, KeepAliveError, Node, NodeCommand, ProposalId, Query};
-use picket_core::paxos::{self, Input, Message, NodeId, ReadId, RoleKind};
+use picket_core::node::{Action, Answer, KeepAliveError, Node, ProposalId, Query};
+use picket_core::paxos::{self, Input, NodeId, ReadId, RoleKind};
 use picket_core::time::Instant;
 use picket_net::status::{
     busy_status, node_propose_error_status, not_leader_status, propose_error_status, LeaderHint,
@@ -41,7 +41,7 @@ use crate::node::durable::{
 };
 
 /// A Paxos message of the node.
-pub type NodeMessage = Message<NodeCommand, LockSnapshot>;
+pub use picket_core::node::NodeMessage;
 
 /// Inputs taken from a channel in one turn at most (the rest wait for the next turn).
 const INPUTS_PER_TURN_MAX: usize = 4_096;

@@ -33,8 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
-use picket_core::locks::LockSnapshot;
-use picket_core::node::{NodeCommand, NodeDurable, NodePersist};
+use picket_core::node::{NodeCommand, NodeDurable, NodePersist, NodeSnapshot};
 use picket_core::paxos::Slot;
 use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
@@ -274,6 +273,10 @@ pub struct DurableStore<D: Disk + Clone + 'static> {
     /// background save at or below it has nothing left to do.
     slot_durable: Slot,
     save_in_flight: Option<SaveInFlight>,
+    /// The snapshot of the newest background save. The replica lets go of it when it compacts
+    /// again, before the next save starts; that save's job frees it, so a whole state is never
+    /// freed inside the driver's turn.
+    kept: Option<NodeSnapshot>,
     runner: SaveRunner,
     counters: StoreCounters,
 }
@@ -476,6 +479,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             compact_next,
             slot_durable: Slot::ZERO,
             save_in_flight: None,
+            kept: None,
             runner: default_runner(),
             counters: StoreCounters::default(),
         }
@@ -514,7 +518,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         }
         let snapshot = match loaded.latest {
             Some((_, bytes)) => Some(
-                decode_snapshot_record::<LockSnapshot>(&bytes)
+                decode_snapshot_record::<NodeSnapshot>(&bytes)
                     .map_err(|e| decoded("snapshot", &e))?,
             ),
             None => None,
@@ -570,7 +574,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         }
         let mut hard = self.hard.clone();
         let mut records = Vec::new();
-        let mut snapshot: Option<(Slot, LockSnapshot)> = None;
+        let mut snapshot: Option<(Slot, NodeSnapshot)> = None;
         let mut snapshot_sync = false;
         for op in &mut ops {
             assert!(
@@ -644,7 +648,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
     }
 
     /// Hands the local snapshot at `slot` to a background save, unless one is running.
-    fn start_save(&mut self, slot: Slot, state: LockSnapshot) {
+    fn start_save(&mut self, slot: Slot, state: NodeSnapshot) {
         if slot <= self.slot_durable {
             return;
         }
@@ -654,8 +658,10 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         }
         let (done_tx, done) = mpsc::channel();
         let shared = Arc::clone(&self.snapshots);
+        let retired = self.kept.replace(Arc::clone(&state));
         let job = move || {
             let outcome = save_snapshot(&shared, slot, state);
+            drop(retired);
             let _ = done_tx.send(outcome);
         };
         self.save_in_flight = Some(SaveInFlight {
@@ -792,7 +798,7 @@ pub fn is_fsync_error(error: &StoreError) -> bool {
 fn save_snapshot<D: Disk>(
     shared: &SharedSnapshots<D>,
     slot: Slot,
-    state: LockSnapshot,
+    state: NodeSnapshot,
 ) -> SaveDone {
     if shared.abandoned.load(Ordering::SeqCst) {
         return SaveDone::Abandoned;

@@ -131,7 +131,7 @@ fn snapshots_cover_the_log_and_recovery_skips_covered_slots() {
     let disk = SimDisk::new(4);
     let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
     let snap = NodePersist {
-        snapshot: Some((Slot(2), sm.snapshot())),
+        snapshot: Some((Slot(2), sm.snapshot().into())),
         ..op(2, None, &[])
     };
     let ops = vec![op(1, Some(1), &[(1, 1), (2, 1), (3, 1)]), snap];
@@ -345,7 +345,7 @@ impl HeldSaves {
 fn local_snapshot(id: u64, slot: u64) -> NodePersist {
     let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
     NodePersist {
-        snapshot: Some((Slot(slot), sm.snapshot())),
+        snapshot: Some((Slot(slot), sm.snapshot().into())),
         snapshot_local: true,
         ..op(id, None, &[])
     }
@@ -428,6 +428,50 @@ fn a_local_snapshot_is_saved_in_the_background_and_the_log_covers_it_until_then(
     drop(store);
     disk.crash();
     assert_eq!(reopen(&disk).durable, reference(&ops));
+}
+
+/// Issue 17: the replica and the store share one snapshot value, and a state the replica let go
+/// of is freed by the next background save's job, never inside the driver's turn (the persist
+/// call): the store keeps the newest saved snapshot until then.
+#[test]
+fn an_old_snapshot_is_freed_by_the_next_save_not_by_the_driver() {
+    let disk = SimDisk::new(23);
+    let saves = HeldSaves::default();
+    let (mut store, _) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    saves.install(&mut store);
+    let first = local_snapshot(2, 2);
+    let (_, state) = first.snapshot.clone().expect("a snapshot");
+    let first_state = std::sync::Arc::downgrade(&state);
+    drop(state);
+    store
+        .persist_owned(vec![op(1, Some(1), &[(1, 1), (2, 1), (3, 1)]), first])
+        .unwrap();
+    saves.run();
+    assert!(matches!(
+        store.poll_saved().unwrap(),
+        Some(SaveOutcome::Saved { .. })
+    ));
+    assert!(
+        first_state.upgrade().is_some(),
+        "the store keeps the newest saved snapshot"
+    );
+
+    store
+        .persist_owned(vec![op(3, None, &[(4, 1), (5, 1)]), local_snapshot(4, 4)])
+        .unwrap();
+    assert!(
+        first_state.upgrade().is_some(),
+        "the persist call (the driver's turn) did not free the old state"
+    );
+    saves.run();
+    assert!(
+        first_state.upgrade().is_none(),
+        "the next save's job freed it"
+    );
+    assert!(matches!(
+        store.poll_saved().unwrap(),
+        Some(SaveOutcome::Saved { .. })
+    ));
 }
 
 /// A crash while a background save is half-written (its file's fsync failed, then the machine

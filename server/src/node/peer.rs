@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket_core::locks::LockSnapshot;
-use picket_core::node::NodeCommand;
+use picket_core::node::{NodeCommand, NodeSnapshot};
 use picket_core::paxos::NodeId;
 use picket_net::convert::paxos::{message_to_wire, PeerBatchIn};
 use picket_net::proto;
@@ -186,7 +185,7 @@ fn collect_batch(
     let mut bytes = 0usize;
     let mut next = Some(first);
     while let Some(msg) = next.take() {
-        let wire = message_to_wire::<NodeCommand, LockSnapshot>(msg);
+        let wire = message_to_wire::<NodeCommand, NodeSnapshot>(msg);
         let len = wire.encoded_len();
         if len + 1024 > PEER_MESSAGE_BYTES_MAX {
             tracing::error!(to = %target.to, len, "peer message above the message size limit: dropped");
@@ -234,7 +233,7 @@ impl proto::peer_server::Peer for PeerService {
                 () = crate::shutdown::stopped(&mut shutdown) => None,
             };
             let Some(batch) = next else { break };
-            let batch = PeerBatchIn::<NodeCommand, LockSnapshot>::from_wire(
+            let batch = PeerBatchIn::<NodeCommand, NodeSnapshot>::from_wire(
                 batch,
                 &self.driver.cluster_id,
                 self.driver.id,
