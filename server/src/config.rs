@@ -633,10 +633,16 @@ heartbeat_ms = 20
         assert_eq!(Config::parse(GOOD).unwrap().console.alertmanager_url, None);
         let with = format!("{GOOD}\n[console]\nalertmanager_url = \"http://127.0.0.1:9093\"\n");
         assert_eq!(
-            Config::parse(&with).unwrap().console.alertmanager_url.as_deref(),
+            Config::parse(&with)
+                .unwrap()
+                .console
+                .alertmanager_url
+                .as_deref(),
             Some("http://127.0.0.1:9093")
         );
-        let e = error_of(&format!("{GOOD}\n[console]\nalertmanager_url = \"am:9093\"\n"));
+        let e = error_of(&format!(
+            "{GOOD}\n[console]\nalertmanager_url = \"am:9093\"\n"
+        ));
         assert!(
             e.starts_with("console.alertmanager_url: `am:9093` must start with http://"),
             "{e}"

@@ -625,7 +625,9 @@ async fn release_through_the_console(
     if revoke {
         form.push(("revoke", "on"));
     }
-    let page = alice.post(&format!("/console/request/{NS}/{key}"), &form).await;
+    let page = alice
+        .post(&format!("/console/request/{NS}/{key}"), &form)
+        .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     let approval = page.location;
     let page = bob.get(&approval).await;
@@ -682,7 +684,8 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
     let token = support::granted(&acquired).expect("granted at once");
     let first = service(&cluster, "ledger-writer-2").await;
     let second = service(&cluster, "ledger-writer-3").await;
-    let first_waits = tokio::spawn(async move { (first.lock(NS, "ledger/17").await.unwrap(), first) });
+    let first_waits =
+        tokio::spawn(async move { (first.lock(NS, "ledger/17").await.unwrap(), first) });
     until_queue(&carol, "ledger/17", 1).await;
     let second_waits =
         tokio::spawn(async move { (second.lock(NS, "ledger/17").await.unwrap(), second) });
@@ -692,10 +695,14 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
     alice.sign_in("alice", &["picket-operator"]).await;
     let mut bob = Browser::new(&cluster.http_endpoint(1));
     bob.sign_in("bob", &["picket-operator"]).await;
-    let outcome = release_through_the_console(&mut alice, &mut bob, "ledger/17", token, false).await;
+    let outcome =
+        release_through_the_console(&mut alice, &mut bob, "ledger/17", token, false).await;
     let verify = verify_link(&outcome.body);
     let id = pending_id_of(&verify);
-    assert_eq!(verify, format!("/console/verify/orders/ledger/17?request={id}"));
+    assert_eq!(
+        verify,
+        format!("/console/verify/orders/ledger/17?request={id}")
+    );
     let (guard, _first) = tokio::time::timeout(Duration::from_secs(15), first_waits)
         .await
         .expect("the first waiter is granted")
@@ -708,15 +715,24 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
         format!("token <code>{token}</code> of session {stuck} (stuck-writer on test"),
         format!("by request {id}, at revision"),
         "kept: only this hold ended".to_owned(),
-        format!("ledger-writer-2 on worker-7 (pid {}), session", std::process::id()),
+        format!(
+            "ledger-writer-2 on worker-7 (pid {}), session",
+            std::process::id()
+        ),
         format!("with token {}", guard.token().0),
     ] {
         assert!(body.contains(&part), "lacks {part:?}:\n{body}");
     }
     // Nobody told the raw holder yet, and the page says what will.
     let told = element(body, "told-state");
-    assert!(told.contains("Not yet told. Its session lives on"), "{told}");
-    assert!(told.contains("next keepalive answer (lost_holds)"), "{told}");
+    assert!(
+        told.contains("Not yet told. Its session lives on"),
+        "{told}"
+    );
+    assert!(
+        told.contains("next keepalive answer (lost_holds)"),
+        "{told}"
+    );
     let alert = element(body, "alert-state");
     assert!(alert.contains("no Alertmanager is configured"), "{alert}");
     // The lock log, and the queue from it: 0, 1, 2 waiting, then the release hands the key on.
@@ -746,7 +762,11 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
         "{told}"
     );
     assert!(told.contains("after the release"), "{told}");
-    assert!(state.body.contains("lost its hold (token"), "{}", state.body);
+    assert!(
+        state.body.contains("lost its hold (token"),
+        "{}",
+        state.body
+    );
     // Each replica says only what it told itself.
     let (status, json) = common::get_as(
         &format!("{}/v1/sessions/{stuck}/told", cluster.http_endpoint(leader)),
@@ -781,10 +801,15 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
     assert!(now.contains("ledger-writer-3 on worker-7"), "{now}");
     assert!(now.contains("; 0 waiting"), "{now}");
     // A request the log does not show is said, not guessed.
-    let page = bob.get("/console/verify/orders/ledger/17?request=999").await;
+    let page = bob
+        .get("/console/verify/orders/ledger/17?request=999")
+        .await;
     assert!(
-        page.body.contains("Request 999 is not in this key&#39;s lock log")
-            || page.body.contains("Request 999 is not in this key's lock log"),
+        page.body
+            .contains("Request 999 is not in this key&#39;s lock log")
+            || page
+                .body
+                .contains("Request 999 is not in this key's lock log"),
         "{}",
         page.body
     );
@@ -832,7 +857,9 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     let page = alice.get("/console/").await;
     let state = element(&page.body, "alerts-state");
     assert!(
-        state.contains(&format!("✔ None: Alertmanager at {am_url} has no active Picket alert")),
+        state.contains(&format!(
+            "✔ None: Alertmanager at {am_url} has no active Picket alert"
+        )),
         "before the hold is old: {state}"
     );
     // The stuck hold pages: the overview lists the alert with the key's link.
@@ -851,16 +878,25 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert!(element(&overview, "alerts-state").contains(" firing</strong>"), "{overview}");
+    assert!(
+        element(&overview, "alerts-state").contains(" firing</strong>"),
+        "{overview}"
+    );
     assert!(
         overview.contains("<a href=\"/console/keys/orders/ledger/9\">orders / ledger/9</a>"),
         "{overview}"
     );
-    assert!(overview.contains("PicketLongestHoldAboveClassMax (page)"), "{overview}");
+    assert!(
+        overview.contains("PicketLongestHoldAboveClassMax (page)"),
+        "{overview}"
+    );
     let page = alice.get("/console/verify/orders/ledger/9").await;
     let alert = element(&page.body, "alert-state");
     assert!(alert.contains("⚠ Still firing"), "{alert}");
-    assert!(alert.contains("PicketLongestHoldAboveClassMax (firing, since"), "{alert}");
+    assert!(
+        alert.contains("PicketLongestHoldAboveClassMax (firing, since"),
+        "{alert}"
+    );
 
     // Released (with revocation): the holder's client is pushed its end, and the alert resolves.
     let mut bob = Browser::new(&cluster.http_endpoint(1));
@@ -875,7 +911,9 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
         let told = element(&page.body, "told-state");
         if alert.contains("✔ Not firing") && told.contains("pushed on its session stream") {
             assert!(
-                alert.contains(&format!("Alertmanager at {am_url} has no active Picket alert for this key")),
+                alert.contains(&format!(
+                    "Alertmanager at {am_url} has no active Picket alert for this key"
+                )),
                 "{alert}"
             );
             assert!(page.body.contains("its session "), "{}", page.body);
@@ -896,10 +934,16 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     let page = alice.get("/console/").await;
     let state = element(&page.body, "alerts-state");
     assert!(
-        state.contains(&format!("⚠ Unknown</strong>: Alertmanager at {am_url} could not be read (cannot reach it")),
+        state.contains(&format!(
+            "⚠ Unknown</strong>: Alertmanager at {am_url} could not be read (cannot reach it"
+        )),
         "{state}"
     );
     let page = bob.get(&verify).await;
-    assert!(element(&page.body, "alert-state").contains("⚠ Unknown"), "{}", page.body);
+    assert!(
+        element(&page.body, "alert-state").contains("⚠ Unknown"),
+        "{}",
+        page.body
+    );
     cluster.shutdown().await;
 }

@@ -399,23 +399,50 @@ async fn two_people_walk_the_journey_in_chromium() {
 
     // Bob verifies from the outcome: the release in the lock log, the queue, the old holder.
     click(&bob, "a[href^='/console/verify/']").await;
-    until_text(&bob, "When the old holder's client learned its loss", "the verify page").await;
+    until_text(
+        &bob,
+        "When the old holder's client learned its loss",
+        "the verify page",
+    )
+    .await;
     let release = text_of(&bob, "#release").await;
     assert!(
-        release.contains(&format!("token {} of session {}", held.token().0, stuck.id())),
+        release.contains(&format!(
+            "token {} of session {}",
+            held.token().0,
+            stuck.id()
+        )),
         "{release}"
     );
-    assert!(release.contains("revoked in the same revision"), "{release}");
-    assert!(text_of(&bob, "#alert-state").await.contains("no Alertmanager is configured"));
+    assert!(
+        release.contains("revoked in the same revision"),
+        "{release}"
+    );
+    assert!(text_of(&bob, "#alert-state")
+        .await
+        .contains("no Alertmanager is configured"));
     // The revoked session's client was pushed its end (the page polls for it).
-    until_text(&bob, "pushed on its session stream", "when the holder learned it").await;
+    until_text(
+        &bob,
+        "pushed on its session stream",
+        "when the holder learned it",
+    )
+    .await;
     let told = text_of(&bob, "#told-state").await;
     assert!(told.starts_with("✔ Told"), "{told}");
-    assert_eq!(column(&bob, "#queue-table td.depth").await, ["0", "1", "2", "1", "1"]);
+    assert_eq!(
+        column(&bob, "#queue-table td.depth").await,
+        ["0", "1", "2", "1", "1"]
+    );
     bob.execute("window.picketMark = 'no reload';", vec![])
         .await
         .unwrap();
-    until_text(&bob, "Live: following the lock log", "the verify page's live stream").await;
+    until_text(
+        &bob,
+        "Live: following the lock log",
+        "the verify page's live stream",
+    )
+    .await;
     shot(&bob, "8-verify").await;
 
     // The queue drains, live: the first waiter lets go, the second holds, nobody waits.
@@ -430,8 +457,17 @@ async fn two_people_walk_the_journey_in_chromium() {
         column(&bob, "#queue-table td.depth").await,
         ["0", "1", "2", "1", "0", "0"]
     );
-    let mark = bob.execute("return window.picketMark;", vec![]).await.unwrap();
+    let mark = bob
+        .execute("return window.picketMark;", vec![])
+        .await
+        .unwrap();
     assert_eq!(mark, json!("no reload"), "the page was not reloaded");
+    bob.execute(
+        "document.getElementById('queue-h').scrollIntoView();",
+        vec![],
+    )
+    .await
+    .unwrap();
     shot(&bob, "9-verify-drained").await;
     drop(last_guard);
 

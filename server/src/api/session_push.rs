@@ -90,7 +90,14 @@ impl LogFeed {
     ) {
         let pages = self.subscribe(driver, shutdown);
         let told = told.clone();
-        tokio::spawn(push(self.clone(), pages, told, carried, tx, shutdown.clone()));
+        tokio::spawn(push(
+            self.clone(),
+            pages,
+            told,
+            carried,
+            tx,
+            shutdown.clone(),
+        ));
     }
 }
 

@@ -103,7 +103,12 @@ impl ToldLog {
             return;
         }
         if answer.lost {
-            self.record(answer.session_id, Loss::SessionEnded, Channel::Keepalive, None);
+            self.record(
+                answer.session_id,
+                Loss::SessionEnded,
+                Channel::Keepalive,
+                None,
+            );
         }
         for hold in &answer.lost_holds {
             let loss = Loss::HoldLost {

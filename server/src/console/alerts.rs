@@ -178,7 +178,12 @@ mod tests {
             {"labels": {"alertname": "PicketClusterDown", "severity": "page"},
              "startsAt": "2026-12-02T00:11:00Z", "status": {"state": "active"}}
         ]);
-        let alerts: Vec<AlertView> = list.as_array().unwrap().iter().filter_map(alert_of).collect();
+        let alerts: Vec<AlertView> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(alert_of)
+            .collect();
         assert_eq!(alerts.len(), 2);
         assert_eq!(alerts[0].state, "firing (silenced)");
         assert_eq!(alerts[0].key_href, "/console/keys/orders/ledger/17");

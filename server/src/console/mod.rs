@@ -130,7 +130,10 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Result<Router, St
         .route("/console/force-releases/{id}", get(approval_page))
         .route("/console/force-releases/{id}/approve", post(approve))
         .route("/console/force-releases/{id}/deny", post(deny))
-        .route("/console/verify/{namespace}/{*key}", get(verify::verify_page))
+        .route(
+            "/console/verify/{namespace}/{*key}",
+            get(verify::verify_page),
+        )
         .route("/console/audit", get(audit::audit_page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))

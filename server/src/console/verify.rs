@@ -174,9 +174,15 @@ pub(super) async fn verify_page(
     if query.part.as_deref() == Some("state") {
         return render(&VerifyState { v }, StatusCode::OK);
     }
-    let (ns, encoded) = (encode_path(&namespace).replace('/', "%2F"), encode_path(&key));
+    let (ns, encoded) = (
+        encode_path(&namespace).replace('/', "%2F"),
+        encode_path(&key),
+    );
     let state_href = match query.request {
-        Some(id) => format!("{}?request={id}&part=state", verify_href(&namespace, &key, None)),
+        Some(id) => format!(
+            "{}?request={id}&part=state",
+            verify_href(&namespace, &key, None)
+        ),
         None => format!("{}?part=state", verify_href(&namespace, &key, None)),
     };
     let page = VerifyPage {
@@ -221,7 +227,10 @@ async fn gather(
             None => None,
         }
     };
-    let alerts = AlertsView::read(&console.alerts_http, console.config.alertmanager_url.as_deref());
+    let alerts = AlertsView::read(
+        &console.alerts_http,
+        console.config.alertmanager_url.as_deref(),
+    );
     let (told, alerts) = tokio::join!(told, alerts);
     let events: Vec<&proto::Event> = log.events.iter().collect();
     let chart = QueueChart::of(&events, log.complete, &k);
@@ -648,7 +657,10 @@ fn told_row(
         Channel::Keepalive => "a keepalive answer",
     };
     let after = if told.at_ms >= release.time_ms {
-        format!("{} after the release", duration(told.at_ms - release.time_ms))
+        format!(
+            "{} after the release",
+            duration(told.at_ms - release.time_ms)
+        )
     } else {
         format!(
             "{} before the release's log time (the clocks differ)",
@@ -698,10 +710,12 @@ mod tests {
                 ..Default::default()
             })
         };
-        let queued = |session_id, position| Kind::Queued(proto::event::Queued {
-            session_id,
-            position,
-        });
+        let queued = |session_id, position| {
+            Kind::Queued(proto::event::Queued {
+                session_id,
+                position,
+            })
+        };
         let events = [
             event(3, granted(1, 3)),
             event(4, queued(2, 1)),
@@ -732,12 +746,19 @@ mod tests {
         assert_eq!(depths, [(3, 0), (4, 1), (5, 2), (6, 1), (7, 0), (8, 0)]);
         assert_eq!(chart.note, "");
         let release = release_of(&events, None).unwrap();
-        assert_eq!((release.request_id, release.token, release.revision), (9, 3, 6));
+        assert_eq!(
+            (release.request_id, release.token, release.revision),
+            (9, 3, 6)
+        );
         assert_eq!(release.next, "session 2 with token 6");
         assert!(release_of(&events, Some(8)).is_none());
         // A log that misses a waiter's arrival says so instead of drawing a false count.
         let chart = QueueChart::of(&refs[4..], true, &key_now(8, 1));
-        assert!(chart.note.contains("differs from the queue now (1)"), "{}", chart.note);
+        assert!(
+            chart.note.contains("differs from the queue now (1)"),
+            "{}",
+            chart.note
+        );
     }
 
     #[test]
@@ -770,7 +791,13 @@ mod tests {
         assert_eq!(row.after, "1 s after the release");
         assert_eq!(row.by, "a keepalive answer");
         assert!(told_row(2, told(hold(4), 7_500), "orders", "ledger/17", &release).is_none());
-        let ended = told_row(1, told(Loss::SessionEnded, 5_000), "orders", "ledger/17", &release);
+        let ended = told_row(
+            1,
+            told(Loss::SessionEnded, 5_000),
+            "orders",
+            "ledger/17",
+            &release,
+        );
         assert!(ended.unwrap().after.contains("clocks differ"));
     }
 }
