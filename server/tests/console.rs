@@ -5,7 +5,8 @@
 //! as a browser's form posts do.)
 #![cfg(not(madsim))]
 
-mod common;
+#[path = "common/alerts.rs"]
+mod alerts;
 mod support;
 
 use std::time::Duration;
@@ -768,26 +769,21 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
         state.body
     );
     // Each replica says only what it told itself.
-    let (status, json) = common::get_as(
-        &format!("{}/v1/sessions/{stuck}/told", cluster.http_endpoint(leader)),
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, 200, "{json}");
-    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let told_at = |i: usize| {
+        let url = format!("{}/v1/sessions/{stuck}/told", cluster.http_endpoint(i));
+        async move {
+            let answer = reqwest::get(url).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK);
+            serde_json::from_str::<serde_json::Value>(&answer.text().await.unwrap()).unwrap()
+        }
+    };
+    let json = told_at(leader).await;
     assert_eq!(json["node_id"], leader as u64 + 1, "{json}");
     assert_eq!(json["told"][0]["loss"], "hold_lost", "{json}");
     assert_eq!(json["told"][0]["by"], "keepalive", "{json}");
     assert_eq!(json["told"][0]["token"], token, "{json}");
-    let other = (leader + 1) % 3;
-    let (_, json) = common::get_as(
-        &format!("{}/v1/sessions/{stuck}/told", cluster.http_endpoint(other)),
-        None,
-    )
-    .await
-    .unwrap();
-    assert!(json.contains("\"told\":[]"), "{json}");
+    let json = told_at((leader + 1) % 3).await;
+    assert_eq!(json["told"], serde_json::json!([]), "{json}");
 
     // The queue drains on: the first waiter lets go, the second holds, nobody waits.
     drop(guard);
@@ -824,7 +820,7 @@ fn pending_id_of(verify: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanager() {
-    use common::alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
+    use alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
     let dir = tempfile::Builder::new()
         .prefix("picket-console-alerts-")
         .tempdir()

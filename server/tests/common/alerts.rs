@@ -2,7 +2,8 @@
 //! `prometheus-alertmanager`; scripts/test installs them): on 127.0.0.1, their data in the test's
 //! temporary directory, 1 s scrape and evaluation intervals and the shipped rules
 //! (`deploy/prometheus/picket-alerts.yml`) with every `for:` shortened to 2 s. Every process is
-//! stopped by PID when dropped ([`Process`]).
+//! stopped by PID when dropped ([`Process`]). Stands alone (no `super::`), so that a test with
+//! `tests/support` loads it by path.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -147,7 +148,8 @@ pub fn start_alertmanager(dir: &Path, webhook: Option<&str>) -> (Process, String
 pub async fn wait_ready(process: &Process, url: &str) {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Ok((200, _)) = super::get(&format!("{url}/-/ready")).await {
+        let ready = reqwest::get(format!("{url}/-/ready")).await;
+        if ready.is_ok_and(|r| r.status() == 200) {
             return;
         }
         assert!(
