@@ -79,6 +79,19 @@ pub struct Config {
     /// Roles of client-certificate principals (docs/auth.md).
     #[serde(default)]
     pub auth: AuthSection,
+    /// `[console]`: the web console's options (docs/console.md).
+    #[serde(default)]
+    pub console: ConsoleSection,
+}
+
+/// `[console]`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleSection {
+    /// The Alertmanager whose API v2 (`GET <url>/api/v2/alerts`) the console reads Picket's
+    /// firing alerts from, e.g. `http://alertmanager.internal:9093`. Absent (the default): the
+    /// console shows no alerts and says so.
+    pub alertmanager_url: Option<String>,
 }
 
 /// `[auth]`: what a verified client certificate may do (with `[tls] require_client_cert`).
@@ -334,6 +347,9 @@ impl Config {
         if let Some(url) = &self.external_url {
             check_external_url(url)?;
         }
+        if let Some(url) = &self.console.alertmanager_url {
+            check_base_url("console.alertmanager_url", url)?;
+        }
         if !ids.contains(&self.node_id) {
             return Err(invalid(
                 "node_id",
@@ -516,7 +532,12 @@ fn check_host_port(value: &str, field: &str) -> Result<(), ConfigError> {
 /// `external_url`: an absolute `http://` or `https://` URL with a host, without query or
 /// fragment (links are built by appending paths to it).
 fn check_external_url(url: &str) -> Result<(), ConfigError> {
-    let field = "external_url";
+    check_base_url("external_url", url)
+}
+
+/// `field`: an absolute `http://` or `https://` URL with a host, without query or fragment
+/// (paths are appended to it).
+fn check_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
     let Some(rest) = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
@@ -605,6 +626,29 @@ heartbeat_ms = 20
             let e = error_of(&format!("external_url = {bad:?}\n{GOOD}"));
             assert!(e.starts_with("external_url: "), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_console_reads_alerts_only_from_a_configured_alertmanager_url() {
+        assert_eq!(Config::parse(GOOD).unwrap().console.alertmanager_url, None);
+        let with = format!("{GOOD}\n[console]\nalertmanager_url = \"http://127.0.0.1:9093\"\n");
+        assert_eq!(
+            Config::parse(&with)
+                .unwrap()
+                .console
+                .alertmanager_url
+                .as_deref(),
+            Some("http://127.0.0.1:9093")
+        );
+        let e = error_of(&format!(
+            "{GOOD}\n[console]\nalertmanager_url = \"am:9093\"\n"
+        ));
+        assert!(
+            e.starts_with("console.alertmanager_url: `am:9093` must start with http://"),
+            "{e}"
+        );
+        let e = error_of(&format!("{GOOD}\n[console]\nalertmanager = \"x\"\n"));
+        assert!(e.contains("unknown field"), "{e}");
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct DevOptions {
     /// OIDC for admin calls instead of the insecure dev metadata (tests use a
     /// [`crate::auth::dev::DevIssuer`]'s key file).
     pub oidc: Option<crate::auth::OidcSection>,
+    /// `[console]` of every member (e.g. the Alertmanager the console reads alerts from).
+    pub console: crate::config::ConsoleSection,
 }
 
 /// Fixed ports of the three members.
@@ -71,6 +73,7 @@ impl Default for DevOptions {
             },
             sessions: Sessions::default(),
             oidc: None,
+            console: Default::default(),
         }
     }
 }
@@ -187,6 +190,7 @@ impl DevCluster {
                 },
                 tls: None,
                 auth: Default::default(),
+                console: options.console.clone(),
             })
             .collect();
         for config in &configs {

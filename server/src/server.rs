@@ -230,6 +230,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let lock = LockServer::new(LockService(api.clone()))
         .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
+    #[cfg(not(madsim))]
+    let told = api.told.clone();
     let admin = AdminServer::new(AdminService(api))
         .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
@@ -302,6 +304,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                 secure_cookie: https.is_some(),
                 http_endpoints: cluster.endpoints.clone(),
                 oidc: console_oidc(config, &auth)?,
+                alertmanager_url: config.console.alertmanager_url.clone(),
             };
             let source = Arc::new(crate::api::inspect::DriverInspect {
                 driver: handle.clone(),
@@ -309,7 +312,9 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             let health_client = cluster
                 .forward_client()
                 .map_err(|e| StartError::Tls(format!("the console's health reads: {e}")))?;
+            let told = crate::api::http::told::router(told, auth.clone(), config.node_id);
             let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster)
+                .merge(told)
                 .merge(crate::console::router(console, health_client).map_err(StartError::Auth)?);
             let (task, bound) = serve_http(addr, https, router, shutdown_rx.clone()).await?;
             tasks.push(task);

@@ -12,62 +12,21 @@
 //! scripts/test installs them). They run on 127.0.0.1 with their data in a temporary directory,
 //! with 1 s scrape and evaluation intervals and the rules' `for:` shortened to 2 s in the test's
 //! copy (the rules are otherwise the shipped file). Every process is stopped by PID when the test
-//! ends, failed or not ([`Process`], `OidcCluster`'s drop).
+//! ends, failed or not (`common::alerts::Process`, `OidcCluster`'s drop).
 // Real processes and sockets: not under the simulator.
 #![cfg(not(madsim))]
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
 use common::*;
 use picket_net::client::{Client, ClientConfig, Credentials};
-use picket_server::dev::free_port;
 use serde_json::Value;
 
 const NS: &str = "orders";
 const KEY: &str = "invoice/42";
-/// Bound on one step (a scrape, an evaluation, `for:`, Alertmanager's group wait, a delivery).
-const STEP: Duration = Duration::from_secs(30);
-
-/// A child process killed (by PID) and reaped when dropped.
-struct Process {
-    name: &'static str,
-    log: PathBuf,
-    child: Child,
-}
-
-impl Process {
-    fn spawn(name: &'static str, dir: &Path, command: &mut Command) -> Process {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start {name} ({e}): scripts/test installs Debian's prometheus and prometheus-alertmanager")
-            });
-        Process { name, log, child }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
-        format!("--- {} (last lines) ---\n{tail}\n", self.name)
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The webhook receiver: every notification Alertmanager posts, as JSON.
 struct Webhook {
@@ -142,109 +101,6 @@ impl Webhook {
     }
 }
 
-/// The shipped rules with every `for:` shortened to 2 s (and nothing else changed).
-fn test_rules() -> String {
-    let shipped = include_str!("../../deploy/prometheus/picket-alerts.yml");
-    let mut rules = String::new();
-    let mut shortened = 0;
-    for line in shipped.lines() {
-        if let Some(indent) = line.strip_suffix(line.trim_start()) {
-            if line.trim_start().starts_with("for: ") {
-                rules.push_str(&format!("{indent}for: 2s\n"));
-                shortened += 1;
-                continue;
-            }
-        }
-        rules.push_str(line);
-        rules.push('\n');
-    }
-    // The three rules this test pages with, at least (other groups may add more).
-    assert!(
-        shortened >= 3,
-        "the shipped rules have {shortened} for: lines"
-    );
-    rules
-}
-
-fn host_port(url: &str) -> &str {
-    url.strip_prefix("http://").unwrap()
-}
-
-fn start_prometheus(dir: &Path, cluster: &OidcCluster, alertmanager: &str) -> (Process, String) {
-    let rules = dir.join("picket-alerts.yml");
-    std::fs::write(&rules, test_rules()).unwrap();
-    let targets: Vec<String> = cluster
-        .http
-        .iter()
-        .map(|h| format!("{:?}", host_port(h)))
-        .collect();
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
-         rule_files: [{rules:?}]\n\
-         alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [{alertmanager:?}]\n\
-         scrape_configs:\n  - job_name: picket\n    static_configs:\n      - targets: [{}]\n",
-        targets.join(", ")
-    );
-    let path = dir.join("prometheus.yml");
-    std::fs::write(&path, config).unwrap();
-    let address = format!("127.0.0.1:{}", free_port().unwrap());
-    let process = Process::spawn(
-        "prometheus",
-        dir,
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("prometheus-data").display()
-            ))
-            .arg(format!("--web.listen-address={address}"))
-            // Firing alerts are re-sent every second (default: a minute).
-            .arg("--rules.alert.resend-delay=1s"),
-    );
-    (process, format!("http://{address}"))
-}
-
-fn start_alertmanager(dir: &Path, webhook: &str) -> (Process, String) {
-    let config = format!(
-        "route:\n  receiver: test\n  group_by: [alertname, namespace]\n  group_wait: 1s\n\
-         \x20 group_interval: 1s\n  repeat_interval: 1h\n\
-         receivers:\n  - name: test\n    webhook_configs:\n      - url: {webhook:?}\n        send_resolved: true\n"
-    );
-    let path = dir.join("alertmanager.yml");
-    std::fs::write(&path, config).unwrap();
-    let address = format!("127.0.0.1:{}", free_port().unwrap());
-    let process = Process::spawn(
-        "alertmanager",
-        dir,
-        Command::new("prometheus-alertmanager")
-            .arg(format!("--config.file={}", path.display()))
-            .arg(format!(
-                "--storage.path={}",
-                dir.join("alertmanager-data").display()
-            ))
-            .arg(format!("--web.listen-address={address}"))
-            // No gossip: a lone Alertmanager.
-            .arg("--cluster.listen-address="),
-    );
-    (process, address)
-}
-
-async fn wait_ready(process: &Process, url: &str) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        if let Ok((200, _)) = get(&format!("{url}/-/ready")).await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} not ready at {url}:\n{}",
-            process.name,
-            process.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_down_cluster_pages()
 {
@@ -254,10 +110,10 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         .tempdir()
         .unwrap();
     let mut hook = webhook().await;
-    let (alertmanager, am_address) = start_alertmanager(dir.path(), &hook.url);
+    let (alertmanager, am_address) = start_alertmanager(dir.path(), Some(&hook.url));
     wait_ready(&alertmanager, &format!("http://{am_address}")).await;
     cluster.leader(STEP).await;
-    let (prometheus, prometheus_url) = start_prometheus(dir.path(), &cluster, &am_address);
+    let (prometheus, prometheus_url) = start_prometheus(dir.path(), &cluster.http, &am_address);
     wait_ready(&prometheus, &prometheus_url).await;
 
     // A fenced class with a 2 s max expected hold and an owner (no runbook of its own: the

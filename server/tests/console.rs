@@ -5,6 +5,10 @@
 //! as a browser's form posts do.)
 #![cfg(not(madsim))]
 
+#[path = "common/alerts.rs"]
+mod alerts;
+mod support;
+
 use std::time::Duration;
 
 use picket_net::client::{Client, ClientConfig, Credentials, Session};
@@ -559,5 +563,383 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     assert_eq!(page.status, StatusCode::BAD_REQUEST);
     assert!(page.body.contains("is not a whole number"), "{}", page.body);
     drop(held);
+    cluster.shutdown().await;
+}
+
+/// A class `ledger` (fenced) over `ledger/` in [`NS`] with a max expected hold of `hold_ms`.
+async fn ledger_class(carol: &Client, hold_ms: u64) {
+    carol
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                prefix: "ledger/".into(),
+                fenced: true,
+                session_ttl_ms_default: 10_000,
+                session_ttl_ms_max: 120_000,
+                hold_ms_max_expected: hold_ms,
+                owner: "team-ledger".into(),
+                runbook_url: String::new(),
+                description: "ledger writes".into(),
+            }),
+        })
+        .await
+        .unwrap();
+}
+
+/// Waits until `key` has `depth` waiters.
+async fn until_queue(admin: &Client, key: &str, depth: u64) {
+    for _ in 0..200 {
+        let info = admin
+            .inspect(proto::InspectRequest {
+                namespace: NS.into(),
+                key: key.into(),
+                allow_stale: false,
+            })
+            .await
+            .unwrap();
+        if info.queue_depth == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{key} never had {depth} waiting");
+}
+
+/// Alice requests a force-release of `key` (token `token`) through the console, Bob approves
+/// it in his: Bob's outcome page.
+async fn release_through_the_console(
+    alice: &mut Browser,
+    bob: &mut Browser,
+    key: &str,
+    token: u64,
+    revoke: bool,
+) -> Page {
+    let page = alice.get(&format!("/console/keys/{NS}/{key}")).await;
+    let csrf_alice = csrf(&page.body);
+    let token = token.to_string();
+    let mut form = vec![
+        ("csrf", csrf_alice.as_str()),
+        ("token", token.as_str()),
+        ("reason", "holder stuck"),
+    ];
+    if revoke {
+        form.push(("revoke", "on"));
+    }
+    let page = alice
+        .post(&format!("/console/request/{NS}/{key}"), &form)
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let approval = page.location;
+    let page = bob.get(&approval).await;
+    let csrf_bob = csrf(&page.body);
+    let page = bob
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &csrf_bob), ("kind", "fenced")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    page
+}
+
+/// The verify page's link on an approval's outcome page.
+fn verify_link(outcome: &str) -> String {
+    let at = outcome
+        .find("href=\"/console/verify/")
+        .expect("the outcome links the verify page")
+        + "href=\"".len();
+    outcome[at..]
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&#38;", "&")
+}
+
+/// The text of the element with id `id` (its first line of markup, tags left in).
+fn element(body: &str, id: &str) -> String {
+    let at = body
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in {body}"));
+    body[at..].lines().next().unwrap().to_owned()
+}
+
+/// The queue table's waiting column, in order.
+fn depths(body: &str) -> Vec<u64> {
+    body.split("<td class=\"depth\">")
+        .skip(1)
+        .map(|cell| cell.split('<').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_was_told() {
+    let (cluster, leader, at) = support::dev_cluster_with_leader().await;
+    let carol = admin(&cluster, "carol", "picket-admin");
+    ledger_class(&carol, 0).await;
+    // The stuck holder speaks raw gRPC and sends no keepalive until the test says so.
+    let stuck = support::create_session(&at, "stuck-writer", 120_000).await;
+    let acquired = support::acquire(&at, stuck, 1, NS, "ledger/17", 0)
+        .await
+        .unwrap();
+    let token = support::granted(&acquired).expect("granted at once");
+    let first = service(&cluster, "ledger-writer-2").await;
+    let second = service(&cluster, "ledger-writer-3").await;
+    let first_waits =
+        tokio::spawn(async move { (first.lock(NS, "ledger/17").await.unwrap(), first) });
+    until_queue(&carol, "ledger/17", 1).await;
+    let second_waits =
+        tokio::spawn(async move { (second.lock(NS, "ledger/17").await.unwrap(), second) });
+    until_queue(&carol, "ledger/17", 2).await;
+
+    let mut alice = Browser::new(&cluster.http_endpoint(0));
+    alice.sign_in("alice", &["picket-operator"]).await;
+    let mut bob = Browser::new(&cluster.http_endpoint(1));
+    bob.sign_in("bob", &["picket-operator"]).await;
+    let outcome =
+        release_through_the_console(&mut alice, &mut bob, "ledger/17", token, false).await;
+    let verify = verify_link(&outcome.body);
+    let id = pending_id_of(&verify);
+    assert_eq!(
+        verify,
+        format!("/console/verify/orders/ledger/17?request={id}")
+    );
+    let (guard, _first) = tokio::time::timeout(Duration::from_secs(15), first_waits)
+        .await
+        .expect("the first waiter is granted")
+        .unwrap();
+
+    let page = bob.get(&verify).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let body = &page.body;
+    for part in [
+        format!("token <code>{token}</code> of session {stuck} (stuck-writer on test"),
+        format!("by request {id}, at revision"),
+        "kept: only this hold ended".to_owned(),
+        format!(
+            "ledger-writer-2 on worker-7 (pid {}), session",
+            std::process::id()
+        ),
+        format!("with token {}", guard.token().0),
+    ] {
+        assert!(body.contains(&part), "lacks {part:?}:\n{body}");
+    }
+    // Nobody told the raw holder yet, and the page says what will.
+    let told = element(body, "told-state");
+    assert!(
+        told.contains("Not yet told. Its session lives on"),
+        "{told}"
+    );
+    assert!(
+        told.contains("next keepalive answer (lost_holds)"),
+        "{told}"
+    );
+    let alert = element(body, "alert-state");
+    assert!(alert.contains("no Alertmanager is configured"), "{alert}");
+    // The lock log, and the queue from it: 0, 1, 2 waiting, then the release hands the key on.
+    for part in [
+        format!("force-released token {token} by request {id}, session kept"),
+        "queued at position 1".to_owned(),
+        "queued at position 2".to_owned(),
+        format!("granted, token {token} (exclusive)"),
+    ] {
+        assert!(body.contains(&part), "the log lacks {part:?}:\n{body}");
+    }
+    assert_eq!(depths(body), [0, 1, 2, 1, 1], "{body}");
+    assert!(body.contains("id=\"queue-chart\" role=\"img\""), "{body}");
+    assert!(body.contains("<polyline points=\""), "{body}");
+    assert!(body.contains("data-live=\"/console/live/orders/ledger/17\""));
+    assert!(body.contains("data-state=\"/console/verify/orders/ledger/17?request="));
+
+    // Its keepalive tells it: the leader recorded when, and the page says so.
+    let answer = support::keepalive(&at, stuck).await.unwrap();
+    assert!(!answer.lost, "the session was kept");
+    assert_eq!(answer.lost_holds.len(), 1, "{answer:?}");
+    assert_eq!(answer.lost_holds[0].token, token);
+    let state = bob.get(&format!("{verify}&part=state")).await;
+    let told = element(&state.body, "told-state");
+    assert!(
+        told.contains(&format!("a keepalive answer from replica {}", leader + 1)),
+        "{told}"
+    );
+    assert!(told.contains("after the release"), "{told}");
+    assert!(
+        state.body.contains("lost its hold (token"),
+        "{}",
+        state.body
+    );
+    // Each replica says only what it told itself.
+    let told_at = |i: usize| {
+        let url = format!("{}/v1/sessions/{stuck}/told", cluster.http_endpoint(i));
+        async move {
+            let answer = reqwest::get(url).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK);
+            serde_json::from_str::<serde_json::Value>(&answer.text().await.unwrap()).unwrap()
+        }
+    };
+    let json = told_at(leader).await;
+    assert_eq!(json["node_id"], leader as u64 + 1, "{json}");
+    assert_eq!(json["told"][0]["loss"], "hold_lost", "{json}");
+    assert_eq!(json["told"][0]["by"], "keepalive", "{json}");
+    assert_eq!(json["told"][0]["token"], token, "{json}");
+    let json = told_at((leader + 1) % 3).await;
+    assert_eq!(json["told"], serde_json::json!([]), "{json}");
+
+    // The queue drains on: the first waiter lets go, the second holds, nobody waits.
+    drop(guard);
+    let (last, _second) = tokio::time::timeout(Duration::from_secs(15), second_waits)
+        .await
+        .expect("the second waiter is granted")
+        .unwrap();
+    let state = bob.get(&format!("{verify}&part=state")).await;
+    assert_eq!(depths(&state.body), [0, 1, 2, 1, 0, 0], "{}", state.body);
+    let now = element(&state.body, "held-now");
+    assert!(now.contains("ledger-writer-3 on worker-7"), "{now}");
+    assert!(now.contains("; 0 waiting"), "{now}");
+    // A request the log does not show is said, not guessed.
+    let page = bob
+        .get("/console/verify/orders/ledger/17?request=999")
+        .await;
+    assert!(
+        page.body
+            .contains("Request 999 is not in this key&#39;s lock log")
+            || page
+                .body
+                .contains("Request 999 is not in this key's lock log"),
+        "{}",
+        page.body
+    );
+    drop(last);
+    cluster.shutdown().await;
+}
+
+/// The request id of a verify link.
+fn pending_id_of(verify: &str) -> u64 {
+    verify.rsplit("request=").next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanager() {
+    use alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
+    let dir = tempfile::Builder::new()
+        .prefix("picket-console-alerts-")
+        .tempdir()
+        .unwrap();
+    let (alertmanager, am_address) = start_alertmanager(dir.path(), None);
+    let am_url = format!("http://{am_address}");
+    wait_ready(&alertmanager, &am_url).await;
+    let cluster = DevCluster::start_with(picket_server::dev::DevOptions {
+        console: picket_server::config::ConsoleSection {
+            alertmanager_url: Some(am_url.clone()),
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let http: Vec<String> = (0..3).map(|i| cluster.http_endpoint(i)).collect();
+    let (prometheus, prometheus_url) = start_prometheus(dir.path(), &http, &am_address);
+    wait_ready(&prometheus, &prometheus_url).await;
+    let carol = admin(&cluster, "carol", "picket-admin");
+    ledger_class(&carol, 2_000).await;
+    let holder = service(&cluster, "ledger-writer").await;
+    let held = holder.lock(NS, "ledger/9").await.unwrap();
+
+    let mut alice = Browser::new(&cluster.http_endpoint(0));
+    alice.sign_in("alice", &["picket-operator"]).await;
+    let page = alice.get("/console/").await;
+    let state = element(&page.body, "alerts-state");
+    assert!(
+        state.contains(&format!(
+            "✔ None: Alertmanager at {am_url} has no active Picket alert"
+        )),
+        "before the hold is old: {state}"
+    );
+    // The stuck hold pages: the overview lists the alert with the key's link.
+    let logs = || format!("{}{}", prometheus.log_tail(), alertmanager.log_tail());
+    let deadline = tokio::time::Instant::now() + STEP * 2;
+    let overview = loop {
+        let page = alice.get("/console/").await;
+        if page.body.contains("PicketLongestHoldAboveClassMax") {
+            break page.body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the alert never showed:\n{}\n{}",
+            page.body,
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        element(&overview, "alerts-state").contains(" firing</strong>"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("<a href=\"/console/keys/orders/ledger/9\">orders / ledger/9</a>"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("PicketLongestHoldAboveClassMax (page)"),
+        "{overview}"
+    );
+    let page = alice.get("/console/verify/orders/ledger/9").await;
+    let alert = element(&page.body, "alert-state");
+    assert!(alert.contains("⚠ Still firing"), "{alert}");
+    assert!(
+        alert.contains("PicketLongestHoldAboveClassMax (firing, since"),
+        "{alert}"
+    );
+
+    // Released (with revocation): the holder's client is pushed its end, and the alert resolves.
+    let mut bob = Browser::new(&cluster.http_endpoint(1));
+    bob.sign_in("bob", &["picket-operator"]).await;
+    let outcome =
+        release_through_the_console(&mut alice, &mut bob, "ledger/9", held.token().0, true).await;
+    let verify = verify_link(&outcome.body);
+    let deadline = tokio::time::Instant::now() + STEP * 2;
+    loop {
+        let page = bob.get(&format!("{verify}&part=state")).await;
+        let alert = element(&page.body, "alert-state");
+        let told = element(&page.body, "told-state");
+        if alert.contains("✔ Not firing") && told.contains("pushed on its session stream") {
+            assert!(
+                alert.contains(&format!(
+                    "Alertmanager at {am_url} has no active Picket alert for this key"
+                )),
+                "{alert}"
+            );
+            assert!(page.body.contains("its session "), "{}", page.body);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never resolved and told: {alert}\n{told}\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(held);
+
+    // Alertmanager gone: the pages say that the alerts are unknown, not that there are none.
+    drop(prometheus);
+    drop(alertmanager);
+    let page = alice.get("/console/").await;
+    let state = element(&page.body, "alerts-state");
+    assert!(
+        state.contains(&format!(
+            "⚠ Unknown</strong>: Alertmanager at {am_url} could not be read (cannot reach it"
+        )),
+        "{state}"
+    );
+    let page = bob.get(&verify).await;
+    assert!(
+        element(&page.body, "alert-state").contains("⚠ Unknown"),
+        "{}",
+        page.body
+    );
     cluster.shutdown().await;
 }

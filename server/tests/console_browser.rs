@@ -1,8 +1,9 @@
 //! The console in a real browser: Debian's headless Chromium, driven through chromedriver
 //! (WebDriver), against a 3-replica dev cluster. Two people in two browsers walk the on-call
 //! journey: the alert's link, sign-in, the key page with its FENCED banner, the request, the
-//! requester not offered the approval, the second person's approval with the kind typed, and the
-//! first person's key page following the hand-off live (no reload).
+//! requester not offered the approval, the second person's approval with the kind typed, the
+//! first person's key page following the hand-off live (no reload), and the second person's
+//! verify page: the old holder told of its loss, the queue draining live.
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
 //! `chromium-driver`; `scripts/test` installs them). chromedriver is started on a loopback port
@@ -180,6 +181,45 @@ async fn until_text(browser: &Browser, text: &str, what: &str) {
     panic!("{what}: the page never showed {text:?}");
 }
 
+/// The texts of every element matching `css`, in order (read again when a live refresh
+/// replaced them under the read).
+async fn column(browser: &Browser, css: &str) -> Vec<String> {
+    for _ in 0..50 {
+        let mut texts = Vec::new();
+        let mut stale = false;
+        for cell in browser.find_all(Locator::Css(css)).await.unwrap() {
+            match cell.text().await {
+                Ok(text) => texts.push(text),
+                Err(_) => stale = true,
+            }
+        }
+        if !stale {
+            return texts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css}: replaced under every read");
+}
+
+/// Waits until `key` has `depth` waiters.
+async fn until_queue(admin: &Client, depth: u64) {
+    for _ in 0..200 {
+        let info = admin
+            .inspect(proto::InspectRequest {
+                namespace: NS.into(),
+                key: KEY.into(),
+                allow_stale: false,
+            })
+            .await
+            .unwrap();
+        if info.queue_depth == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{KEY} never had {depth} waiting");
+}
+
 async fn sign_in(browser: &Browser, principal: &str) {
     let url = browser.current_url().await.unwrap();
     assert!(url.path().ends_with("/console/signin"), "{url}");
@@ -210,8 +250,8 @@ async fn two_people_walk_the_journey_in_chromium() {
         roles: Some("picket-admin".into()),
         bearer: None,
     };
-    Client::new(admin)
-        .unwrap()
+    let admin = Client::new(admin).unwrap();
+    admin
         .put_class(proto::PutClassRequest {
             namespace: NS.into(),
             class: Some(proto::ClassSpec {
@@ -235,6 +275,14 @@ async fn two_people_walk_the_journey_in_chromium() {
         let guard = waiter.lock(NS, KEY).await.unwrap();
         (guard, waiter)
     });
+    // A second waiter behind the first, so that the verify page sees the queue drain.
+    until_queue(&admin, 1).await;
+    let third = service(&cluster, "ledger-writer-3").await;
+    let last = tokio::spawn(async move {
+        let guard = third.lock(NS, KEY).await.unwrap();
+        (guard, third)
+    });
+    until_queue(&admin, 2).await;
 
     let profiles = tempfile::tempdir().unwrap();
     let driver = Driver::start(profiles.path().to_owned()).await;
@@ -348,6 +396,80 @@ async fn two_people_walk_the_journey_in_chromium() {
         .await
         .contains("updated at revision"));
     shot(&alice, "7-live-hand-off").await;
+
+    // Bob verifies from the outcome: the release in the lock log, the queue, the old holder.
+    click(&bob, "a[href^='/console/verify/']").await;
+    until_text(
+        &bob,
+        "When the old holder's client learned its loss",
+        "the verify page",
+    )
+    .await;
+    let release = text_of(&bob, "#release").await;
+    assert!(
+        release.contains(&format!(
+            "token {} of session {}",
+            held.token().0,
+            stuck.id()
+        )),
+        "{release}"
+    );
+    assert!(
+        release.contains("revoked in the same revision"),
+        "{release}"
+    );
+    assert!(text_of(&bob, "#alert-state")
+        .await
+        .contains("no Alertmanager is configured"));
+    // The revoked session's client was pushed its end (the page polls for it).
+    until_text(
+        &bob,
+        "pushed on its session stream",
+        "when the holder learned it",
+    )
+    .await;
+    let told = text_of(&bob, "#told-state").await;
+    assert!(told.starts_with("✔ Told"), "{told}");
+    assert_eq!(
+        column(&bob, "#queue-table td.depth").await,
+        ["0", "1", "2", "1", "1"]
+    );
+    bob.execute("window.picketMark = 'no reload';", vec![])
+        .await
+        .unwrap();
+    until_text(
+        &bob,
+        "Live: following the lock log",
+        "the verify page's live stream",
+    )
+    .await;
+    shot(&bob, "8-verify").await;
+
+    // The queue drains, live: the first waiter lets go, the second holds, nobody waits.
+    drop(next_guard);
+    let (last_guard, _third) = tokio::time::timeout(Duration::from_secs(15), last)
+        .await
+        .expect("the second waiter is granted")
+        .unwrap();
+    until_text(&bob, "ledger-writer-3 on worker-7", "the drained queue").await;
+    assert!(text_of(&bob, "#held-now").await.ends_with("; 0 waiting"));
+    assert_eq!(
+        column(&bob, "#queue-table td.depth").await,
+        ["0", "1", "2", "1", "0", "0"]
+    );
+    let mark = bob
+        .execute("return window.picketMark;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(mark, json!("no reload"), "the page was not reloaded");
+    bob.execute(
+        "document.getElementById('queue-h').scrollIntoView();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(&bob, "9-verify-drained").await;
+    drop(last_guard);
 
     alice.close().await.unwrap();
     bob.close().await.unwrap();

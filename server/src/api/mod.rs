@@ -1,5 +1,5 @@
 //! What clients and operators reach: the gRPC services ([`service`], with [`stream`] for their
-//! streams and [`session_stream`] for the `Session` stream (its pushes in [`session_push`]), [`error_detail`] for the standard error details and [`observe`] for their metrics),
+//! streams and [`session_stream`] for the `Session` stream (its pushes in [`session_push`]; when clients were told of a loss in [`told`]), [`error_detail`] for the standard error details and [`observe`] for their metrics),
 //! and the HTTP port ([`http`]: `/metrics`, `/healthz`, JSON inspection read through
 //! [`inspect`]).
 
@@ -15,3 +15,4 @@ pub mod service;
 pub mod session_push;
 pub mod session_stream;
 pub mod stream;
+pub mod told;

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::api::session_push::LogFeed;
 use crate::api::session_stream;
 use crate::api::stream::ChannelStream;
+use crate::api::told::ToldLog;
 use crate::auth::Authenticator;
 use crate::node::driver::{Answered, DriverHandle, Request as DriverRequest};
 
@@ -69,6 +70,8 @@ pub struct Api {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// The lock log as followed for the `Session` streams' pushes.
     pub log_feed: LogFeed,
+    /// When this replica told clients of lost holds and ended sessions (the console reads it).
+    pub told: ToldLog,
 }
 
 impl Api {
@@ -86,6 +89,7 @@ impl Api {
             watches: Arc::new(AtomicUsize::new(0)),
             keepalives: Arc::new(AtomicUsize::new(0)),
             log_feed: LogFeed::default(),
+            told: ToldLog::default(),
         }
     }
 
@@ -157,9 +161,11 @@ impl Drop for StreamSlot {
 
 /// The answer to one keepalive of a `KeepAlive` or `Session` stream from a caller authenticated
 /// as `principal`: a malformed or refused entry is answered on its own (the stream goes on); an
-/// `Err` (not the leader, not ready) ends a `KeepAlive` stream.
+/// `Err` (not the leader, not ready) ends a `KeepAlive` stream. What the answer tells of a lost
+/// hold or an ended session is noted in `told`.
 pub(crate) async fn keep_alive_entry(
     driver: &DriverHandle,
+    told: &ToldLog,
     next: proto::KeepAliveRequest,
     principal: &str,
 ) -> Result<proto::KeepAliveResponse, Status> {
@@ -181,6 +187,7 @@ pub(crate) async fn keep_alive_entry(
     };
     keepalive_answer(ka.session, ka.seq, result, |n| driver.endpoint_of(n)).map(|mut answer| {
         answer.lost_holds = lost.into_iter().map(Into::into).collect();
+        told.record_keepalive(&answer);
         answer
     })
 }
@@ -234,7 +241,7 @@ impl proto::lock_server::Lock for LockService {
         )?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER);
-        let driver = self.0.driver.clone();
+        let (driver, told) = (self.0.driver.clone(), self.0.told.clone());
         let mut shutdown = self.0.shutdown.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -247,7 +254,7 @@ impl proto::lock_server::Lock for LockService {
                     Ok(Some(next)) => next,
                     Ok(None) | Err(_) => return,
                 };
-                let answer = keep_alive_entry(&driver, next, &principal).await;
+                let answer = keep_alive_entry(&driver, &told, next, &principal).await;
                 let end = answer.is_err();
                 if tx.send(answer).await.is_err() || end {
                     return;

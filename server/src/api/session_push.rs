@@ -25,6 +25,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{broadcast, mpsc, watch};
 use tonic::Status;
 
+use crate::api::told::ToldLog;
 use crate::node::driver::{DriverHandle, Request as DriverRequest};
 use crate::shutdown::stopped;
 
@@ -83,11 +84,20 @@ impl LogFeed {
         &self,
         driver: &DriverHandle,
         shutdown: &watch::Receiver<bool>,
+        told: &ToldLog,
         carried: Arc<Carried>,
         tx: Outgoing,
     ) {
         let pages = self.subscribe(driver, shutdown);
-        tokio::spawn(push(self.clone(), pages, carried, tx, shutdown.clone()));
+        let told = told.clone();
+        tokio::spawn(push(
+            self.clone(),
+            pages,
+            told,
+            carried,
+            tx,
+            shutdown.clone(),
+        ));
     }
 }
 
@@ -142,10 +152,12 @@ async fn follow(
     }
 }
 
-/// Picks the pushes for one stream out of the feed's pages and queues them without waiting.
+/// Picks the pushes for one stream out of the feed's pages and queues them without waiting;
+/// each one queued is noted in `told`.
 async fn push(
     feed: LogFeed,
     mut pages: broadcast::Receiver<Page>,
+    told: ToldLog,
     carried: Arc<Carried>,
     tx: Outgoing,
     mut shutdown: watch::Receiver<bool>,
@@ -166,12 +178,13 @@ async fn push(
             Err(RecvError::Closed) => return,
         };
         for event in carried.pushes(&page) {
+            let noted = event.clone();
             let message = proto::SessionResponse {
                 seq: 0,
                 response: Some(session_response::Response::Event(event)),
             };
             match tx.try_send(Ok(message)) {
-                Ok(()) => {}
+                Ok(()) => told.record_push(&noted),
                 Err(TrySendError::Full(_)) => feed.count_dropped(1),
                 Err(TrySendError::Closed(_)) => return,
             }

@@ -88,7 +88,13 @@ pub(crate) async fn open(
                 subscribed = true; // a second subscribe is answered, and changes nothing
                 let api = &service.0;
                 let carried = carried.clone();
-                (api.log_feed).start_pushes(&api.driver, &api.shutdown, carried, tx.clone());
+                (api.log_feed).start_pushes(
+                    &api.driver,
+                    &api.shutdown,
+                    &api.told,
+                    carried,
+                    tx.clone(),
+                );
             }
             let request = Request::from_parts(metadata.clone(), extensions.clone(), body);
             if let session_request::Request::KeepAlive(_) | session_request::Request::Subscribe(_) =
@@ -163,9 +169,9 @@ async fn dispatch(
     let (metadata, extensions, body) = request.into_parts();
     let parts = (metadata, extensions);
     Ok(match body {
-        In::KeepAlive(m) => {
-            Out::KeepAlive(keep_alive_entry(&service.0.driver, m, principal).await?)
-        }
+        In::KeepAlive(m) => Out::KeepAlive(
+            keep_alive_entry(&service.0.driver, &service.0.told, m, principal).await?,
+        ),
         In::Acquire(m) => Out::Acquire(service.acquire(call(parts, m)).await?.into_inner()),
         In::Release(m) => Out::Release(service.release(call(parts, m)).await?.into_inner()),
         In::CancelWait(m) => {

@@ -20,6 +20,7 @@
 //! | `POST /console/request/{ns}/{key}` | request a force-release |
 //! | `GET /console/force-releases/{id}` | the approval page for the second person |
 //! | `POST /console/force-releases/{id}/approve`, `/deny` | approve or deny |
+//! | `GET /console/verify/{ns}/{key}` | verify a release ([`verify`]): the lock log, the queue draining, when the holder was told, the alert |
 //!
 //! Every `POST` carries the sign-in's CSRF token (`csrf`); the cookie is HttpOnly,
 //! `SameSite=Strict` and `Secure` over HTTPS.
@@ -43,9 +44,11 @@ use tokio::sync::mpsc;
 
 use crate::api::stream::ChannelStream;
 
+mod alerts;
 mod audit;
 pub mod oidc;
 pub mod signin;
+pub mod verify;
 pub mod view;
 
 use signin::{SignIns, SignedIn};
@@ -85,6 +88,9 @@ pub struct ConsoleConfig {
     /// The OpenID Connect sign-in (`[oidc.console]`): people sign in at the `[oidc]` issuer and
     /// the console calls the cluster with their access token.
     pub oidc: Option<oidc::ConsoleOidc>,
+    /// `[console] alertmanager_url`: where the overview and the verify page read Picket's
+    /// firing alerts ([`alerts`]); `None`: they say that no Alertmanager is configured.
+    pub alertmanager_url: Option<String>,
 }
 
 #[derive(Clone)]
@@ -93,6 +99,8 @@ struct Console {
     sign_ins: SignIns,
     http: reqwest::Client,
     oidc: Option<oidc::OidcSignIn>,
+    /// Reads Alertmanager ([`alerts`]): its own client, with the system's roots.
+    alerts_http: reqwest::Client,
 }
 
 /// The console's routes (nest them at the root of the HTTP router). `http` reads the replicas'
@@ -104,6 +112,10 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Result<Router, St
         sign_ins: SignIns::default(),
         http,
         oidc,
+        alerts_http: reqwest::Client::builder()
+            .timeout(alerts::ALERTMANAGER_TIMEOUT)
+            .build()
+            .map_err(|e| format!("the console's Alertmanager client: {e}"))?,
     };
     Ok(Router::new()
         .route("/console", get(|| async { Redirect::to("/console/") }))
@@ -118,6 +130,10 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Result<Router, St
         .route("/console/force-releases/{id}", get(approval_page))
         .route("/console/force-releases/{id}/approve", post(approve))
         .route("/console/force-releases/{id}/deny", post(deny))
+        .route(
+            "/console/verify/{namespace}/{*key}",
+            get(verify::verify_page),
+        )
         .route("/console/audit", get(audit::audit_page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
@@ -224,6 +240,7 @@ struct OverviewPage {
     pending: Vec<PendingView>,
     replicas: Vec<ReplicaView>,
     leader: String,
+    alerts: alerts::AlertsView,
     error: Option<Refused>,
 }
 
@@ -687,7 +704,11 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
         Ok(user) => user,
         Err(redirect) => return *redirect,
     };
-    let (replicas, leader) = console.replicas().await;
+    let alertmanager = console.config.alertmanager_url.as_deref();
+    let ((replicas, leader), alerts) = tokio::join!(
+        console.replicas(),
+        alerts::AlertsView::read(&console.alerts_http, alertmanager)
+    );
     let mut page = OverviewPage {
         who: Some(Who::of(&user)),
         revision: 0,
@@ -695,6 +716,7 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
         pending: Vec::new(),
         replicas,
         leader,
+        alerts,
         error: None,
     };
     let longest = user
@@ -1101,6 +1123,12 @@ async fn approve(
             return approval(&user, id, Some(refusal), StatusCode::BAD_REQUEST).await;
         }
     };
+    // The key, for the outcome's link to the verify page (the request is gone once approved).
+    let key = pending(&user, id)
+        .await
+        .ok()
+        .flatten()
+        .map(|r| (r.namespace, r.key));
     let approved = user
         .client
         .approve_force_release(proto::ApproveForceReleaseRequest {
@@ -1136,7 +1164,16 @@ async fn approve(
                     who: Some(Who::of(&user)),
                     title: format!("Force-release {id} approved"),
                     lines,
-                    links: vec![("/console/".to_owned(), "Overview".to_owned())],
+                    links: key
+                        .iter()
+                        .map(|(ns, key)| {
+                            (
+                                verify::verify_href(ns, key, Some(id)),
+                                "Verify: the key's lock log, the queue draining, when the old holder learned it, the alert".to_owned(),
+                            )
+                        })
+                        .chain([("/console/".to_owned(), "Overview".to_owned())])
+                        .collect(),
                     error: None,
                 },
                 StatusCode::OK,

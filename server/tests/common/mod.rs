@@ -12,6 +12,7 @@
 mod prom;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
+pub mod alerts;
 pub mod oidc_provider;
 pub mod pki;
 

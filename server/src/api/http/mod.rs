@@ -7,6 +7,7 @@
 //! | `GET /v1/namespaces/{ns}/holds` | [`json::HoldsJson`], oldest first; `?limit=` (default 1 000, at most 10 000), `?stale=true` |
 //! | `GET /healthz` | [`Health`]: 200 when ready, 503 otherwise |
 //! | `GET /runbooks/{name}` | the runbooks of docs/runbooks (Markdown), the alerts' `runbook_url` |
+//! | `GET /v1/sessions/{id}/told` | [`told::ToldJson`]: when this replica told the session's client of a loss ([`told`]) |
 //!
 //! With OIDC or client certificates on, the inspection routes need `Authorization: Bearer
 //! <token>` or a verified client certificate (over HTTPS) like the gRPC admin reads
@@ -39,6 +40,7 @@ use crate::metrics::{self, Metrics};
 pub mod forward;
 pub mod json;
 pub mod tls;
+pub mod told;
 
 pub use forward::HttpCluster;
 use forward::{Outcome, Stale};

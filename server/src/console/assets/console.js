@@ -7,19 +7,24 @@
   if (status && state && window.EventSource) {
     const source = new EventSource(status.dataset.live);
     let refreshing = Promise.resolve();
-    source.addEventListener("open", () => { status.textContent = "Live: following the lock log."; });
-    source.addEventListener("change", (event) => {
+    const refresh = (said) => {
       refreshing = refreshing.then(() =>
         fetch(state.dataset.state, { credentials: "same-origin" })
           .then((answer) => answer.ok ? answer.text() : Promise.reject(answer.status))
           .then((html) => {
             state.innerHTML = html;
-            status.textContent = "Live: updated at revision " + event.data + ".";
-            state.dataset.revision = event.data;
+            if (said) status.textContent = said;
             tick();
           })
           .catch((why) => { status.textContent = "Live: could not refresh (" + why + "); reload the page."; }));
+    };
+    source.addEventListener("open", () => { status.textContent = "Live: following the lock log."; });
+    source.addEventListener("change", (event) => {
+      state.dataset.revision = event.data;
+      refresh("Live: updated at revision " + event.data + ".");
     });
+    // The verify page also polls: what the replicas told a holder is not in the lock log.
+    if (state.dataset.pollMs) setInterval(() => refresh(null), Number(state.dataset.pollMs));
     source.addEventListener("broken", (event) => {
       status.textContent = "Live: the lock log stream broke (" + event.data + "); reload the page.";
       source.close();
