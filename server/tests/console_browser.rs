@@ -516,6 +516,13 @@ async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
         .unwrap_or_default();
     assert!(described.contains("class-ttl-max-error"), "{described}");
     assert!(classes_of(&reader).await.is_empty(), "nothing registered");
+    carol
+        .execute(
+            "document.getElementById('class-ttl-max').scrollIntoView({block: 'center'})",
+            vec![],
+        )
+        .await
+        .unwrap();
     shot(&carol, "c1-class-refused").await;
     fill(&carol, "#class-ttl-max", "30000").await;
     click(&carol, "#class-form button[type=submit]").await;
