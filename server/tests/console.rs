@@ -621,10 +621,16 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
 
     // The state machine's rule, next to the field it is about; nothing registered.
     let page = carol
-        .post("/console/classes", &class_form(&token, "fenced", "900000", &[]))
+        .post(
+            "/console/classes",
+            &class_form(&token, "fenced", "900000", &[]),
+        )
         .await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
-    let at = page.body.find("id=\"class-ttl-max-error\"").expect("the field's error");
+    let at = page
+        .body
+        .find("id=\"class-ttl-max-error\"")
+        .expect("the field's error");
     let next_field = page.body.find("for=\"class-hold-max\"").unwrap();
     assert!(at < next_field, "the rule is shown at the max TTL field");
     let error = page.body[at..next_field].replace("&#39;", "'");
@@ -640,7 +646,11 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
     bad[2] = ("name", "Ledger");
     let page = carol.post("/console/classes", &bad).await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
-    assert!(page.body.contains("id=\"class-name-error\""), "{}", page.body);
+    assert!(
+        page.body.contains("id=\"class-name-error\""),
+        "{}",
+        page.body
+    );
     assert!(classes_of(&reader).await.is_empty());
 
     // Without the CSRF token: refused before anything is called.
@@ -652,7 +662,10 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
     assert!(classes_of(&reader).await.is_empty());
 
     let page = carol
-        .post("/console/classes", &class_form(&token, "fenced", "30000", &[]))
+        .post(
+            "/console/classes",
+            &class_form(&token, "fenced", "30000", &[]),
+        )
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     assert_eq!(
@@ -668,7 +681,10 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
 
     // The create form does not replace it.
     let page = carol
-        .post("/console/classes", &class_form(&token, "advisory", "30000", &[]))
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &[]),
+        )
         .await;
     assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
     assert!(page.body.contains("class_exists"));
@@ -677,33 +693,54 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
     // A change of kind: first the banner and the confirmation, nothing changed.
     let editing = [("editing", "1")];
     let page = carol
-        .post("/console/classes", &class_form(&token, "advisory", "30000", &editing))
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &editing),
+        )
         .await;
     assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
     assert!(page.body.contains("kind_change_not_confirmed"));
-    assert!(page.body.contains("from FENCED to ADVISORY"), "{}", page.body);
+    assert!(
+        page.body.contains("from FENCED to ADVISORY"),
+        "{}",
+        page.body
+    );
     assert!(page.body.contains("class_kind_changed"));
     assert!(page.body.contains("id=\"confirm-kind\""));
     assert!(classes_of(&reader).await[0].fenced, "not changed yet");
     let typed_wrong = [("editing", "1"), ("confirm_kind", "fenced")];
     let page = carol
-        .post("/console/classes", &class_form(&token, "advisory", "30000", &typed_wrong))
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &typed_wrong),
+        )
         .await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
     assert!(page.body.contains("id=\"confirm-kind-error\""));
     assert!(classes_of(&reader).await[0].fenced, "not changed");
     let typed = [("editing", "1"), ("confirm_kind", "advisory")];
     let page = carol
-        .post("/console/classes", &class_form(&token, "advisory", "30000", &typed))
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &typed),
+        )
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
-    assert!(page.location.ends_with("&replaced=true"), "{}", page.location);
+    assert!(
+        page.location.ends_with("&replaced=true"),
+        "{}",
+        page.location
+    );
     assert!(!classes_of(&reader).await[0].fenced, "now advisory");
 
     // The audit records both changes, by carol.
     let page = carol.get("/console/audit?namespace=orders").await;
     assert_eq!(page.body.matches("class put").count(), 2, "{}", page.body);
-    assert!(page.body.contains("class `ledger` replaced"), "{}", page.body);
+    assert!(
+        page.body.contains("class `ledger` replaced"),
+        "{}",
+        page.body
+    );
 
     // Without picket-admin: the page says so, and the server refuses the change.
     let mut olga = Browser::new(&base);

@@ -484,12 +484,20 @@ async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
 
     // Carol, a class admin, creates the class; the state machine's rule first refuses a value.
     let carol = driver.browser("carol").await;
-    carol.goto(&format!("{base}/console/classes")).await.unwrap();
+    carol
+        .goto(&format!("{base}/console/classes"))
+        .await
+        .unwrap();
     sign_in_with(&carol, "carol", &["picket-admin"]).await;
     until_text(&carol, "Show classes", "the classes page").await;
     fill(&carol, "#classes-ns", NS).await;
     click(&carol, "#classes-namespace button[type=submit]").await;
-    until_text(&carol, "No class is registered in orders", "an empty namespace").await;
+    until_text(
+        &carol,
+        "No class is registered in orders",
+        "an empty namespace",
+    )
+    .await;
     click(&carol, "#new-class").await;
     until_text(&carol, "New class in", "the class form").await;
     fill(&carol, "#class-name", "ledger").await;
@@ -578,7 +586,9 @@ async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
     until_text(&bob, "The key now", "the approval page").await;
     let compare = text_of(&bob, ".compare").await;
     assert!(
-        compare.contains("changed since the request: approval will be refused (rule class_kind_changed)"),
+        compare.contains(
+            "changed since the request: approval will be refused (rule class_kind_changed)"
+        ),
         "{compare}"
     );
     shot(&bob, "c4-kind-changed").await;
@@ -614,7 +624,11 @@ async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
     click(&bob, "#approve-form button[type=submit]").await;
     until_text(&bob, "Refused (rule holder_changed)", "the refusal").await;
     let now = inspect(&reader, "ledger/18").await;
-    assert_eq!(now.holders[0].token, taken.token().0, "the new holder keeps it");
+    assert_eq!(
+        now.holders[0].token,
+        taken.token().0,
+        "the new holder keeps it"
+    );
 
     // Alice has no picket-admin: the page says so, and the server refuses her edit.
     alice
@@ -630,10 +644,20 @@ async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
         ))
         .await
         .unwrap();
-    until_text(&alice, "You cannot change classes", "the role note on the form").await;
+    until_text(
+        &alice,
+        "You cannot change classes",
+        "the role note on the form",
+    )
+    .await;
     fill(&alice, "#class-owner", "team-alice").await;
     click(&alice, "#class-form button[type=submit]").await;
-    until_text(&alice, "Refused (rule missing_role)", "the server's refusal").await;
+    until_text(
+        &alice,
+        "Refused (rule missing_role)",
+        "the server's refusal",
+    )
+    .await;
     shot(&alice, "c6-missing-role").await;
     assert_eq!(classes_of(&reader).await[0].owner, "team-ledger");
 
@@ -701,7 +725,10 @@ async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
     fill(&alice, "#reason", "writer wedged").await;
     click(&alice, "#request-form button[type=submit]").await;
     until_text(&alice, "csrf_token_invalid", "the CSRF refusal").await;
-    assert!(inspect(&reader, KEY).await.pending_force_releases.is_empty());
+    assert!(inspect(&reader, KEY)
+        .await
+        .pending_force_releases
+        .is_empty());
 
     // The request, then its approval by the requester, posted by a script: refused.
     alice
@@ -727,7 +754,12 @@ async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
         )
         .await
         .unwrap();
-    until_text(&alice, "Refused (rule approver_is_requester)", "the self-approval").await;
+    until_text(
+        &alice,
+        "Refused (rule approver_is_requester)",
+        "the self-approval",
+    )
+    .await;
     shot(&alice, "b1-self-approval-refused").await;
     assert_eq!(inspect(&reader, KEY).await.holders[0].token, held.token().0);
 

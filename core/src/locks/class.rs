@@ -77,14 +77,18 @@ impl ClassSpec {
             return Err(bad(
                 "session_ttl_ms_default",
                 format!(
-                "default session TTL {} ms is above its max session TTL {} ms",
+                    "default session TTL {} ms is above its max session TTL {} ms",
                     self.session_ttl_ms_default, self.session_ttl_ms_max
                 ),
             ));
         }
         let (min, max) = (config.session_ttl_ms_min, config.session_ttl_ms_max);
         for (what, field, ttl) in [
-            ("default", "session_ttl_ms_default", self.session_ttl_ms_default),
+            (
+                "default",
+                "session_ttl_ms_default",
+                self.session_ttl_ms_default,
+            ),
             ("max", "session_ttl_ms_max", self.session_ttl_ms_max),
         ] {
             if ttl < min || ttl > max {

@@ -266,7 +266,10 @@ pub(super) async fn classes_page(
         who: Some(Who::of(&user)),
         error: None,
         role: RoleNote::of(&user, &namespace),
-        new_href: format!("/console/classes/edit?namespace={}", encode_path(&namespace)),
+        new_href: format!(
+            "/console/classes/edit?namespace={}",
+            encode_path(&namespace)
+        ),
         namespace,
         rows: Vec::new(),
         listed: false,
@@ -317,7 +320,10 @@ pub(super) async fn class_form_page(
     let namespace = query.namespace.trim().to_owned();
     let back = match &query.prefix {
         Some(prefix) => edit_href(&namespace, prefix),
-        None => format!("/console/classes/edit?namespace={}", encode_path(&namespace)),
+        None => format!(
+            "/console/classes/edit?namespace={}",
+            encode_path(&namespace)
+        ),
     };
     let user = match signed_in(&console, &headers, &back) {
         Ok(user) => user,
@@ -627,7 +633,10 @@ async fn kind_change(
     lines.push(format!(
         "Pending force-release requests made while the class was {from} can no longer be approved: the server refuses their approval (rule class_kind_changed). Deny each and request again; the new request shows {to}."
     ));
-    lines.push("Session TTL changes apply to later acquires only; existing holds and waits stay.".to_owned());
+    lines.push(
+        "Session TTL changes apply to later acquires only; existing holds and waits stay."
+            .to_owned(),
+    );
     KindChange {
         from,
         to,
