@@ -109,9 +109,16 @@ impl From<&LockError> for proto::ErrorDetail {
             }
             _ => None,
         };
+        // A class rule is about one field of `PutClass`'s class: named, as for a malformed
+        // request, so that a form shows the rule next to that field.
+        let field = match error {
+            LockError::BadClass { field, .. } => format!("put_class.class.{field}"),
+            _ => String::new(),
+        };
         proto::ErrorDetail {
             rule: rule.to_owned(),
             message: error.to_string(),
+            field,
             force_release_id,
             ..proto::ErrorDetail::default()
         }

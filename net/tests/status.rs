@@ -85,6 +85,19 @@ fn lock_errors_map_to_codes_and_rules() {
 }
 
 #[test]
+fn a_class_rule_names_the_class_field_it_is_about() {
+    let error = LockError::BadClass {
+        class: "ledger".into(),
+        field: "session_ttl_ms_max",
+        rule: "max session TTL 900000 ms is outside the cluster's bounds [1000, 300000] ms".into(),
+    };
+    let detail = error_detail(&lock_error_status(&error)).unwrap();
+    assert_eq!(detail.rule, "bad_class");
+    assert_eq!(detail.field, "put_class.class.session_ttl_ms_max");
+    assert_eq!(detail.message, error.to_string());
+}
+
+#[test]
 fn not_leader_carries_the_hint_in_details_and_metadata() {
     let hint = LeaderHint {
         node_id: Some(2),

@@ -24,6 +24,9 @@ pub enum ConfigError {
     Invalid { field: String, rule: String },
 }
 
+/// The shortest `[force_releases] ttl_ms`: a request must live long enough to be read.
+pub const FORCE_RELEASE_TTL_MS_MIN: u64 = 1_000;
+
 fn invalid(field: impl Into<String>, rule: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
@@ -70,6 +73,8 @@ pub struct Config {
     pub timing: Timing,
     #[serde(default)]
     pub sessions: Sessions,
+    #[serde(default)]
+    pub force_releases: ForceReleases,
     #[serde(default)]
     pub limits: Limits,
     #[serde(default)]
@@ -172,6 +177,22 @@ impl Default for Sessions {
             ttl_ms_min: d.session_ttl_ms_min,
             ttl_ms_max: d.session_ttl_ms_max,
             ttl_ms_default: d.session_ttl_ms_default,
+        }
+    }
+}
+
+/// Force-release requests (part of the replicated state, so equal on every member).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForceReleases {
+    /// How long a request stays approvable (log time), in ms.
+    pub ttl_ms: u64,
+}
+
+impl Default for ForceReleases {
+    fn default() -> Self {
+        ForceReleases {
+            ttl_ms: picket_core::locks::LockConfig::default().force_release_ttl_ms,
         }
     }
 }
@@ -388,6 +409,12 @@ impl Config {
                 "must be within [ttl_ms_min, ttl_ms_max]",
             ));
         }
+        if self.force_releases.ttl_ms < FORCE_RELEASE_TTL_MS_MIN {
+            return Err(invalid(
+                "force_releases.ttl_ms",
+                format!("must be at least {FORCE_RELEASE_TTL_MS_MIN} (1 s)"),
+            ));
+        }
         let l = &self.limits;
         for (value, field) in [
             (l.requests_queued_max, "limits.requests_queued_max"),
@@ -441,6 +468,7 @@ impl Config {
             session_ttl_ms_min: self.sessions.ttl_ms_min,
             session_ttl_ms_max: self.sessions.ttl_ms_max,
             session_ttl_ms_default: self.sessions.ttl_ms_default,
+            force_release_ttl_ms: self.force_releases.ttl_ms,
             ..picket_core::locks::LockConfig::default()
         }
     }
@@ -610,6 +638,8 @@ heartbeat_ms = 20
         assert!(e.starts_with("members[2].id: "), "{e}");
         let e = error_of(&format!("{GOOD}\n[sessions]\nttl_ms_default = 0\n"));
         assert!(e.contains("sessions.ttl_ms_default"), "{e}");
+        let e = error_of(&format!("{GOOD}\n[force_releases]\nttl_ms = 10\n"));
+        assert!(e.starts_with("force_releases.ttl_ms: "), "{e}");
         let e = error_of(&format!("colour = 1\n{GOOD}"));
         assert!(e.contains("colour"), "{e}");
         let e = error_of(&GOOD.replace(

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use picket_storage::RealDisk;
 
-use crate::config::{Config, Limits, Member, Sessions, StorageSection, Timing};
+use crate::config::{Config, ForceReleases, Limits, Member, Sessions, StorageSection, Timing};
 use crate::node::clock::SystemClock;
 use crate::node::durable::EmptyDataDir;
 use crate::server::{self, RunningNode, StartError};
@@ -35,6 +35,8 @@ pub struct DevOptions {
     pub ports: Option<DevPorts>,
     pub timing: Timing,
     pub sessions: Sessions,
+    /// How long force-release requests stay approvable (tests of expiry shorten it).
+    pub force_releases: ForceReleases,
     /// OIDC for admin calls instead of the insecure dev metadata (tests use a
     /// [`crate::auth::dev::DevIssuer`]'s key file).
     pub oidc: Option<crate::auth::OidcSection>,
@@ -72,6 +74,7 @@ impl Default for DevOptions {
                 heartbeat_ms: 50,
             },
             sessions: Sessions::default(),
+            force_releases: ForceReleases::default(),
             oidc: None,
             console: Default::default(),
         }
@@ -183,6 +186,7 @@ impl DevCluster {
                 members: members.clone(),
                 timing: options.timing.clone(),
                 sessions: options.sessions.clone(),
+                force_releases: options.force_releases.clone(),
                 limits: Limits::default(),
                 storage: StorageSection {
                     preallocate_bytes: 0,

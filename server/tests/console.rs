@@ -1,8 +1,9 @@
 //! The web console over real HTTP against a 3-replica dev cluster (insecure dev auth, as
 //! `picketd dev`): sign-in, the key page, the judge-and-request form, the second person's
 //! approval, the live lock log (server-sent events), CSRF and the server's own rules shown in
-//! words. (The browser journey in Chromium is issue 18's next step; this drives the same pages
-//! as a browser's form posts do.)
+//! words, the verify page, the alerts of a real Alertmanager and the classes page. (The browser
+//! journey in Chromium is `console_browser.rs`; this drives the same pages as a browser's form
+//! posts do.)
 #![cfg(not(madsim))]
 
 #[path = "common/alerts.rs"]
@@ -941,5 +942,208 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
         "{}",
         page.body
     );
+    cluster.shutdown().await;
+}
+
+/// The class form's fields, as a browser posts them.
+fn class_form<'a>(
+    csrf: &'a str,
+    kind: &'a str,
+    ttl_max: &'a str,
+    more: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut form = vec![
+        ("csrf", csrf),
+        ("namespace", NS),
+        ("name", "ledger"),
+        ("prefix", "ledger/"),
+        ("kind", kind),
+        ("session_ttl_ms_default", "10000"),
+        ("session_ttl_ms_max", ttl_max),
+        ("hold_ms_max_expected", "60000"),
+        ("owner", "team-ledger"),
+        ("runbook_url", "https://runbooks.example.invalid/ledger"),
+        ("description", "ledger writes"),
+    ];
+    form.extend_from_slice(more);
+    form
+}
+
+async fn classes_of(client: &Client) -> Vec<proto::ClassSpec> {
+    client
+        .list_classes(proto::ListClassesRequest {
+            namespace: NS.into(),
+            allow_stale: false,
+        })
+        .await
+        .unwrap()
+        .classes
+}
+
+/// The classes page: a value the state machine refuses comes back with its rule next to the
+/// field and nothing registered; the create form does not replace a class; a change of kind is
+/// sent only with the new kind typed; the role is the server's (`missing_role`), CSRF is checked,
+/// and the audit records the changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let reader = admin(&cluster, "reader", "");
+    let base = cluster.http_endpoint(0);
+    let mut carol = Browser::new(&base);
+    carol.sign_in("carol", &["picket-admin"]).await;
+    let page = carol.get("/console/classes?namespace=orders").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("No class is registered in orders"));
+    assert!(!page.body.contains("id=\"role-note\""), "{}", page.body);
+    let page = carol.get("/console/classes/edit?namespace=orders").await;
+    let token = csrf(&page.body);
+
+    // The state machine's rule, next to the field it is about; nothing registered.
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "fenced", "900000", &[]),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    let at = page
+        .body
+        .find("id=\"class-ttl-max-error\"")
+        .expect("the field's error");
+    let next_field = page.body.find("for=\"class-hold-max\"").unwrap();
+    assert!(at < next_field, "the rule is shown at the max TTL field");
+    let error = page.body[at..next_field].replace("&#39;", "'");
+    assert!(
+        error.contains("max session TTL 900000 ms is outside the cluster's bounds"),
+        "{error}"
+    );
+    assert!(error.contains("bad_class"), "{error}");
+    assert!(page.body.contains("aria-invalid=\"true\""));
+    assert!(classes_of(&reader).await.is_empty(), "nothing registered");
+    // A name the edge refuses: its rule next to the name.
+    let mut bad = class_form(&token, "fenced", "30000", &[]);
+    bad[2] = ("name", "Ledger");
+    let page = carol.post("/console/classes", &bad).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(
+        page.body.contains("id=\"class-name-error\""),
+        "{}",
+        page.body
+    );
+    assert!(classes_of(&reader).await.is_empty());
+
+    // Without the CSRF token: refused before anything is called.
+    let page = carol
+        .post("/console/classes", &class_form("", "fenced", "30000", &[]))
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(page.body.contains("csrf_token_invalid"));
+    assert!(classes_of(&reader).await.is_empty());
+
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "fenced", "30000", &[]),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert_eq!(
+        page.location,
+        "/console/classes?namespace=orders&saved=ledger%2F&replaced=false"
+    );
+    let classes = classes_of(&reader).await;
+    assert_eq!(classes.len(), 1);
+    assert!(classes[0].fenced && classes[0].session_ttl_ms_max == 30_000);
+    let page = carol.get(&page.location).await;
+    assert!(page.body.contains("was created"), "{}", page.body);
+    assert!(page.body.contains("team-ledger"));
+
+    // The create form does not replace it.
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &[]),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(page.body.contains("class_exists"));
+    assert!(classes_of(&reader).await[0].fenced);
+
+    // A change of kind: first the banner and the confirmation, nothing changed.
+    let editing = [("editing", "1")];
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &editing),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(page.body.contains("kind_change_not_confirmed"));
+    assert!(
+        page.body.contains("from FENCED to ADVISORY"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("class_kind_changed"));
+    assert!(page.body.contains("id=\"confirm-kind\""));
+    assert!(classes_of(&reader).await[0].fenced, "not changed yet");
+    let typed_wrong = [("editing", "1"), ("confirm_kind", "fenced")];
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &typed_wrong),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(page.body.contains("id=\"confirm-kind-error\""));
+    assert!(classes_of(&reader).await[0].fenced, "not changed");
+    let typed = [("editing", "1"), ("confirm_kind", "advisory")];
+    let page = carol
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "30000", &typed),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(
+        page.location.ends_with("&replaced=true"),
+        "{}",
+        page.location
+    );
+    assert!(!classes_of(&reader).await[0].fenced, "now advisory");
+
+    // The audit records both changes, by carol.
+    let page = carol.get("/console/audit?namespace=orders").await;
+    assert_eq!(page.body.matches("class put").count(), 2, "{}", page.body);
+    assert!(
+        page.body.contains("class `ledger` replaced"),
+        "{}",
+        page.body
+    );
+
+    // Without picket-admin: the page says so, and the server refuses the change.
+    let mut olga = Browser::new(&base);
+    olga.sign_in("olga", &["picket-operator"]).await;
+    let page = olga.get("/console/classes?namespace=orders").await;
+    assert!(page.body.contains("id=\"role-note\""), "{}", page.body);
+    assert!(page.body.contains("needs the role"));
+    assert!(!page.body.contains("id=\"new-class\""));
+    let page = olga
+        .get("/console/classes/edit?namespace=orders&prefix=ledger%2F")
+        .await;
+    let token = csrf(&page.body);
+    let page = olga
+        .post(
+            "/console/classes",
+            &class_form(&token, "advisory", "20000", &editing),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert!(page.body.contains("missing_role"), "{}", page.body);
+    assert_eq!(classes_of(&reader).await[0].session_ttl_ms_max, 30_000);
     cluster.shutdown().await;
 }

@@ -22,7 +22,8 @@ use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use picket_net::client::{Client, ClientConfig, Credentials, Session};
 use picket_net::proto;
-use picket_server::dev::{free_port, DevCluster};
+use picket_server::config::ForceReleases;
+use picket_server::dev::{free_port, DevCluster, DevOptions};
 use serde_json::json;
 
 const NS: &str = "orders";
@@ -228,6 +229,76 @@ async fn sign_in(browser: &Browser, principal: &str) {
         .contains("INSECURE DEV SIGN-IN"));
     fill(browser, "#principal", principal).await;
     click(browser, "form button[type=submit]").await;
+}
+
+/// Signs in at the dev sign-in with exactly `roles` ticked.
+async fn sign_in_with(browser: &Browser, principal: &str, roles: &[&str]) {
+    let url = browser.current_url().await.unwrap();
+    assert!(url.path().ends_with("/console/signin"), "{url}");
+    for role in [
+        "picket-operator",
+        "picket-incident-commander",
+        "picket-admin",
+    ] {
+        let css = format!("#role-{role}");
+        let ticked = browser
+            .find(Locator::Css(&css))
+            .await
+            .unwrap()
+            .prop("checked")
+            .await
+            .unwrap();
+        if (ticked.as_deref() == Some("true")) != roles.contains(&role) {
+            click(browser, &css).await;
+        }
+    }
+    fill(browser, "#principal", principal).await;
+    click(browser, "form button[type=submit]").await;
+}
+
+fn admin_client(cluster: &DevCluster, principal: &str, roles: &str) -> Client {
+    let mut config = ClientConfig::new(cluster.client_endpoints(), "console-test");
+    config.credentials = Credentials {
+        principal: Some(principal.into()),
+        roles: Some(roles.into()),
+        bearer: None,
+    };
+    Client::new(config).unwrap()
+}
+
+async fn inspect(client: &Client, key: &str) -> proto::KeyInfo {
+    client
+        .inspect(proto::InspectRequest {
+            namespace: NS.into(),
+            key: key.into(),
+            allow_stale: false,
+        })
+        .await
+        .unwrap()
+}
+
+async fn classes_of(client: &Client) -> Vec<proto::ClassSpec> {
+    client
+        .list_classes(proto::ListClassesRequest {
+            namespace: NS.into(),
+            allow_stale: false,
+        })
+        .await
+        .unwrap()
+        .classes
+}
+
+/// Requests a force-release from the key page open in `browser` (the token pre-filled; an
+/// advisory key's checklist answered); returns the approval page's path.
+async fn request_from_key_page(browser: &Browser, reason: &str) -> String {
+    if browser.find(Locator::Id("checklist")).await.is_ok() {
+        click(browser, "#stopped-yes").await;
+        click(browser, "#double-no").await;
+    }
+    fill(browser, "#reason", reason).await;
+    click(browser, "#request-form button[type=submit]").await;
+    until_text(browser, "You made this request", "the approval page").await;
+    browser.current_url().await.unwrap().path().to_owned()
 }
 
 async fn service(cluster: &DevCluster, name: &str) -> Session {
@@ -511,4 +582,343 @@ async fn a_person_signs_in_at_the_openid_provider_in_chromium() {
     shot(&alice, "oidc-2-signed-in").await;
     alice.close().await.unwrap();
     drop(driver);
+}
+
+/// The classes page and what a change of kind does to a pending request, in Chromium, on one
+/// cluster: a class admin creates a class (a value the state machine refuses comes back with its
+/// rule next to the field, nothing registered); an on-call requests a force-release under it;
+/// the admin changes the class's kind (the banner names the held key and the pending request; the
+/// new kind is typed); the second person's approval page marks the change and the approval is
+/// refused (`class_kind_changed`). Then a stale request (its holder changed since) is marked and
+/// refused (`holder_changed`), and an on-call without `picket-admin` is told so in words and
+/// refused by the server (`missing_role`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classes_and_a_kind_changed_under_a_pending_request_in_chromium() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let reader = admin_client(&cluster, "reader", "");
+    let profiles = tempfile::tempdir().unwrap();
+    let driver = Driver::start(profiles.path().to_owned()).await;
+    let base = cluster.http_endpoint(0);
+
+    // Carol, a class admin, creates the class; the state machine's rule first refuses a value.
+    let carol = driver.browser("carol").await;
+    carol
+        .goto(&format!("{base}/console/classes"))
+        .await
+        .unwrap();
+    sign_in_with(&carol, "carol", &["picket-admin"]).await;
+    until_text(&carol, "Show classes", "the classes page").await;
+    fill(&carol, "#classes-ns", NS).await;
+    click(&carol, "#classes-namespace button[type=submit]").await;
+    until_text(
+        &carol,
+        "No class is registered in orders",
+        "an empty namespace",
+    )
+    .await;
+    click(&carol, "#new-class").await;
+    until_text(&carol, "New class in", "the class form").await;
+    fill(&carol, "#class-name", "ledger").await;
+    fill(&carol, "#class-prefix", "ledger/").await;
+    click(&carol, "#kind-fenced").await;
+    fill(&carol, "#class-ttl-max", "900000").await;
+    fill(&carol, "#class-hold-max", "1").await;
+    fill(&carol, "#class-owner", "team-ledger").await;
+    fill(&carol, "#class-description", "ledger writes").await;
+    click(&carol, "#class-form button[type=submit]").await;
+    let error = text_of(&carol, "#class-ttl-max-error").await;
+    assert!(
+        error.contains("max session TTL 900000 ms is outside the cluster's bounds"),
+        "{error}"
+    );
+    assert!(error.contains("bad_class"), "{error}");
+    let described = carol
+        .find(Locator::Id("class-ttl-max"))
+        .await
+        .unwrap()
+        .attr("aria-describedby")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(described.contains("class-ttl-max-error"), "{described}");
+    assert!(classes_of(&reader).await.is_empty(), "nothing registered");
+    carol
+        .execute(
+            "document.getElementById('class-ttl-max').scrollIntoView({block: 'center'})",
+            vec![],
+        )
+        .await
+        .unwrap();
+    shot(&carol, "c1-class-refused").await;
+    fill(&carol, "#class-ttl-max", "30000").await;
+    click(&carol, "#class-form button[type=submit]").await;
+    until_text(&carol, "was created", "the class list").await;
+    let table = text_of(&carol, "#classes").await;
+    assert!(
+        table.contains("ledger") && table.contains("FENCED") && table.contains("team-ledger"),
+        "{table}"
+    );
+    shot(&carol, "c2-classes").await;
+
+    // A worker holds a key of the class; Alice requests its force-release.
+    let stuck = service(&cluster, "ledger-writer").await;
+    let held = stuck.lock(NS, KEY).await.unwrap();
+    let alice = driver.browser("alice").await;
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    sign_in_with(&alice, "alice", &["picket-operator"]).await;
+    until_text(&alice, "ledger-writer on worker-7", "the key page").await;
+    let fenced_request = request_from_key_page(&alice, "writer wedged").await;
+    let id = fenced_request.rsplit('/').next().unwrap().to_owned();
+
+    // Carol changes the class's kind: the banner first, nothing changed until she types it.
+    carol
+        .goto(&format!("{base}/console/classes?namespace={NS}"))
+        .await
+        .unwrap();
+    click(&carol, "a[aria-label='Edit class ledger']").await;
+    until_text(&carol, "Edit class", "the edit form").await;
+    click(&carol, "#kind-advisory").await;
+    click(&carol, "#class-form button[type=submit]").await;
+    let banner = text_of(&carol, "#kind-change").await;
+    assert!(banner.contains("from FENCED to ADVISORY"), "{banner}");
+    assert!(banner.contains(&format!("request {id}")), "{banner}");
+    assert!(banner.contains("class_kind_changed"), "{banner}");
+    assert!(banner.contains(KEY), "the held key: {banner}");
+    assert!(classes_of(&reader).await[0].fenced, "not changed yet");
+    shot(&carol, "c3-kind-change").await;
+    fill(&carol, "#confirm-kind", "advisory").await;
+    click(&carol, "#class-form button[type=submit]").await;
+    until_text(&carol, "was replaced", "the class list after the change").await;
+    assert!(text_of(&carol, "#classes").await.contains("ADVISORY"));
+    assert!(!classes_of(&reader).await[0].fenced);
+
+    // Bob, on another replica, sees the change beside the request, and the server refuses.
+    let bob = driver.browser("bob").await;
+    bob.goto(&format!("{}{fenced_request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    sign_in_with(&bob, "bob", &["picket-operator"]).await;
+    until_text(&bob, "The key now", "the approval page").await;
+    let compare = text_of(&bob, ".compare").await;
+    assert!(
+        compare.contains(
+            "changed since the request: approval will be refused (rule class_kind_changed)"
+        ),
+        "{compare}"
+    );
+    shot(&bob, "c4-kind-changed").await;
+    fill(&bob, "#kind", "fenced").await;
+    click(&bob, "#approve-form button[type=submit]").await;
+    until_text(&bob, "Refused (rule class_kind_changed)", "the refusal").await;
+    let now = inspect(&reader, KEY).await;
+    assert_eq!(now.holders[0].token, held.token().0, "nothing released");
+
+    // A stale request: made on another key, whose holder then changes.
+    let other = stuck.lock(NS, "ledger/18").await.unwrap();
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/ledger/18"))
+        .await
+        .unwrap();
+    until_text(&alice, "ADVISORY", "the key page of the advisory class").await;
+    let stale_request = request_from_key_page(&alice, "second writer wedged").await;
+    other.release().await.unwrap();
+    let newcomer = service(&cluster, "ledger-writer-3").await;
+    let taken = newcomer.lock(NS, "ledger/18").await.unwrap();
+    bob.goto(&format!("{}{stale_request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    until_text(&bob, "The key now", "the stale request's page").await;
+    let compare = text_of(&bob, ".compare").await;
+    assert!(
+        compare.contains("The holder or token changed since the request"),
+        "{compare}"
+    );
+    assert!(compare.contains("ledger-writer-3"), "{compare}");
+    shot(&bob, "c5-stale").await;
+    fill(&bob, "#kind", "advisory").await;
+    click(&bob, "#approve-form button[type=submit]").await;
+    until_text(&bob, "Refused (rule holder_changed)", "the refusal").await;
+    let now = inspect(&reader, "ledger/18").await;
+    assert_eq!(
+        now.holders[0].token,
+        taken.token().0,
+        "the new holder keeps it"
+    );
+
+    // Alice has no picket-admin: the page says so, and the server refuses her edit.
+    alice
+        .goto(&format!("{base}/console/classes?namespace={NS}"))
+        .await
+        .unwrap();
+    let note = text_of(&alice, "#role-note").await;
+    assert!(note.contains("needs the role picket-admin"), "{note}");
+    assert!(alice.find(Locator::Id("new-class")).await.is_err());
+    alice
+        .goto(&format!(
+            "{base}/console/classes/edit?namespace={NS}&prefix=ledger%2F"
+        ))
+        .await
+        .unwrap();
+    until_text(
+        &alice,
+        "You cannot change classes",
+        "the role note on the form",
+    )
+    .await;
+    fill(&alice, "#class-owner", "team-alice").await;
+    click(&alice, "#class-form button[type=submit]").await;
+    until_text(
+        &alice,
+        "Refused (rule missing_role)",
+        "the server's refusal",
+    )
+    .await;
+    shot(&alice, "c6-missing-role").await;
+    assert_eq!(classes_of(&reader).await[0].owner, "team-ledger");
+
+    for browser in [alice, bob, carol] {
+        browser.close().await.unwrap();
+    }
+    drop(driver);
+    drop((held, taken));
+    cluster.shutdown().await;
+}
+
+/// On a cluster whose force-release requests live 4 s, in Chromium: a request form posted
+/// without its CSRF token is refused and nothing is requested; the requester's approval, posted
+/// by a script although the page does not offer it, is refused by the server
+/// (`approver_is_requester`); the request expires, and its link then says so; sign-out ends the
+/// sign-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
+    let cluster = DevCluster::start_with(DevOptions {
+        force_releases: ForceReleases { ttl_ms: 4_000 },
+        ..DevOptions::default()
+    })
+    .await
+    .unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let reader = admin_client(&cluster, "reader", "");
+    admin_client(&cluster, "carol", "picket-admin")
+        .put_class(proto::PutClassRequest {
+            namespace: NS.into(),
+            class: Some(proto::ClassSpec {
+                name: "ledger".into(),
+                prefix: "ledger/".into(),
+                fenced: true,
+                session_ttl_ms_default: 10_000,
+                session_ttl_ms_max: 30_000,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let stuck = service(&cluster, "ledger-writer").await;
+    let held = stuck.lock(NS, KEY).await.unwrap();
+    let profiles = tempfile::tempdir().unwrap();
+    let driver = Driver::start(profiles.path().to_owned()).await;
+    let base = cluster.http_endpoint(0);
+    let alice = driver.browser("alice").await;
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    sign_in_with(&alice, "alice", &["picket-operator"]).await;
+    until_text(&alice, "ledger-writer on worker-7", "the key page").await;
+
+    // The form without its CSRF token (as another site's page would post it).
+    alice
+        .execute(
+            "document.querySelector('#request-form input[name=csrf]').remove()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    fill(&alice, "#reason", "writer wedged").await;
+    click(&alice, "#request-form button[type=submit]").await;
+    until_text(&alice, "csrf_token_invalid", "the CSRF refusal").await;
+    assert!(inspect(&reader, KEY)
+        .await
+        .pending_force_releases
+        .is_empty());
+
+    // The request, then its approval by the requester, posted by a script: refused.
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    until_text(&alice, "ledger-writer on worker-7", "the key page").await;
+    let request = request_from_key_page(&alice, "writer wedged").await;
+    assert!(alice.find(Locator::Id("approve-form")).await.is_err());
+    alice
+        .execute(
+            r#"const form = document.createElement("form");
+               form.method = "post";
+               form.action = location.pathname + "/approve";
+               for (const [name, value] of [["csrf", document.querySelector("input[name=csrf]").value], ["kind", "fenced"]]) {
+                 const input = document.createElement("input");
+                 input.type = "hidden"; input.name = name; input.value = value;
+                 form.appendChild(input);
+               }
+               document.body.appendChild(form);
+               form.submit();"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    until_text(
+        &alice,
+        "Refused (rule approver_is_requester)",
+        "the self-approval",
+    )
+    .await;
+    shot(&alice, "b1-self-approval-refused").await;
+    assert_eq!(inspect(&reader, KEY).await.holders[0].token, held.token().0);
+
+    // It expires: the countdown says so, and then the link says what became of it.
+    for _ in 0..150 {
+        if text_of(&alice, ".countdown").await == "expired" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(text_of(&alice, ".countdown").await, "expired");
+    let bob = driver.browser("bob").await;
+    bob.goto(&format!("{}{request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    sign_in_with(&bob, "bob", &["picket-operator"]).await;
+    until_text(&bob, "has expired", "the expired request's page").await;
+    let outcome = text_of(&bob, "main").await;
+    assert!(outcome.contains("by alice"), "{outcome}");
+    assert!(outcome.contains("nothing was released"), "{outcome}");
+    assert!(bob.find(Locator::Id("approve-form")).await.is_err());
+    shot(&bob, "b2-expired").await;
+    assert_eq!(inspect(&reader, KEY).await.holders[0].token, held.token().0);
+
+    // Sign-out: the next page leads to the sign-in.
+    click(&alice, "form.who button[type=submit]").await;
+    until_text(&alice, "INSECURE DEV SIGN-IN", "the sign-in after sign-out").await;
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    let url = alice.current_url().await.unwrap();
+    assert!(url.path().ends_with("/console/signin"), "{url}");
+
+    alice.close().await.unwrap();
+    bob.close().await.unwrap();
+    drop(driver);
+    drop(held);
+    cluster.shutdown().await;
 }

@@ -68,25 +68,36 @@ impl ClassSpec {
     pub fn validate(&self, config: &LockConfig) -> Result<(), LockError> {
         validate_class_name(&self.name)?;
         validate_prefix(&self.prefix)?;
-        let bad = |rule: String| LockError::BadClass {
+        let bad = |field: &'static str, rule: String| LockError::BadClass {
             class: self.name.clone(),
+            field,
             rule,
         };
         if self.session_ttl_ms_default > self.session_ttl_ms_max {
-            return Err(bad(format!(
-                "default session TTL {} ms is above its max session TTL {} ms",
-                self.session_ttl_ms_default, self.session_ttl_ms_max
-            )));
+            return Err(bad(
+                "session_ttl_ms_default",
+                format!(
+                    "default session TTL {} ms is above its max session TTL {} ms",
+                    self.session_ttl_ms_default, self.session_ttl_ms_max
+                ),
+            ));
         }
         let (min, max) = (config.session_ttl_ms_min, config.session_ttl_ms_max);
-        for (what, ttl) in [
-            ("default", self.session_ttl_ms_default),
-            ("max", self.session_ttl_ms_max),
+        for (what, field, ttl) in [
+            (
+                "default",
+                "session_ttl_ms_default",
+                self.session_ttl_ms_default,
+            ),
+            ("max", "session_ttl_ms_max", self.session_ttl_ms_max),
         ] {
             if ttl < min || ttl > max {
-                return Err(bad(format!(
-                    "{what} session TTL {ttl} ms is outside the cluster's bounds [{min}, {max}] ms"
-                )));
+                return Err(bad(
+                    field,
+                    format!(
+                        "{what} session TTL {ttl} ms is outside the cluster's bounds [{min}, {max}] ms"
+                    ),
+                ));
             }
         }
         check_len("class owner", &self.owner, OWNER_LEN_MAX)?;
@@ -323,12 +334,12 @@ mod tests {
         let mut c = class("ok", "");
         c.session_ttl_ms_default = c.session_ttl_ms_max + 1;
         assert!(
-            matches!(c.validate(&config), Err(LockError::BadClass { rule, .. }) if rule.contains("above its max"))
+            matches!(c.validate(&config), Err(LockError::BadClass { field: "session_ttl_ms_default", rule, .. }) if rule.contains("above its max"))
         );
         let mut c = class("ok", "");
         c.session_ttl_ms_max = config.session_ttl_ms_max + 1;
         assert!(
-            matches!(c.validate(&config), Err(LockError::BadClass { rule, .. }) if rule.contains("outside the cluster's bounds"))
+            matches!(c.validate(&config), Err(LockError::BadClass { field: "session_ttl_ms_max", rule, .. }) if rule.contains("outside the cluster's bounds"))
         );
         let mut c = class("ok", "");
         c.description = "d".repeat(DESCRIPTION_LEN_MAX + 1);

@@ -117,8 +117,14 @@ pub enum LockError {
     },
 
     // Classes.
+    /// `field`: the class's field the rule is about (`session_ttl_ms_default`,
+    /// `session_ttl_ms_max`), so that a form can show the rule next to it.
     #[error("class `{class}`: {rule}")]
-    BadClass { class: String, rule: String },
+    BadClass {
+        class: String,
+        field: &'static str,
+        rule: String,
+    },
     #[error("namespace `{namespace}` already has {max} classes: at most {max}")]
     TooManyClasses { namespace: String, max: usize },
     #[error("namespace `{namespace}` has no class registered at prefix `{prefix}`")]

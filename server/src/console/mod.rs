@@ -21,6 +21,8 @@
 //! | `GET /console/force-releases/{id}` | the approval page for the second person |
 //! | `POST /console/force-releases/{id}/approve`, `/deny` | approve or deny |
 //! | `GET /console/verify/{ns}/{key}` | verify a release ([`verify`]): the lock log, the queue draining, when the holder was told, the alert |
+//! | `GET /console/classes?namespace=`, `POST` | a namespace's classes; create or edit one ([`classes`]) |
+//! | `GET /console/classes/edit?namespace=&prefix=` | the class form (no `prefix`: a new class) |
 //!
 //! Every `POST` carries the sign-in's CSRF token (`csrf`); the cookie is HttpOnly,
 //! `SameSite=Strict` and `Secure` over HTTPS.
@@ -46,6 +48,7 @@ use crate::api::stream::ChannelStream;
 
 mod alerts;
 mod audit;
+mod classes;
 pub mod oidc;
 pub mod signin;
 pub mod verify;
@@ -135,6 +138,11 @@ pub fn router(config: ConsoleConfig, http: reqwest::Client) -> Result<Router, St
             get(verify::verify_page),
         )
         .route("/console/audit", get(audit::audit_page))
+        .route(
+            "/console/classes",
+            get(classes::classes_page).post(classes::put_class),
+        )
+        .route("/console/classes/edit", get(classes::class_form_page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
         .with_state(console))
@@ -1035,6 +1043,86 @@ async fn pending(user: &SignedIn, id: u64) -> Result<Option<proto::ForceReleaseI
     Ok(listed.requests.into_iter().find(|r| r.id == id))
 }
 
+/// Audit records read after a request when the console says what became of it.
+const OUTCOME_RECORDS_MAX: u32 = 1_000;
+
+/// What became of request `id`, which is no longer pending, from the audit (read as the person):
+/// approved or denied (by whom, when), or expired. A request leaves the pending list only so; the
+/// expiry's own record is written at the cluster's next change after it, so a request with
+/// neither record has expired.
+async fn closed_words(user: &SignedIn, id: u64) -> String {
+    use proto::AuditAction as A;
+    let generic = format!(
+        "Request {id} is not pending: it was approved, denied or has expired. The key's page and its audit show what happened."
+    );
+    let Ok(answer) = user
+        .client
+        .query_audit(proto::QueryAuditRequest {
+            namespace: None,
+            key: None,
+            revision_min: id,
+            revision_max: None,
+            limit: OUTCOME_RECORDS_MAX,
+            allow_stale: false,
+        })
+        .await
+    else {
+        return generic;
+    };
+    let records: Vec<&proto::AuditRecord> = answer
+        .records
+        .iter()
+        .filter(|r| r.force_release_id == Some(id))
+        .collect();
+    let Some(asked) = records
+        .iter()
+        .find(|r| r.action == A::ForceReleaseRequested as i32)
+    else {
+        return generic;
+    };
+    let what = format!(
+        "Request {id} ({} / {}, token {}, by {} at {})",
+        asked.namespace,
+        asked.key,
+        asked.token.unwrap_or_default(),
+        if asked.requester.is_empty() {
+            &asked.actor
+        } else {
+            &asked.requester
+        },
+        crate::wall_clock::utc(asked.time_ms)
+    );
+    let outcome = records.iter().find(|r| {
+        [
+            A::ForceReleaseApproved as i32,
+            A::ForceReleaseDenied as i32,
+            A::ForceReleaseExpired as i32,
+        ]
+        .contains(&r.action)
+    });
+    let at = |r: &proto::AuditRecord| crate::wall_clock::utc(r.time_ms);
+    match outcome {
+        Some(r) if r.action == A::ForceReleaseApproved as i32 => format!(
+            "{what} is no longer pending: it was approved by {} at {}.",
+            crate::audit_report::actor_words(r),
+            at(r)
+        ),
+        Some(r) if r.action == A::ForceReleaseDenied as i32 => format!(
+            "{what} is no longer pending: it was denied by {} at {} ({}).",
+            crate::audit_report::actor_words(r),
+            at(r),
+            r.reason
+        ),
+        Some(r) => format!(
+            "{what} has expired (recorded at {}): nobody approved it in time, and nothing was released. Request again from the key's page if it is still needed.",
+            at(r)
+        ),
+        None => format!(
+            "{what} has expired: nobody approved it in time, and nothing was released (the audit records the expiry at the cluster's next change). Request again from the key's page if it is still needed."
+        ),
+    }
+}
+
 async fn approval_page(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -1061,9 +1149,7 @@ async fn approval(
                 StatusCode::NOT_FOUND,
                 &format!("Force-release request {id}"),
                 error,
-                vec![format!(
-                    "Request {id} is not pending: it was approved, denied or has expired. The key's page and its audit show what happened."
-                )],
+                vec![closed_words(user, id).await],
             )
         }
         Err(error) => {
