@@ -49,11 +49,13 @@ pub use error::{ConvertError, DecodeError};
 /// Largest encoded message a `Lock` or `Admin` server or client should accept (tonic's default,
 /// stated so both ends set it explicitly).
 pub const API_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// Largest encoded `PeerBatch` a `Peer` server or client should accept: a catch-up reply can carry
-/// a whole `LockSnapshot`, far above the API limit. Set it with `max_decoding_message_size` /
-/// `max_encoding_message_size` on the generated `PeerServer` and `PeerClient`; a sender must split
-/// batches to stay below it.
+/// Largest encoded peer frame (`PeerFrame`, one Paxos message) a replica sends or accepts: a
+/// catch-up reply can carry a whole `LockSnapshot`, far above the API limit. A longer frame's
+/// length prefix is refused before its bytes are read (the connection is closed).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// The peer protocol's wire version (`PeerHello.protocol_version`, `peer.proto`): replicas of
+/// different versions refuse each other's connections (rule `peer_protocol_version`).
+pub const PEER_PROTOCOL_VERSION: u32 = 1;
 pub use fencing::{FencingError, FencingGate, KEY_LEN_MAX_GATE};
 
 /// The generated protobuf types and gRPC services of package `picket.v1`.

@@ -9,8 +9,7 @@ use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, NodeId};
 use picket_net::proto::admin_server::AdminServer;
 use picket_net::proto::lock_server::LockServer;
-use picket_net::proto::peer_server::PeerServer;
-use picket_net::{API_MESSAGE_BYTES_MAX, PEER_MESSAGE_BYTES_MAX};
+use picket_net::API_MESSAGE_BYTES_MAX;
 use picket_storage::{Disk, LogConfig, StorageConfig};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -25,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::node::clock::Clock;
 use crate::node::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
 use crate::node::durable::{DurableStore, EmptyDataDir, StorageCondition};
-use crate::node::peer::{run_outbound, PeerCounters, PeerService, PeerTarget};
+use crate::node::peer::{self, PeerCounters, PeerLink, PeerTarget, PeerTiming};
 
 /// Messages queued for one peer at most (beyond: dropped and counted).
 const PEER_QUEUE_MAX: usize = 8_192;
@@ -180,19 +179,37 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let mut peers_out = BTreeMap::new();
     #[cfg(not(madsim))]
     let tls = crate::tls::TlsFiles::load(config.tls.as_ref())?;
+    #[cfg(not(madsim))]
+    let peer_tls = crate::tls::PeerTls::load(config.tls.as_ref())?;
+    // Bound before anything is spawned, so that a port in use fails the start.
+    let peer_listener = peer::bind(peer_addr)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: peer_addr,
+            what: "peer",
+            source,
+        })?;
+    let peer_link = PeerLink {
+        cluster_id: config.cluster_id.as_str().into(),
+        me: id,
+        members: Arc::new(config.members.iter().map(|m| NodeId(m.id)).collect()),
+    };
     for member in config.members.iter().filter(|m| m.id != config.node_id) {
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
         peers_out.insert(NodeId(member.id), tx);
         let target = PeerTarget {
-            me: id,
             to: NodeId(member.id),
-            cluster_id: config.cluster_id.clone(),
-            url: format!("{scheme}://{}", member.peer_address),
+            address: member.peer_address.clone(),
             #[cfg(not(madsim))]
-            tls: tls.peer_client(&member.peer_address)?,
+            tls: match &peer_tls {
+                Some(tls) => Some(tls.client(&member.peer_address)?),
+                None => None,
+            },
         };
-        tasks.push(tokio::spawn(run_outbound(
+        tasks.push(tokio::spawn(peer::run_outbound(
+            peer_link.clone(),
             target,
+            PeerTiming::default(),
             rx,
             peer_counters.clone(),
             shutdown_rx.clone(),
@@ -242,27 +259,15 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         crate::api::observe::Observed::new(lock, metrics.clone()),
         crate::api::observe::Observed::new(admin, metrics.clone()),
     );
-    let peer = PeerServer::new(PeerService {
-        driver: handle.clone(),
-        counters: peer_counters.clone(),
-        shutdown: shutdown_rx.clone(),
-    })
-    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
     let client_builder = tonic::transport::Server::builder();
-    let peer_builder = tonic::transport::Server::builder();
     #[cfg(not(madsim))]
-    let (client_builder, peer_builder) = tls.servers(client_builder, peer_builder)?;
+    let client_builder = tls.client_server(client_builder)?;
     // Every refusal carries the standard-form detail, also those tonic answers by itself.
     #[cfg(not(madsim))]
-    let (mut client_builder, mut peer_builder) = (
-        client_builder.layer(crate::api::error_detail::ErrorDetailLayer),
-        peer_builder.layer(crate::api::error_detail::ErrorDetailLayer),
-    );
+    let mut client_builder = client_builder.layer(crate::api::error_detail::ErrorDetailLayer);
     #[cfg(madsim)]
-    let (mut client_builder, mut peer_builder) = (client_builder, peer_builder);
+    let mut client_builder = client_builder;
     let client_router = client_builder.add_service(lock).add_service(admin);
-    let peer_router = peer_builder.add_service(peer);
     tasks.push(serve(client_router, client_addr, "client", shutdown_rx.clone()).await?);
     #[cfg(not(madsim))]
     let http_addr = match config.http_listen {
@@ -324,7 +329,20 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     };
     #[cfg(madsim)]
     let http_addr = None;
-    tasks.push(serve(peer_router, peer_addr, "peer", shutdown_rx).await?);
+    let peer_addr = peer_listener.addr;
+    let inbound = peer::Inbound {
+        link: peer_link,
+        timing: PeerTiming::default(),
+        driver: handle.clone(),
+        counters: peer_counters.clone(),
+        #[cfg(not(madsim))]
+        tls: peer_tls.as_ref().map(crate::tls::PeerTls::server),
+    };
+    tasks.push(tokio::spawn(peer::run_inbound(
+        peer_listener,
+        inbound,
+        shutdown_rx,
+    )));
     tracing::info!(node = %id, client = %client_addr, peer = %peer_addr, http = ?http_addr,
         "serving");
     Ok(RunningNode {

@@ -1,18 +1,26 @@
-//! TLS (rustls through tonic) for the client and peer ports, when `[tls]` is configured.
+//! TLS for the client, HTTP and peer ports, when `[tls]` is configured.
 //!
-//! - Client port: the replica presents `cert`; with `require_client_cert` it also checks client
-//!   certificates against `client_ca` (else `ca`), and the certificate's subject is the
-//!   caller's principal (`crate::auth::cert`).
+//! - Client port (rustls through tonic): the replica presents `cert`; with `require_client_cert`
+//!   it also checks client certificates against `client_ca` (else `ca`), and the certificate's
+//!   subject is the caller's principal (`crate::auth::cert`).
 //! - HTTP port (`http = true`, the default): the replica presents `http_cert` (else `cert`); it
 //!   asks for a client certificate (optional: scrapers and load balancers have none) and, when
 //!   one is sent and verified, the inspection routes take it as the caller's credential.
-//! - Peer port and peer connections: **mutual TLS**: each replica presents `cert` and accepts
-//!   only a peer whose certificate chains to `ca`. A peer is verified by the host name of its
-//!   `peer_address`, so the replica certificates must name it (DNS or IP SAN).
+//! - Peer port and peer connections (rustls through tokio-rustls, [`PeerTls`]): **mutual TLS**:
+//!   each replica presents `cert` and accepts only a peer whose certificate chains to `ca`. A
+//!   peer is verified by the host name of its `peer_address`, so the replica certificates must
+//!   name it (DNS or IP SAN). Both ends offer the ALPN protocol [`PEER_ALPN`].
 //!
-//! Not compiled under `cfg(madsim)`: the simulator passes messages as values, without TLS.
+//! Not compiled under `cfg(madsim)`: the simulator runs its peers on plain madsim TCP.
 
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, Server, ServerTlsConfig};
+use std::sync::Arc;
+
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::config::Tls;
 use crate::error::StartError;
@@ -47,55 +55,172 @@ impl TlsFiles {
         })
     }
 
-    /// The client configuration for connecting to the peer at `address` (`host:port`).
-    pub fn peer_client(&self, address: &str) -> Result<Option<ClientTlsConfig>, StartError> {
-        let Some((identity, ca, _)) = &self.files else {
-            return Ok(None);
-        };
-        let host = address
-            .rsplit_once(':')
-            .map_or(address, |(host, _)| host)
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        Ok(Some(
-            ClientTlsConfig::new()
-                .ca_certificate(ca.clone())
-                .identity(identity.clone())
-                .domain_name(host),
-        ))
-    }
-
-    /// The client and peer server builders with TLS applied (unchanged without `[tls]`).
-    pub fn servers(&self, client: Server, peer: Server) -> Result<(Server, Server), StartError> {
+    /// The client port's server builder with TLS applied (unchanged without `[tls]`).
+    pub fn client_server(&self, client: Server) -> Result<Server, StartError> {
         let Some((identity, ca, require_client_cert)) = &self.files else {
-            return Ok((client, peer));
+            return Ok(client);
         };
         let mut client_tls = ServerTlsConfig::new().identity(identity.clone());
         if *require_client_cert {
             let client_ca = self.client_ca.clone().unwrap_or_else(|| ca.clone());
             client_tls = client_tls.client_ca_root(client_ca);
         }
-        let peer_tls = ServerTlsConfig::new()
-            .identity(identity.clone())
-            .client_ca_root(ca.clone());
-        let tls_error = |e: tonic::transport::Error| StartError::Tls(e.to_string());
-        Ok((
-            client.tls_config(client_tls).map_err(tls_error)?,
-            peer.tls_config(peer_tls).map_err(tls_error)?,
-        ))
+        client
+            .tls_config(client_tls)
+            .map_err(|e| StartError::Tls(e.to_string()))
     }
 }
 
-/// The rustls configuration of the HTTP port, when `[tls]` is set and `http` is on.
-pub fn http_server_config(
-    tls: Option<&Tls>,
-) -> Result<Option<std::sync::Arc<tokio_rustls::rustls::ServerConfig>>, StartError> {
-    use std::sync::Arc;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio_rustls::rustls::server::WebPkiClientVerifier;
-    use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+/// The ALPN protocol of the peer port (wire version 1 of `peer.proto`): a TLS client that
+/// offers only others (a gRPC client offers `h2`) is refused in the TLS handshake.
+pub const PEER_ALPN: &[u8] = b"picket-peer/1";
 
+/// The peer port's mutual TLS, both ends (`[tls]` `cert`, `key`, `ca`).
+#[derive(Clone)]
+pub struct PeerTls {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerTls")
+    }
+}
+
+impl PeerTls {
+    /// Reads `[tls]` for the peer port; `None` without it.
+    pub fn load(tls: Option<&Tls>) -> Result<Option<PeerTls>, StartError> {
+        let Some(tls) = tls else {
+            return Ok(None);
+        };
+        let chain = read_chain(&tls.cert, "cert")?;
+        let key = read_key(&tls.key, "key")?;
+        let roots = Arc::new(read_roots(&tls.ca, "ca")?);
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| bad("ca", &tls.ca, &e))?;
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| StartError::Tls(format!("peer port: {e}")))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(|e| StartError::Tls(format!("tls.cert/key: {e}")))?;
+        server.alpn_protocols = vec![PEER_ALPN.to_vec()];
+        let mut client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| StartError::Tls(format!("peer connections: {e}")))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| StartError::Tls(format!("tls.cert/key: {e}")))?;
+        client.alpn_protocols = vec![PEER_ALPN.to_vec()];
+        Ok(Some(PeerTls {
+            server: Arc::new(server),
+            client: Arc::new(client),
+        }))
+    }
+
+    /// The listening end.
+    pub fn server(&self) -> PeerServerTls {
+        PeerServerTls(TlsAcceptor::from(self.server.clone()))
+    }
+
+    /// The dialing end towards the member whose `peer_address` is `address` (`host:port`): its
+    /// certificate must name `host`.
+    pub fn client(&self, address: &str) -> Result<PeerClientTls, StartError> {
+        let host = address
+            .rsplit_once(':')
+            .map_or(address, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+            StartError::Tls(format!(
+                "members[].peer_address `{address}`: `{host}` is not a host name a certificate \
+                 can name: {e}"
+            ))
+        })?;
+        Ok(PeerClientTls {
+            connector: TlsConnector::from(self.client.clone()),
+            name,
+        })
+    }
+}
+
+/// TLS for connections accepted on the peer port: the dialer must present a certificate that
+/// chains to `ca`.
+#[derive(Clone)]
+pub struct PeerServerTls(TlsAcceptor);
+
+impl std::fmt::Debug for PeerServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerServerTls")
+    }
+}
+
+impl PeerServerTls {
+    pub async fn accept(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        self.0.accept(tcp).await
+    }
+}
+
+/// TLS for a connection to one peer: its certificate must chain to `ca` and name its host.
+#[derive(Clone)]
+pub struct PeerClientTls {
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for PeerClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerClientTls({:?})", self.name)
+    }
+}
+
+impl PeerClientTls {
+    pub async fn connect(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        self.connector.connect(self.name.clone(), tcp).await
+    }
+}
+
+fn bad(field: &str, path: &std::path::Path, e: &dyn std::fmt::Display) -> StartError {
+    StartError::Tls(format!("tls.{field}: {}: {e}", path.display()))
+}
+
+fn read_chain(
+    path: &std::path::Path,
+    field: &str,
+) -> Result<Vec<CertificateDer<'static>>, StartError> {
+    let chain = CertificateDer::pem_slice_iter(&read(path, field)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(field, path, &e))?;
+    if chain.is_empty() {
+        return Err(bad(field, path, &"no certificate in the file"));
+    }
+    Ok(chain)
+}
+
+fn read_key(path: &std::path::Path, field: &str) -> Result<PrivateKeyDer<'static>, StartError> {
+    PrivateKeyDer::from_pem_slice(&read(path, field)?).map_err(|e| bad(field, path, &e))
+}
+
+fn read_roots(path: &std::path::Path, field: &str) -> Result<RootCertStore, StartError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&read(path, field)?) {
+        let cert = cert.map_err(|e| bad(field, path, &e))?;
+        roots.add(cert).map_err(|e| bad(field, path, &e))?;
+    }
+    Ok(roots)
+}
+
+/// The rustls configuration of the HTTP port, when `[tls]` is set and `http` is on.
+pub fn http_server_config(tls: Option<&Tls>) -> Result<Option<Arc<ServerConfig>>, StartError> {
     let Some(tls) = tls.filter(|t| t.http) else {
         return Ok(None);
     };
@@ -103,17 +228,8 @@ pub fn http_server_config(
         (Some(cert), Some(key)) => (cert, key, "http_cert", "http_key"),
         _ => (&tls.cert, &tls.key, "cert", "key"),
     };
-    let bad = |field: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
-        StartError::Tls(format!("tls.{field}: {}: {e}", path.display()))
-    };
-    let chain = CertificateDer::pem_slice_iter(&read(cert_path, cert_field)?)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(cert_field, cert_path, &e))?;
-    if chain.is_empty() {
-        return Err(bad(cert_field, cert_path, &"no certificate in the file"));
-    }
-    let key = PrivateKeyDer::from_pem_slice(&read(key_path, key_field)?)
-        .map_err(|e| bad(key_field, key_path, &e))?;
+    let chain = read_chain(cert_path, cert_field)?;
+    let key = read_key(key_path, key_field)?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -125,11 +241,7 @@ pub fn http_server_config(
         } else {
             "ca"
         };
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&read(ca_path, ca_field)?) {
-            let cert = cert.map_err(|e| bad(ca_field, ca_path, &e))?;
-            roots.add(cert).map_err(|e| bad(ca_field, ca_path, &e))?;
-        }
+        let roots = read_roots(ca_path, ca_field)?;
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .allow_unauthenticated()
             .build()

@@ -158,40 +158,87 @@ async fn a_member_stops_and_restarts_from_its_data() {
     cluster.shutdown().await;
 }
 
+/// One frame of the peer protocol (`peer.proto`: a 4-byte big-endian length, then the
+/// `PeerFrame`), written as another language's replica would.
+async fn write_frame(tcp: &mut tokio::net::TcpStream, frame: proto::PeerFrame) {
+    use prost::Message as _;
+    use tokio::io::AsyncWriteExt;
+    let bytes = frame.encode_to_vec();
+    tcp.write_all(&(bytes.len() as u32).to_be_bytes())
+        .await
+        .unwrap();
+    tcp.write_all(&bytes).await.unwrap();
+}
+
+/// The next frame, `None` when the connection ends.
+async fn read_frame(tcp: &mut tokio::net::TcpStream) -> Option<proto::peer_frame::Kind> {
+    use prost::Message as _;
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    tcp.read_exact(&mut len).await.ok()?;
+    let mut bytes = vec![0u8; u32::from_be_bytes(len) as usize];
+    tcp.read_exact(&mut bytes).await.ok()?;
+    proto::PeerFrame::decode(bytes.as_slice()).unwrap().kind
+}
+
+fn hello(version: u32, cluster: &str, from: u64, to: u64) -> proto::PeerFrame {
+    proto::PeerFrame {
+        kind: Some(proto::peer_frame::Kind::Hello(proto::PeerHello {
+            protocol_version: version,
+            cluster_id: cluster.into(),
+            from_node_id: from,
+            to_node_id: to,
+        })),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_peer_port_refuses_misaddressed_batches_and_drops_malformed_messages() {
+async fn the_peer_port_refuses_a_bad_handshake_and_drops_malformed_messages() {
+    use proto::peer_frame::Kind;
     let (cluster, leader, _) = dev_cluster_with_leader().await;
-    let peer = format!("http://{}", cluster.config(0).me().peer_address);
-    let send = |batch: proto::PeerBatch| {
-        let peer = peer.clone();
-        async move {
-            let mut client = proto::peer_client::PeerClient::connect(peer).await.unwrap();
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
-            tx.send(batch).await.unwrap();
-            drop(tx);
-            client
-                .send(picket_server::api::stream::ChannelStream::new(rx))
-                .await
-                .map(|r| r.into_inner())
+    let peer = cluster.config(0).me().peer_address.clone();
+    let version = picket_net::PEER_PROTOCOL_VERSION;
+    for (bad, rule) in [
+        (hello(version, "other", 2, 1), "peer_cluster_id"),
+        (
+            hello(version + 1, "picket-dev", 2, 1),
+            "peer_protocol_version",
+        ),
+        (hello(version, "picket-dev", 2, 3), "peer_wrong_recipient"),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(&peer).await.unwrap();
+        write_frame(&mut tcp, bad).await;
+        match read_frame(&mut tcp).await {
+            Some(Kind::Refusal(refusal)) => assert_eq!(refusal.rule, rule, "{refusal:?}"),
+            other => panic!("expected a refusal naming {rule}, got {other:?}"),
         }
+        assert_eq!(read_frame(&mut tcp).await, None, "closed after the refusal");
+    }
+    // A good handshake, then a malformed message: dropped and counted, the connection goes on.
+    let mut tcp = tokio::net::TcpStream::connect(&peer).await.unwrap();
+    write_frame(&mut tcp, hello(version, "picket-dev", 2, 1)).await;
+    match read_frame(&mut tcp).await {
+        Some(Kind::Hello(answer)) => {
+            assert_eq!((answer.from_node_id, answer.to_node_id), (1, 2));
+        }
+        other => panic!("expected the listener's hello, got {other:?}"),
+    }
+    let counters = &cluster.node(0).unwrap().peer_counters;
+    let malformed = || {
+        counters
+            .messages_dropped_malformed
+            .load(std::sync::atomic::Ordering::Relaxed)
     };
-    let wrong_cluster = proto::PeerBatch {
-        cluster_id: "other".into(),
-        from_node_id: 2,
-        to_node_id: 1,
-        messages: vec![],
+    let before = malformed();
+    let message = proto::PeerFrame {
+        kind: Some(Kind::Message(proto::PeerMessage { kind: None })),
     };
-    let status = send(wrong_cluster).await.unwrap_err();
-    assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().contains("cluster_id"), "{status:?}");
-    let malformed = proto::PeerBatch {
-        cluster_id: "picket-dev".into(),
-        from_node_id: 2,
-        to_node_id: 1,
-        messages: vec![proto::PeerMessage { kind: None }],
-    };
-    let summary = send(malformed).await.unwrap();
-    assert_eq!((summary.batches_received, summary.messages_dropped), (1, 1));
+    write_frame(&mut tcp, message).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while malformed() == before {
+        assert!(tokio::time::Instant::now() < deadline, "never counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // The cluster is unharmed.
     let at = cluster.client_endpoint(leader);
     let s = create_session(&at, "svc", 10_000).await;

@@ -2,8 +2,9 @@
 //! switched on per run by the simulation harness (`docs/simulation.md`) and drawn from the
 //! simulator's seeded RNG, so a seed replays them exactly. They live in the real code paths:
 //!
-//! - the peer transport ([`crate::node::peer`]): received messages dropped, duplicated, batches
-//!   reversed (madsim's gRPC streams never lose, duplicate or reorder a message);
+//! - the peer transport's frame-fault layer ([`crate::node::peer::faults`]): received message
+//!   frames dropped, duplicated, delayed and reordered (madsim's TCP never loses, duplicates or
+//!   reorders a byte);
 //! - the driver's persist path ([`crate::node::driver`]): a slow fsync, [`slow_fsync`].
 //!
 //! madsim's own `buggify::enable()` is not used: it also turns on the simulator's network

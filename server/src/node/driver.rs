@@ -210,6 +210,26 @@ impl DriverHandle {
     }
 }
 
+/// Transport tests: a handle with no driver behind it, whose peer messages come out of the
+/// receiver (requests are refused: their queue is closed).
+#[cfg(test)]
+pub(crate) fn detached_handle(
+    id: NodeId,
+    cluster_id: &str,
+) -> (DriverHandle, mpsc::Receiver<PeerInput>) {
+    let (peer_in, peer_rx) = mpsc::channel(DriverLimits::default().peer_inbound_max);
+    let handle = DriverHandle {
+        requests: mpsc::channel(1).0,
+        peer_in,
+        applied: watch::channel(Revision(0)).1,
+        digests: broadcast::channel(1).0,
+        endpoints: Arc::new(BTreeMap::new()),
+        id,
+        cluster_id: cluster_id.into(),
+    };
+    (handle, peer_rx)
+}
+
 struct PendingProposal {
     reply: Reply1<Answered>,
     /// How long the node holds a waiting `Acquire` before answering `Queued`.

@@ -1,8 +1,8 @@
 //! The nodes of a run: replicas running the **real** node — `picket_server::server::start` (the
-//! driver, its durable store, the gRPC `Lock`/`Admin`/`Peer` services) on the harness's
-//! `SimDisk` and a drifting clock — and clients built on the **real client library**
-//! (`picket_net::client`). Observation goes through the public API and two small hooks of the
-//! real code:
+//! driver, its durable store, the gRPC `Lock`/`Admin` services, the framed peer transport on
+//! madsim TCP) on the harness's `SimDisk` and a drifting clock — and clients built on the
+//! **real client library** (`picket_net::client`). Observation goes through the public API and
+//! two small hooks of the real code:
 //!
 //! - a watcher per replica follows that replica's lock log (checkers 1, 2, 4 and 7), the driver's
 //!   status gives the applied revision and the leader;

@@ -1,0 +1,243 @@
+//! The peer protocol's frames (`peer.proto`, wire version 1): a 4-byte big-endian length and
+//! that many bytes of one prost-encoded `PeerFrame`, read with tokio-util's
+//! `LengthDelimitedCodec`; and the handshake's rules.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use picket_core::paxos::NodeId;
+use picket_net::proto::peer_frame::Kind;
+use picket_net::proto::{self, PeerFrame};
+use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION};
+use prost::Message as _;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{Decoder, LengthDelimitedCodec};
+
+/// Bytes of a frame's length prefix.
+const LENGTH_BYTES: usize = 4;
+/// Bytes read from the socket at a time (at least).
+const READ_CHUNK: usize = 64 * 1024;
+/// A write buffer grown above this is given back after its flush.
+const BUFFER_KEPT_MAX: usize = 4 << 20;
+
+/// Who a replica is on the peer protocol: its cluster, its id and the members it talks to.
+#[derive(Clone, Debug)]
+pub struct PeerLink {
+    pub cluster_id: Arc<str>,
+    pub me: NodeId,
+    /// Every member, this replica included.
+    pub members: Arc<BTreeSet<NodeId>>,
+}
+
+/// A handshake refused, by either end: `rule` is stable (`peer.proto`, `PeerHello`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub rule: String,
+    pub message: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (rule {})", self.message, self.rule)
+    }
+}
+
+impl Refusal {
+    fn new(rule: &str, message: String) -> Refusal {
+        Refusal {
+            rule: rule.to_owned(),
+            message,
+        }
+    }
+
+    pub fn to_frame(&self) -> PeerFrame {
+        frame(Kind::Refusal(proto::PeerRefusal {
+            rule: self.rule.clone(),
+            message: self.message.clone(),
+        }))
+    }
+}
+
+pub fn frame(kind: Kind) -> PeerFrame {
+    PeerFrame { kind: Some(kind) }
+}
+
+/// The hello `link` sends to `to` (the dialer's first frame, or the listener's answer).
+pub fn hello(link: &PeerLink, to: NodeId) -> PeerFrame {
+    frame(Kind::Hello(proto::PeerHello {
+        protocol_version: PEER_PROTOCOL_VERSION,
+        cluster_id: link.cluster_id.to_string(),
+        from_node_id: link.me.0,
+        to_node_id: to.0,
+    }))
+}
+
+/// The listener's check of a dialer's hello: the dialer it names, or why it is refused.
+pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, Refusal> {
+    check_common(hello, link)?;
+    let from = NodeId(hello.from_node_id);
+    if from == link.me || !link.members.contains(&from) {
+        return Err(Refusal::new(
+            "peer_not_a_member",
+            format!(
+                "node {} is not another member of this cluster (members {:?}, this replica {})",
+                from.0,
+                link.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+                link.me.0
+            ),
+        ));
+    }
+    Ok(from)
+}
+
+/// The dialer's check of the listener's answer: it must be `to`, answering `link.me`.
+pub fn check_answer(hello: &proto::PeerHello, link: &PeerLink, to: NodeId) -> Result<(), Refusal> {
+    check_common(hello, link)?;
+    if hello.from_node_id != to.0 {
+        return Err(Refusal::new(
+            "peer_wrong_recipient",
+            format!(
+                "the replica at this address is node {}, not node {} (members[].peer_address)",
+                hello.from_node_id, to.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_common(hello: &proto::PeerHello, link: &PeerLink) -> Result<(), Refusal> {
+    if hello.protocol_version != PEER_PROTOCOL_VERSION {
+        return Err(Refusal::new(
+            "peer_protocol_version",
+            format!(
+                "peer protocol version {} is not this replica's version {PEER_PROTOCOL_VERSION} \
+                 (replicas of one cluster must run the same wire version)",
+                hello.protocol_version
+            ),
+        ));
+    }
+    if *hello.cluster_id != *link.cluster_id {
+        return Err(Refusal::new(
+            "peer_cluster_id",
+            format!(
+                "cluster `{}` is not this cluster (`{}`)",
+                hello.cluster_id, link.cluster_id
+            ),
+        ));
+    }
+    if hello.to_node_id != link.me.0 {
+        return Err(Refusal::new(
+            "peer_wrong_recipient",
+            format!(
+                "the hello is meant for node {}, this is node {} (members[].peer_address)",
+                hello.to_node_id, link.me.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads whole frames from a byte stream.
+pub struct FrameReader<R> {
+    io: R,
+    buf: BytesMut,
+    codec: LengthDelimitedCodec,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(io: R) -> FrameReader<R> {
+        FrameReader {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            codec: LengthDelimitedCodec::builder()
+                .big_endian()
+                .length_field_length(LENGTH_BYTES)
+                .max_frame_length(PEER_MESSAGE_BYTES_MAX)
+                .new_codec(),
+        }
+    }
+
+    /// The next frame's bytes; `None` at the end of the stream between frames. An end inside a
+    /// frame, or a length above [`PEER_MESSAGE_BYTES_MAX`], is an error. Cancel-safe: a call
+    /// dropped before it finished loses nothing (the bytes read so far stay buffered).
+    pub async fn next_frame(&mut self) -> std::io::Result<Option<BytesMut>> {
+        loop {
+            if let Some(frame) = self.codec.decode(&mut self.buf)? {
+                return Ok(Some(frame));
+            }
+            self.buf.reserve(READ_CHUNK);
+            if self.io.read_buf(&mut self.buf).await? == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the connection ended inside a frame",
+                ));
+            }
+        }
+    }
+}
+
+/// Decodes one frame's bytes.
+pub fn decode(bytes: &[u8]) -> Result<Kind, String> {
+    match PeerFrame::decode(bytes) {
+        Ok(PeerFrame { kind: Some(kind) }) => Ok(kind),
+        Ok(PeerFrame { kind: None }) => Err("peer_frame.kind: required".to_owned()),
+        Err(error) => Err(format!("peer_frame: {error}")),
+    }
+}
+
+/// A frame longer than [`PEER_MESSAGE_BYTES_MAX`]: not written.
+#[derive(Debug)]
+pub struct TooLarge(pub usize);
+
+/// Buffers frames and writes them out together.
+pub struct FrameWriter<W> {
+    io: W,
+    buf: BytesMut,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    pub fn new(io: W) -> FrameWriter<W> {
+        FrameWriter {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        }
+    }
+
+    /// Appends `frame` to what the next [`FrameWriter::flush`] writes (the same bytes
+    /// `LengthDelimitedCodec` reads back).
+    pub fn push(&mut self, frame: &PeerFrame) -> Result<(), TooLarge> {
+        let len = frame.encoded_len();
+        if len > PEER_MESSAGE_BYTES_MAX {
+            return Err(TooLarge(len));
+        }
+        self.buf.reserve(LENGTH_BYTES + len);
+        self.buf.put_u32(len as u32);
+        frame
+            .encode(&mut self.buf)
+            .expect("the buffer was reserved for the frame");
+        Ok(())
+    }
+
+    /// Bytes pushed and not yet written.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Writes every pushed frame and flushes the stream (under madsim nothing leaves before the
+    /// flush).
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        self.io.write_all(&self.buf).await?;
+        if self.buf.capacity() > BUFFER_KEPT_MAX {
+            // A catch-up reply made it large: do not hold that much for every later ping.
+            self.buf = BytesMut::with_capacity(READ_CHUNK);
+        } else {
+            self.buf.clear();
+        }
+        self.io.flush().await
+    }
+}
