@@ -228,6 +228,11 @@ fn prefix_words(prefix: &str) -> String {
     }
 }
 
+/// The form for a new class in `namespace`.
+fn new_href(namespace: &str) -> String {
+    format!("/console/classes/edit?namespace={}", encode_path(namespace))
+}
+
 fn edit_href(namespace: &str, prefix: &str) -> String {
     format!(
         "/console/classes/edit?namespace={}&prefix={}",
@@ -266,10 +271,7 @@ pub(super) async fn classes_page(
         who: Some(Who::of(&user)),
         error: None,
         role: RoleNote::of(&user, &namespace),
-        new_href: format!(
-            "/console/classes/edit?namespace={}",
-            encode_path(&namespace)
-        ),
+        new_href: new_href(&namespace),
         namespace,
         rows: Vec::new(),
         listed: false,
@@ -320,10 +322,7 @@ pub(super) async fn class_form_page(
     let namespace = query.namespace.trim().to_owned();
     let back = match &query.prefix {
         Some(prefix) => edit_href(&namespace, prefix),
-        None => format!(
-            "/console/classes/edit?namespace={}",
-            encode_path(&namespace)
-        ),
+        None => new_href(&namespace),
     };
     let user = match signed_in(&console, &headers, &back) {
         Ok(user) => user,
