@@ -557,8 +557,11 @@ fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
         };
         let (_, recovered) = DurableStore::open(crashed, Path::new("/data"), storage).unwrap();
         let slot = recovered.durable.snapshot.as_ref().map(|(s, _)| *s);
+        // Replicas compact on grids shifted by their rank, the first time at least half a step
+        // (4 slots) in: a replica's saved snapshot may be older than its newest compaction
+        // (a save skipped while another ran).
         assert!(
-            slot.is_some_and(|s| s >= paxos::Slot(8)),
+            slot.is_some_and(|s| s >= paxos::Slot(4)),
             "replica {i} recovered snapshot {slot:?}"
         );
     }
