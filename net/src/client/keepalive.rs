@@ -145,18 +145,23 @@ impl Liveness {
     /// Marks the session lost (first reason wins), and with it every guard. Answers whether this
     /// call set it.
     pub(crate) fn lose(&self, reason: LostReason) -> bool {
-        let set = self.lost.send_if_modified(|current| {
-            if current.is_some() {
-                return false;
-            }
-            *current = Some(reason.clone());
-            true
+        // The state moves first (its watch decides, atomically, who loses the session), then
+        // the guards and last the session's loss signal: whoever wakes on `lost()` sees the
+        // state `Lost` and every guard lost.
+        let mut set = false;
+        self.transition(|current| {
+            let next = state::on_lost(current, &reason);
+            set = next.is_some();
+            next
         });
         if set {
-            for signal in self.holds().guards.values() {
+            // Under the holds' lock, so a guard registered now either is set here or sees the
+            // session lost (`watch_hold`).
+            let holds = self.holds();
+            for signal in holds.guards.values() {
                 set_once(signal, &reason);
             }
-            self.transition(|current| state::on_lost(current, &reason));
+            self.lost.send_replace(Some(reason));
         }
         set
     }
