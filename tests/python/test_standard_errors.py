@@ -145,17 +145,35 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def leader(cluster):
-    """The index of the leader: the replica that opens a session."""
+    """The index of the leader: the replica that opens a session and that both other replicas
+    name in their not-leader refusals (so that a first election's duel is over)."""
     deadline = time.monotonic() + DEADLINE_S
+    last = None
     while True:
         for i, address in enumerate(cluster.addresses):
             try:
                 stub(address).CreateSession(create_session_request(), timeout=2)
-                return i
             except grpc.RpcError as error:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"no leader within {DEADLINE_S} s: {error}")
+                last = error
+                continue
+            if all(named_leader(cluster.addresses[j]) == address for j in range(3) if j != i):
+                return i
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no leader that all replicas agree on within {DEADLINE_S} s: {last}")
         time.sleep(0.2)
+
+
+def named_leader(address):
+    """The leader address a replica's not-leader refusal names, or None."""
+    try:
+        stub(address).CreateSession(create_session_request(), timeout=2)
+    except grpc.RpcError as error:
+        status = rpc_status.from_call(error)
+        for any_detail in status.details if status else []:
+            detail = common_pb2.ErrorDetail()
+            if any_detail.Is(detail.DESCRIPTOR) and any_detail.Unpack(detail) and detail.rule == "not_leader":
+                return detail.leader_address or None
+    return None
 
 
 @pytest.fixture(scope="module")

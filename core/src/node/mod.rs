@@ -305,6 +305,13 @@ impl Node {
         Ok(node)
     }
 
+    /// Tells a new node the driver's time before its first step, so that its first election
+    /// timeout runs from now (see [`Replica::start_clock`]).
+    pub fn start_clock(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        self.replica.start_clock(now);
+    }
+
     /// Feeds a peer message, a timeout or a persist acknowledgement.
     pub fn step(&mut self, now: Instant, input: NodeInput) -> Result<(), StepError> {
         self.now = self.now.max(now);

@@ -232,6 +232,18 @@ where
         Ok(())
     }
 
+    /// Tells a new replica the driver's time before its first step, so that its first election
+    /// timeout is counted from now. `new` has no clock: without this, a driver whose clock
+    /// reads far from zero (the server's counts from the Unix epoch) finds the first deadline
+    /// long past, and every replica of a new cluster campaigns at once at boot and duels.
+    /// Only the first call counts; later calls only move time on.
+    pub fn start_clock(&mut self, now: Instant) {
+        if self.now == Instant::ZERO && now > self.now {
+            self.deadline_election = now.add_ms(self.deadline_election.ms_since(self.now));
+        }
+        self.now = self.now.max(now);
+    }
+
     /// Queues `command` for the next slot the leader proposes.
     pub fn propose(&mut self, now: Instant, command: C) -> Result<(), ProposeError> {
         self.propose_many(now, vec![command])

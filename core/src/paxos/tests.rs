@@ -664,3 +664,25 @@ fn restart_mid_recovery_keeps_the_persisted_incarnation() {
         .collect();
     assert_eq!(persisted, vec![(NodeId(1), 3)], "{actions:?}");
 }
+
+#[test]
+fn a_new_replica_first_listens_for_a_full_election_timeout_from_its_first_clock_reading() {
+    // The server's clock counts from the Unix epoch; a first deadline drawn from zero would be
+    // long past, and every replica of a new cluster would campaign at once.
+    let boot = Instant::from_millis(1_764_000_000_000);
+    let mut r = replica(1);
+    r.start_clock(boot);
+    let deadline = r.poll_timeout().expect("deadline");
+    assert!(
+        deadline >= boot.add_ms(150) && deadline <= boot.add_ms(300),
+        "{deadline} is not one election timeout after {boot}"
+    );
+    r.step(boot.add_ms(149), Input::Timeout).expect("timeout");
+    assert_eq!(r.role(), RoleKind::Follower);
+    assert!(drain(&mut r).is_empty(), "no pre-vote before the timeout");
+    r.step(deadline, Input::Timeout).expect("timeout");
+    assert_eq!(r.role(), RoleKind::PreCandidate);
+    // Only the first reading counts.
+    r.start_clock(boot.add_ms(10_000));
+    assert!(r.poll_timeout().expect("deadline") < boot.add_ms(10_000));
+}
