@@ -11,6 +11,8 @@
 //! - `keepalive`: one session and one `KeepAlive` stream per client, opened on the raw generated
 //!   tonic client (the library keeps its sessions alive by itself every ttl/3 and has no knob to
 //!   send one keepalive on demand); op = send `{session_id, seq}`, wait for the reply with `seq`.
+//! - `probe-fsync`, `probe-tcp`: the disk's write + fdatasync and a loopback TCP round trip
+//!   (`probe.rs`), the inputs of `scripts/bench`'s limit model.
 //! - `failover`: the `lock` workload on all endpoints; at `--kill-at-s` the leader is killed with
 //!   `kill -9` (its PID from `--pids`, in the order of `--endpoints`); reports the time until
 //!   grants resume and the failed and lost operations (see `failover.rs`).
@@ -18,10 +20,14 @@
 //! Measurement (as the reference): t0 = all clients set up; clients stop issuing at
 //! t0 + warmup + duration; ops completing in [t0 + warmup, t0 + warmup + duration] are counted;
 //! ops_per_s = counted / duration; p50/p99 nearest-rank. stdout: one line
-//! `<system> <label> <ops_per_s> <p50_ms> <p99_ms>`; details on stderr.
+//! `<system> <label> <ops_per_s> <p50_ms> <p99_ms>`; details on stderr, among them (with
+//! `--pids`) the servers' and the client's CPU microseconds and context switches per counted
+//! op over the same window (`usage.rs`).
 
 mod failover;
+mod probe;
 mod stats;
+mod usage;
 mod workload;
 
 use clap::Parser;
@@ -30,7 +36,7 @@ use clap::Parser;
 #[derive(Parser, Clone, Debug)]
 #[command(name = "picket-bench")]
 pub struct Args {
-    /// lock | lock-fresh | keepalive | failover
+    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp
     #[arg(long, default_value = "lock")]
     pub workload: String,
     /// Client endpoints of the replicas, comma-separated.
@@ -74,7 +80,8 @@ pub struct Args {
     pub threads: usize,
     #[arg(long, default_value = "picket")]
     pub system: String,
-    /// failover: replica PIDs, in the order of --endpoints.
+    /// Replica PIDs, in the order of --endpoints. failover: whom to kill; the other workloads:
+    /// whose CPU time and context switches to count over the window.
     #[arg(long, value_delimiter = ',')]
     pub pids: Vec<u32>,
     /// failover: when to kill the leader, seconds after t0.
@@ -84,6 +91,9 @@ pub struct Args {
     /// the library's default) or unary (unary calls, a KeepAlive stream per session): the A/B.
     #[arg(long, default_value = "stream", value_parser = ["stream", "unary"])]
     pub transport: String,
+    /// probe-fsync: the directory of the probe's file (the disk the data directories are on).
+    #[arg(long, default_value = ".")]
+    pub probe_dir: std::path::PathBuf,
 }
 
 fn main() {
@@ -91,6 +101,9 @@ fn main() {
     if args.clients == 0 || args.keys == 0 || args.duration_s <= 0.0 || args.warmup_s < 0.0 {
         eprintln!("picket-bench: --clients, --keys and --duration-s must be above zero");
         std::process::exit(64);
+    }
+    if args.workload.starts_with("probe-") {
+        std::process::exit(probe::run(&args));
     }
     if args.prefix.is_empty() {
         args.prefix = format!("/anchor/{}", std::process::id());

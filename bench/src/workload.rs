@@ -11,6 +11,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Streaming;
 
 use crate::stats::{self, Sample, SplitMix64};
+use crate::usage::Usage;
 use crate::Args;
 
 /// Keepalive replies and requests buffered per stream (one is in flight at a time).
@@ -256,6 +257,11 @@ pub async fn run(args: Args) -> i32 {
     let duration = Duration::from_secs_f64(args.duration_s);
     let t0 = Instant::now();
     let stop_at = t0 + warm + duration;
+    let usage = tokio::spawn(window_usage(
+        args.pids.clone(),
+        (t0 + warm).into(),
+        stop_at.into(),
+    ));
     let shared = Arc::new(args.clone());
     let mut handles = Vec::with_capacity(args.clients);
     for (i, mut p) in prepared.into_iter().enumerate() {
@@ -307,7 +313,30 @@ pub async fn run(args: Args) -> i32 {
         Some(leader) => vec![leader.clone()],
         None => args.endpoints.clone(),
     };
-    report(&args, &endpoints, t0, &results)
+    let usage = usage.await.ok();
+    report(&args, &endpoints, t0, &results, usage)
+}
+
+/// What the client and the servers (`pids`) used from `start` to `end`: sampled at both ends
+/// of the counting window, so it divides by the counted ops.
+async fn window_usage(
+    pids: Vec<u32>,
+    start: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> WindowUsage {
+    tokio::time::sleep_until(start).await;
+    let (client, servers) = (Usage::of("self"), Usage::of_all(&pids));
+    tokio::time::sleep_until(end).await;
+    WindowUsage {
+        client: Usage::of("self").since(client),
+        servers: (!pids.is_empty()).then(|| Usage::of_all(&pids).since(servers)),
+    }
+}
+
+/// The client's and the servers' usage over the counting window.
+struct WindowUsage {
+    client: Usage,
+    servers: Option<Usage>,
 }
 
 /// Joins the client tasks; a task that panicked counts as one error.
@@ -324,7 +353,13 @@ pub async fn join_all(handles: Vec<tokio::task::JoinHandle<ClientResult>>) -> Ve
 }
 
 /// Prints the summary line (stdout) and the details (stderr). Answers the exit status.
-fn report(args: &Args, endpoints: &[String], t0: Instant, results: &[ClientResult]) -> i32 {
+fn report(
+    args: &Args,
+    endpoints: &[String],
+    t0: Instant,
+    results: &[ClientResult],
+    usage: Option<WindowUsage>,
+) -> i32 {
     let window_start = (args.warmup_s * 1e6) as u64;
     let window_end = ((args.warmup_s + args.duration_s) * 1e6) as u64;
     let all: Vec<Sample> = results
@@ -362,6 +397,25 @@ fn report(args: &Args, endpoints: &[String], t0: Instant, results: &[ClientResul
         self_cpu_seconds(),
         t0.elapsed().as_secs_f64(),
     );
+    if let Some(usage) = usage {
+        // One line scripts/bench reads: per counted op, over the counting window.
+        let servers = usage.servers.map_or(("-".to_owned(), "-".to_owned()), |s| {
+            (
+                format!("{:.0}", s.cpu_us_per(n)),
+                format!("{:.1}", s.switches_per(n)),
+            )
+        });
+        eprintln!(
+            "# {} {}: per_op cpu_us_servers={} cpu_us_client={:.0} switches_servers={} \
+             switches_client={:.1}",
+            args.system,
+            args.label,
+            servers.0,
+            usage.client.cpu_us_per(n),
+            servers.1,
+            usage.client.switches_per(n),
+        );
+    }
     if let Some(e) = first_error {
         eprintln!("# first error: {e}");
     }
