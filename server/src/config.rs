@@ -489,7 +489,12 @@ impl Config {
                 "needs [tls]: it is presented in the TLS handshake with the client port",
             ));
         }
-        if self.oidc.as_ref().and_then(|o| o.console.as_ref()).is_none() {
+        if self
+            .oidc
+            .as_ref()
+            .and_then(|o| o.console.as_ref())
+            .is_none()
+        {
             return Err(invalid(
                 "console.client_cert",
                 "needs [oidc.console]: the console presents it only together with the \
@@ -739,7 +744,8 @@ heartbeat_ms = 20
     fn the_console_certificate_goes_only_with_tls_and_the_oidc_sign_in() {
         const OIDC: &str = "[oidc]\nissuer = \"https://sso.test/realms/ops\"\n\
                             audiences = [\"picket\"]\n[oidc.console]\nclient_id = \"c\"\n";
-        const CERT: &str = "[console]\nclient_cert = \"console.pem\"\nclient_key = \"console.key\"\n";
+        const CERT: &str =
+            "[console]\nclient_cert = \"console.pem\"\nclient_key = \"console.key\"\n";
         let config = Config::parse(&format!("{GOOD}\n{MTLS}{OIDC}{CERT}")).unwrap();
         assert_eq!(
             config.console.client_cert.as_deref(),
@@ -750,7 +756,10 @@ heartbeat_ms = 20
         assert!(without.console_client_cert_missing());
         let plain_tls = MTLS.replace("require_client_cert = true", "");
         let config = Config::parse(&format!("{GOOD}\n{plain_tls}{OIDC}")).unwrap();
-        assert!(!config.console_client_cert_missing(), "nothing asks for one");
+        assert!(
+            !config.console_client_cert_missing(),
+            "nothing asks for one"
+        );
         for (text, rule) in [
             (
                 format!("{GOOD}\n{MTLS}{OIDC}[console]\nclient_cert = \"c.pem\"\n"),

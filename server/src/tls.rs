@@ -249,8 +249,8 @@ pub fn console_client_identity(
             &"no certificate in the file",
         ));
     };
-    let key =
-        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| field_bad("client_key", key_path, &e))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| field_bad("client_key", key_path, &e))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -336,8 +336,7 @@ pub fn http_server_config(tls: Option<&Tls>) -> Result<Option<Arc<ServerConfig>>
 #[cfg(test)]
 mod tests {
     use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair,
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     };
 
     use super::*;
@@ -421,6 +420,9 @@ mod tests {
         // Signed by a CA the client ports do not trust: every call would fail the handshake.
         let e = refusal(&config(dir.path(), "stranger.pem", "stranger.key"));
         assert!(e.starts_with("tls: console.client_cert: "), "{e}");
-        assert!(e.contains("the client port would refuse it (tls.ca)"), "{e}");
+        assert!(
+            e.contains("the client port would refuse it (tls.ca)"),
+            "{e}"
+        );
     }
 }
