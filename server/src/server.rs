@@ -185,8 +185,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     #[cfg(not(madsim))]
     let peer_tls = crate::tls::PeerTls::load(config.tls.as_ref())?;
     #[cfg(not(madsim))]
-    let console_identity = crate::tls::console_client_identity(config)?
-        .map(|(cert_pem, key_pem)| crate::console::ClientIdentity { cert_pem, key_pem });
+    let console_identity = crate::tls::console_client_identity(config)?;
     #[cfg(not(madsim))]
     if config.console_client_cert_missing() && config.http_listen.is_some() {
         tracing::warn!(

@@ -229,7 +229,7 @@ fn read_roots(path: &std::path::Path, field: &str) -> Result<RootCertStore, Star
 /// principal and roles are the caller's (`crate::console`); its own principal is logged here.
 pub fn console_client_identity(
     config: &crate::config::Config,
-) -> Result<Option<(Vec<u8>, Vec<u8>)>, StartError> {
+) -> Result<Option<crate::console::ClientIdentity>, StartError> {
     let console = &config.console;
     let (Some(cert_path), Some(key_path)) = (&console.client_cert, &console.client_key) else {
         return Ok(None);
@@ -292,7 +292,7 @@ pub fn console_client_identity(
                  with the signed-in person's token, whose principal and roles win");
         }
     }
-    Ok(Some((cert_pem, key_pem)))
+    Ok(Some(crate::console::ClientIdentity { cert_pem, key_pem }))
 }
 
 /// The rustls configuration of the HTTP port, when `[tls]` is set and `http` is on.
@@ -401,9 +401,9 @@ mod tests {
         write("garbage.pem", "not a certificate");
 
         let good = config(dir.path(), "console.pem", "console.key");
-        let (cert_pem, key_pem) = console_client_identity(&good).unwrap().unwrap();
-        assert_eq!(cert_pem, cert.as_bytes());
-        assert_eq!(key_pem, key.as_bytes());
+        let identity = console_client_identity(&good).unwrap().unwrap();
+        assert_eq!(identity.cert_pem, cert.as_bytes());
+        assert_eq!(identity.key_pem, key.as_bytes());
 
         let e = refusal(&config(dir.path(), "missing.pem", "console.key"));
         assert!(e.starts_with("tls: console.client_cert: "), "{e}");
