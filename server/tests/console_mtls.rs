@@ -319,6 +319,20 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
         .await
         .expect("the holder learns its loss");
 
+    // The verify page asks every replica's HTTP port when the holder was told, with Dana's
+    // token (the HTTP ports ask for no client certificate): every one answers.
+    let page = dana
+        .get(&format!("{console}/console/verify/{NS}/{KEY}"))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("id=\"told-state\""), "{}", page.body);
+    assert!(
+        !page.body.contains("Not every replica answered"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("Not yet told"), "{}", page.body);
+
     // The audit says who requested and who approved: the people, not the certificate.
     let page = dana
         .get(&format!(
