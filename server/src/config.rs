@@ -97,6 +97,13 @@ pub struct ConsoleSection {
     /// firing alerts from, e.g. `http://alertmanager.internal:9093`. Absent (the default): the
     /// console shows no alerts and says so.
     pub alertmanager_url: Option<String>,
+    /// The console's transport certificate chain (PEM), presented on its connections to the
+    /// replicas' client ports, which ask for one with `[tls] require_client_cert`. Only ever
+    /// sent together with the signed-in person's OIDC access token, whose principal and roles
+    /// win over the certificate's (docs/auth.md), so it needs `[tls]` and `[oidc.console]`.
+    pub client_cert: Option<PathBuf>,
+    /// The private key of `client_cert` (PEM).
+    pub client_key: Option<PathBuf>,
 }
 
 /// `[auth]`: what a verified client certificate may do (with `[tls] require_client_cert`).
@@ -335,6 +342,12 @@ impl Config {
                 fix(path);
             }
         }
+        for path in [&mut self.console.client_cert, &mut self.console.client_key]
+            .into_iter()
+            .flatten()
+        {
+            fix(path);
+        }
     }
 
     /// Checks every rule, naming the field of the first one broken.
@@ -441,6 +454,7 @@ impl Config {
                 ));
             }
         }
+        self.check_console_certificate()?;
         if let Err(rule) = self.certificate_auth() {
             let (field, rule) = rule.split_once(": ").unwrap_or(("auth", &rule));
             return Err(invalid(field, rule));
@@ -452,6 +466,51 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// `[console] client_cert` / `client_key`: both or neither, and only where the console
+    /// presents them, next to a signed-in person's token: with `[tls]` and `[oidc.console]`.
+    /// (With insecure dev auth a verified certificate, not the dev sign-in's metadata, is the
+    /// caller, so the certificate's principal and roles would be every signed-in person's.)
+    fn check_console_certificate(&self) -> Result<(), ConfigError> {
+        let console = &self.console;
+        if console.client_cert.is_none() && console.client_key.is_none() {
+            return Ok(());
+        }
+        if console.client_cert.is_none() || console.client_key.is_none() {
+            return Err(invalid(
+                "console.client_cert",
+                "client_cert and client_key go together",
+            ));
+        }
+        if self.tls.is_none() {
+            return Err(invalid(
+                "console.client_cert",
+                "needs [tls]: it is presented in the TLS handshake with the client port",
+            ));
+        }
+        if self
+            .oidc
+            .as_ref()
+            .and_then(|o| o.console.as_ref())
+            .is_none()
+        {
+            return Err(invalid(
+                "console.client_cert",
+                "needs [oidc.console]: the console presents it only together with the \
+                 signed-in person's access token, whose principal and roles win over the \
+                 certificate's; without OIDC (insecure dev auth or none) the certificate's \
+                 principal would be every signed-in person's",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the console can call the client ports: not when they require client
+    /// certificates and `[console] client_cert` is not set.
+    pub fn console_client_cert_missing(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.require_client_cert)
+            && self.console.client_cert.is_none()
     }
 
     /// This replica's member entry.
@@ -679,6 +738,55 @@ heartbeat_ms = 20
         );
         let e = error_of(&format!("{GOOD}\n[console]\nalertmanager = \"x\"\n"));
         assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn the_console_certificate_goes_only_with_tls_and_the_oidc_sign_in() {
+        const OIDC: &str = "[oidc]\nissuer = \"https://sso.test/realms/ops\"\n\
+                            audiences = [\"picket\"]\n[oidc.console]\nclient_id = \"c\"\n";
+        const CERT: &str =
+            "[console]\nclient_cert = \"console.pem\"\nclient_key = \"console.key\"\n";
+        let config = Config::parse(&format!("{GOOD}\n{MTLS}{OIDC}{CERT}")).unwrap();
+        assert_eq!(
+            config.console.client_cert.as_deref(),
+            Some(Path::new("console.pem"))
+        );
+        assert!(!config.console_client_cert_missing());
+        let without = Config::parse(&format!("{GOOD}\n{MTLS}{OIDC}")).unwrap();
+        assert!(without.console_client_cert_missing());
+        let plain_tls = MTLS.replace("require_client_cert = true", "");
+        let config = Config::parse(&format!("{GOOD}\n{plain_tls}{OIDC}")).unwrap();
+        assert!(
+            !config.console_client_cert_missing(),
+            "nothing asks for one"
+        );
+        for (text, rule) in [
+            (
+                format!("{GOOD}\n{MTLS}{OIDC}[console]\nclient_cert = \"c.pem\"\n"),
+                "client_cert and client_key go together",
+            ),
+            (
+                format!("{GOOD}\n{MTLS}{OIDC}[console]\nclient_key = \"c.key\"\n"),
+                "client_cert and client_key go together",
+            ),
+            (format!("{GOOD}\n{OIDC}{CERT}"), "needs [tls]"),
+            // Insecure dev auth or no auth: the certificate would be every person's identity.
+            (
+                format!("insecure_dev_auth = true\n{GOOD}\n{MTLS}{CERT}"),
+                "needs [oidc.console]",
+            ),
+            (format!("{GOOD}\n{MTLS}{CERT}"), "needs [oidc.console]"),
+        ] {
+            let e = error_of(&text);
+            assert!(e.starts_with("console.client_cert: "), "{e}");
+            assert!(e.contains(rule), "{e}");
+        }
+        let mut config = Config::parse(&format!("{GOOD}\n{MTLS}{OIDC}{CERT}")).unwrap();
+        config.resolve_paths(Path::new("/etc/picket"));
+        assert_eq!(
+            config.console.client_key.as_deref(),
+            Some(Path::new("/etc/picket/console.key"))
+        );
     }
 
     #[test]

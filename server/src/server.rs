@@ -184,6 +184,16 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let tls = crate::tls::TlsFiles::load(config.tls.as_ref())?;
     #[cfg(not(madsim))]
     let peer_tls = crate::tls::PeerTls::load(config.tls.as_ref())?;
+    #[cfg(not(madsim))]
+    let console_identity = crate::tls::console_client_identity(config)?;
+    #[cfg(not(madsim))]
+    if config.console_client_cert_missing() && config.http_listen.is_some() {
+        tracing::warn!(
+            "the web console cannot call this cluster: [tls] require_client_cert is on and \
+             [console] client_cert / client_key are not set, so the client ports refuse its \
+             TLS handshake; its pages say so (docs/console.md)"
+        );
+    }
     // Bound before anything is spawned, so that a port in use fails the start.
     let peer_listener = peer::bind(peer_addr)
         .await
@@ -293,6 +303,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                     "tls.ca: cannot trust it for forwarding inspection to the leader: {e}"
                 )));
             }
+            let require_client_cert = config.tls.as_ref().is_some_and(|t| t.require_client_cert);
             let console = crate::console::ConsoleConfig {
                 endpoints: config
                     .members
@@ -308,7 +319,13 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                     }),
                     None => None,
                 },
-                dev_sign_in: auth.is_insecure(),
+                client_identity: console_identity,
+                client_cert_missing: config.console_client_cert_missing(),
+                // With client certificates required, a verified certificate, never dev
+                // metadata, is the caller: the dev sign-in could not act as the person picked.
+                dev_sign_in: auth.is_insecure() && !require_client_cert,
+                dev_sign_in_off: (auth.is_insecure() && require_client_cert)
+                    .then(|| crate::console::DEV_SIGN_IN_OFF_MTLS.to_owned()),
                 secure_cookie: https.is_some(),
                 http_endpoints: cluster.endpoints.clone(),
                 oidc: console_oidc(config, &auth)?,

@@ -219,6 +219,82 @@ fn read_roots(path: &std::path::Path, field: &str) -> Result<RootCertStore, Star
     Ok(roots)
 }
 
+/// The console's transport certificate (`[console] client_cert` / `client_key`), read and
+/// checked at start: both files parse, the key is the certificate's, and, when the client port
+/// requires client certificates, the certificate chains to `client_ca` (else `ca`) and names a
+/// principal as `client_principal_from` reads it (else every console call would be refused in
+/// the handshake or as `bad_certificate`). The error names the field. `None` without it.
+///
+/// The console presents it only together with a signed-in person's access token, whose
+/// principal and roles are the caller's (`crate::console`); its own principal is logged here.
+pub fn console_client_identity(
+    config: &crate::config::Config,
+) -> Result<Option<crate::console::ClientIdentity>, StartError> {
+    let console = &config.console;
+    let (Some(cert_path), Some(key_path)) = (&console.client_cert, &console.client_key) else {
+        return Ok(None);
+    };
+    let field_bad = |field: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+        StartError::Tls(format!("console.{field}: {}: {e}", path.display()))
+    };
+    let cert_pem = std::fs::read(cert_path).map_err(|e| field_bad("client_cert", cert_path, &e))?;
+    let key_pem = std::fs::read(key_path).map_err(|e| field_bad("client_key", key_path, &e))?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| field_bad("client_cert", cert_path, &e))?;
+    let Some(leaf) = chain.first().cloned() else {
+        return Err(field_bad(
+            "client_cert",
+            cert_path,
+            &"no certificate in the file",
+        ));
+    };
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| field_bad("client_key", key_path, &e))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StartError::Tls(format!("console client: {e}")))?
+        .with_root_certificates(RootCertStore::empty())
+        .with_client_auth_cert(chain.clone(), key)
+        .map_err(|e| {
+            StartError::Tls(format!(
+                "console.client_key: {}: not the key of console.client_cert {}: {e}",
+                key_path.display(),
+                cert_path.display()
+            ))
+        })?;
+    if let Some(tls) = config.tls.as_ref().filter(|t| t.require_client_cert) {
+        let (ca_path, ca_field) = match &tls.client_ca {
+            Some(path) => (path, "client_ca"),
+            None => (&tls.ca, "ca"),
+        };
+        let roots = Arc::new(read_roots(ca_path, ca_field)?);
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider)
+            .build()
+            .map_err(|e| bad(ca_field, ca_path, &e))?;
+        let now = tokio_rustls::rustls::pki_types::UnixTime::now();
+        verifier
+            .verify_client_cert(&leaf, &chain[1..], now)
+            .map_err(|e| {
+                field_bad(
+                    "client_cert",
+                    cert_path,
+                    &format!("the client port would refuse it (tls.{ca_field}): {e}"),
+                )
+            })?;
+        if let Some(certs) = config.certificate_auth().map_err(StartError::Auth)? {
+            let caller = certs
+                .caller(leaf.as_ref())
+                .map_err(|e| field_bad("client_cert", cert_path, &e))?;
+            tracing::info!(principal = %caller.principal,
+                "the console presents its client certificate on the client ports, always \
+                 with the signed-in person's token, whose principal and roles win");
+        }
+    }
+    Ok(Some(crate::console::ClientIdentity { cert_pem, key_pem }))
+}
+
 /// The rustls configuration of the HTTP port, when `[tls]` is set and `http` is on.
 pub fn http_server_config(tls: Option<&Tls>) -> Result<Option<Arc<ServerConfig>>, StartError> {
     let Some(tls) = tls.filter(|t| t.http) else {
@@ -255,4 +331,98 @@ pub fn http_server_config(tls: Option<&Tls>) -> Result<Option<Arc<ServerConfig>>
         .map_err(|e| StartError::Tls(format!("tls.{cert_field}/{key_field}: {e}")))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Some(Arc::new(config)))
+}
+
+#[cfg(test)]
+mod tests {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+
+    use super::*;
+
+    /// A CA's PEM and its issuer.
+    fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), Issuer::new(params, key))
+    }
+
+    /// A client certificate named `cn` signed by `issuer`: its PEM and its key's.
+    fn client(issuer: &Issuer<'static, KeyPair>, cn: &str) -> (String, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A replica's configuration requiring client certificates, with `[console] client_cert`
+    /// and `client_key` at `cert` and `key` (in `dir`).
+    fn config(dir: &std::path::Path, cert: &str, key: &str) -> crate::config::Config {
+        let text = format!(
+            "node_id = 1\ndata_dir = \"data\"\n\
+             [[members]]\nid = 1\npeer_address = \"127.0.0.1:7411\"\nclient_address = \"127.0.0.1:7401\"\n\
+             [[members]]\nid = 2\npeer_address = \"127.0.0.1:7412\"\nclient_address = \"127.0.0.1:7402\"\n\
+             [[members]]\nid = 3\npeer_address = \"127.0.0.1:7413\"\nclient_address = \"127.0.0.1:7403\"\n\
+             [oidc]\nissuer = \"https://sso.test/realms/ops\"\naudiences = [\"picket\"]\n\
+             [oidc.console]\nclient_id = \"picket-console\"\n\
+             [tls]\ncert = \"node.pem\"\nkey = \"node.key\"\nca = \"ca.pem\"\nrequire_client_cert = true\n\
+             [console]\nclient_cert = {cert:?}\nclient_key = {key:?}\n"
+        );
+        let path = dir.join("picket.toml");
+        std::fs::write(&path, text).unwrap();
+        crate::config::Config::load(&path).unwrap()
+    }
+
+    fn refusal(config: &crate::config::Config) -> String {
+        console_client_identity(config).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_consoles_certificate_is_checked_at_start_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        let (ca_pem, issuer) = ca("clients");
+        let (_, stranger) = ca("stranger");
+        write("ca.pem", &ca_pem);
+        let (cert, key) = client(&issuer, "picket-console");
+        write("console.pem", &cert);
+        write("console.key", &key);
+        let (other_cert, other_key) = client(&stranger, "picket-console");
+        write("stranger.pem", &other_cert);
+        write("stranger.key", &other_key);
+        let (_, another_key) = client(&issuer, "someone-else");
+        write("another.key", &another_key);
+        write("garbage.pem", "not a certificate");
+
+        let good = config(dir.path(), "console.pem", "console.key");
+        let identity = console_client_identity(&good).unwrap().unwrap();
+        assert_eq!(identity.cert_pem, cert.as_bytes());
+        assert_eq!(identity.key_pem, key.as_bytes());
+
+        let e = refusal(&config(dir.path(), "missing.pem", "console.key"));
+        assert!(e.starts_with("tls: console.client_cert: "), "{e}");
+        assert!(e.contains("missing.pem"), "{e}");
+        let e = refusal(&config(dir.path(), "console.pem", "missing.key"));
+        assert!(e.starts_with("tls: console.client_key: "), "{e}");
+        let e = refusal(&config(dir.path(), "garbage.pem", "console.key"));
+        assert!(e.starts_with("tls: console.client_cert: "), "{e}");
+        assert!(e.contains("no certificate"), "{e}");
+        // A key that is not the certificate's.
+        let e = refusal(&config(dir.path(), "console.pem", "another.key"));
+        assert!(e.starts_with("tls: console.client_key: "), "{e}");
+        assert!(e.contains("not the key of console.client_cert"), "{e}");
+        // Signed by a CA the client ports do not trust: every call would fail the handshake.
+        let e = refusal(&config(dir.path(), "stranger.pem", "stranger.key"));
+        assert!(e.starts_with("tls: console.client_cert: "), "{e}");
+        assert!(
+            e.contains("the client port would refuse it (tls.ca)"),
+            "{e}"
+        );
+    }
 }

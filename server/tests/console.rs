@@ -832,6 +832,7 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     let cluster = DevCluster::start_with(picket_server::dev::DevOptions {
         console: picket_server::config::ConsoleSection {
             alertmanager_url: Some(am_url.clone()),
+            ..Default::default()
         },
         ..Default::default()
     })

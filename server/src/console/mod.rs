@@ -80,9 +80,20 @@ pub struct ConsoleConfig {
     pub endpoints: Vec<String>,
     /// TLS to them (the cluster's CA), when the client port is TLS.
     pub tls: Option<TlsConfig>,
+    /// `[console] client_cert` / `client_key`: presented to the client ports (which ask for it
+    /// with `[tls] require_client_cert`), and only on the clients of OIDC sign-ins, next to the
+    /// person's access token, which the servers take over any certificate: never on a client
+    /// without a token, so the certificate's principal and roles are nobody's in the console.
+    pub client_identity: Option<ClientIdentity>,
+    /// The client ports require client certificates and the console has none: every page says
+    /// so (rule `console_client_cert_missing`) instead of calling the cluster.
+    pub client_cert_missing: bool,
     /// The insecure dev sign-in: pick any principal and roles (the servers believe them, as
     /// `--insecure-dev-auth` does for metadata). Only when the cluster runs insecure dev auth.
     pub dev_sign_in: bool,
+    /// Why the dev sign-in is off although the cluster runs insecure dev auth (shown on the
+    /// sign-in page and in its refusal).
+    pub dev_sign_in_off: Option<String>,
     /// Mark the cookie `Secure` (the HTTP port serves HTTPS).
     pub secure_cookie: bool,
     /// node id -> HTTP base URL of every replica (the overview's cluster strip reads their
@@ -95,6 +106,30 @@ pub struct ConsoleConfig {
     /// firing alerts ([`alerts`]); `None`: they say that no Alertmanager is configured.
     pub alertmanager_url: Option<String>,
 }
+
+/// The console's transport certificate (PEM), as `[console] client_cert` / `client_key`.
+#[derive(Clone)]
+pub struct ClientIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key: configs end up in logs.
+        f.debug_struct("ClientIdentity")
+            .field("cert_pem", &self.cert_pem.len())
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Why a cluster with insecure dev auth and `[tls] require_client_cert` has no dev sign-in.
+pub const DEV_SIGN_IN_OFF_MTLS: &str = "the dev sign-in is off: this cluster requires client certificates ([tls] require_client_cert = true), and there a verified certificate, never the dev sign-in's metadata, is the caller, so the console could not act as the person you pick (nor may its own certificate stand in for you). The console signs people in there only through OpenID Connect ([oidc] with [oidc.console], and [console] client_cert, docs/console.md); use picketctl with your own client certificate meanwhile";
+
+/// What every page says instead of calling a cluster whose client ports require client
+/// certificates the console does not have.
+const CLIENT_CERT_MISSING: &str = "this cluster's client ports require client certificates ([tls] require_client_cert = true) and the console has none: set [console] client_cert and client_key in picketd's configuration on this replica (a certificate the client CA signed; your own token still decides who you are and what you may do, docs/console.md). Nothing was read or changed";
 
 #[derive(Clone)]
 struct Console {
@@ -215,6 +250,8 @@ struct SigninPage {
     /// The issuer people sign in at, with `[oidc.console]`.
     issuer: Option<String>,
     roles: Vec<(&'static str, &'static str)>,
+    /// Why the dev sign-in is off ([`ConsoleConfig::dev_sign_in_off`]).
+    dev_off: Option<String>,
     next: String,
     error: Option<Refused>,
 }
@@ -319,20 +356,52 @@ fn message(
     )
 }
 
-/// The signed-in person, or the redirect to the sign-in page (back to `uri` afterwards).
+/// The signed-in person, or the redirect to the sign-in page (back to `uri` afterwards), or the
+/// page that says why the console cannot call the cluster.
 fn signed_in(
     console: &Console,
     headers: &HeaderMap,
     back: &str,
 ) -> Result<SignedIn, Box<Response>> {
-    console.sign_ins.current(headers).ok_or_else(|| {
+    let user = console.sign_ins.current(headers).ok_or_else(|| {
         let next = view::encode_path(back);
         Box::new(Redirect::to(&format!("/console/signin?next={next}")).into_response())
-    })
+    })?;
+    can_call(console, &user)?;
+    Ok(user)
+}
+
+/// Refuses, naming the missing setting, when the console cannot call the cluster.
+fn can_call(console: &Console, user: &SignedIn) -> Result<(), Box<Response>> {
+    if !console.config.client_cert_missing {
+        return Ok(());
+    }
+    Err(Box::new(message(
+        Some(Who::of(user)),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The console cannot reach the cluster",
+        Some(Refused::console(
+            "console_client_cert_missing",
+            CLIENT_CERT_MISSING,
+        )),
+        vec!["Meanwhile use picketctl with your own client certificate (docs/auth.md).".to_owned()],
+    )))
+}
+
+/// The signed-in person for a form post whose CSRF token matches, or the refusal (also when
+/// the console cannot call the cluster).
+fn signed_in_post(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<SignedIn, Box<Response>> {
+    let user = signed_in_csrf(console, headers, csrf)?;
+    can_call(console, &user)?;
+    Ok(user)
 }
 
 /// The signed-in person for a form post whose CSRF token matches, or the refusal.
-fn signed_in_post(
+fn signed_in_csrf(
     console: &Console,
     headers: &HeaderMap,
     csrf: &str,
@@ -417,6 +486,7 @@ async fn signin_page(
             dev: console.config.dev_sign_in,
             issuer: console.oidc.as_ref().map(oidc::OidcSignIn::issuer),
             roles: DEV_ROLES.to_vec(),
+            dev_off: console.config.dev_sign_in_off.clone(),
             next,
             error,
         },
@@ -530,12 +600,16 @@ async fn signin(State(console): State<Console>, Form(form): Form<SigninForm>) ->
                 dev: console.config.dev_sign_in,
                 issuer: console.oidc.as_ref().map(oidc::OidcSignIn::issuer),
                 roles: DEV_ROLES.to_vec(),
+                dev_off: console.config.dev_sign_in_off.clone(),
                 next: next.clone(),
                 error: Some(Refused::console(rule, text)),
             },
             StatusCode::BAD_REQUEST,
         )
     };
+    if let Some(why) = &console.config.dev_sign_in_off {
+        return refuse("sign_in_not_available", why);
+    }
     if !console.config.dev_sign_in {
         return refuse(
             "sign_in_not_available",
@@ -590,7 +664,7 @@ async fn signout(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    if let Err(refused) = signed_in_post(&console, &headers, &form.csrf) {
+    if let Err(refused) = signed_in_csrf(&console, &headers, &form.csrf) {
         return *refused;
     }
     console.sign_ins.sign_out(&headers);
@@ -650,6 +724,16 @@ impl Console {
     fn client_with(&self, credentials: Credentials) -> Result<Client, ClientError> {
         let mut config = ClientConfig::new(self.config.endpoints.clone(), "picket-console");
         config.tls = self.config.tls.clone();
+        // The certificate travels only with a person's token, which wins over it on the server
+        // (docs/auth.md): without a token the certificate itself would be the caller.
+        if let (Some(tls), Some(identity), Some(_)) = (
+            config.tls.as_mut(),
+            &self.config.client_identity,
+            &credentials.bearer,
+        ) {
+            tls.cert_pem = Some(identity.cert_pem.clone());
+            tls.key_pem = Some(identity.key_pem.clone());
+        }
         config.rpc_timeout = Duration::from_secs(3);
         config.retry_budget = Duration::from_secs(5);
         config.credentials = credentials;

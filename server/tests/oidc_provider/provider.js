@@ -13,7 +13,7 @@
 //   (`picket-client`) named `worker`.
 // Users (login form at /interaction/<uid>, fixed passwords; consent is implied for the console):
 // `alice` / `alice-pw` (picket-operator), `bob` / `bob-pw` (picket-admin only), `carol` /
-// `carol-pw` (no Picket role).
+// `carol-pw` (no Picket role), `dana` / `dana-pw` (picket-incident-commander).
 
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
@@ -33,6 +33,7 @@ const USERS = {
   alice: { password: 'alice-pw', roles: ['picket-operator', 'offline_access'] },
   bob: { password: 'bob-pw', roles: ['picket-admin'] },
   carol: { password: 'carol-pw', roles: ['offline_access'] },
+  dana: { password: 'dana-pw', roles: ['picket-incident-commander'] },
 };
 const WORKER = { principal: 'worker', roles: ['picket-client'] };
 
