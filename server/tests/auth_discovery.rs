@@ -114,20 +114,28 @@ async fn picketd_follows_the_real_providers_key_rotation() {
     assert_eq!(kid_of(&second), "test-key-2");
     // Its kid is unknown to picketd: refused (`unknown_kid`) only while a refresh is not due,
     // then accepted, the same processes running.
-    common::eventually(Duration::from_secs(20), "the new key's token is accepted", || {
-        let read = read(second.clone());
-        async move {
-            let (status, body) = read.await;
-            if status == 200 {
-                return Some(());
+    common::eventually(
+        Duration::from_secs(20),
+        "the new key's token is accepted",
+        || {
+            let read = read(second.clone());
+            async move {
+                let (status, body) = read.await;
+                if status == 200 {
+                    return Some(());
+                }
+                assert_eq!(status, 401, "{body}");
+                assert!(body.contains("unknown_kid"), "{body}");
+                None
             }
-            assert_eq!(status, 401, "{body}");
-            assert!(body.contains("unknown_kid"), "{body}");
-            None
-        }
-    })
+        },
+    )
     .await;
-    assert_eq!(read(first.clone()).await.0, 200, "the old key is still published");
+    assert_eq!(
+        read(first.clone()).await.0,
+        200,
+        "the old key is still published"
+    );
 
     // Tokens naming a key the provider never had: refused, naming the rule, and they make
     // picketd read the JWKS at most once per refresh interval, however many come.
@@ -154,10 +162,14 @@ async fn picketd_follows_the_real_providers_key_rotation() {
     provider.publish_keys(&["test-key-3", "test-key-2"]).await;
     let third = provider.worker_token().await;
     assert_eq!(kid_of(&third), "test-key-3");
-    common::eventually(Duration::from_secs(20), "the newest key's token is accepted", || {
-        let read = read(third.clone());
-        async move { (read.await.0 == 200).then_some(()) }
-    })
+    common::eventually(
+        Duration::from_secs(20),
+        "the newest key's token is accepted",
+        || {
+            let read = read(third.clone());
+            async move { (read.await.0 == 200).then_some(()) }
+        },
+    )
     .await;
     let (status, body) = read(first).await;
     assert_eq!(status, 401, "the removed key: {body}");

@@ -399,9 +399,16 @@ async fn two_people_walk_the_journey_in_chromium() {
         "the key page after sign-in",
     )
     .await;
-    assert_eq!(alice.current_url().await.unwrap().path(), alert_link);
+    assert_eq!(
+        alice.current_url().await.unwrap().path(),
+        format!("/console/keys/{NS}/{KEY}"),
+        "back at the alert link's key page"
+    );
     let who = text_of(&alice, "form.who").await;
-    assert!(who.contains("Signed in as alice (picket-operator)"), "{who}");
+    assert!(
+        who.contains("Signed in as alice (picket-operator)"),
+        "{who}"
+    );
     let banner = text_of(&alice, "#kind-banner").await;
     assert!(banner.contains("FENCED"), "{banner}");
     assert!(
