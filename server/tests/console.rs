@@ -211,6 +211,12 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
         body.contains("id=\"revoke\" name=\"revoke\" checked"),
         "revoke is on by default"
     );
+    let hint = element(body, "revoke-hint");
+    assert!(
+        hint.contains("told that its session is gone at once on its session stream (a push) if it has one open")
+            && hint.contains("else at its next keepalive"),
+        "how the holder learns of the revocation: {hint}"
+    );
     assert!(body.contains(&format!(
         "name=\"token\" inputmode=\"numeric\" required value=\"{token}\""
     )));

@@ -1,9 +1,12 @@
 //! The console in a real browser: Debian's headless Chromium, driven through chromedriver
-//! (WebDriver), against a 3-replica dev cluster. Two people in two browsers walk the on-call
-//! journey: the alert's link, sign-in, the key page with its FENCED banner, the request, the
-//! requester not offered the approval, the second person's approval with the kind typed, the
-//! first person's key page following the hand-off live (no reload), and the second person's
-//! verify page: the old holder told of its loss, the queue draining live.
+//! (WebDriver). Two people in two browsers walk the on-call journey against three `picketd`
+//! with OpenID Connect on, signing in at a real OpenID Provider (npm's `oidc-provider`,
+//! `tests/oidc_provider/`): the alert's link, sign-in at the provider, the key page with its
+//! FENCED banner, the request, the requester not offered the approval, the second person's
+//! approval with the kind typed, the first person's key page following the hand-off live (no
+//! reload), the second person's verify page (the old holder told of its loss, the queue
+//! draining live) and the audit naming both with their roles. The other cases sign in through
+//! the dev sign-in of a dev cluster.
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
 //! `chromium-driver`; `scripts/test` installs them). chromedriver is started on a loopback port
@@ -18,6 +21,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::oidc_provider::{cluster_for, Provider};
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use picket_net::client::{Client, ClientConfig, Credentials, Session};
@@ -221,20 +225,24 @@ async fn until_queue(admin: &Client, depth: u64) {
     panic!("{KEY} never had {depth} waiting");
 }
 
-async fn sign_in(browser: &Browser, principal: &str) {
+/// Signs in at the test OpenID Provider's login form, where the console sent the browser, as
+/// the provider's user `user` (password `<user>-pw`, tests/oidc_provider/provider.js).
+async fn sign_in_at_provider(browser: &Browser, provider: &Provider, user: &str) {
+    text_of(browser, "input[name=login]").await;
     let url = browser.current_url().await.unwrap();
-    assert!(url.path().ends_with("/console/signin"), "{url}");
-    assert!(text_of(browser, "body")
-        .await
-        .contains("INSECURE DEV SIGN-IN"));
-    fill(browser, "#principal", principal).await;
-    click(browser, "form button[type=submit]").await;
+    assert!(url.as_str().starts_with(&provider.issuer), "{url}");
+    fill(browser, "input[name=login]", user).await;
+    fill(browser, "input[name=password]", &format!("{user}-pw")).await;
+    click(browser, "button[type=submit]").await;
 }
 
 /// Signs in at the dev sign-in with exactly `roles` ticked.
 async fn sign_in_with(browser: &Browser, principal: &str, roles: &[&str]) {
     let url = browser.current_url().await.unwrap();
     assert!(url.path().ends_with("/console/signin"), "{url}");
+    assert!(text_of(browser, "body")
+        .await
+        .contains("INSECURE DEV SIGN-IN"));
     for role in [
         "picket-operator",
         "picket-incident-commander",
@@ -302,26 +310,42 @@ async fn request_from_key_page(browser: &Browser, reason: &str) -> String {
 }
 
 async fn service(cluster: &DevCluster, name: &str) -> Session {
-    let mut config = ClientConfig::new(cluster.client_endpoints(), name);
+    service_at(cluster.client_endpoints(), name, Credentials::default()).await
+}
+
+/// A service's session (on host `worker-7`, a 10 s TTL) with `credentials`.
+async fn service_at(endpoints: Vec<String>, name: &str, credentials: Credentials) -> Session {
+    let mut config = ClientConfig::new(endpoints, name);
     config.identity_host = "worker-7".to_owned();
     config.session_ttl = Some(Duration::from_secs(10));
+    config.credentials = credentials;
     Client::new(config).unwrap().create_session().await.unwrap()
 }
 
+fn bearer(token: String) -> Credentials {
+    Credentials {
+        bearer: Some(token),
+        ..Credentials::default()
+    }
+}
+
+/// The whole journey, with OpenID Connect on: three `picketd` processes trusting the real test
+/// provider (keys through its discovery document), two people each in their own Chromium
+/// signing in there (authorization code with PKCE), the console's cookie sign-in and CSRF
+/// tokens, roles from the tokens' `realm_access.roles`: Alice (`picket-operator`, on-call)
+/// pages, inspects, judges and requests; Dana (`picket-incident-commander`) approves on another
+/// replica, verifies the queue draining live and reviews the audit, which names both as the
+/// provider's users with their roles. (The dev sign-in is walked by the cases below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_people_walk_the_journey_in_chromium() {
-    let cluster = DevCluster::start().await.unwrap();
-    cluster
-        .wait_for_leader(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let mut admin = ClientConfig::new(cluster.client_endpoints(), "console-test");
-    admin.credentials = Credentials {
-        principal: Some("carol".into()),
-        roles: Some("picket-admin".into()),
-        bearer: None,
-    };
-    let admin = Client::new(admin).unwrap();
+    let provider = Provider::start().await;
+    let (cluster, _secret) = cluster_for(&provider).await;
+    let admin = Client::new({
+        let mut config = ClientConfig::new(cluster.endpoints.clone(), "console-test");
+        config.credentials = bearer(provider.setup_token().await);
+        config
+    })
+    .unwrap();
     admin
         .put_class(proto::PutClassRequest {
             namespace: NS.into(),
@@ -339,16 +363,19 @@ async fn two_people_walk_the_journey_in_chromium() {
         })
         .await
         .unwrap();
-    let stuck = service(&cluster, "ledger-writer").await;
+    // The services, with the provider's token for the lock client `worker`.
+    let worker = bearer(provider.worker_token().await);
+    let endpoints = cluster.endpoints.clone();
+    let stuck = service_at(endpoints.clone(), "ledger-writer", worker.clone()).await;
     let held = stuck.lock(NS, KEY).await.unwrap();
-    let waiter = service(&cluster, "ledger-writer-2").await;
+    let waiter = service_at(endpoints.clone(), "ledger-writer-2", worker.clone()).await;
     let next = tokio::spawn(async move {
         let guard = waiter.lock(NS, KEY).await.unwrap();
         (guard, waiter)
     });
     // A second waiter behind the first, so that the verify page sees the queue drain.
     until_queue(&admin, 1).await;
-    let third = service(&cluster, "ledger-writer-3").await;
+    let third = service_at(endpoints.clone(), "ledger-writer-3", worker.clone()).await;
     let last = tokio::spawn(async move {
         let guard = third.lock(NS, KEY).await.unwrap();
         (guard, third)
@@ -358,22 +385,30 @@ async fn two_people_walk_the_journey_in_chromium() {
     let profiles = tempfile::tempdir().unwrap();
     let driver = Driver::start(profiles.path().to_owned()).await;
     let alice = driver.browser("alice").await;
-    let bob = driver.browser("bob").await;
+    let dana = driver.browser("dana").await;
 
-    // Alice follows the alert's console link (the metric's console_url: key as one segment).
-    let base = cluster.http_endpoint(0);
-    alice
-        .goto(&format!("{base}/console/keys/{NS}/ledger%2F17"))
-        .await
-        .unwrap();
-    shot(&alice, "1-sign-in").await;
-    sign_in(&alice, "alice").await;
+    // Alice follows the alert's console link (the metric's console_url: key as one segment);
+    // signed out, it leads to the provider's login form and, after it, back to that page.
+    let base = cluster.http[0].clone();
+    let alert_link = format!("/console/keys/{NS}/ledger%2F17");
+    alice.goto(&format!("{base}{alert_link}")).await.unwrap();
+    sign_in_at_provider(&alice, &provider, "alice").await;
     until_text(
         &alice,
         "ledger-writer on worker-7",
         "the key page after sign-in",
     )
     .await;
+    assert_eq!(
+        alice.current_url().await.unwrap().path(),
+        format!("/console/keys/{NS}/{KEY}"),
+        "back at the alert link's key page"
+    );
+    let who = text_of(&alice, "form.who").await;
+    assert!(
+        who.contains("Signed in as alice (picket-operator)"),
+        "{who}"
+    );
     let banner = text_of(&alice, "#kind-banner").await;
     assert!(banner.contains("FENCED"), "{banner}");
     assert!(
@@ -386,7 +421,8 @@ async fn two_people_walk_the_journey_in_chromium() {
     assert!(live.starts_with("Live:"), "{live}");
     shot(&alice, "2-key-page").await;
 
-    // Judge and request: the token is pre-filled, revocation is on.
+    // Judge and request: the token is pre-filled, revocation is on, and the hint says how the
+    // holder learns of it.
     let prefilled = alice
         .find(Locator::Id("token"))
         .await
@@ -403,6 +439,11 @@ async fn two_people_walk_the_journey_in_chromium() {
         .await
         .unwrap();
     assert_eq!(revoke.as_deref(), Some("true"));
+    let hint = text_of(&alice, "#revoke-hint").await;
+    assert!(
+        hint.contains("at once on its session stream") && hint.contains("next keepalive"),
+        "{hint}"
+    );
     fill(&alice, "#reason", "writer wedged since the deploy").await;
     fill(&alice, "#incident", "INC-7").await;
     click(&alice, "#request-form button[type=submit]").await;
@@ -422,33 +463,40 @@ async fn two_people_walk_the_journey_in_chromium() {
         .await
         .contains("ledger-writer on worker-7"));
 
-    // Bob opens the link Alice sent him (on another replica), signs in and approves.
+    // Dana opens the link Alice sent her (on another replica), signs in at the provider and
+    // approves as the incident commander.
     let approval_path = approval.path().to_owned();
-    bob.goto(&format!("{}{approval_path}", cluster.http_endpoint(1)))
+    dana.goto(&format!("{}{approval_path}", cluster.http[1]))
         .await
         .unwrap();
-    sign_in(&bob, "bob").await;
-    until_text(&bob, "The key now", "the approval page").await;
-    let compare = text_of(&bob, ".compare").await;
+    sign_in_at_provider(&dana, &provider, "dana").await;
+    until_text(&dana, "The key now", "the approval page").await;
+    assert_eq!(dana.current_url().await.unwrap().path(), approval_path);
+    let compare = text_of(&dana, ".compare").await;
     assert!(
         compare.contains("writer wedged since the deploy [incident INC-7]"),
         "{compare}"
     );
     assert!(compare.contains("alice (on-call)"), "{compare}");
-    shot(&bob, "4-approval").await;
-    fill(&bob, "#kind", "advisory").await;
-    click(&bob, "#approve-form button[type=submit]").await;
-    until_text(&bob, "fenced_not_acknowledged", "the refusal in words").await;
-    shot(&bob, "5-refused").await;
-    fill(&bob, "#kind", "fenced").await;
-    click(&bob, "#approve-form button[type=submit]").await;
-    until_text(&bob, "approved", "the outcome").await;
-    let outcome = text_of(&bob, "main").await;
+    let form = text_of(&dana, "#approve-form").await;
+    assert!(
+        form.contains("You approve as dana (picket-incident-commander)"),
+        "{form}"
+    );
+    shot(&dana, "4-approval").await;
+    fill(&dana, "#kind", "advisory").await;
+    click(&dana, "#approve-form button[type=submit]").await;
+    until_text(&dana, "fenced_not_acknowledged", "the refusal in words").await;
+    shot(&dana, "5-refused").await;
+    fill(&dana, "#kind", "fenced").await;
+    click(&dana, "#approve-form button[type=submit]").await;
+    until_text(&dana, "approved", "the outcome").await;
+    let outcome = text_of(&dana, "main").await;
     assert!(
         outcome.contains("was revoked in the same revision"),
         "{outcome}"
     );
-    shot(&bob, "6-approved").await;
+    shot(&dana, "6-approved").await;
 
     // Alice's page follows the hand-off without a reload.
     let (next_guard, _waiter) = tokio::time::timeout(Duration::from_secs(15), next)
@@ -468,15 +516,15 @@ async fn two_people_walk_the_journey_in_chromium() {
         .contains("updated at revision"));
     shot(&alice, "7-live-hand-off").await;
 
-    // Bob verifies from the outcome: the release in the lock log, the queue, the old holder.
-    click(&bob, "a[href^='/console/verify/']").await;
+    // Dana verifies from the outcome: the release in the lock log, the queue, the old holder.
+    click(&dana, "a[href^='/console/verify/']").await;
     until_text(
-        &bob,
+        &dana,
         "When the old holder's client learned its loss",
         "the verify page",
     )
     .await;
-    let release = text_of(&bob, "#release").await;
+    let release = text_of(&dana, "#release").await;
     assert!(
         release.contains(&format!(
             "token {} of session {}",
@@ -489,32 +537,32 @@ async fn two_people_walk_the_journey_in_chromium() {
         release.contains("revoked in the same revision"),
         "{release}"
     );
-    assert!(text_of(&bob, "#alert-state")
+    assert!(text_of(&dana, "#alert-state")
         .await
         .contains("no Alertmanager is configured"));
     // The revoked session's client was pushed its end (the page polls for it).
     until_text(
-        &bob,
+        &dana,
         "pushed on its session stream",
         "when the holder learned it",
     )
     .await;
-    let told = text_of(&bob, "#told-state").await;
+    let told = text_of(&dana, "#told-state").await;
     assert!(told.starts_with("✔ Told"), "{told}");
     assert_eq!(
-        column(&bob, "#queue-table td.depth").await,
+        column(&dana, "#queue-table td.depth").await,
         ["0", "1", "2", "1", "1"]
     );
-    bob.execute("window.picketMark = 'no reload';", vec![])
+    dana.execute("window.picketMark = 'no reload';", vec![])
         .await
         .unwrap();
     until_text(
-        &bob,
+        &dana,
         "Live: following the lock log",
         "the verify page's live stream",
     )
     .await;
-    shot(&bob, "8-verify").await;
+    shot(&dana, "8-verify").await;
 
     // The queue drains, live: the first waiter lets go, the second holds, nobody waits.
     drop(next_guard);
@@ -522,66 +570,74 @@ async fn two_people_walk_the_journey_in_chromium() {
         .await
         .expect("the second waiter is granted")
         .unwrap();
-    until_text(&bob, "ledger-writer-3 on worker-7", "the drained queue").await;
-    assert!(text_of(&bob, "#held-now").await.ends_with("; 0 waiting"));
+    until_text(&dana, "ledger-writer-3 on worker-7", "the drained queue").await;
+    assert!(text_of(&dana, "#held-now").await.ends_with("; 0 waiting"));
     assert_eq!(
-        column(&bob, "#queue-table td.depth").await,
+        column(&dana, "#queue-table td.depth").await,
         ["0", "1", "2", "1", "0", "0"]
     );
-    let mark = bob
+    let mark = dana
         .execute("return window.picketMark;", vec![])
         .await
         .unwrap();
     assert_eq!(mark, json!("no reload"), "the page was not reloaded");
-    bob.execute(
+    dana.execute(
         "document.getElementById('queue-h').scrollIntoView();",
         vec![],
     )
     .await
     .unwrap();
-    shot(&bob, "9-verify-drained").await;
+    shot(&dana, "9-verify-drained").await;
     drop(last_guard);
 
-    alice.close().await.unwrap();
-    bob.close().await.unwrap();
-    drop(driver);
-    drop(held);
-    cluster.shutdown().await;
-}
-
-/// The OpenID Connect sign-in in Chromium, at the real test provider (`tests/console_oidc.rs`
-/// walks its refusals): a signed-out key page leads to the provider's login form and, after it,
-/// back to that page signed in, so the callback's page moved on by itself and the browser sent
-/// the new `SameSite=Strict` cookie.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_person_signs_in_at_the_openid_provider_in_chromium() {
-    let provider = common::oidc_provider::Provider::start().await;
-    let (cluster, _secret) = common::oidc_provider::cluster_for(&provider).await;
-    let profiles = tempfile::tempdir().unwrap();
-    let driver = Driver::start(profiles.path().to_owned()).await;
-    let alice = driver.browser("alice-oidc").await;
-    let page = format!("/console/keys/{NS}/{KEY}");
-    alice
-        .goto(&format!("{}{page}", cluster.http[0]))
+    // Review: the key's audit names the requester and the approver as the provider's users,
+    // with the roles their tokens gave them.
+    click(&dana, "a[href^='/console/audit?']").await;
+    until_text(&dana, "force-release approved", "the key's audit").await;
+    let rows = column(&dana, "#audit-records tbody tr").await;
+    let row = |action: &str| {
+        rows.iter()
+            .find(|r| r.contains(action))
+            .unwrap_or_else(|| panic!("no {action} in {rows:?}"))
+            .clone()
+    };
+    let requested = row("force-release requested");
+    assert!(requested.contains("alice (on-call)"), "{requested}");
+    let approved = row("force-release approved");
+    assert!(approved.contains("dana (incident-commander)"), "{approved}");
+    assert!(
+        approved.contains("requested by alice (on-call)"),
+        "{approved}"
+    );
+    assert!(approved.contains("revoke session: yes"), "{approved}");
+    shot(&dana, "10-review").await;
+    let audit = admin
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            key: Some(KEY.into()),
+            ..Default::default()
+        })
         .await
         .unwrap();
-    until_text(&alice, "Sign in", "the provider's login form").await;
-    let url = alice.current_url().await.unwrap();
-    assert!(url.as_str().starts_with(&provider.issuer), "{url}");
-    fill(&alice, "input[name=login]", "alice").await;
-    fill(&alice, "input[name=password]", "alice-pw").await;
-    shot(&alice, "oidc-1-provider-login").await;
-    click(&alice, "button[type=submit]").await;
-    until_text(
-        &alice,
-        "Signed in as alice (picket-operator)",
-        "back at the key page, signed in",
-    )
-    .await;
-    assert_eq!(alice.current_url().await.unwrap().path(), page);
-    shot(&alice, "oidc-2-signed-in").await;
+    let approved = audit
+        .records
+        .iter()
+        .find(|r| r.action == proto::AuditAction::ForceReleaseApproved as i32)
+        .expect("the approval is audited");
+    assert_eq!(approved.actor, "dana");
+    assert_eq!(
+        approved.actor_roles,
+        [proto::Role::IncidentCommander as i32]
+    );
+    assert_eq!(approved.requester, "alice");
+    assert_eq!(approved.requester_roles, [proto::Role::OnCall as i32]);
+
     alice.close().await.unwrap();
+    dana.close().await.unwrap();
     drop(driver);
+    drop(held);
+    drop(cluster);
+    drop(provider);
 }
 
 /// The classes page and what a change of kind does to a pending request, in Chromium, on one
@@ -833,6 +889,7 @@ async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
         .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
         .await
         .unwrap();
+    shot(&alice, "1-sign-in").await;
     sign_in_with(&alice, "alice", &["picket-operator"]).await;
     until_text(&alice, "ledger-writer on worker-7", "the key page").await;
 

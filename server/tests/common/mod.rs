@@ -49,7 +49,8 @@ pub struct Options {
     pub tls: bool,
     /// `[tls] require_client_cert`: client certificates are credentials (mutual TLS).
     pub mtls: bool,
-    /// More configuration appended to every replica's file (e.g. an `[auth]` section).
+    /// More configuration appended to every replica's file (e.g. an `[auth]` section);
+    /// `{http_address}` in it becomes the replica's own HTTP address (`127.0.0.1:port`).
     pub extra: String,
     /// `[timing]`'s election timeout range in ms (heartbeats every 50 ms). Fast by default; a
     /// test that pins its calls to the leader it found takes a slower range, so that a loaded
@@ -145,7 +146,9 @@ impl OidcCluster {
                 i + 1,
                 options.election_timeout_ms.0,
                 options.election_timeout_ms.1,
-                options.extra,
+                options
+                    .extra
+                    .replace("{http_address}", &format!("127.0.0.1:{http}")),
             );
             let path = cluster.dir.path().join(format!("node-{}.toml", i + 1));
             std::fs::write(&path, text).unwrap();

@@ -7,7 +7,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use picket_server::dev::free_port;
-use reqwest::header::AUTHORIZATION;
 use reqwest::StatusCode;
 
 use super::{eventually, OidcCluster, Options};
@@ -60,9 +59,19 @@ impl Provider {
 
     /// A lock client's access token (client credentials of `picket-worker`: `picket-client`).
     pub async fn worker_token(&self) -> String {
+        self.client_token("picket-worker", "worker-secret").await
+    }
+
+    /// A class admin's access token (client credentials of `picket-setup`, principal `setup`:
+    /// `picket-admin`), for a test's own set-up calls.
+    pub async fn setup_token(&self) -> String {
+        self.client_token("picket-setup", "setup-secret").await
+    }
+
+    async fn client_token(&self, client: &str, secret: &str) -> String {
         let answer = reqwest::Client::new()
             .post(format!("{}/token", self.issuer))
-            .header(AUTHORIZATION, "Basic cGlja2V0LXdvcmtlcjp3b3JrZXItc2VjcmV0")
+            .basic_auth(client, Some(secret))
             .form(&[("grant_type", "client_credentials")])
             .send()
             .await
@@ -71,17 +80,56 @@ impl Provider {
         let body: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
         body["access_token"].as_str().unwrap().to_owned()
     }
+
+    /// Rotates the signing keys: from now on the provider publishes exactly the keys `kids` and
+    /// signs with the first (its test-only `POST /test/keys`, provider.js).
+    pub async fn publish_keys(&self, kids: &[&str]) {
+        let answer = reqwest::Client::new()
+            .post(format!("{}/test/keys", self.issuer))
+            .query(&[("kids", kids.join(","))])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+    }
+
+    /// How often the discovery document and the JWKS were read since the provider started.
+    pub async fn fetches(&self) -> Fetches {
+        let (status, body) = super::get(&format!("{}/test/fetches", self.issuer))
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        Fetches {
+            discovery: body["discovery"].as_u64().unwrap(),
+            jwks: body["jwks"].as_u64().unwrap(),
+        }
+    }
+}
+
+/// Reads of the provider's discovery document and JWKS ([`Provider::fetches`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fetches {
+    pub discovery: u64,
+    pub jwks: u64,
 }
 
 /// Three replicas with `[oidc]` at the provider (keys through its discovery document) and
-/// `[oidc.console]` (a confidential client; the secret in a file, in the returned directory).
+/// `[oidc.console]` (a confidential client; the secret in a file, in the returned directory;
+/// each replica's redirect URL on its own HTTP address, so that a person signs in at any one).
 pub async fn cluster_for(provider: &Provider) -> (OidcCluster, tempfile::TempDir) {
+    cluster_with(provider, "").await
+}
+
+/// [`cluster_for`] with more `[oidc]` settings (lines such as `refresh_interval_min_s = 1`).
+pub async fn cluster_with(provider: &Provider, oidc: &str) -> (OidcCluster, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("console-secret");
     std::fs::write(&secret, "console-secret\n").unwrap();
     let extra = format!(
-        "[oidc]\nissuer = {:?}\naudiences = [\"picket\"]\n\
-         [oidc.console]\nclient_id = \"picket-console\"\nclient_secret_file = {secret:?}\n",
+        "[oidc]\nissuer = {:?}\naudiences = [\"picket\"]\n{oidc}\n\
+         [oidc.console]\nclient_id = \"picket-console\"\nclient_secret_file = {secret:?}\n\
+         redirect_url_base = \"http://{{http_address}}\"\n",
         provider.issuer
     );
     let cluster = OidcCluster::start_with(Options {

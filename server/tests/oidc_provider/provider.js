@@ -1,6 +1,7 @@
 // A real OpenID Provider (panva's certified oidc-provider) for server/tests/console_oidc.rs,
-// issuing Keycloak-shaped tokens: `preferred_username` and `realm_access.roles` in JWT access
-// tokens whose audience is Picket's (`picket`), as docs/auth.md expects of Keycloak.
+// console_browser.rs and auth_discovery.rs, issuing Keycloak-shaped tokens: `preferred_username`
+// and `realm_access.roles` in JWT access tokens whose audience is Picket's (`picket`), as
+// docs/auth.md expects of Keycloak.
 //
 //   node provider.js <port>
 //
@@ -10,10 +11,21 @@
 //   PKCE (S256) required; redirect URI http://127.0.0.1/console/oidc/callback on any port (a
 //   loopback redirect, RFC 8252 7.3: the test's replicas get free ports);
 // - `picket-worker` (secret `worker-secret`): client credentials, a lock client
-//   (`picket-client`) named `worker`.
+//   (`picket-client`) named `worker`;
+// - `picket-setup` (secret `setup-secret`): client credentials, a class admin (`picket-admin`)
+//   named `setup`, for a test's own set-up calls.
 // Users (login form at /interaction/<uid>, fixed passwords; consent is implied for the console):
 // `alice` / `alice-pw` (picket-operator), `bob` / `bob-pw` (picket-admin only), `carol` /
 // `carol-pw` (no Picket role), `dana` / `dana-pw` (picket-incident-commander).
+//
+// Signing keys (RSA, generated at start, by key id): at first `test-key-1` alone. Test-only
+// routes, for picketd's key rotation check:
+// - `POST /test/keys?kids=test-key-2,test-key-1`: the provider is built again (as a restart with
+//   a new `jwks` would: its sessions and grants stay, in the shared memory adapter) publishing
+//   exactly these keys, the first one signing (oidc-provider signs with the first key of an
+//   algorithm); a new key id gets a new key, a known one keeps its key;
+// - `GET /test/fetches`: how often the discovery document and the JWKS were read, as JSON
+//   `{"discovery": n, "jwks": m}`.
 
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
@@ -35,12 +47,23 @@ const USERS = {
   carol: { password: 'carol-pw', roles: ['offline_access'] },
   dana: { password: 'dana-pw', roles: ['picket-incident-commander'] },
 };
-const WORKER = { principal: 'worker', roles: ['picket-client'] };
+// The client credentials clients: who their tokens say they are.
+const SERVICES = {
+  'picket-worker': { secret: 'worker-secret', principal: 'worker', roles: ['picket-client'] },
+  'picket-setup': { secret: 'setup-secret', principal: 'setup', roles: ['picket-admin'] },
+};
 
-const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
-const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key-1', use: 'sig', alg: 'RS256' };
+const signingKeys = new Map();
+function signingKey(kid) {
+  if (!signingKeys.has(kid)) {
+    const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+    signingKeys.set(kid, { ...privateKey.export({ format: 'jwk' }), kid, use: 'sig', alg: 'RS256' });
+  }
+  return signingKeys.get(kid);
+}
 
-const provider = new Provider(issuer, {
+const cookieKeys = [crypto.randomBytes(32).toString('hex')];
+const build = (kids) => new Provider(issuer, {
   clients: [
     {
       client_id: 'picket-console',
@@ -51,16 +74,16 @@ const provider = new Provider(issuer, {
       application_type: 'native',
       redirect_uris: ['http://127.0.0.1/console/oidc/callback'],
     },
-    {
-      client_id: 'picket-worker',
-      client_secret: 'worker-secret',
+    ...Object.entries(SERVICES).map(([client_id, { secret }]) => ({
+      client_id,
+      client_secret: secret,
       grant_types: ['client_credentials'],
       response_types: [],
       redirect_uris: [],
-    },
+    })),
   ],
-  jwks: { keys: [signingKey] },
-  cookies: { keys: [crypto.randomBytes(32).toString('hex')] },
+  jwks: { keys: kids.map(signingKey) },
+  cookies: { keys: cookieKeys },
   pkce: { required: () => true },
   scopes: ['openid', 'profile', 'picket'],
   claims: { openid: ['sub'], profile: ['preferred_username'] },
@@ -92,13 +115,44 @@ const provider = new Provider(issuer, {
     if (token.kind === 'AccessToken' && USERS[token.accountId]) {
       return { preferred_username: token.accountId, realm_access: { roles: USERS[token.accountId].roles } };
     }
-    if (token.kind === 'ClientCredentials') {
-      return { preferred_username: WORKER.principal, realm_access: { roles: WORKER.roles } };
+    const service = token.kind === 'ClientCredentials' && SERVICES[token.clientId];
+    if (service) {
+      return { preferred_username: service.principal, realm_access: { roles: service.roles } };
     }
     return undefined;
   },
   ttl: { AccessToken: 600, ClientCredentials: 600, IdToken: 600, AuthorizationCode: 60, Interaction: 600, Session: 3600, Grant: 3600 },
 });
+
+let provider = build(['test-key-1']);
+let callback = provider.callback();
+const fetches = { discovery: 0, jwks: 0 };
+
+// The test-only routes (above); false for any other request.
+function testRoute(req, res) {
+  const url = new URL(req.url, issuer);
+  if (req.method === 'POST' && url.pathname === '/test/keys') {
+    const kids = (url.searchParams.get('kids') || '').split(',').filter(Boolean);
+    if (kids.length === 0) {
+      res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end('kids: at least one key id');
+      return true;
+    }
+    provider = build(kids);
+    callback = provider.callback();
+    res.writeHead(204);
+    res.end();
+    return true;
+  }
+  if (req.method === 'GET' && url.pathname === '/test/fetches') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(fetches));
+    return true;
+  }
+  if (url.pathname === '/.well-known/openid-configuration') fetches.discovery += 1;
+  if (url.pathname === '/jwks') fetches.jwks += 1;
+  return false;
+}
 
 const escape = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -146,8 +200,8 @@ async function interaction(req, res) {
   return true;
 }
 
-const callback = provider.callback();
 const server = http.createServer(async (req, res) => {
+  if (testRoute(req, res)) return;
   try {
     if (await interaction(req, res)) return;
   } catch (error) {
