@@ -34,7 +34,7 @@ impl Driver {
                 c.batch_commands_max = batch;
                 c.window_slots = 64;
                 c.pending_max = 1 << 20;
-                Replica::new(c, Durable::default()).expect("config")
+                Replica::new(c, Durable::default(), Instant::ZERO).expect("config")
             })
             .collect();
         let mut d = Driver {

@@ -166,8 +166,12 @@ impl World {
             verbose: false,
         };
         for i in 0..count {
-            let node =
-                Node::new(config(i, count, 1, window), NodeDurable::default()).expect("config");
+            let node = Node::new(
+                config(i, count, 1, window),
+                NodeDurable::default(),
+                Instant::ZERO,
+            )
+            .expect("config");
             world.nodes.push(Some(node));
             world.drain(i);
         }
@@ -433,7 +437,7 @@ impl World {
                 let i = line.node();
                 self.boots[i] += 1;
                 let cfg = config(i, self.nodes.len(), self.boots[i], self.window);
-                let node = Node::new(cfg, self.durable[i].clone()).expect("restart");
+                let node = Node::new(cfg, self.durable[i].clone(), Instant::ZERO).expect("restart");
                 self.nodes[i] = Some(node);
                 self.say(format!("n{}: restarted (boot {})", i + 1, self.boots[i]));
                 self.drain(i);

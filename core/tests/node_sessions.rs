@@ -81,7 +81,8 @@ impl Sim {
             drop_per_mille: 0,
         };
         for i in 0..3 {
-            let node = Node::new(config(i, seed, 1), NodeDurable::default()).unwrap();
+            let node =
+                Node::new(config(i, seed, 1), NodeDurable::default(), Instant::ZERO).unwrap();
             sim.nodes.push(Some(node));
             sim.drain(i);
         }
@@ -258,7 +259,12 @@ impl Sim {
 
     fn restart(&mut self, i: usize) {
         self.boots[i] += 1;
-        let node = Node::new(config(i, self.seed, self.boots[i]), self.durable[i].clone()).unwrap();
+        let node = Node::new(
+            config(i, self.seed, self.boots[i]),
+            self.durable[i].clone(),
+            Instant::ZERO,
+        )
+        .unwrap();
         self.nodes[i] = Some(node);
         self.drain(i);
     }
@@ -815,7 +821,7 @@ fn a_batch_larger_than_the_room_takes_the_first_commands() {
     for i in 0..3 {
         let mut cfg = config(i, 42, 1);
         cfg.replica.pending_max = 3;
-        sim.nodes[i] = Some(Node::new(cfg, NodeDurable::default()).unwrap());
+        sim.nodes[i] = Some(Node::new(cfg, NodeDurable::default(), Instant::ZERO).unwrap());
         sim.drain(i);
     }
     let leader = sim.wait_for_leader();
@@ -1221,7 +1227,7 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
     // Restart the leader with a bound of one pending wait.
     sim.crash(leader);
     sim.boots[leader] += 1;
-    let node = Node::new(cfg, sim.durable[leader].clone()).unwrap();
+    let node = Node::new(cfg, sim.durable[leader].clone(), Instant::ZERO).unwrap();
     sim.nodes[leader] = Some(node);
     sim.drain(leader);
     let mut bounded = None;

@@ -155,7 +155,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     replica.window_slots = config.limits.window_slots;
     replica.batch_commands_max = config.limits.batch_commands_max;
     replica.pending_max = config.limits.proposals_pending_max;
-    let mut node = Node::new(
+    let node = Node::new(
         NodeConfig {
             replica,
             locks: config.lock_config(),
@@ -164,10 +164,10 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             waits_pending_max: config.limits.waits_max,
         },
         recovered.durable,
+        // The first election timeout runs from now: a replica that has just started first
+        // listens for a leader, and the replicas of a new cluster do not all campaign at once.
+        clock.now(),
     )?;
-    // The first election timeout runs from now: a replica that has just started first listens
-    // for a leader, and the replicas of a new cluster do not all campaign at once.
-    node.start_clock(clock.now());
     let scheme = config.scheme();
     let endpoints: BTreeMap<NodeId, String> = config
         .members

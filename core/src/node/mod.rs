@@ -29,7 +29,7 @@
 //!     compact_every_slots: 10_000,
 //!     waits_pending_max: 10_000,
 //! };
-//! let mut node = Node::new(cfg, NodeDurable::default()).unwrap();
+//! let mut node = Node::new(cfg, NodeDurable::default(), Instant::ZERO).unwrap();
 //! let mut durable = NodeDurable::default();
 //! let mut now = Instant::ZERO;
 //! for _ in 0..10 {
@@ -269,9 +269,10 @@ pub struct Node {
 
 impl Node {
     /// Builds a node from its configuration and what storage restored (a restored snapshot is
-    /// installed at once).
-    pub fn new(cfg: NodeConfig, durable: NodeDurable) -> Result<Node, ConfigError> {
-        let mut replica = Replica::new(cfg.replica.clone(), durable)?;
+    /// installed at once), at the driver's time `now` (see [`Replica::new`]: the first election
+    /// timeout runs from it).
+    pub fn new(cfg: NodeConfig, durable: NodeDurable, now: Instant) -> Result<Node, ConfigError> {
+        let mut replica = Replica::new(cfg.replica.clone(), durable, now)?;
         let waits_may_be_due = Arc::new(AtomicBool::new(true));
         replica.set_batch_head(waits::expire_waits_head(
             replica.id(),
@@ -298,18 +299,11 @@ impl Node {
             checked_revision: Revision(0),
             reads: BTreeMap::new(),
             actions: VecDeque::new(),
-            now: Instant::ZERO,
+            now,
             cfg,
         };
         node.after_input();
         Ok(node)
-    }
-
-    /// Tells a new node the driver's time before its first step, so that its first election
-    /// timeout runs from now (see [`Replica::start_clock`]).
-    pub fn start_clock(&mut self, now: Instant) {
-        self.now = self.now.max(now);
-        self.replica.start_clock(now);
     }
 
     /// Feeds a peer message, a timeout or a persist acknowledgement.
@@ -1002,7 +996,7 @@ mod invariant_tests {
             compact_every_slots: 0,
             waits_pending_max: 4,
         };
-        Node::new(cfg, NodeDurable::default()).expect("a valid configuration")
+        Node::new(cfg, NodeDurable::default(), Instant::ZERO).expect("a valid configuration")
     }
 
     #[test]

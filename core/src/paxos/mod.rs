@@ -14,7 +14,7 @@
 //!
 //! let members = vec![NodeId(1), NodeId(2), NodeId(3)];
 //! let mut replica: Replica<String, Vec<String>> =
-//!     Replica::new(Config::new(NodeId(1), members, 42), Durable::default()).unwrap();
+//!     Replica::new(Config::new(NodeId(1), members, 42), Durable::default(), Instant::ZERO).unwrap();
 //! let mut now = Instant::ZERO;
 //! let mut state_machine: Vec<String> = Vec::new();
 //! for _ in 0..10 {

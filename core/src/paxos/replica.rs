@@ -124,9 +124,13 @@ where
     C: Clone + Debug + Eq,
     S: Clone + Debug + Eq,
 {
-    /// Builds a replica from its configuration and what storage restored. If a snapshot was
-    /// restored, the first action is `InstallSnapshot` for it.
-    pub fn new(cfg: Config, restored: Durable<C, S>) -> Result<Self, ConfigError> {
+    /// Builds a replica from its configuration and what storage restored, at the driver's time
+    /// `now`: its first election timeout is counted from `now`, so a replica that has just
+    /// started first listens for a leader (a deadline drawn from any other origin, e.g. zero
+    /// while the server's clock counts from the Unix epoch, would be long past, and every
+    /// replica of a new cluster would campaign at once and duel). If a snapshot was restored,
+    /// the first action is `InstallSnapshot` for it.
+    pub fn new(cfg: Config, restored: Durable<C, S>, now: Instant) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ cfg.id.0.rotate_left(32));
         let Durable {
@@ -160,7 +164,7 @@ where
         let mut r = Replica {
             cfg,
             rng,
-            now: Instant::ZERO,
+            now,
             promised,
             accepted,
             accepted_ballot_max,
@@ -230,18 +234,6 @@ where
         self.drain_inbox();
         self.check_invariants();
         Ok(())
-    }
-
-    /// Tells a new replica the driver's time before its first step, so that its first election
-    /// timeout is counted from now. `new` has no clock: without this, a driver whose clock
-    /// reads far from zero (the server's counts from the Unix epoch) finds the first deadline
-    /// long past, and every replica of a new cluster campaigns at once at boot and duels.
-    /// Only the first call counts; later calls only move time on.
-    pub fn start_clock(&mut self, now: Instant) {
-        if self.now == Instant::ZERO && now > self.now {
-            self.deadline_election = now.add_ms(self.deadline_election.ms_since(self.now));
-        }
-        self.now = self.now.max(now);
     }
 
     /// Queues `command` for the next slot the leader proposes.

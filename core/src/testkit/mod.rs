@@ -144,8 +144,8 @@ where
         };
         for i in 0..c.cfg.nodes {
             let id = NodeId(i as u64 + 1);
-            let replica =
-                Replica::new(c.cfg.replica_config(id), Durable::default()).expect("valid config");
+            let replica = Replica::new(c.cfg.replica_config(id), Durable::default(), Instant::ZERO)
+                .expect("valid config");
             c.nodes.push(SimNode {
                 replica: Some(replica),
                 durable: Durable::default(),
@@ -283,7 +283,8 @@ where
         }
         n.machine = M::empty();
         n.applied = Slot::ZERO;
-        n.replica = Some(Replica::new(cfg, n.durable.clone()).expect("valid config"));
+        n.replica =
+            Some(Replica::new(cfg, n.durable.clone(), Instant::ZERO).expect("valid config"));
         self.log(format!("{id}: restart"));
         self.drain(id);
     }

@@ -57,6 +57,7 @@ fn harness_compacting(batch_commands_max: usize, compact_every_slots: u64) -> Ha
                 waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
             },
             recovered.durable,
+            clock.now(),
         )
         .unwrap();
         let mut peers_out = BTreeMap::new();
@@ -487,6 +488,7 @@ impl Harness {
                 waits_pending_max: picket_core::node::WAITS_PENDING_MAX_DEFAULT,
             },
             recovered.durable,
+            self.clock.now(),
         )
         .unwrap();
         let mut peers_out = BTreeMap::new();
