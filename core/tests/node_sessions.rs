@@ -363,7 +363,8 @@ fn sessions_and_holds_survive_a_leader_change() {
         let Answer::Key(info) = answer else {
             panic!("{answer:?}")
         };
-        let hold = info.expect("inspect answered").holder.unwrap();
+        let info = info.expect("inspect answered");
+        let hold = info.holder.clone().unwrap();
         assert_eq!((hold.session, hold.token), (session, token));
         let remaining = hold
             .session_remaining_ms
@@ -372,6 +373,8 @@ fn sessions_and_holds_survive_a_leader_change() {
             remaining > 0 && remaining <= TTL_MS,
             "remaining {remaining}"
         );
+        // The list of every holder (what the console shows) says the same.
+        assert_eq!(info.holders, vec![hold]);
         // The crashed node restarts and catches up (from the log or a snapshot).
         sim.restart(old);
         keep_alive_for(&mut sim, session, 1_000, 400);

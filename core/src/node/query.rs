@@ -47,10 +47,14 @@ pub(crate) fn answer(
         Query::Inspect { namespace, key } => {
             let mut info = sm.inspect(namespace, key, now);
             if let Ok(KeyInfo {
-                holder: Some(hold), ..
+                holder, holders, ..
             }) = &mut info
             {
-                fill(hold, leases, now);
+                // `holder` is the oldest of `holders`: both are answered the same.
+                holder
+                    .iter_mut()
+                    .chain(holders.iter_mut())
+                    .for_each(|h| fill(h, leases, now));
             }
             Answer::Key(Box::new(info))
         }
