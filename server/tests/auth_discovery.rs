@@ -78,6 +78,21 @@ fn kid_of(token: &str) -> String {
     header["kid"].as_str().unwrap().to_owned()
 }
 
+/// Reads `holds` with `token` until it is accepted; until then it must be refused for its
+/// unknown key (`unknown_kid`), which makes picketd read the keys again once a refresh is due.
+async fn until_accepted(holds: &str, token: &str, what: &str) {
+    common::eventually(Duration::from_secs(20), what, || async move {
+        let (status, body) = common::get_as(holds, Some(token)).await.unwrap();
+        if status == 200 {
+            return Some(());
+        }
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("unknown_kid"), "{body}");
+        None
+    })
+    .await;
+}
+
 /// docs/auth.md, "Key cache and rotation", against the real provider: `picketd` with `[oidc]
 /// issuer` and no `jwks_file` loads the keys through the discovery document; when the provider
 /// rotates (publishes a new key and signs with it), a token of the new key is accepted without a
@@ -114,23 +129,7 @@ async fn picketd_follows_the_real_providers_key_rotation() {
     assert_eq!(kid_of(&second), "test-key-2");
     // Its kid is unknown to picketd: refused (`unknown_kid`) only while a refresh is not due,
     // then accepted, the same processes running.
-    common::eventually(
-        Duration::from_secs(20),
-        "the new key's token is accepted",
-        || {
-            let read = read(second.clone());
-            async move {
-                let (status, body) = read.await;
-                if status == 200 {
-                    return Some(());
-                }
-                assert_eq!(status, 401, "{body}");
-                assert!(body.contains("unknown_kid"), "{body}");
-                None
-            }
-        },
-    )
-    .await;
+    until_accepted(&holds, &second, "the new key's token is accepted").await;
     assert_eq!(
         read(first.clone()).await.0,
         200,
@@ -162,15 +161,7 @@ async fn picketd_follows_the_real_providers_key_rotation() {
     provider.publish_keys(&["test-key-3", "test-key-2"]).await;
     let third = provider.worker_token().await;
     assert_eq!(kid_of(&third), "test-key-3");
-    common::eventually(
-        Duration::from_secs(20),
-        "the newest key's token is accepted",
-        || {
-            let read = read(third.clone());
-            async move { (read.await.0 == 200).then_some(()) }
-        },
-    )
-    .await;
+    until_accepted(&holds, &third, "the newest key's token is accepted").await;
     let (status, body) = read(first).await;
     assert_eq!(status, 401, "the removed key: {body}");
     assert!(body.contains("unknown_kid"), "{body}");

@@ -8,97 +8,20 @@
 
 #[path = "common/alerts.rs"]
 mod alerts;
+#[path = "common/console.rs"]
+mod pages;
 mod support;
 
 use std::time::Duration;
 
+use pages::{between, csrf, Browser, Page};
 use picket_net::client::{Client, ClientConfig, Credentials, Session};
 use picket_net::proto;
 use picket_server::dev::DevCluster;
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
-use reqwest::redirect::Policy;
+use reqwest::header::COOKIE;
 use reqwest::StatusCode;
 
 const NS: &str = "orders";
-
-/// One browser: a cookie jar of one cookie, no redirects followed (the test reads them).
-struct Browser {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
-}
-
-struct Page {
-    status: StatusCode,
-    location: String,
-    body: String,
-}
-
-impl Browser {
-    fn new(base: &str) -> Browser {
-        Browser {
-            http: reqwest::Client::builder()
-                .redirect(Policy::none())
-                .build()
-                .unwrap(),
-            base: base.to_owned(),
-            cookie: None,
-        }
-    }
-
-    async fn answer(&mut self, request: reqwest::RequestBuilder) -> Page {
-        let request = match &self.cookie {
-            Some(cookie) => request.header(COOKIE, cookie),
-            None => request,
-        };
-        let answer = request.send().await.expect("the console answers");
-        if let Some(set) = answer.headers().get(SET_COOKIE) {
-            let pair = set.to_str().unwrap().split(';').next().unwrap().to_owned();
-            self.cookie = if pair.ends_with('=') {
-                None
-            } else {
-                Some(pair)
-            };
-        }
-        Page {
-            status: answer.status(),
-            location: answer
-                .headers()
-                .get(LOCATION)
-                .map(|l| l.to_str().unwrap().to_owned())
-                .unwrap_or_default(),
-            body: answer.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let request = self.http.get(format!("{}{path}", self.base));
-        self.answer(request).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let request = self.http.post(format!("{}{path}", self.base)).form(form);
-        self.answer(request).await
-    }
-
-    async fn sign_in(&mut self, principal: &str, roles: &[&str]) {
-        let mut form = vec![("principal", principal), ("next", "/console/")];
-        form.extend(roles.iter().map(|r| (*r, "on")));
-        let page = self.post("/console/signin", &form).await;
-        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
-        assert_eq!(page.location, "/console/");
-        assert!(self.cookie.is_some(), "signing in sets the cookie");
-    }
-}
-
-/// The CSRF token a page's forms carry.
-fn csrf(body: &str) -> String {
-    let at = body
-        .find("name=\"csrf\" value=\"")
-        .expect("the page has a form with the CSRF token")
-        + "name=\"csrf\" value=\"".len();
-    body[at..].split('"').next().unwrap().to_owned()
-}
 
 fn admin(cluster: &DevCluster, principal: &str, roles: &str) -> Client {
     let mut config = ClientConfig::new(cluster.client_endpoints(), "console-test");
@@ -159,7 +82,7 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     });
 
     let base = cluster.http_endpoint(0);
-    let mut alice = Browser::new(&base);
+    let mut alice = Browser::at(&base);
     // Signed out: every page sends the browser to the sign-in, and back afterwards.
     let page = alice.get("/console/keys/orders/ledger/17").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER);
@@ -174,7 +97,7 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
         .await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST);
     assert!(page.body.contains("bad_principal"), "{}", page.body);
-    alice.sign_in("alice", &["picket-operator"]).await;
+    alice.dev_sign_in("alice", &["picket-operator"]).await;
 
     // The overview: the namespace's longest hold, over the class's max expected hold.
     let page = alice.get("/console/").await;
@@ -207,6 +130,19 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
         "the waiter: {body}"
     );
     assert!(body.contains("team-ledger"), "{body}");
+    // The holder card says when the session was last renewed on every replica's console, the
+    // followers' too: the inspection is linearizable, so the leader answers it, and only the
+    // leader keeps the sessions' deadlines.
+    for replica in 0..3 {
+        let mut eve = Browser::at(&cluster.http_endpoint(replica));
+        eve.dev_sign_in("eve", &["picket-operator"]).await;
+        let page = eve.get("/console/keys/orders/ledger/17").await;
+        let card = between(&page.body, "ledger-writer on worker-7", "</dl>");
+        assert!(
+            card.contains("last renewed ") && card.contains(" ago, expires in "),
+            "replica {replica}'s holder card: {card}"
+        );
+    }
     assert!(
         body.contains("id=\"revoke\" name=\"revoke\" checked"),
         "revoke is on by default"
@@ -286,8 +222,8 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     assert!(page.body.contains("approver_is_requester"), "{}", page.body);
 
     // Bob, in another browser, sees the request beside the key as it is now.
-    let mut bob = Browser::new(&cluster.http_endpoint(1));
-    bob.sign_in("bob", &["picket-operator"]).await;
+    let mut bob = Browser::at(&cluster.http_endpoint(1));
+    bob.dev_sign_in("bob", &["picket-operator"]).await;
     let page = bob.get(&approval).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("id=\"approve-form\""), "{}", page.body);
@@ -322,7 +258,7 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
             "{}/console/live/orders/ledger/17",
             cluster.http_endpoint(2)
         ))
-        .header(COOKIE, bob.cookie.clone().unwrap())
+        .header(COOKIE, bob.cookie_header().unwrap())
         .send()
         .await
         .unwrap();
@@ -334,7 +270,7 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     let mut live = bob
         .http
         .get(format!("{}/console/live/orders/ledger/17", bob.base))
-        .header(COOKIE, bob.cookie.clone().unwrap())
+        .header(COOKIE, bob.cookie_header().unwrap())
         .send()
         .await
         .unwrap();
@@ -386,7 +322,7 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     assert_eq!(page.status, StatusCode::FORBIDDEN);
     let page = bob.post("/console/signout", &[("csrf", &bob_csrf)]).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER);
-    assert!(bob.cookie.is_none(), "the cookie is cleared");
+    assert!(bob.cookie_header().is_none(), "the cookie is cleared");
     assert_eq!(bob.get("/console/").await.status, StatusCode::SEE_OTHER);
     drop(held);
     cluster.shutdown().await;
@@ -402,8 +338,8 @@ async fn an_advisory_request_records_the_checklist() {
     let stuck = service(&cluster, "report-job").await;
     let held = stuck.lock(NS, "report/daily").await.unwrap();
     let token = held.token().0.to_string();
-    let mut alice = Browser::new(&cluster.http_endpoint(0));
-    alice.sign_in("alice", &["picket-operator"]).await;
+    let mut alice = Browser::at(&cluster.http_endpoint(0));
+    alice.dev_sign_in("alice", &["picket-operator"]).await;
     let page = alice.get("/console/keys/orders/report/daily").await;
     assert!(
         page.body.contains("<strong>ADVISORY</strong>"),
@@ -461,14 +397,14 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     let held = stuck.lock(NS, "report/daily").await.unwrap();
     let token = held.token().0.to_string();
 
-    let mut alice = Browser::new(&cluster.http_endpoint(0));
+    let mut alice = Browser::at(&cluster.http_endpoint(0));
     let page = alice.get("/console/audit?namespace=orders").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "signed out");
     assert_eq!(
         page.location,
         "/console/signin?next=/console/audit%3Fnamespace%3Dorders"
     );
-    alice.sign_in("alice", &["picket-operator"]).await;
+    alice.dev_sign_in("alice", &["picket-operator"]).await;
     let page = alice.get("/console/keys/orders/report/daily").await;
     let csrf = csrf(&page.body);
     let request = [
@@ -510,7 +446,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
             "{}/console/audit?namespace=orders&format=csv",
             alice.base
         ))
-        .header(COOKIE, alice.cookie.clone().unwrap())
+        .header(COOKIE, alice.cookie_header().unwrap())
         .send()
         .await
         .unwrap();
@@ -547,7 +483,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
             "{}/console/audit?namespace=orders&format=json",
             alice.base
         ))
-        .header(COOKIE, alice.cookie.clone().unwrap())
+        .header(COOKIE, alice.cookie_header().unwrap())
         .send()
         .await
         .unwrap()
@@ -699,10 +635,10 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
         tokio::spawn(async move { (second.lock(NS, "ledger/17").await.unwrap(), second) });
     until_queue(&carol, "ledger/17", 2).await;
 
-    let mut alice = Browser::new(&cluster.http_endpoint(0));
-    alice.sign_in("alice", &["picket-operator"]).await;
-    let mut bob = Browser::new(&cluster.http_endpoint(1));
-    bob.sign_in("bob", &["picket-operator"]).await;
+    let mut alice = Browser::at(&cluster.http_endpoint(0));
+    alice.dev_sign_in("alice", &["picket-operator"]).await;
+    let mut bob = Browser::at(&cluster.http_endpoint(1));
+    bob.dev_sign_in("bob", &["picket-operator"]).await;
     let outcome =
         release_through_the_console(&mut alice, &mut bob, "ledger/17", token, false).await;
     let verify = verify_link(&outcome.body);
@@ -856,8 +792,8 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     let holder = service(&cluster, "ledger-writer").await;
     let held = holder.lock(NS, "ledger/9").await.unwrap();
 
-    let mut alice = Browser::new(&cluster.http_endpoint(0));
-    alice.sign_in("alice", &["picket-operator"]).await;
+    let mut alice = Browser::at(&cluster.http_endpoint(0));
+    alice.dev_sign_in("alice", &["picket-operator"]).await;
     let page = alice.get("/console/").await;
     let state = element(&page.body, "alerts-state");
     assert!(
@@ -903,8 +839,8 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     );
 
     // Released (with revocation): the holder's client is pushed its end, and the alert resolves.
-    let mut bob = Browser::new(&cluster.http_endpoint(1));
-    bob.sign_in("bob", &["picket-operator"]).await;
+    let mut bob = Browser::at(&cluster.http_endpoint(1));
+    bob.dev_sign_in("bob", &["picket-operator"]).await;
     let outcome =
         release_through_the_console(&mut alice, &mut bob, "ledger/9", held.token().0, true).await;
     let verify = verify_link(&outcome.body);
@@ -1000,8 +936,8 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
         .unwrap();
     let reader = admin(&cluster, "reader", "");
     let base = cluster.http_endpoint(0);
-    let mut carol = Browser::new(&base);
-    carol.sign_in("carol", &["picket-admin"]).await;
+    let mut carol = Browser::at(&base);
+    carol.dev_sign_in("carol", &["picket-admin"]).await;
     let page = carol.get("/console/classes?namespace=orders").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("No class is registered in orders"));
@@ -1133,8 +1069,8 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
     );
 
     // Without picket-admin: the page says so, and the server refuses the change.
-    let mut olga = Browser::new(&base);
-    olga.sign_in("olga", &["picket-operator"]).await;
+    let mut olga = Browser::at(&base);
+    olga.dev_sign_in("olga", &["picket-operator"]).await;
     let page = olga.get("/console/classes?namespace=orders").await;
     assert!(page.body.contains("id=\"role-note\""), "{}", page.body);
     assert!(page.body.contains("needs the role"));

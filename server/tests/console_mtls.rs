@@ -11,16 +11,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::console::{csrf, refused_rule, Browser};
 use common::oidc_provider::Provider;
 use common::pki::{Name, TestPki};
 use common::{OidcCluster, Options, STABLE_ELECTIONS_MS};
 use picket_net::client::{Client, ClientConfig, TlsConfig};
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
 const NS: &str = "orders";
@@ -29,136 +27,6 @@ const KEY: &str = "ledger/17";
 const SVC: &str = "spiffe://picket.test/svc/ledger";
 /// The console's certificate principal, given every role (which must never reach a person).
 const CONSOLE: &str = "spiffe://picket.test/picket-console";
-
-/// One browser: its cookies (every host here is 127.0.0.1, and cookies ignore ports), redirects
-/// read by the test.
-struct Browser {
-    http: reqwest::Client,
-    cookies: BTreeMap<String, String>,
-}
-
-struct Page {
-    status: StatusCode,
-    location: String,
-    body: String,
-}
-
-impl Browser {
-    fn new() -> Browser {
-        Browser {
-            http: reqwest::Client::builder()
-                .redirect(Policy::none())
-                .build()
-                .unwrap(),
-            cookies: BTreeMap::new(),
-        }
-    }
-
-    async fn answer(&mut self, request: reqwest::RequestBuilder) -> Page {
-        let header = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let request = if header.is_empty() {
-            request
-        } else {
-            request.header(COOKIE, header)
-        };
-        let answer = request.send().await.expect("the server answers");
-        for value in answer.headers().get_all(SET_COOKIE) {
-            let value = value.to_str().unwrap();
-            let pair = value.split(';').next().unwrap().trim();
-            let (name, v) = pair.split_once('=').unwrap();
-            if v.is_empty() || value.contains("Max-Age=0") {
-                self.cookies.remove(name);
-            } else {
-                self.cookies.insert(name.to_owned(), v.to_owned());
-            }
-        }
-        Page {
-            status: answer.status(),
-            location: answer
-                .headers()
-                .get(LOCATION)
-                .map(|l| l.to_str().unwrap().to_owned())
-                .unwrap_or_default(),
-            body: answer.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&mut self, url: &str) -> Page {
-        let request = self.http.get(url);
-        self.answer(request).await
-    }
-
-    async fn post(&mut self, url: &str, form: &[(&str, &str)]) -> Page {
-        let request = self.http.post(url).form(form);
-        self.answer(request).await
-    }
-
-    /// Follows redirects from `page` until one leads to `stop` (returned, not fetched), or a
-    /// page that is no redirect (`Err`).
-    async fn follow(&mut self, mut page: Page, origin: &str, stop: &str) -> Result<String, Page> {
-        for _ in 0..10 {
-            if !page.status.is_redirection() {
-                return Err(page);
-            }
-            let url = if page.location.starts_with("http") {
-                page.location.clone()
-            } else {
-                format!("{origin}{}", page.location)
-            };
-            if url.starts_with(stop) {
-                return Ok(url);
-            }
-            page = self.get(&url).await;
-        }
-        panic!("more than 10 redirects");
-    }
-
-    /// The whole OIDC sign-in at `console` as `user`: the console's page after the callback.
-    async fn sign_in(&mut self, provider: &str, console: &str, user: &str, password: &str) -> Page {
-        let begun = self
-            .get(&format!("{console}/console/signin?next=/console/"))
-            .await;
-        assert_eq!(begun.status, StatusCode::SEE_OTHER, "{}", begun.body);
-        let form = self
-            .follow(begun, provider, console)
-            .await
-            .expect_err("the provider shows its login form");
-        assert_eq!(form.status, StatusCode::OK, "{}", form.body);
-        let action = between(&form.body, "action=\"", "\"");
-        let answer = self
-            .post(
-                &format!("{provider}{action}"),
-                &[("login", user), ("password", password)],
-            )
-            .await;
-        let callback = match self.follow(answer, provider, console).await {
-            Ok(callback) => callback,
-            Err(page) => panic!("the provider did not redirect back: {}", page.body),
-        };
-        self.get(&callback).await
-    }
-}
-
-fn between(text: &str, start: &str, end: &str) -> String {
-    let at = text
-        .find(start)
-        .unwrap_or_else(|| panic!("{start} in {text}"))
-        + start.len();
-    text[at..].split(end).next().unwrap().replace("&amp;", "&")
-}
-
-fn csrf(body: &str) -> String {
-    between(body, "name=\"csrf\" value=\"", "\"")
-}
-
-fn refused_rule(page: &Page) -> String {
-    between(&page.body, "<code class=\"rule\">", "</code>")
-}
 
 /// Replica `i`'s `picketd` started by the test on its existing configuration and data; killed
 /// (by its PID) when dropped.
@@ -275,11 +143,7 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
     let mut bob = Browser::new();
     let page = bob.sign_in(&issuer, &console, "bob", "bob-pw").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let page = bob.get(&key_page).await;
-    let bob_csrf = csrf(&page.body);
-    let mut bob_form = vec![("csrf", bob_csrf.as_str())];
-    bob_form.extend(form.iter().map(|(k, v)| (*k, v.as_str())));
-    let page = bob.post(&request, &bob_form).await;
+    let page = bob.submit(&key_page, &request, &form).await;
     assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
     assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
     assert!(page.body.contains("`bob`"), "{}", page.body);
@@ -290,11 +154,7 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
     assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
 
     // Alice requests; Dana (incident commander) approves on the page Alice's request links to.
-    let page = alice.get(&key_page).await;
-    let alice_csrf = csrf(&page.body);
-    let mut alice_form = vec![("csrf", alice_csrf.as_str())];
-    alice_form.extend(form.iter().map(|(k, v)| (*k, v.as_str())));
-    let page = alice.post(&request, &alice_form).await;
+    let page = alice.submit(&key_page, &request, &form).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     let approval = format!("{console}{}", page.location);
     assert!(approval.contains("/console/force-releases/"), "{approval}");

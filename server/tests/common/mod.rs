@@ -13,6 +13,7 @@ mod prom;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 pub mod alerts;
+pub mod console;
 pub mod oidc_provider;
 pub mod pki;
 
