@@ -22,6 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::oidc_provider::{cluster_for, Provider};
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::key::Key;
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use picket_net::client::{Client, ClientConfig, Credentials, Session};
@@ -978,4 +980,246 @@ async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
     drop(driver);
     drop(held);
     cluster.shutdown().await;
+}
+
+/// Presses `key` as a keyboard does (WebDriver key actions on whatever has the focus).
+async fn press(browser: &Browser, key: Key) {
+    let key: char = key.into();
+    browser
+        .perform_actions(
+            KeyActions::new("keyboard".into())
+                .then(KeyAction::Down { value: key })
+                .then(KeyAction::Up { value: key }),
+        )
+        .await
+        .unwrap();
+}
+
+/// Types `text` into whatever has the focus.
+async fn type_text(browser: &Browser, text: &str) {
+    let mut keys = KeyActions::new("keyboard".into());
+    for c in text.chars() {
+        keys = keys
+            .then(KeyAction::Down { value: c })
+            .then(KeyAction::Up { value: c });
+    }
+    browser.perform_actions(keys).await.unwrap();
+}
+
+/// Presses Tab until the focus is on the element matching `css`: the elements the focus passed
+/// on its way (`tag#id`), or a panic when 60 presses do not get there.
+async fn tab_to(browser: &Browser, css: &str) -> Vec<String> {
+    let mut passed = Vec::new();
+    for _ in 0..60 {
+        press(browser, Key::Tab).await;
+        let here = browser
+            .execute(
+                "const e = document.activeElement;
+                 return [e.matches(arguments[0]), e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')];",
+                vec![json!(css)],
+            )
+            .await
+            .unwrap();
+        if here[0] == json!(true) {
+            return passed;
+        }
+        passed.push(here[1].as_str().unwrap_or_default().to_owned());
+    }
+    panic!("{css} is not reachable with Tab; the focus passed {passed:?}");
+}
+
+/// The page's visible form controls that have no accessible name (no `<label for>`, wrapping
+/// label, `aria-label`, `aria-labelledby`, or, for a button, no text).
+async fn unlabelled_controls(browser: &Browser) -> Vec<String> {
+    let found = browser
+        .execute(
+            r#"const named = (el) => {
+                 const aria = (el.getAttribute("aria-label") || "").trim();
+                 const by = (el.getAttribute("aria-labelledby") || "").split(/\s+/)
+                   .map((id) => (document.getElementById(id) || {}).textContent || "").join(" ").trim();
+                 const labels = Array.from(el.labels || []).map((l) => l.textContent).join(" ").trim();
+                 const text = el.tagName === "BUTTON" ? el.textContent.trim() : "";
+                 const value = el.type === "submit" ? (el.value || "").trim() : "";
+                 return aria || by || labels || text || value;
+               };
+               return Array.from(document.querySelectorAll("input:not([type=hidden]), select, textarea, button"))
+                 .filter((el) => !named(el)).map((el) => el.outerHTML.slice(0, 160));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(found).unwrap()
+}
+
+/// How much wider than its window the page lays out (CSS pixels; 0: no sideways scrolling),
+/// with the innermost elements that stick out.
+async fn sideways_overflow(browser: &Browser) -> (i64, Vec<String>) {
+    let found = browser
+        .execute(
+            r##"const d = document.documentElement;
+               const out = Array.from(document.body.querySelectorAll("*"))
+                 .filter((e) => e.getBoundingClientRect().right > d.clientWidth + 1)
+                 .filter((e) => !Array.from(e.children).some((c) => c.getBoundingClientRect().right > d.clientWidth + 1))
+                 .slice(0, 5)
+                 .map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "") + ": " + (e.textContent || "").trim().slice(0, 60));
+               return [d.scrollWidth - d.clientWidth, out];"##,
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(found).unwrap()
+}
+
+/// docs/console.md, "Accessibility", on the page open in `browser`: every control labelled, and
+/// nothing to scroll sideways at 200 % zoom (1280 px wide: 640 CSS px) nor in a narrow window
+/// (420 px at 100 %); the window is put back afterwards.
+async fn accessible(browser: &Browser, what: &str) {
+    let unlabelled = unlabelled_controls(browser).await;
+    assert!(
+        unlabelled.is_empty(),
+        "{what}: controls without a label: {unlabelled:?}"
+    );
+    browser
+        .execute("document.body.style.zoom = '2';", vec![])
+        .await
+        .unwrap();
+    let (zoomed, zoomed_out) = sideways_overflow(browser).await;
+    browser
+        .execute("document.body.style.zoom = '';", vec![])
+        .await
+        .unwrap();
+    assert!(
+        zoomed <= 0,
+        "{what}: {zoomed} CSS px to scroll sideways at 200 % zoom: {zoomed_out:?}"
+    );
+    browser.set_window_size(420, 900).await.unwrap();
+    let (narrow, narrow_out) = sideways_overflow(browser).await;
+    browser.set_window_size(1280, 1100).await.unwrap();
+    assert!(
+        narrow <= 0,
+        "{what}: {narrow} px to scroll sideways in a 420 px window: {narrow_out:?}"
+    );
+}
+
+/// The issue's accessibility rules in a real browser, page by page: every control has a label;
+/// FENCED and ADVISORY are words and an icon, never a colour alone; the pages reflow at 200 %
+/// zoom and in a narrow window; and the two-person release is done with the keyboard alone
+/// (Tab, typing and Enter: the request, then the approval with the kind typed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
+    let cluster = DevCluster::start().await.unwrap();
+    cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let carol = admin_client(&cluster, "carol", "picket-admin");
+    for (name, prefix, fenced) in [("ledger", "ledger/", true), ("cache", "cache/", false)] {
+        carol
+            .put_class(proto::PutClassRequest {
+                namespace: NS.into(),
+                class: Some(proto::ClassSpec {
+                    name: name.into(),
+                    prefix: prefix.into(),
+                    fenced,
+                    session_ttl_ms_default: 10_000,
+                    session_ttl_ms_max: 30_000,
+                    hold_ms_max_expected: 1,
+                    owner: "team-ledger".into(),
+                    runbook_url: "https://runbooks.example.invalid/ledger".into(),
+                    description: format!("{name} writes"),
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    let stuck = service(&cluster, "ledger-writer").await;
+    let held = stuck.lock(NS, KEY).await.unwrap();
+    let _cached = stuck.lock(NS, "cache/7").await.unwrap();
+    let waiter = service(&cluster, "ledger-writer-2").await;
+    let next = tokio::spawn(async move {
+        let guard = waiter.lock(NS, KEY).await.unwrap();
+        (guard, waiter)
+    });
+    until_queue(&carol, 1).await;
+
+    let profiles = tempfile::tempdir().unwrap();
+    let driver = Driver::start(profiles.path().to_owned()).await;
+    let base = cluster.http_endpoint(0);
+    let alice = driver.browser("alice").await;
+    alice.goto(&format!("{base}/console/")).await.unwrap();
+    text_of(&alice, "#principal").await;
+    accessible(&alice, "the dev sign-in").await;
+    sign_in_with(&alice, "alice", &["picket-operator", "picket-admin"]).await;
+    until_text(&alice, "Overview", "the overview").await;
+    accessible(&alice, "the overview").await;
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/cache/7"))
+        .await
+        .unwrap();
+    let banner = text_of(&alice, "main").await;
+    assert!(banner.contains("⚠ ADVISORY"), "{banner}");
+    accessible(&alice, "an advisory key").await;
+    for (path, what) in [
+        ("/console/audit".to_owned(), "the audit"),
+        ("/console/classes".to_owned(), "the classes"),
+        (
+            "/console/classes/edit?namespace=orders&prefix=ledger%2F".to_owned(),
+            "a class's form",
+        ),
+    ] {
+        alice.goto(&format!("{base}{path}")).await.unwrap();
+        text_of(&alice, "main").await;
+        accessible(&alice, what).await;
+    }
+
+    // Alice requests with the keyboard alone: from the top of the key page, Tab to the reason,
+    // type it, Tab on to the button (passing every control of the form) and press Enter.
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/{KEY}"))
+        .await
+        .unwrap();
+    let banner = text_of(&alice, "main").await;
+    assert!(banner.contains("◆ FENCED"), "{banner}");
+    accessible(&alice, "a fenced key").await;
+    let before = tab_to(&alice, "#reason").await;
+    assert!(before.contains(&"input#token".to_owned()), "{before:?}");
+    type_text(&alice, "writer wedged, by keyboard").await;
+    let after = tab_to(&alice, "#request-form button[type=submit]").await;
+    assert_eq!(
+        after,
+        ["input#incident", "input#revoke"],
+        "the form's controls in order"
+    );
+    press(&alice, Key::Enter).await;
+    until_text(&alice, "You made this request", "the approval page").await;
+    let request = alice.current_url().await.unwrap().path().to_owned();
+    accessible(&alice, "the requester's approval page").await;
+
+    // Dana approves with the keyboard alone on another replica.
+    let dana = driver.browser("dana").await;
+    dana.goto(&format!("{}{request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    sign_in_with(&dana, "dana", &["picket-incident-commander"]).await;
+    until_text(&dana, "Type the class's kind", "the approval form").await;
+    accessible(&dana, "the approval page").await;
+    tab_to(&dana, "#kind").await;
+    type_text(&dana, "fenced").await;
+    tab_to(&dana, "#approve-form button[type=submit]").await;
+    press(&dana, Key::Enter).await;
+    until_text(&dana, "approved", "the outcome").await;
+    let (guard, _waiter) = next.await.unwrap();
+    assert!(guard.token() > held.token(), "the waiter holds the key now");
+    click(&dana, "a[href^='/console/verify/']").await;
+    until_text(
+        &dana,
+        "When the old holder's client learned its loss",
+        "the verify page",
+    )
+    .await;
+    accessible(&dana, "the verify page").await;
+
+    alice.close().await.unwrap();
+    dana.close().await.unwrap();
+    drop(driver);
 }
