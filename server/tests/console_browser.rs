@@ -1134,7 +1134,9 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
     }
     let stuck = service(&cluster, "ledger-writer").await;
     let held = stuck.lock(NS, KEY).await.unwrap();
-    let _cached = stuck.lock(NS, "cache/7").await.unwrap();
+    // Its own session: the fenced release below revokes `stuck`'s.
+    let cacher = service(&cluster, "cache-writer").await;
+    let _cached = cacher.lock(NS, "cache/7").await.unwrap();
     let waiter = service(&cluster, "ledger-writer-2").await;
     let next = tokio::spawn(async move {
         let guard = waiter.lock(NS, KEY).await.unwrap();
@@ -1218,6 +1220,66 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
     )
     .await;
     accessible(&dana, "the verify page").await;
+
+    // The advisory path, by keyboard too: the checklist's radio groups are answered with Space
+    // and the arrow keys, and its answers are recorded with the request's reason.
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/cache/7"))
+        .await
+        .unwrap();
+    until_text(&alice, "Advisory checklist", "the advisory form").await;
+    tab_to(&alice, "#stopped-yes").await;
+    press(&alice, Key::Space).await;
+    tab_to(&alice, "input[name=double_run]").await;
+    press(&alice, Key::Right).await;
+    let answers = alice
+        .execute(
+            "return [document.querySelector('#stopped-yes').checked, document.querySelector('#double-no').checked];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(answers, json!([true, true]), "the checklist by keyboard");
+    tab_to(&alice, "#reason").await;
+    type_text(&alice, "cache writer wedged").await;
+    tab_to(&alice, "#request-form button[type=submit]").await;
+    press(&alice, Key::Enter).await;
+    until_text(
+        &alice,
+        "You made this request",
+        "the advisory approval page",
+    )
+    .await;
+    let request = alice.current_url().await.unwrap().path().to_owned();
+    dana.goto(&format!("{}{request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    until_text(&dana, "Type the class's kind", "the advisory approval form").await;
+    tab_to(&dana, "#kind").await;
+    type_text(&dana, "advisory").await;
+    tab_to(&dana, "#approve-form button[type=submit]").await;
+    press(&dana, Key::Enter).await;
+    until_text(&dana, "approved", "the advisory outcome").await;
+    let audit = carol
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            key: Some("cache/7".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let approved = audit
+        .records
+        .iter()
+        .find(|r| r.action == proto::AuditAction::ForceReleaseApproved as i32)
+        .expect("the advisory approval is audited");
+    assert!(
+        approved.reason.contains(
+            "cache writer wedged [advisory checklist: holder stopped: yes; double run acceptable: no]"
+        ),
+        "{approved:?}"
+    );
+    assert_eq!(approved.fenced, Some(false), "{approved:?}");
 
     alice.close().await.unwrap();
     dana.close().await.unwrap();
