@@ -1090,3 +1090,57 @@ async fn a_class_admin_creates_and_edits_a_class_through_the_console() {
     assert_eq!(classes_of(&reader).await[0].session_ttl_ms_max, 30_000);
     cluster.shutdown().await;
 }
+
+/// The `picketd dev` process a newcomer starts (README): it prints the console's URL, and the
+/// dev sign-in there lets a person in. Killed by its PID at the end, whatever happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn picketd_dev_prints_the_console_url_and_its_dev_sign_in_works() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut dev = Killed(
+        Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .args(["dev", "--fresh", "--data-dir"])
+            .arg(data.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("picketd dev starts"),
+    );
+    let stdout = dev.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("Console: ") {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("picketd dev prints `Console: URL`");
+    assert_eq!(url, "http://127.0.0.1:7481/console/");
+    let base = url.trim_end_matches("/console/");
+    let mut newcomer = Browser::at(base);
+    let page = newcomer.get("/console/").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let page = newcomer.get(&page.location).await;
+    assert!(page.body.contains("INSECURE DEV SIGN-IN"), "{}", page.body);
+    newcomer.dev_sign_in("newcomer", &["picket-operator"]).await;
+    let page = newcomer.get("/console/").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body.contains("Signed in as <strong>newcomer</strong>"),
+        "{}",
+        page.body
+    );
+    drop(dev);
+}
