@@ -248,6 +248,22 @@ pub struct StorageSection {
     pub snapshot_every_slots: u64,
     /// Bytes zero-filled ahead of the log's data (0: none).
     pub preallocate_bytes: u64,
+    /// Where group commits are written: `"inline"` (default: in the driver's turn) or
+    /// `"thread"` (a dedicated persist thread, double-buffered with the driver;
+    /// `crate::node::persist`). docs/PERFORMANCE.md has the A/B that chose the default.
+    pub persist: PersistMode,
+}
+
+/// Where the driver's group commits are written (`[storage] persist`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PersistMode {
+    /// In the driver's turn: the driver waits for the fdatasync, then goes on.
+    #[default]
+    Inline,
+    /// On a persist thread: the driver goes on while the fdatasync runs, and what arrives
+    /// meanwhile forms the next group commit. (The simulation always persists inline.)
+    Thread,
 }
 
 impl Default for StorageSection {
@@ -255,6 +271,7 @@ impl Default for StorageSection {
         StorageSection {
             snapshot_every_slots: 10_000,
             preallocate_bytes: 4 << 20,
+            persist: PersistMode::Inline,
         }
     }
 }
@@ -715,6 +732,25 @@ heartbeat_ms = 20
             let e = error_of(&format!("external_url = {bad:?}\n{GOOD}"));
             assert!(e.starts_with("external_url: "), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_persist_mode_is_inline_unless_the_thread_is_chosen() {
+        assert_eq!(
+            Config::parse(GOOD).unwrap().storage.persist,
+            PersistMode::Inline
+        );
+        let thread = format!("{GOOD}\n[storage]\npersist = \"thread\"\n");
+        assert_eq!(
+            Config::parse(&thread).unwrap().storage.persist,
+            PersistMode::Thread
+        );
+        let e = error_of(&format!("{GOOD}\n[storage]\npersist = \"async\"\n"));
+        assert!(
+            e.contains("storage.persist") || e.contains("persist"),
+            "{e}"
+        );
+        assert!(e.contains("inline") && e.contains("thread"), "{e}");
     }
 
     #[test]

@@ -231,6 +231,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let driver = Driver::new(DriverParts {
         node,
         store,
+        persist: config.storage.persist,
         clock,
         limits: DriverLimits {
             requests_queued_max: config.limits.requests_queued_max,

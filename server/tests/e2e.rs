@@ -285,7 +285,35 @@ async fn a_restart_of_all_three_recovers_from_disk() {
 /// order they were acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_acquire_is_lost_when_the_leader_is_killed_under_load() {
-    let mut cluster = Cluster::start();
+    leader_killed_under_load(Cluster::start()).await;
+}
+
+/// The same with `[storage] persist = "thread"`: an acknowledgement still means the fdatasync
+/// of the persist thread returned, so a kill -9 loses nothing that was acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_persist_thread_no_acknowledged_acquire_is_lost_when_the_leader_is_killed() {
+    let cluster = Cluster::start_persisting("thread");
+    for i in 0..3 {
+        wait_for_log(&cluster, i, "written by the persist thread").await;
+    }
+    leader_killed_under_load(cluster).await;
+}
+
+async fn wait_for_log(cluster: &Cluster, i: usize, line: &str) {
+    for _ in 0..100 {
+        if cluster.log(i).contains(line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "replica {} never logged {line:?}:\n{}",
+        i + 1,
+        cluster.log(i)
+    );
+}
+
+async fn leader_killed_under_load(mut cluster: Cluster) {
     let leader = cluster.leader(ELECTION).await;
     let session = create_session(&cluster.endpoints[leader], "load", 10_000).await;
     let endpoints = cluster.endpoints.clone();

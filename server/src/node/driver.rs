@@ -8,6 +8,9 @@
 //!   is stepped; the actions this releases (held promises and acceptances, replies) are drained
 //!   in the same way until none is left. A local compaction's snapshot is saved by a background
 //!   save meanwhile (the log covers it until then); each turn takes its result, if it finished;
+//!   with `[storage] persist = "thread"` the group commit goes to a [`PersistThread`] instead
+//!   and the driver goes on; its acknowledgement arrives as an input, and whatever the node
+//!   persists meanwhile is sent too and joins the thread's next group commit;
 //! - `Send` actions go to the per-peer outbound queues (batched on long-lived streams by
 //!   [`crate::node::peer`]);
 //! - replies go back to the waiting gRPC handlers through oneshot channels.
@@ -34,11 +37,13 @@ use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
+use crate::config::PersistMode;
 use crate::metrics::{namespace_stats, Metrics, PaxosStats};
 use crate::node::clock::Clock;
 use crate::node::durable::{
-    is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreError,
+    is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreCounters, StoreError,
 };
+use crate::node::persist::{PersistEvent, PersistThread};
 
 /// A Paxos message of the node.
 pub use picket_core::node::NodeMessage;
@@ -236,10 +241,51 @@ struct PendingProposal {
     hold_ms: Option<u64>,
 }
 
+/// Where the driver's group commits are written.
+enum Persister<D: Disk + Clone + 'static> {
+    /// In the driver's turn.
+    Inline(Box<DurableStore<D>>),
+    /// On the persist thread (never in the simulation).
+    #[cfg_attr(madsim, allow(dead_code))]
+    Thread(PersistThread),
+}
+
+impl<D: Disk + Clone + 'static> Persister<D> {
+    fn new(store: DurableStore<D>, mode: PersistMode) -> Persister<D> {
+        match mode {
+            PersistMode::Inline => Persister::Inline(Box::new(store)),
+            #[cfg(madsim)]
+            PersistMode::Thread => Persister::Inline(Box::new(store)),
+            #[cfg(not(madsim))]
+            PersistMode::Thread => match PersistThread::spawn(store) {
+                Ok(thread) => {
+                    tracing::info!(
+                        "group commits are written by the persist thread ([storage] persist = \"thread\")"
+                    );
+                    Persister::Thread(thread)
+                }
+                // `spawn` failed before the store moved to a thread: it cannot be had back,
+                // and a replica without its store cannot go on.
+                Err(error) => panic!("cannot start the persist thread: {error}"),
+            },
+        }
+    }
+}
+
+/// The next event of the persist thread; never, when persisting inline.
+async fn persist_event<D: Disk + Clone + 'static>(
+    persister: &mut Persister<D>,
+) -> Option<PersistEvent> {
+    match persister {
+        Persister::Inline(_) => std::future::pending().await,
+        Persister::Thread(thread) => thread.recv().await,
+    }
+}
+
 /// The driver task's state.
 pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     node: Node,
-    store: DurableStore<D>,
+    persister: Persister<D>,
     clock: Arc<C>,
     boot: u64,
     handle: DriverHandle,
@@ -274,12 +320,16 @@ pub enum DriverError {
     Store(#[from] StoreError),
     #[error("the core refused a persist acknowledgement: {0}")]
     Step(#[from] paxos::StepError),
+    #[error("the persist thread stopped: {0}")]
+    PersistThread(String),
 }
 
 /// Everything needed to build a driver.
 pub struct DriverParts<D: Disk + Clone + 'static, C: Clock> {
     pub node: Node,
     pub store: DurableStore<D>,
+    /// Where group commits are written (`[storage] persist`).
+    pub persist: PersistMode,
     pub clock: Arc<C>,
     pub limits: DriverLimits,
     pub boot: u64,
@@ -309,7 +359,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         };
         Driver {
             node: parts.node,
-            store: parts.store,
+            persister: Persister::new(parts.store, parts.persist),
             clock: parts.clock,
             boot: parts.boot,
             handle,
@@ -369,8 +419,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         &self.counters
     }
 
-    pub fn store(&self) -> &DurableStore<D> {
-        &self.store
+    /// The store's counters (with a persist thread: as of its last commit or save).
+    pub fn store_counters(&self) -> StoreCounters {
+        match &self.persister {
+            Persister::Inline(store) => store.counters().clone(),
+            Persister::Thread(thread) => thread.counters(),
+        }
     }
 
     pub fn node(&self) -> &Node {
@@ -402,10 +456,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         return Ok(());
                     }
                 }
+                event = persist_event(&mut self.persister) => self.on_persisted(event)?,
                 Some(input) = self.peer_in.recv() => self.on_peer(input),
                 Some(request) = self.requests.recv() => self.on_request(request),
                 () = sleep => {}
             }
+            self.take_persisted()?;
             // Take everything else that is ready too (both channels, so neither starves the
             // other), so that one group commit covers all of it.
             for _ in 0..INPUTS_PER_TURN_MAX {
@@ -425,8 +481,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    /// One synchronous turn without waiting (tests): timeouts, then the actions.
+    /// One synchronous turn (tests): the inputs, timeouts, then the actions. With a persist
+    /// thread it waits for every batch it sent, so that a turn ends where an inline one does.
     pub fn turn(&mut self) -> Result<(), DriverError> {
+        self.take_persisted()?;
         while let Ok(request) = self.requests.try_recv() {
             self.on_request(request);
         }
@@ -435,7 +493,72 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
         self.propose_taken();
         self.on_time();
-        self.process_actions()
+        self.process_actions()?;
+        while let Persister::Thread(thread) = &mut self.persister {
+            if !thread.in_flight() {
+                break;
+            }
+            let event = thread.blocking_recv();
+            self.on_persisted(event)?;
+            self.process_actions()?;
+        }
+        Ok(())
+    }
+
+    /// Takes every event of the persist thread that is ready.
+    fn take_persisted(&mut self) -> Result<(), DriverError> {
+        while let Persister::Thread(thread) = &mut self.persister {
+            let Some(event) = thread.try_recv() else {
+                break;
+            };
+            self.on_persisted(Some(event))?;
+        }
+        Ok(())
+    }
+
+    /// An event of the persist thread: an acknowledgement is stepped, a save reported, a
+    /// failure (or the thread's end) stops the driver.
+    fn on_persisted(&mut self, event: Option<PersistEvent>) -> Result<(), DriverError> {
+        match event {
+            Some(PersistEvent::Persisted {
+                last,
+                took,
+                sync_snapshot,
+            }) => {
+                self.metrics.observe_fsync(took);
+                if sync_snapshot {
+                    if let Some(took) = self.store_counters().compaction_last {
+                        self.metrics.set_compaction(took);
+                    }
+                }
+                self.node
+                    .step(self.clock.now(), Input::Persisted { id: last })?;
+                Ok(())
+            }
+            Some(PersistEvent::Saved(outcome)) => {
+                self.report_save(outcome);
+                Ok(())
+            }
+            Some(PersistEvent::Failed(error)) => {
+                if is_fsync_error(&error) {
+                    self.metrics.inc_fsync_errors();
+                }
+                Err(error.into())
+            }
+            None => Err(self.thread_failure()),
+        }
+    }
+
+    /// Why the persist thread is gone (it reports a write failure before it ends; this is
+    /// the case where it did not: it panicked).
+    fn thread_failure(&mut self) -> DriverError {
+        let message = match &mut self.persister {
+            Persister::Thread(thread) => thread.panic_message(),
+            Persister::Inline(_) => None,
+        };
+        DriverError::PersistThread(
+            message.unwrap_or_else(|| "it ended without reporting why".into()),
+        )
     }
 
     fn next_wakeup(&self) -> Option<Instant> {
@@ -655,7 +778,18 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             let sync_snapshot = persists
                 .iter()
                 .any(|p| p.snapshot.is_some() && !p.snapshot_local);
-            if let Err(error) = self.store.persist_owned(persists) {
+            let store = match &mut self.persister {
+                Persister::Inline(store) => store,
+                Persister::Thread(thread) => {
+                    // The thread acknowledges it later (`on_persisted`); what the node does
+                    // meanwhile forms the next batch.
+                    if thread.send(persists, sync_snapshot) {
+                        return Ok(());
+                    }
+                    return Err(self.thread_failure());
+                }
+            };
+            if let Err(error) = store.persist_owned(persists) {
                 if is_fsync_error(&error) {
                     self.metrics.inc_fsync_errors();
                 }
@@ -663,7 +797,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             }
             self.metrics.observe_fsync(started.elapsed());
             if sync_snapshot {
-                if let Some(took) = self.store.counters().compaction_last {
+                if let Some(took) = store.counters().compaction_last {
                     self.metrics.set_compaction(took);
                 }
             }
@@ -680,13 +814,22 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     /// Takes the result of a background snapshot save that finished (the store compacts the
     /// log for it) and reports it. A failed save is counted and the replica goes on: its log is
     /// intact and the next compaction point saves a newer snapshot.
+    /// (With a persist thread, the thread polls the save and reports it.)
     fn poll_snapshot_save(&mut self) -> Result<(), DriverError> {
-        match self.store.poll_saved()? {
-            Some(SaveOutcome::Saved { took, .. }) => self.metrics.set_compaction(took),
-            Some(SaveOutcome::Failed { .. }) => self.metrics.inc_snapshot_save_failures(),
-            Some(SaveOutcome::Superseded { .. }) | None => {}
+        if let Persister::Inline(store) = &mut self.persister {
+            if let Some(outcome) = store.poll_saved()? {
+                self.report_save(outcome);
+            }
         }
         Ok(())
+    }
+
+    fn report_save(&self, outcome: SaveOutcome) {
+        match outcome {
+            SaveOutcome::Saved { took, .. } => self.metrics.set_compaction(took),
+            SaveOutcome::Failed { .. } => self.metrics.inc_snapshot_save_failures(),
+            SaveOutcome::Superseded { .. } => {}
+        }
     }
 
     fn send(&mut self, to: NodeId, msg: NodeMessage) {

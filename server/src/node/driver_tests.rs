@@ -14,22 +14,48 @@ use picket_storage::{LogConfig, SimDisk, StorageConfig};
 use tokio::sync::{mpsc, oneshot};
 
 use super::*;
+
+/// Every test runs twice: persisting inline and on the persist thread.
+macro_rules! in_both_persist_modes {
+    ($($name:ident),* $(,)?) => {
+        mod both_modes {
+            $(
+                mod $name {
+                    #[test]
+                    fn inline() {
+                        super::super::$name(super::super::PersistMode::Inline);
+                    }
+                    #[test]
+                    fn thread() {
+                        super::super::$name(super::super::PersistMode::Thread);
+                    }
+                }
+            )*
+        }
+    };
+}
+use crate::config::PersistMode;
 use crate::node::clock::ManualClock;
 use crate::node::durable::DurableStore;
 
 struct Harness {
+    mode: PersistMode,
     clock: Arc<ManualClock>,
     drivers: Vec<Driver<SimDisk, ManualClock>>,
     outs: Vec<Vec<(NodeId, mpsc::Receiver<NodeMessage>)>>,
     disks: Vec<SimDisk>,
 }
 
-fn harness(batch_commands_max: usize) -> Harness {
-    harness_compacting(batch_commands_max, 0)
+fn harness(batch_commands_max: usize, mode: PersistMode) -> Harness {
+    harness_compacting(batch_commands_max, 0, mode)
 }
 
 /// [`harness`] with the nodes compacting every `compact_every_slots` applied slots (0: never).
-fn harness_compacting(batch_commands_max: usize, compact_every_slots: u64) -> Harness {
+fn harness_compacting(
+    batch_commands_max: usize,
+    compact_every_slots: u64,
+    mode: PersistMode,
+) -> Harness {
     let clock = ManualClock::new(1_000_000);
     let members: Vec<NodeId> = (1..=3).map(NodeId).collect();
     let mut drivers = Vec::new();
@@ -74,6 +100,7 @@ fn harness_compacting(batch_commands_max: usize, compact_every_slots: u64) -> Ha
         drivers.push(Driver::new(DriverParts {
             node,
             store,
+            persist: mode,
             clock: clock.clone(),
             limits: DriverLimits::default(),
             boot: recovered.boot,
@@ -86,6 +113,7 @@ fn harness_compacting(batch_commands_max: usize, compact_every_slots: u64) -> Ha
         disks.push(disk);
     }
     Harness {
+        mode,
         clock,
         drivers,
         outs,
@@ -196,14 +224,13 @@ fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
     }
 }
 
-#[test]
-fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync() {
-    let mut h = harness(1); // one command per slot: every proposal is its own Persist
+fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync(mode: PersistMode) {
+    let mut h = harness(1, mode); // one command per slot: every proposal is its own Persist
     let leader = h.leader();
     h.settle(100);
     let commits_before = h.drivers[leader].counters().group_commits;
     let ops_before = h.drivers[leader].counters().persist_ops;
-    let syncs_before = h.drivers[leader].store().counters().log_syncs;
+    let syncs_before = h.drivers[leader].store_counters().log_syncs;
     let disk_syncs_before = h.disks[leader].sync_data_count();
     let mut replies: Vec<_> = (0..20)
         .map(|_| h.propose(leader, create_session(), 0))
@@ -216,7 +243,7 @@ fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync() {
         1
     );
     assert_eq!(
-        h.drivers[leader].store().counters().log_syncs - syncs_before,
+        h.drivers[leader].store_counters().log_syncs - syncs_before,
         1
     );
     assert_eq!(h.disks[leader].sync_data_count() - disk_syncs_before, 1);
@@ -228,9 +255,8 @@ fn proposals_taken_in_one_turn_are_persisted_with_one_log_sync() {
 
 /// The requests taken in one turn are proposed together: with room in the window they still
 /// share one slot (one Accept, one log record per replica) instead of taking one slot each.
-#[test]
-fn proposals_taken_in_one_turn_share_one_slot() {
-    let mut h = harness(256);
+fn proposals_taken_in_one_turn_share_one_slot(mode: PersistMode) {
+    let mut h = harness(256, mode);
     let leader = h.leader();
     h.settle(100);
     let chosen_before = h.drivers[leader].node().replica().slot_chosen();
@@ -251,9 +277,8 @@ fn proposals_taken_in_one_turn_share_one_slot() {
     assert_eq!(chosen.0 - chosen_before.0, 1, "20 commands in one slot");
 }
 
-#[test]
-fn a_follower_answers_not_leader_with_the_leaders_endpoint() {
-    let mut h = harness(64);
+fn a_follower_answers_not_leader_with_the_leaders_endpoint(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     let follower = (leader + 1) % 3;
@@ -268,9 +293,8 @@ fn a_follower_answers_not_leader_with_the_leaders_endpoint() {
     );
 }
 
-#[test]
-fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
-    let mut h = harness(64);
+fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     let a = h.session(leader);
@@ -325,9 +349,8 @@ fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline() {
     assert_eq!(h.drivers[leader].node().waits_pending(), 0);
 }
 
-#[test]
-fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call() {
-    let mut h = harness(64);
+fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     let a = h.session(leader);
@@ -396,9 +419,8 @@ fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call() {
     ));
 }
 
-#[test]
-fn a_cancel_answers_the_held_call_and_is_idempotent() {
-    let mut h = harness(64);
+fn a_cancel_answers_the_held_call_and_is_idempotent(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     let a = h.session(leader);
@@ -434,9 +456,8 @@ fn a_cancel_answers_the_held_call_and_is_idempotent() {
     );
 }
 
-#[test]
-fn a_held_acquire_ends_when_its_session_is_closed() {
-    let mut h = harness(64);
+fn a_held_acquire_ends_when_its_session_is_closed(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     let a = h.session(leader);
@@ -505,6 +526,7 @@ impl Harness {
         self.drivers[i] = Driver::new(DriverParts {
             node,
             store,
+            persist: self.mode,
             clock: self.clock.clone(),
             limits: DriverLimits::default(),
             boot: 7,
@@ -520,9 +542,8 @@ impl Harness {
 
 /// Issue 17: every replica's compactions go to background saves (the driver's turns go on),
 /// the driver's turns take their results, and the snapshot each saved is what a crash recovers.
-#[test]
-fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
-    let mut h = harness_compacting(1, 8);
+fn compactions_are_saved_in_the_background_and_polled_by_the_driver(mode: PersistMode) {
+    let mut h = harness_compacting(1, 8, mode);
     let leader = h.leader();
     h.settle(100);
     for _ in 0..40 {
@@ -532,7 +553,7 @@ fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
     for _ in 0..10_000 {
         if h.drivers
             .iter()
-            .all(|d| d.store().counters().snapshots_saved > 0)
+            .all(|d| d.store_counters().snapshots_saved > 0)
         {
             break;
         }
@@ -540,7 +561,7 @@ fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
         h.settle(5);
     }
     for (i, driver) in h.drivers.iter().enumerate() {
-        let counters = driver.store().counters();
+        let counters = driver.store_counters();
         assert!(
             counters.snapshots_background > 0,
             "replica {i}: {counters:?}"
@@ -569,9 +590,8 @@ fn compactions_are_saved_in_the_background_and_polled_by_the_driver() {
     }
 }
 
-#[test]
-fn a_replica_that_lost_its_disk_recovers_through_the_driver() {
-    let mut h = harness(64);
+fn a_replica_that_lost_its_disk_recovers_through_the_driver(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
     for _ in 0..5 {
@@ -599,9 +619,8 @@ fn a_replica_that_lost_its_disk_recovers_through_the_driver() {
     assert!(s.0 > 5);
 }
 
-#[test]
-fn the_digest_feed_reports_applied_revisions_and_replicas_agree_on_them() {
-    let mut h = harness(64);
+fn the_digest_feed_reports_applied_revisions_and_replicas_agree_on_them(mode: PersistMode) {
+    let mut h = harness(64, mode);
     let mut feeds: Vec<_> = h
         .drivers
         .iter()
@@ -639,3 +658,33 @@ fn the_digest_feed_reports_applied_revisions_and_replicas_agree_on_them() {
         }
     }
 }
+
+/// A failed fsync stops the driver with the error, and what it was persisting is never
+/// answered as done (inline and on the persist thread alike).
+fn a_failed_fsync_stops_the_driver_without_acknowledging(mode: PersistMode) {
+    let mut h = harness(64, mode);
+    let leader = h.leader();
+    h.settle(100);
+    h.disks[leader].fail_next_syncs(1_000);
+    let mut rx = h.propose(leader, create_session(), 0);
+    let result = h.drivers[leader].turn();
+    assert!(matches!(result, Err(DriverError::Store(_))), "{result:?}");
+    assert!(
+        !matches!(rx.try_recv(), Ok(Ok(_))),
+        "a proposal whose persist failed was answered"
+    );
+}
+
+in_both_persist_modes!(
+    a_failed_fsync_stops_the_driver_without_acknowledging,
+    proposals_taken_in_one_turn_are_persisted_with_one_log_sync,
+    proposals_taken_in_one_turn_share_one_slot,
+    a_follower_answers_not_leader_with_the_leaders_endpoint,
+    a_held_acquire_is_answered_by_the_grant_or_at_its_deadline,
+    a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call,
+    a_cancel_answers_the_held_call_and_is_idempotent,
+    a_held_acquire_ends_when_its_session_is_closed,
+    compactions_are_saved_in_the_background_and_polled_by_the_driver,
+    a_replica_that_lost_its_disk_recovers_through_the_driver,
+    the_digest_feed_reports_applied_revisions_and_replicas_agree_on_them,
+);

@@ -1,6 +1,6 @@
 //! The node: one replica's core `Node` driven by one task ([`driver`]), its durable state
-//! ([`durable`]), its peers ([`peer`]), the clock it reads ([`clock`]) and, in the simulation,
-//! its fault points ([`buggify`]).
+//! ([`durable`], written inline or by a [`persist`] thread), its peers ([`peer`]), the clock
+//! it reads ([`clock`]) and, in the simulation, its fault points ([`buggify`]).
 
 #[cfg(madsim)]
 pub mod buggify;
@@ -8,3 +8,4 @@ pub mod clock;
 pub mod driver;
 pub mod durable;
 pub mod peer;
+pub mod persist;

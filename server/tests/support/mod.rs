@@ -41,6 +41,17 @@ impl Cluster {
     /// [`Cluster::start_with`], with `extra` (TOML sections, e.g. `[limits]`) appended to every
     /// replica's configuration file.
     pub fn start_configured(tls: bool, extra: &str) -> Cluster {
+        Cluster::start_storage(tls, "", extra)
+    }
+
+    /// [`Cluster::start`] with the group commits written by `persist` (`[storage] persist`:
+    /// `"inline"` or `"thread"`).
+    pub fn start_persisting(persist: &str) -> Cluster {
+        Cluster::start_storage(false, &format!("persist = {persist:?}\n"), "")
+    }
+
+    /// `storage` (keys of `[storage]`) and `extra` (whole sections) go into every file.
+    fn start_storage(tls: bool, storage: &str, extra: &str) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("picket-e2e-")
             .tempdir()
@@ -70,7 +81,7 @@ impl Cluster {
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{tls_section}{extra}",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{storage}{tls_section}{extra}",
                 i + 1,
                 i + 1
             );
