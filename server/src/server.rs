@@ -258,6 +258,8 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         },
         shutdown_rx.clone(),
     );
+    metrics.add_counters(peer_counters.clone());
+    metrics.add_counters(Arc::new(api.log_feed.clone()));
     let lock = LockServer::new(LockService(api.clone()))
         .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);

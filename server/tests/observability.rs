@@ -72,6 +72,24 @@ async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
     );
     assert!(sample(&text, "picket_paxos_slot_applied", &[]).is_some_and(|s| s >= 4.0));
     assert!(sample(&text, "picket_storage_fsync_seconds_count", &[]).is_some_and(|n| n >= 1.0));
+    // The leader talked to its followers over the peer transport, and no push was dropped.
+    assert!(sample(&text, "picket_peer_messages_sent_total", &[]).is_some_and(|n| n >= 1.0));
+    assert!(
+        sample(&text, "picket_peer_connects_total", &[]).is_some_and(|n| n >= 1.0)
+            || sample(&text, "picket_peer_accepts_total", &[]).is_some_and(|n| n >= 1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "picket_peer_messages_dropped_total",
+            &["reason=\"malformed\""]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "picket_session_pushes_dropped_total", &[]),
+        Some(0.0)
+    );
     assert!(
         sample(
             &text,

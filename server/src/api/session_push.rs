@@ -52,6 +52,19 @@ struct Feed {
     dropped: AtomicU64,
 }
 
+impl crate::metrics::CounterSource for LogFeed {
+    fn counters(&self) -> Vec<crate::metrics::SourcedCounter> {
+        vec![crate::metrics::SourcedCounter {
+            name: "picket_session_pushes_dropped",
+            help: "Session-stream pushes not sent (a stream's buffer full) plus lock-log pages a \
+                   stream's push task fell too far behind to read; the keepalive answers carry \
+                   the same facts",
+            label: None,
+            value: self.pushes_dropped(),
+        }]
+    }
+}
+
 impl LogFeed {
     /// Pushes not sent because a stream's outgoing buffer was full, plus log pages a stream's
     /// push task fell too far behind to read, since the server started.

@@ -25,6 +25,8 @@
 //! | `picket_storage_snapshot_save_failures_total` | counter | | [`Metrics::inc_snapshot_save_failures`] |
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
+//! | `picket_peer_*_total` (connects, accepts, handshakes_refused, connections_silent, flushes, messages_sent, messages_received, messages_dropped with `reason`) | counter | reason (the drops) | [`Metrics::add_counters`] from `crate::node::peer::PeerCounters` |
+//! | `picket_session_pushes_dropped_total` | counter | | [`Metrics::add_counters`] from `crate::api::session_push::LogFeed` |
 //!
 //! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two. The longest
 //! hold carries what the page needs (the class, its fenced flag, owner and runbook, and the key's
@@ -33,7 +35,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_core::paxos::RoleKind;
@@ -196,6 +198,9 @@ pub struct Metrics {
     request_seconds: Family<RequestLabels, Histogram, LatencyHistogram>,
     /// The `method` label values seen so far (at most [`METHODS_MAX`]).
     methods: Mutex<BTreeSet<String>>,
+    /// Counters kept elsewhere (atomics of the peer transport and the push feed), read at
+    /// every scrape.
+    sources: Arc<CounterSources>,
     /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
     /// half-replaced set.
     namespace_lock: Mutex<()>,
@@ -387,6 +392,8 @@ impl Metrics {
             "gRPC request latency, by method and status code",
             request_seconds.clone(),
         );
+        let sources = Arc::new(CounterSources::default());
+        registry.register_collector(Box::new(Arc::clone(&sources)));
         let metrics = Metrics {
             registry,
             external_url,
@@ -406,6 +413,7 @@ impl Metrics {
             requests,
             request_seconds,
             methods: Mutex::new(BTreeSet::new()),
+            sources,
             namespace_lock: Mutex::new(()),
         };
         metrics.set_role(RoleKind::Follower);
@@ -589,6 +597,16 @@ impl Metrics {
             .observe(duration.as_secs_f64());
     }
 
+    /// Adds counters kept by `source` (read at every scrape). A counter both sources name is
+    /// written once per source: add each kind of source once.
+    pub fn add_counters(&self, source: Arc<dyn CounterSource>) {
+        self.sources
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(source);
+    }
+
     /// Everything, in the Prometheus text format (`text/plain; version=0.0.4`; the body ends
     /// with `# EOF`, which Prometheus accepts).
     pub fn encode(&self) -> String {
@@ -597,6 +615,71 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String does not fail");
         out
+    }
+}
+
+/// One counter read from a [`CounterSource`]: its name (without `_total`, which the encoding
+/// adds), help, an optional label and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcedCounter {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// `(label, value)` of this series, for a counter of several series (written in the order
+    /// given, under one descriptor while the name repeats).
+    pub label: Option<(&'static str, &'static str)>,
+    pub value: u64,
+}
+
+/// Something that keeps counters of its own (atomics) for `/metrics`.
+pub trait CounterSource: std::fmt::Debug + Send + Sync {
+    fn counters(&self) -> Vec<SourcedCounter>;
+}
+
+#[derive(Debug, Default)]
+struct CounterSources(Mutex<Vec<Arc<dyn CounterSource>>>);
+
+impl prometheus_client::collector::Collector for CounterSources {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        let sources = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for source in sources {
+            let counters = source.counters();
+            let mut at = 0;
+            while at < counters.len() {
+                let first = &counters[at];
+                let same = counters[at..]
+                    .iter()
+                    .take_while(|c| c.name == first.name)
+                    .count();
+                let counter = ConstCounter::new(first.value);
+                let mut family = encoder.encode_descriptor(
+                    first.name,
+                    first.help,
+                    None,
+                    counter.metric_type(),
+                )?;
+                if first.label.is_none() {
+                    // One series without labels (a repeat of the name would be a second source).
+                    counter.encode(family)?;
+                    at += 1;
+                    continue;
+                }
+                for series in &counters[at..at + same] {
+                    let label = [series.label.unwrap_or(("", ""))];
+                    ConstCounter::new(series.value).encode(family.encode_family(&label)?)?;
+                }
+                at += same;
+            }
+        }
+        Ok(())
     }
 }
 

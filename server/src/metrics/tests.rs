@@ -232,3 +232,46 @@ fn storage_condition_series() {
     assert!(text.contains("picket_storage_durable_state_lost 0\n"));
     assert!(text.contains("picket_storage_durable_state_lost_seconds 95.0\n"));
 }
+
+#[test]
+fn counters_kept_by_the_peer_transport_and_the_push_feed_are_read_at_every_scrape() {
+    use std::sync::Arc;
+
+    use crate::node::peer::PeerCounters;
+
+    let metrics = Metrics::new();
+    let peers = Arc::new(PeerCounters::default());
+    metrics.add_counters(peers.clone());
+    PeerCounters::add(&peers.connects, 2);
+    PeerCounters::add(&peers.messages_sent, 5);
+    PeerCounters::add(&peers.messages_dropped_inbound_full, 3);
+    let text = metrics.encode();
+    assert_eq!(
+        lines_with(&text, "picket_peer_connects_total"),
+        ["picket_peer_connects_total 2"]
+    );
+    assert_eq!(
+        lines_with(&text, "picket_peer_messages_sent_total"),
+        ["picket_peer_messages_sent_total 5"]
+    );
+    let drops = lines_with(&text, "picket_peer_messages_dropped_total");
+    assert_eq!(drops.len(), 4, "{text}");
+    assert!(drops.contains(&"picket_peer_messages_dropped_total{reason=\"inbound_full\"} 3"));
+    assert!(drops.contains(&"picket_peer_messages_dropped_total{reason=\"unreachable\"} 0"));
+    assert!(
+        text.contains("# TYPE picket_peer_messages_dropped counter"),
+        "{text}"
+    );
+    // Read live: a later scrape sees the new value.
+    PeerCounters::add(&peers.connects, 1);
+    assert_eq!(
+        lines_with(&metrics.encode(), "picket_peer_connects_total"),
+        ["picket_peer_connects_total 3"]
+    );
+    // The push feed's counter.
+    metrics.add_counters(Arc::new(crate::api::session_push::LogFeed::default()));
+    assert_eq!(
+        lines_with(&metrics.encode(), "picket_session_pushes_dropped_total"),
+        ["picket_session_pushes_dropped_total 0"]
+    );
+}

@@ -79,6 +79,67 @@ impl PeerCounters {
     }
 }
 
+impl crate::metrics::CounterSource for PeerCounters {
+    fn counters(&self) -> Vec<crate::metrics::SourcedCounter> {
+        use crate::metrics::SourcedCounter;
+        let one = |name, help, counter: &AtomicU64| SourcedCounter {
+            name,
+            help,
+            label: None,
+            value: PeerCounters::get(counter),
+        };
+        let dropped = |reason, counter: &AtomicU64| SourcedCounter {
+            name: "picket_peer_messages_dropped",
+            help: "Peer messages dropped, by reason (unreachable: no connection to the peer; \
+                   too_large: above the frame limit; malformed: undecodable; inbound_full: the \
+                   driver's inbound queue was full)",
+            label: Some(("reason", reason)),
+            value: PeerCounters::get(counter),
+        };
+        vec![
+            one(
+                "picket_peer_connects",
+                "Outbound peer connections that passed the handshake",
+                &self.connects,
+            ),
+            one(
+                "picket_peer_accepts",
+                "Inbound peer connections that passed the handshake",
+                &self.accepts,
+            ),
+            one(
+                "picket_peer_handshakes_refused",
+                "Peer handshakes refused, by this replica or by the peer",
+                &self.handshakes_refused,
+            ),
+            one(
+                "picket_peer_connections_silent",
+                "Peer connections closed because nothing was heard within the read deadline",
+                &self.connections_silent,
+            ),
+            one(
+                "picket_peer_flushes",
+                "Writes of peer message frames (one flush of everything queued)",
+                &self.flushes,
+            ),
+            one(
+                "picket_peer_messages_sent",
+                "Peer messages written",
+                &self.messages_sent,
+            ),
+            one(
+                "picket_peer_messages_received",
+                "Peer messages received and handed to the driver",
+                &self.messages_received,
+            ),
+            dropped("unreachable", &self.messages_dropped_unreachable),
+            dropped("too_large", &self.messages_dropped_too_large),
+            dropped("malformed", &self.messages_dropped_malformed),
+            dropped("inbound_full", &self.messages_dropped_inbound_full),
+        ]
+    }
+}
+
 /// The transport's clocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerTiming {
