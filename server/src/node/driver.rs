@@ -549,11 +549,21 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    /// Why the persist thread is gone (it reports a write failure before it ends; this is
-    /// the case where it did not: it panicked).
+    /// Why the persist thread is gone: the write failure it reported (still queued when a
+    /// send found the thread gone, or taken before), else its panic.
     fn thread_failure(&mut self) -> DriverError {
         let message = match &mut self.persister {
-            Persister::Thread(thread) => thread.panic_message(),
+            Persister::Thread(thread) => {
+                while let Some(event) = thread.try_recv() {
+                    if let PersistEvent::Failed(error) = event {
+                        if is_fsync_error(&error) {
+                            self.metrics.inc_fsync_errors();
+                        }
+                        return error.into();
+                    }
+                }
+                thread.end_reason()
+            }
             Persister::Inline(_) => None,
         };
         DriverError::PersistThread(

@@ -673,6 +673,18 @@ fn a_failed_fsync_stops_the_driver_without_acknowledging(mode: PersistMode) {
         !matches!(rx.try_recv(), Ok(Ok(_))),
         "a proposal whose persist failed was answered"
     );
+    // What comes after is not acknowledged either, and the error still names the write
+    // failure (inline: the store's again; on the thread: the failure it reported).
+    let mut later = h.propose(leader, create_session(), 0);
+    let again = h.drivers[leader].turn();
+    match (&again, mode) {
+        (Err(DriverError::Store(_)), PersistMode::Inline) => {}
+        (Err(DriverError::PersistThread(why)), PersistMode::Thread) => {
+            assert!(why.contains("write failure"), "{why}")
+        }
+        _ => panic!("{mode:?}: {again:?}"),
+    }
+    assert!(!matches!(later.try_recv(), Ok(Ok(_))));
 }
 
 in_both_persist_modes!(

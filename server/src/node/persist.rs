@@ -69,6 +69,8 @@ pub struct PersistThread {
     /// The id of the last persist sent, and of the last one acknowledged.
     sent: Option<PersistId>,
     acknowledged: Option<PersistId>,
+    /// A write failure was handed to the driver (the thread stopped after it).
+    failure_reported: bool,
 }
 
 impl PersistThread {
@@ -90,6 +92,7 @@ impl PersistThread {
             thread: Some(thread),
             sent: None,
             acknowledged: None,
+            failure_reported: false,
         })
     }
 
@@ -140,8 +143,10 @@ impl PersistThread {
     }
 
     fn note(&mut self, event: &Option<PersistEvent>) {
-        if let Some(PersistEvent::Persisted { last, .. }) = event {
-            self.acknowledged = Some(*last);
+        match event {
+            Some(PersistEvent::Persisted { last, .. }) => self.acknowledged = Some(*last),
+            Some(PersistEvent::Failed(_)) => self.failure_reported = true,
+            _ => {}
         }
     }
 
@@ -150,8 +155,11 @@ impl PersistThread {
         lock(&self.counters).clone()
     }
 
-    /// How the thread ended, if it panicked (its message).
-    pub fn panic_message(&mut self) -> Option<String> {
+    /// Why the thread ended, if it did: after the write failure it reported, or its panic.
+    pub fn end_reason(&mut self) -> Option<String> {
+        if self.failure_reported {
+            return Some("it stopped after the write failure it reported".into());
+        }
         let thread = self.thread.take()?;
         if !thread.is_finished() {
             self.thread = Some(thread);
@@ -339,9 +347,13 @@ mod tests {
             Some(PersistEvent::Failed(_)) => {}
             other => panic!("expected the failure, got {other:?}"),
         }
-        // The thread stopped: a later batch is refused and nothing more is reported.
+        // The thread stopped: nothing more is reported, and a later batch is not written
+        // (whether `send` still finds the channel open depends on how far the thread got).
+        let syncs = disk.sync_data_count();
         let _ = thread.send(vec![promise(2, 2)], false);
         assert!(thread.blocking_recv().is_none());
         assert!(thread.in_flight(), "nothing was acknowledged");
+        assert_eq!(disk.sync_data_count(), syncs);
+        assert_eq!(thread.counters().commits, 0);
     }
 }
