@@ -73,8 +73,8 @@ use crate::locks::{
     Outcome, Reply, Revision, SessionId, SessionProof,
 };
 use crate::paxos::{
-    self, ConfigError, Durable, NodeId, ProposeError, ReadId, Replica, RoleKind, Slot, StepError,
-    Value,
+    self, ConfigError, Durable, NodeId, ProposeError, ReadId, Replica, Retired, RoleKind, Slot,
+    StepError, Value,
 };
 use crate::time::Instant;
 
@@ -492,6 +492,13 @@ impl Node {
 
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
+    }
+
+    /// The log the last compaction cut (`Replica::take_retired`): ~10^4 slots of commands whose
+    /// free would stall the turn by tens of ms. A driver frees it on another thread; if nobody
+    /// takes it, the next compaction frees it.
+    pub fn take_retired(&mut self) -> Option<Retired<NodeCommand>> {
+        self.replica.take_retired()
     }
 
     /// When to step `Input::Timeout` next: the replica's timers, and on a ready leader the

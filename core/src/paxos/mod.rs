@@ -61,7 +61,8 @@
 //! - [`Replica::read_index`]`(now) -> Result<ReadId, ProposeError>`; then `Action::ReadReady { id,
 //!   slot_applied_min }` (already applied: serve it now) or `Action::ReadFailed { id }`.
 //! - [`Replica::compact`]`(slot, S) -> Result<(), CompactError>`: the state machine's snapshot
-//!   as of applied `slot`.
+//!   as of applied `slot`; [`Replica::take_retired`] then hands over the log it cut, to be
+//!   freed off the caller's hot path.
 //! - [`Replica::poll_action`] -> `Action::{Persist { id, promised, accepted, snapshot,
 //!   snapshot_local, incarnation, recovered }, Send { to, msg }, Apply { slot, value }, InstallSnapshot { slot,
 //!   snapshot }, ReadReady, ReadFailed, RoleChanged { role, ballot, leader }}`;
@@ -97,7 +98,7 @@ pub use io::{
     Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReadId, RoleKind,
     StepError,
 };
-pub use learner::CATCHUP_ENTRIES_MAX;
+pub use learner::{Retired, CATCHUP_ENTRIES_MAX};
 pub use message::{AcceptedEntry, Message};
 pub use quorum::Votes;
 pub use replica::{BatchHead, Counters, Replica};

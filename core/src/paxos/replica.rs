@@ -14,6 +14,7 @@ use super::io::{
     Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, RoleKind, StepError,
 };
 use super::leader::LeaderState;
+use super::learner::Retired;
 use super::message::{AcceptedEntry, Message};
 use super::quorum::Votes;
 use crate::time::Instant;
@@ -90,6 +91,9 @@ pub struct Replica<C, S> {
     /// Every slot <= applied was emitted as `Apply` (or is covered by the snapshot).
     pub(super) applied: Slot,
     pub(super) snapshot: Option<(Slot, S)>,
+    /// What the last compaction cut, until the driver takes it (`take_retired`); at most one
+    /// (an untaken one is freed by the next compaction).
+    pub(super) retired: Option<Retired<C>>,
     /// Highest commit point any leader told us about.
     pub(super) slot_chosen_heard: Slot,
     /// No new catch-up request before this instant (one outstanding at a time).
@@ -177,6 +181,7 @@ where
             log: BTreeMap::new(),
             applied: slot_snapshot,
             snapshot: None,
+            retired: None,
             slot_chosen_heard: slot_snapshot,
             catchup_deadline: None,
             catchup_source: None,
@@ -295,6 +300,13 @@ where
         self.take_snapshot(slot, snapshot, false, local);
         self.check_invariants();
         Ok(())
+    }
+
+    /// What the last compaction (or installed snapshot) cut from the log, for the caller to
+    /// free where the time it takes does not matter (a driver: another thread). Whoever does not
+    /// take it loses nothing: the next compaction frees it.
+    pub fn take_retired(&mut self) -> Option<Retired<C>> {
+        self.retired.take()
     }
 
     /// The next output, in order.

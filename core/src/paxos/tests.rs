@@ -507,6 +507,9 @@ fn compact_replaces_the_log_with_the_snapshot() {
         })]
     );
     assert_eq!(r.accepted_at(Slot(1)), None);
+    // What was cut waits for the driver to free it: slot 1 chosen and accepted; once.
+    assert_eq!(r.take_retired().map(|retired| retired.slots()), Some(2));
+    assert!(r.take_retired().is_none());
     assert_eq!(
         r.compact(Slot(1), vec![1]),
         Err(CompactError::Stale {

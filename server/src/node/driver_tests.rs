@@ -569,6 +569,12 @@ fn compactions_are_saved_in_the_background_and_polled_by_the_driver(mode: Persis
         assert!(counters.snapshots_saved > 0, "replica {i}: {counters:?}");
         assert_eq!(counters.snapshot_save_failures, 0, "replica {i}");
         assert!(driver.node().replica().slot_snapshot() >= paxos::Slot(8));
+        // The log the compactions cut was handed off to be freed, not freed in the turn.
+        assert!(
+            driver.counters().retired_slots_freed >= 8,
+            "replica {i}: {:?}",
+            driver.counters()
+        );
         let crashed = h.disks[i].fork();
         crashed.crash();
         let storage = StorageConfig {
