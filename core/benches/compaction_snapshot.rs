@@ -1,7 +1,8 @@
 //! What a local compaction costs inside the driver's turn, for the state of `scripts/bench`'s
 //! `lock-1000key-c64` (64 sessions taking and releasing 1,000 keys, the full watch history):
-//! `LockStateMachine::snapshot` (which stays in the turn), a deep copy of the snapshot (what
-//! the replica's catch-up copy cost before it was shared, issue 17) and sharing it.
+//! `LockStateMachine::snapshot` (which stays in the turn), a clone of the snapshot value (what
+//! the replica's catch-up copy cost before it was shared, issue 17; since the watch history is
+//! kept in shared chunks, a clone copies no event) and sharing it.
 //!
 //! `cargo bench -p picket-core --bench compaction_snapshot`
 
@@ -103,6 +104,6 @@ fn main() {
     let shared = Arc::new(snapshot);
     let share = median_ms(|| drop(std::hint::black_box(Arc::clone(&shared))));
     println!("LockStateMachine::snapshot (in the turn): {take:.2} ms (median of {ROUNDS})");
-    println!("a deep copy of it (the catch-up copy before issue 17): {copy:.2} ms");
+    println!("a clone of the value (the catch-up copy before issue 17): {copy:.2} ms");
     println!("sharing it (NodeSnapshot, today): {share:.4} ms");
 }

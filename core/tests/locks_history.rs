@@ -182,7 +182,9 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     s.force_releases[0].expires_at = Instant::ZERO;
     refuse(s, "still pending");
     let mut s = good.clone();
-    s.events.reverse();
+    let mut reversed: Vec<_> = s.events.iter().cloned().collect();
+    reversed.reverse();
+    s.events = reversed.into();
     refuse(s, "out of revision order");
     // Found by the record_decode fuzzer: a snapshot over a bound was restored and the next
     // command tripped the per-command bound check (a panic instead of a refusal).
@@ -193,9 +195,9 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
     s.config.sessions_max = 1;
     refuse(s, "2 sessions, bound 1");
     let mut s = good;
-    let mut future = s.events.last().unwrap().clone();
+    let mut future = s.events.back().unwrap().clone();
     future.revision = Revision(s.revision.0 + 1);
-    s.events.push(future);
+    s.events.push_back(future);
     refuse(s, "beyond revision r7");
 }
 

@@ -465,7 +465,7 @@ fn malformed_records_name_the_path() {
         force_releases: vec![],
         audit: vec![],
         audit_compacted_through: Default::default(),
-        events: vec![],
+        events: Default::default(),
         events_compacted_through: Default::default(),
         semaphores: vec![],
     });

@@ -37,6 +37,7 @@ mod config;
 mod digest;
 mod error;
 mod force_release;
+mod history;
 mod ids;
 mod invariants;
 mod lock;
@@ -61,6 +62,7 @@ pub use command::{
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
 pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};
+pub use history::EventHistory;
 pub use ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 pub use names::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, NameError, KEY_LEN_MAX,

@@ -13,13 +13,14 @@ use super::class::ClassSpec;
 use super::command::{Identity, LockMode, Remembered};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
+use super::history::EventHistory;
 use super::ids::{RequestId, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SecretHash;
 use super::semaphore::{Semaphore, PERMITS_MAX};
 use super::session::{set_insert, validate_identity, LostHold, Session};
-use super::watch::{Event, WatchLog};
+use super::watch::WatchLog;
 use super::LockStateMachine;
 use crate::time::Instant;
 
@@ -39,7 +40,8 @@ pub struct LockSnapshot {
     pub force_releases: Vec<ForceReleaseRequest>,
     pub audit: Vec<AuditRecord>,
     pub audit_compacted_through: Revision,
-    pub events: Vec<Event>,
+    /// Shared in chunks with the state it was taken from (no copy per event).
+    pub events: EventHistory,
     pub events_compacted_through: Revision,
     /// By (namespace, key): every declared semaphore, held or free (empty in snapshots
     /// written before semaphores).
@@ -187,7 +189,7 @@ impl LockStateMachine {
             force_releases: self.force_releases.pending.values().cloned().collect(),
             audit: self.audit.records.iter().cloned().collect(),
             audit_compacted_through: self.audit.compacted_through,
-            events: self.watch.events.iter().cloned().collect(),
+            events: self.watch.events.clone(),
             events_compacted_through: self.watch.compacted_through,
             semaphores,
         }
@@ -247,30 +249,28 @@ impl LockStateMachine {
                 return Err(bad(format!("force-release request {id} listed twice")));
             }
         }
-        sm.audit = restore_history(
-            snapshot.audit,
-            snapshot.audit_compacted_through,
+        check_history(
+            snapshot.audit.len(),
+            snapshot.audit.iter().map(|r| r.revision),
             sm.config.audit_retention,
             "audit records",
-            |r| r.revision,
-        )
-        .map(|(records, compacted_through, retention)| AuditLog {
-            records,
-            compacted_through,
-            retention,
-        })?;
-        sm.watch = restore_history(
-            snapshot.events,
-            snapshot.events_compacted_through,
+        )?;
+        sm.audit = AuditLog {
+            records: VecDeque::from(snapshot.audit),
+            compacted_through: snapshot.audit_compacted_through,
+            retention: sm.config.audit_retention,
+        };
+        check_history(
+            snapshot.events.len(),
+            snapshot.events.iter().map(|e| e.revision),
             sm.config.watch_retention,
             "watch events",
-            |e| e.revision,
-        )
-        .map(|(events, compacted_through, retention)| WatchLog {
-            events,
-            compacted_through,
-            retention,
-        })?;
+        )?;
+        sm.watch = WatchLog {
+            events: snapshot.events,
+            compacted_through: snapshot.events_compacted_through,
+            retention: sm.config.watch_retention,
+        };
         sm.invariant_violation().map_err(bad)?;
         Ok(sm)
     }
@@ -422,26 +422,22 @@ impl LockStateMachine {
     }
 }
 
-type History<T> = (VecDeque<T>, Revision, usize);
-
-fn restore_history<T>(
-    items: Vec<T>,
-    compacted_through: Revision,
+/// A restored history fits its retention and its revisions never decrease.
+fn check_history(
+    len: usize,
+    revisions: impl Iterator<Item = Revision>,
     retention: usize,
     what: &str,
-    revision_of: impl Fn(&T) -> Revision,
-) -> Result<History<T>, SnapshotError> {
-    if items.len() > retention {
-        return Err(bad(format!(
-            "{} {what}, retention {retention}",
-            items.len()
-        )));
+) -> Result<(), SnapshotError> {
+    if len > retention {
+        return Err(bad(format!("{len} {what}, retention {retention}")));
     }
-    if items
-        .windows(2)
-        .any(|pair| revision_of(&pair[0]) > revision_of(&pair[1]))
-    {
-        return Err(bad(format!("{what} out of revision order")));
+    let mut previous = Revision(0);
+    for revision in revisions {
+        if revision < previous {
+            return Err(bad(format!("{what} out of revision order")));
+        }
+        previous = revision;
     }
-    Ok((VecDeque::from(items), compacted_through, retention))
+    Ok(())
 }

@@ -2,11 +2,11 @@
 //! revision, filtered by namespace and key prefix. Reading from a revision whose events were
 //! dropped is a `Compacted` error, never a silent gap.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::command::{Identity, LockMode};
 use super::error::WatchError;
+use super::history::EventHistory;
 use super::ids::{ForceReleaseId, Revision, SessionId, Token};
 use crate::time::Instant;
 
@@ -116,8 +116,8 @@ pub struct WatchPage {
 /// The retained history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct WatchLog {
-    /// Revisions never decrease along the deque.
-    pub events: VecDeque<Event>,
+    /// Revisions never decrease along it. Shared in chunks with every snapshot.
+    pub events: EventHistory,
     /// The highest revision of a dropped event (0: none dropped). Reads from revisions at or
     /// below it are `Compacted`.
     pub compacted_through: Revision,
@@ -127,7 +127,7 @@ pub(crate) struct WatchLog {
 impl WatchLog {
     pub fn new(retention: usize) -> WatchLog {
         WatchLog {
-            events: VecDeque::new(),
+            events: EventHistory::new(),
             compacted_through: Revision(0),
             retention,
         }
@@ -150,8 +150,7 @@ impl WatchLog {
             );
         }
         if self.events.len() == self.retention {
-            let dropped = self.events.pop_front().expect("retention > 0");
-            self.compacted_through = dropped.revision;
+            self.compacted_through = self.events.pop_front().expect("retention > 0");
         }
         self.events.push_back(Event {
             revision,
@@ -181,7 +180,7 @@ impl WatchLog {
         }
         let start = self.events.partition_point(|event| event.revision < from);
         let mut events = Vec::new();
-        for event in self.events.range(start..) {
+        for event in self.events.iter_from(start) {
             if events.len() >= limit {
                 let same_revision = events
                     .last()

@@ -583,13 +583,21 @@ impl TryFrom<proto::event::Kind> for EventKind {
 
 impl From<Event> for proto::Event {
     fn from(v: Event) -> Self {
+        proto::Event::from(&v)
+    }
+}
+
+/// By reference: a snapshot's history is shared with the live state, so a save converts each
+/// event without copying it first.
+impl From<&Event> for proto::Event {
+    fn from(v: &Event) -> Self {
         proto::Event {
             revision: v.revision.0,
             time_ms: v.time.as_millis(),
             namespace: v.namespace.to_string(),
             key: v.key.to_string(),
-            kind: Some(v.kind.into()),
-            identity: v.identity.map(|i| Arc::unwrap_or_clone(i).into()),
+            kind: Some(v.kind.clone().into()),
+            identity: v.identity.as_deref().cloned().map(Into::into),
         }
     }
 }

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use picket_core::locks::{
-    AcquireReply, ClassSpec, Command, HoldSnapshot, LockConfig, LockSnapshot, LockSnapshotEntry,
-    Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision, SemaphoreSnapshot,
-    SessionId, SessionSnapshot, Token, WaiterSnapshot,
+    AcquireReply, ClassSpec, Command, Event, HoldSnapshot, LockConfig, LockSnapshot,
+    LockSnapshotEntry, Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision,
+    SemaphoreSnapshot, SessionId, SessionSnapshot, Token, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use prost::Message;
@@ -248,7 +248,7 @@ impl From<LockSnapshot> for proto::LockSnapshot {
             force_releases: v.force_releases.into_iter().map(Into::into).collect(),
             audit: v.audit.into_iter().map(Into::into).collect(),
             audit_compacted_through: v.audit_compacted_through.0,
-            events: v.events.into_iter().map(Into::into).collect(),
+            events: v.events.iter().map(Into::into).collect(),
             events_compacted_through: v.events_compacted_through.0,
             semaphores: v
                 .semaphores
@@ -285,7 +285,7 @@ impl TryFrom<proto::LockSnapshot> for LockSnapshot {
             force_releases: each(v.force_releases, "force_releases")?,
             audit: each(v.audit, "audit")?,
             audit_compacted_through: Revision(v.audit_compacted_through),
-            events: each(v.events, "events")?,
+            events: each::<_, Event>(v.events, "events")?.into(),
             events_compacted_through: Revision(v.events_compacted_through),
             // Absent in snapshots written before semaphores: none.
             semaphores: v

@@ -704,7 +704,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 force_releases,
                 audit,
                 audit_compacted_through: Revision(audit_compacted),
-                events,
+                events: events.into(),
                 events_compacted_through: Revision(events_compacted),
                 semaphores,
             },
