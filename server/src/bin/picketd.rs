@@ -1,5 +1,10 @@
 //! `picketd`: the Picket replica daemon.
 
+/// See server/Cargo.toml: threads that free what the driver allocated must not stall it.
+#[cfg(not(madsim))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(not(madsim))]
 mod real {
     use std::path::PathBuf;
