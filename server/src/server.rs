@@ -176,6 +176,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .collect();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::with_external_url(config.external_url()));
+    metrics.set_cluster_members(config.members.len());
     metrics.set_recovery(recovered.outcome, recovered.duration, recovered.boot);
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();

@@ -194,6 +194,11 @@ impl InspectSource for Fake {
                     generation_dir: "/data/replica-1".to_owned(),
                     ..Default::default()
                 },
+                members: vec![picket_server::api::http::HealthMember {
+                    node_id: 1,
+                    client_endpoint: "http://127.0.0.1:7401".to_owned(),
+                    voter: true,
+                }],
             }
         })
     }
@@ -520,4 +525,6 @@ async fn metrics_and_health_are_served() {
     assert_eq!(v["storage"]["durable_state_lost"], false);
     assert_eq!(v["storage"]["damaged_dir"], Value::Null);
     assert_eq!(v["storage"]["generation_dir"], "/data/replica-1");
+    assert_eq!(v["members"][0]["client_endpoint"], "http://127.0.0.1:7401");
+    assert_eq!(v["members"][0]["voter"], true);
 }

@@ -144,6 +144,24 @@ async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
     let (status, body) = get(&format!("{http}/healthz")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"role\":\"leader\""), "{body}");
+    // The membership: every configured member with its client endpoint, in /healthz and as a
+    // count in /metrics.
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let members = health["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{body}");
+    for (i, member) in members.iter().enumerate() {
+        assert_eq!(
+            member["client_endpoint"],
+            cluster.client_endpoint(i),
+            "{body}"
+        );
+    }
+    let (_, text) = get(&format!("{http}/metrics")).await;
+    assert_eq!(
+        sample(&text, "picket_cluster_members", &[]),
+        Some(3.0),
+        "{text}"
+    );
     cluster.shutdown().await;
 }
 

@@ -92,6 +92,12 @@ impl Client {
         proto::QueryAuditRequest,
         proto::QueryAuditResponse
     );
+    admin_call!(
+        get_replica_status,
+        "get_replica_status",
+        proto::GetReplicaStatusRequest,
+        proto::ReplicaStatus
+    );
 
     /// `Lock.Release` as given (any session, the caller's request id), with leader following
     /// and retries keeping the request id. For tools releasing a hold whose owner is gone; a

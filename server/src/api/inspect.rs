@@ -6,13 +6,12 @@
 
 use picket_core::locks::{HoldInfo, KeyInfo};
 use picket_core::node::{Answer, Query};
-use picket_core::paxos::RoleKind;
 use picket_net::convert::api::{InspectQuery, ListHoldsQuery};
 use picket_net::proto;
 use picket_net::status::lock_error_status;
 use tonic::Status;
 
-use crate::api::http::{BoxFuture, Health, InspectSource};
+use crate::api::http::{BoxFuture, Health, HealthMember, InspectSource};
 use crate::node::driver::{DriverHandle, Request};
 
 /// The inspection source of a running replica.
@@ -81,15 +80,19 @@ impl InspectSource for DriverInspect {
     fn health(&self) -> BoxFuture<'_, Health> {
         Box::pin(async move {
             let id = self.driver.id.0;
+            let members = self
+                .driver
+                .members()
+                .iter()
+                .map(|(node, endpoint)| HealthMember {
+                    node_id: node.0,
+                    client_endpoint: endpoint.clone(),
+                    voter: true,
+                })
+                .collect();
             match self.driver.ask(|reply| Request::Status { reply }).await {
                 Ok(status) => {
-                    let detail = match (status.role, status.leader) {
-                        (RoleKind::Recovering, _) => {
-                            "recovering: re-learning its state from the other replicas".to_owned()
-                        }
-                        (_, None) => "no leader known".to_owned(),
-                        _ => String::new(),
-                    };
+                    let detail = status.not_serving_because().unwrap_or_default().to_owned();
                     Health {
                         ready: detail.is_empty(),
                         node_id: id,
@@ -98,6 +101,7 @@ impl InspectSource for DriverInspect {
                         slot_applied: status.slot_applied,
                         detail,
                         storage: status.storage,
+                        members,
                     }
                 }
                 Err(status) => Health {
@@ -108,6 +112,7 @@ impl InspectSource for DriverInspect {
                     slot_applied: 0,
                     detail: status.message().to_owned(),
                     storage: Default::default(),
+                    members,
                 },
             }
         })

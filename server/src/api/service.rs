@@ -558,4 +558,41 @@ impl proto::admin_server::Admin for AdminService {
             answer,
         )?))
     }
+
+    async fn get_replica_status(
+        &self,
+        request: Request<proto::GetReplicaStatusRequest>,
+    ) -> Result<Response<proto::ReplicaStatus>, Status> {
+        self.0.auth.admit_reader(&request).await?;
+        let driver = &self.0.driver;
+        let status = driver.ask(|reply| DriverRequest::Status { reply }).await?;
+        let storage = &status.storage;
+        Ok(Response::new(proto::ReplicaStatus {
+            cluster_id: driver.cluster_id.to_string(),
+            node_id: status.id.0,
+            role: crate::metrics::role_name(status.role).to_owned(),
+            leader_node_id: status.leader.map(|l| l.0),
+            ready: status.not_serving_because().is_none(),
+            detail: status.not_serving_because().unwrap_or_default().to_owned(),
+            revision: status.revision.0,
+            slot_applied: status.slot_applied,
+            boot: status.boot,
+            storage: Some(proto::ReplicaStorage {
+                recovery: storage.recovery.clone(),
+                durable_state_lost: storage.durable_state_lost,
+                lost_reason: storage.lost_reason.clone(),
+                generation_dir: storage.generation_dir.clone(),
+                damaged_dir: storage.damaged_dir.clone(),
+            }),
+            members: driver
+                .members()
+                .iter()
+                .map(|(id, endpoint)| proto::Member {
+                    node_id: id.0,
+                    client_endpoint: endpoint.clone(),
+                    voter: true,
+                })
+                .collect(),
+        }))
+    }
 }

@@ -310,6 +310,7 @@ mod real {
         println!("  picketctl inspect orders invoice/42");
         println!("  picketctl holds orders");
         println!("  picketctl watch orders");
+        println!("  picketctl cluster status");
         if !oidc {
             println!("  picketctl --principal alice --roles on-call force-release request orders invoice/42 --token <TOKEN> --reason 'stuck, INC-7'");
             println!("  picketctl --principal bob --roles on-call force-release approve <ID> --ack fenced");

@@ -10,6 +10,7 @@
 //! | `picket_holds` | gauge | namespace | same |
 //! | `picket_waiters` | gauge | namespace | same (queue depth summed over the namespace's keys) |
 //! | `picket_sessions` | gauge | | [`Metrics::set_sessions`] |
+//! | `picket_cluster_members` | gauge | | [`Metrics::set_cluster_members`] |
 //! | `picket_external_url_info` | gauge (1) | url | [`Metrics::with_external_url`] (absent without one) |
 //! | `picket_paxos_role` | gauge (1 for the current role) | role | [`Metrics::set_paxos`] |
 //! | `picket_paxos_ballot_round`, `picket_paxos_ballot_node_id` | gauge | | same |
@@ -187,6 +188,7 @@ pub struct Metrics {
     holds: Family<NamespaceLabels, Gauge>,
     waiters: Family<NamespaceLabels, Gauge>,
     sessions: Gauge,
+    cluster_members: Gauge,
     paxos_role: Family<RoleLabels, Gauge>,
     ballot_round: Gauge,
     ballot_node_id: Gauge,
@@ -326,6 +328,12 @@ impl Metrics {
         );
         let sessions = Gauge::default();
         registry.register("picket_sessions", "Live sessions", sessions.clone());
+        let cluster_members = Gauge::default();
+        registry.register(
+            "picket_cluster_members",
+            "Configured voting members of the cluster (static: every config file lists them)",
+            cluster_members.clone(),
+        );
         // The cluster-wide alerts' links: their rules find no other label to build them on
         // (and read it back with last_over_time once every replica is down).
         let external = Family::<UrlLabels, Gauge>::default();
@@ -403,6 +411,7 @@ impl Metrics {
             holds,
             waiters,
             sessions,
+            cluster_members,
             paxos_role,
             ballot_round,
             ballot_node_id,
@@ -504,6 +513,10 @@ impl Metrics {
 
     pub fn set_sessions(&self, sessions: usize) {
         self.sessions.set(saturate(sessions));
+    }
+
+    pub fn set_cluster_members(&self, voters: usize) {
+        self.cluster_members.set(saturate(voters));
     }
 
     pub fn set_paxos(&self, stats: PaxosStats) {

@@ -135,6 +135,20 @@ pub struct NodeStatus {
     pub storage: StorageCondition,
 }
 
+impl NodeStatus {
+    /// Why this replica does not serve, in words; `None`: it serves (`GET /healthz` 200, and
+    /// `ready` in `Admin.GetReplicaStatus`).
+    pub fn not_serving_because(&self) -> Option<&'static str> {
+        match (self.role, self.leader) {
+            (RoleKind::Recovering, _) => {
+                Some("recovering: re-learning its state from the other replicas")
+            }
+            (_, None) => Some("no leader known"),
+            _ => None,
+        }
+    }
+}
+
 /// Counters for metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DriverCounters {
@@ -204,6 +218,11 @@ impl DriverHandle {
     /// revision must agree. A slow subscriber misses values (`Lagged`), never slows the driver.
     pub fn subscribe_digests(&self) -> broadcast::Receiver<(Revision, u64)> {
         self.digests.subscribe()
+    }
+
+    /// Every configured member (this replica included) and its client endpoint, by id.
+    pub fn members(&self) -> &BTreeMap<NodeId, String> {
+        &self.endpoints
     }
 
     /// The client endpoint of a member.

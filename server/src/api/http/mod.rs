@@ -89,6 +89,17 @@ pub struct Health {
     pub detail: String,
     /// How this start's storage recovery ended and whether the durable state is lost now.
     pub storage: crate::node::durable::StorageCondition,
+    /// The configured members, by node id (this replica included).
+    pub members: Vec<HealthMember>,
+}
+
+/// A member in `GET /healthz` (as `Member` of `Admin.GetReplicaStatus`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HealthMember {
+    pub node_id: u64,
+    pub client_endpoint: String,
+    /// Always true while membership is static.
+    pub voter: bool,
 }
 
 #[derive(Clone)]

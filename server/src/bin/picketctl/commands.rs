@@ -88,9 +88,12 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
             let response = client.set_semaphore(request).await?;
             Ok(render::semaphore_set(&namespace, &key, permits, &response))
         }
-        Command::Session { .. } | Command::Lock { .. } | Command::Watch { .. } => Err(
-            CtlError::Io("internal: a long-running command reached one_shot".into()),
-        ),
+        Command::Session { .. }
+        | Command::Lock { .. }
+        | Command::Watch { .. }
+        | Command::Cluster(_) => Err(CtlError::Io(
+            "internal: a command with its own runner reached one_shot".into(),
+        )),
     }
 }
 

@@ -439,3 +439,77 @@ async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
     assert_eq!(error.exit(), super::EXIT_BUSY, "{error}");
     cluster.shutdown().await;
 }
+
+/// `cluster members` and `cluster status` (`Admin.GetReplicaStatus`) against three real
+/// replicas: every member listed with its endpoint, one leader that all follow, and a stopped
+/// member reported as not answering (exit status 1) while the others still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answer() {
+    let (mut cluster, leader) = cluster().await;
+    let command = cli(&cluster, &["cluster", "members"]);
+    let client = Client::new(command.global.client_config(None)).unwrap();
+    let members = super::cluster::members(&client).await.unwrap();
+    let listed = members.json["members"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 3, "{}", members.human);
+    for (i, member) in listed.iter().enumerate() {
+        assert_eq!(member["client_endpoint"], cluster.client_endpoint(i));
+        assert_eq!(member["voter"], true);
+    }
+    let leader_id = cluster.config(leader).node_id;
+    assert_eq!(
+        members.json["leader_node_id"], leader_id,
+        "{}",
+        members.human
+    );
+
+    // Every member answers for itself and follows the same leader.
+    let mut all_serve = false;
+    for _ in 0..50 {
+        let command = cli(&cluster, &["cluster", "status"]);
+        let (report, serving) = super::cluster::status(&command.global, &client)
+            .await
+            .unwrap();
+        if serving {
+            for (i, member) in report.json["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                let status = &member["status"];
+                assert_eq!(status["node_id"], cluster.config(i).node_id);
+                assert_eq!(status["leader_node_id"], leader_id, "{}", report.human);
+                let role = if i == leader { "leader" } else { "follower" };
+                assert_eq!(status["role"], role, "{}", report.human);
+                assert_eq!(status["storage"]["recovery"], "clean");
+            }
+            all_serve = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(all_serve, "the three replicas never all served");
+    let exit = super::execute(cli(&cluster, &["--json", "cluster", "status"])).await;
+    assert_eq!(exit.unwrap(), super::EXIT_OK);
+
+    // A stopped follower: listed, with the reason; the others still answer; exit status 1.
+    let victim = (leader + 1) % 3;
+    cluster.stop(victim).await;
+    let command = cli(&cluster, &["--timeout-ms", "1000", "cluster", "status"]);
+    let (report, serving) = super::cluster::status(&command.global, &client)
+        .await
+        .unwrap();
+    assert!(!serving, "{}", report.human);
+    let rows = report.json["members"].as_array().unwrap();
+    assert!(rows[victim]["status"].is_null(), "{}", report.human);
+    assert!(!rows[victim]["error"].as_str().unwrap().is_empty());
+    assert!(report.human.contains("no answer"), "{}", report.human);
+    assert_eq!(rows[leader]["status"]["role"], "leader", "{}", report.human);
+    let exit = super::execute(cli(
+        &cluster,
+        &["--timeout-ms", "1000", "cluster", "status"],
+    ))
+    .await;
+    assert_eq!(exit.unwrap(), super::EXIT_ERROR);
+    cluster.shutdown().await;
+}

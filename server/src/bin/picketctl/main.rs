@@ -6,6 +6,7 @@
 //! `watch` prints one object per event). See `picketctl --help` and `docs/client.md`.
 
 mod child;
+mod cluster;
 mod commands;
 mod confirm;
 #[cfg(all(test, not(madsim)))]
@@ -246,6 +247,26 @@ pub enum Command {
     /// class-admin). Take a permit with `picketctl lock --permit NS KEY -- CMD`.
     #[command(subcommand)]
     Semaphore(SemaphoreAction),
+    /// The cluster's members and each replica's own status (read-only). Membership is static:
+    /// every replica's configuration file lists the members (docs/operations.md).
+    #[command(subcommand)]
+    Cluster(ClusterAction),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// The configured members (node id, client endpoint, voter) as the first replica that
+    /// answers knows them, and the leader it follows.
+    Members,
+    /// Asks every member, at the client endpoint the cluster lists for it, for its own status:
+    /// role, the leader it follows, applied slot and how far it is behind the most advanced
+    /// member, whether it serves, and its storage condition (clean, torn_tail_cut,
+    /// durable_state_lost; a damaged directory left behind). Like `etcdctl endpoint status
+    /// --cluster`. A member that does not answer within --timeout-ms is listed with the error.
+    ///
+    /// Exit status: 0 every member answered and serves, 1 some member did not answer or does
+    /// not serve (the table says which and why), 6 no replica answered.
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -572,6 +593,12 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
                 json,
             )
             .await
+        }
+        Command::Cluster(ClusterAction::Members) => cluster::members(&client).await.map(out),
+        Command::Cluster(ClusterAction::Status) => {
+            let (report, all_serving) = cluster::status(&cli.global, &client).await?;
+            report.print(json);
+            Ok(if all_serving { EXIT_OK } else { EXIT_ERROR })
         }
         other => commands::one_shot(&client, other).await.map(out),
     }

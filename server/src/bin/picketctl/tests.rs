@@ -28,6 +28,8 @@ fn the_cli_is_well_formed_and_help_names_every_command() {
         "classes",
         "audit",
         "force-release",
+        "semaphore",
+        "cluster",
     ] {
         assert!(help.contains(command), "help lacks {command}:\n{help}");
     }
@@ -324,6 +326,12 @@ impl Admin for FakeAdmin {
                 ..Default::default()
             }],
         }))
+    }
+    async fn get_replica_status(
+        &self,
+        _: Request<proto::GetReplicaStatusRequest>,
+    ) -> Result<Response<proto::ReplicaStatus>, Status> {
+        nope()
     }
     async fn query_audit(
         &self,

@@ -1,0 +1,262 @@
+//! `picketctl cluster members | status`: the membership and each replica's own status, read
+//! with `Admin.GetReplicaStatus` (answered by any replica from its own state).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use picket_net::client::Client;
+use picket_net::proto;
+use serde_json::{json, Value};
+
+use super::render::Report;
+use super::{CtlError, Global};
+
+/// The configured members, as the first replica that answers knows them.
+pub async fn members(client: &Client) -> Result<Report, CtlError> {
+    let asked = client
+        .get_replica_status(proto::GetReplicaStatusRequest {})
+        .await?;
+    let mut human = format!(
+        "cluster {}: {} members (as replica {} knows them; leader: {})\n",
+        asked.cluster_id,
+        asked.members.len(),
+        asked.node_id,
+        asked
+            .leader_node_id
+            .map_or_else(|| "none known".to_owned(), |l| l.to_string()),
+    );
+    let _ = writeln!(human, "{:<4} {:<32} {:<6} NOTE", "ID", "ENDPOINT", "VOTER");
+    for member in &asked.members {
+        let mut note = Vec::new();
+        if asked.leader_node_id == Some(member.node_id) {
+            note.push("leader");
+        }
+        if member.node_id == asked.node_id {
+            note.push("answered");
+        }
+        let _ = writeln!(
+            human,
+            "{:<4} {:<32} {:<6} {}",
+            member.node_id,
+            member.client_endpoint,
+            if member.voter { "yes" } else { "no" },
+            note.join(", ")
+        );
+    }
+    let json = json!({
+        "cluster_id": asked.cluster_id,
+        "answered_by": asked.node_id,
+        "leader_node_id": asked.leader_node_id,
+        "members": asked.members.iter().map(member_json).collect::<Vec<_>>(),
+    });
+    Ok(Report { json, human })
+}
+
+/// What one member answered, or why it did not.
+type Answer = Result<proto::ReplicaStatus, String>;
+
+/// Asks every member (at the endpoint the first replica that answers lists for it) for its own
+/// status. `Ok((report, true))` when every member answered and serves.
+pub async fn status(global: &Global, client: &Client) -> Result<(Report, bool), CtlError> {
+    let asked = client
+        .get_replica_status(proto::GetReplicaStatusRequest {})
+        .await?;
+    let mut answers = tokio::task::JoinSet::new();
+    for (index, member) in asked.members.iter().enumerate() {
+        if member.node_id == asked.node_id {
+            continue;
+        }
+        let mut config = global.client_config(None);
+        config.endpoints = vec![member.client_endpoint.clone()];
+        // One attempt per member: a member that is down is reported, not waited for.
+        config.retry_budget = Duration::ZERO;
+        answers.spawn(async move {
+            let answer: Answer = match Client::new(config) {
+                Ok(client) => client
+                    .get_replica_status(proto::GetReplicaStatusRequest {})
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            (index, answer)
+        });
+    }
+    let mut rows: Vec<(proto::Member, Answer)> = asked
+        .members
+        .iter()
+        .map(|m| (m.clone(), Err("not asked".to_owned())))
+        .collect();
+    for (index, member) in asked.members.iter().enumerate() {
+        if member.node_id == asked.node_id {
+            rows[index].1 = Ok(asked.clone());
+        }
+    }
+    while let Some(joined) = answers.join_next().await {
+        let (index, answer) = joined.map_err(|e| CtlError::Io(format!("internal: {e}")))?;
+        rows[index].1 = answer;
+    }
+    Ok(render_status(&asked.cluster_id, &rows))
+}
+
+fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report, bool) {
+    let newest = rows
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok().map(|s| s.slot_applied))
+        .max()
+        .unwrap_or(0);
+    let all_serving = rows.iter().all(|(_, a)| a.as_ref().is_ok_and(|s| s.ready));
+    let mut human = format!("cluster {cluster_id}: {} members\n", rows.len());
+    let _ = writeln!(
+        human,
+        "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} DETAIL",
+        "ID", "ENDPOINT", "ROLE", "LEADER", "APPLIED", "BEHIND", "READY", "STORAGE"
+    );
+    let mut members = Vec::new();
+    for (member, answer) in rows {
+        match answer {
+            Ok(s) => {
+                let storage = s.storage.clone().unwrap_or_default();
+                let condition = if storage.durable_state_lost {
+                    "durable_state_lost".to_owned()
+                } else {
+                    storage.recovery.clone()
+                };
+                let mut detail = s.detail.clone();
+                if let Some(damaged) = &storage.damaged_dir {
+                    let _ = write!(detail, "{}damaged dir left at {damaged}", sep(&detail));
+                }
+                let _ = writeln!(
+                    human,
+                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {}",
+                    member.node_id,
+                    member.client_endpoint,
+                    s.role,
+                    s.leader_node_id
+                        .map_or_else(|| "-".to_owned(), |l| l.to_string()),
+                    s.slot_applied,
+                    newest - s.slot_applied,
+                    if s.ready { "yes" } else { "no" },
+                    condition,
+                    detail
+                );
+                let mut entry = member_json(member);
+                entry["status"] = status_json(s);
+                entry["behind"] = json!(newest - s.slot_applied);
+                entry["error"] = Value::Null;
+                members.push(entry);
+            }
+            Err(error) => {
+                let _ = writeln!(
+                    human,
+                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} no answer: {error}",
+                    member.node_id, member.client_endpoint, "-", "-", "-", "-", "no", "-"
+                );
+                let mut entry = member_json(member);
+                entry["status"] = Value::Null;
+                entry["behind"] = Value::Null;
+                entry["error"] = json!(error);
+                members.push(entry);
+            }
+        }
+    }
+    let json = json!({
+        "cluster_id": cluster_id,
+        "all_serving": all_serving,
+        "members": members,
+    });
+    (Report { json, human }, all_serving)
+}
+
+fn sep(text: &str) -> &'static str {
+    if text.is_empty() {
+        ""
+    } else {
+        "; "
+    }
+}
+
+fn member_json(member: &proto::Member) -> Value {
+    json!({
+        "node_id": member.node_id,
+        "client_endpoint": member.client_endpoint,
+        "voter": member.voter,
+    })
+}
+
+fn status_json(s: &proto::ReplicaStatus) -> Value {
+    let storage = s.storage.clone().unwrap_or_default();
+    json!({
+        "node_id": s.node_id,
+        "role": s.role,
+        "leader_node_id": s.leader_node_id,
+        "ready": s.ready,
+        "detail": s.detail,
+        "revision": s.revision,
+        "slot_applied": s.slot_applied,
+        "boot": s.boot,
+        "storage": {
+            "recovery": storage.recovery,
+            "durable_state_lost": storage.durable_state_lost,
+            "lost_reason": storage.lost_reason,
+            "generation_dir": storage.generation_dir,
+            "damaged_dir": storage.damaged_dir,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64) -> proto::Member {
+        proto::Member {
+            node_id: id,
+            client_endpoint: format!("http://127.0.0.1:740{id}"),
+            voter: true,
+        }
+    }
+
+    fn replica(id: u64, applied: u64, ready: bool) -> proto::ReplicaStatus {
+        proto::ReplicaStatus {
+            cluster_id: "c".into(),
+            node_id: id,
+            role: "follower".into(),
+            leader_node_id: Some(2),
+            ready,
+            slot_applied: applied,
+            storage: Some(proto::ReplicaStorage {
+                recovery: "clean".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_says_who_is_behind_who_did_not_answer_and_whether_all_serve() {
+        let rows = vec![
+            (member(1), Ok(replica(1, 90, true))),
+            (member(2), Ok(replica(2, 100, true))),
+            (member(3), Err("connection refused".to_owned())),
+        ];
+        let (report, all_serving) = render_status("c", &rows);
+        assert!(!all_serving);
+        assert_eq!(report.json["all_serving"], false);
+        assert_eq!(report.json["members"][0]["behind"], 10);
+        assert_eq!(report.json["members"][1]["behind"], 0);
+        assert_eq!(report.json["members"][2]["error"], "connection refused");
+        assert!(report.json["members"][2]["status"].is_null());
+        assert!(
+            report.human.contains("no answer: connection refused"),
+            "{}",
+            report.human
+        );
+        let healthy = vec![
+            (member(1), Ok(replica(1, 100, true))),
+            (member(2), Ok(replica(2, 100, true))),
+        ];
+        assert!(render_status("c", &healthy).1);
+        let recovering = vec![(member(1), Ok(replica(1, 100, false)))];
+        assert!(!render_status("c", &recovering).1);
+    }
+}
