@@ -99,6 +99,19 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `count` distinct free ports on 127.0.0.1: all are bound before any is released, so two of
+/// them are never the same port (one-by-one [`free_port`] calls may answer a port twice, and
+/// two replicas configured with one port cannot reach each other).
+pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|listener| Ok(listener.local_addr()?.port()))
+        .collect()
+}
+
 impl DevCluster {
     /// A cluster in a temporary directory on ephemeral ports with fast elections.
     pub async fn start() -> Result<DevCluster, StartError> {
@@ -154,10 +167,11 @@ impl DevCluster {
                     peer: [0; 3],
                     http: [0; 3],
                 };
+                let free = free_ports(9).map_err(|e| listen_error(0, e))?;
                 for i in 0..3 {
-                    ports.client[i] = free_port().map_err(|e| listen_error(0, e))?;
-                    ports.peer[i] = free_port().map_err(|e| listen_error(0, e))?;
-                    ports.http[i] = free_port().map_err(|e| listen_error(0, e))?;
+                    ports.client[i] = free[3 * i];
+                    ports.peer[i] = free[3 * i + 1];
+                    ports.http[i] = free[3 * i + 2];
                 }
                 ports
             }

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use picket_server::auth::dev::DevIssuer;
-use picket_server::dev::free_port;
+use picket_server::dev::free_ports;
 
 /// The test issuer's `iss` and the audience the cluster expects.
 pub const ISSUER: &str = "https://sso.journey.invalid/realms/ops";
@@ -90,14 +90,9 @@ impl OidcCluster {
         let issuer = DevIssuer::generate(ISSUER, AUDIENCE).unwrap();
         let jwks = dir.path().join("jwks.json");
         issuer.write_jwks(&jwks).unwrap();
+        let free = free_ports(9).unwrap();
         let ports: Vec<(u16, u16, u16)> = (0..3)
-            .map(|_| {
-                (
-                    free_port().unwrap(),
-                    free_port().unwrap(),
-                    free_port().unwrap(),
-                )
-            })
+            .map(|i| (free[3 * i], free[3 * i + 1], free[3 * i + 2]))
             .collect();
         let mut members = String::new();
         for (i, (client, peer, http)) in ports.iter().enumerate() {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use picket_net::proto;
 use picket_net::proto::admin_client::AdminClient;
 use picket_net::proto::lock_client::LockClient;
-use picket_server::dev::{free_port, DevCluster};
+use picket_server::dev::{free_ports, DevCluster};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -56,9 +56,8 @@ impl Cluster {
             .prefix("picket-e2e-")
             .tempdir()
             .unwrap();
-        let ports: Vec<(u16, u16)> = (0..3)
-            .map(|_| (free_port().unwrap(), free_port().unwrap()))
-            .collect();
+        let free = free_ports(6).unwrap();
+        let ports: Vec<(u16, u16)> = (0..3).map(|i| (free[2 * i], free[2 * i + 1])).collect();
         let mut members = String::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
             members.push_str(&format!(
