@@ -110,9 +110,7 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
             }
             Op::LoseDisk(i) => {
                 // One lost disk at a time: recovery needs every other replica's answer.
-                let any_lost = c.ids().iter().any(|id| {
-                    c.node(*id).durable.lost || c.replica(*id).is_some_and(|r| r.is_amnesiac())
-                });
+                let any_lost = c.any_disk_lost();
                 if !any_lost {
                     c.crash_losing_disk(pick(i));
                     c.restart(pick(i));

@@ -126,9 +126,7 @@ fn step(c: &mut Sim, op: Op, next_cmd: &mut u64) {
         }
         Op::LoseDisk(i) => {
             // One lost disk at a time: with 3 replicas, two lost disks lose a quorum's memory.
-            let any_lost = c.ids().iter().any(|id| {
-                c.node(*id).durable.lost || c.replica(*id).is_some_and(|r| r.is_amnesiac())
-            });
+            let any_lost = c.any_disk_lost();
             if !any_lost {
                 c.crash_losing_disk(pick(i));
                 c.restart(pick(i));

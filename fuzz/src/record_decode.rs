@@ -13,11 +13,11 @@
 
 use picket_core::locks::{Command, LockSnapshot, LockStateMachine, RequestId, SessionProof, Token};
 use picket_core::node::NodeCommand;
-use picket_core::paxos::{AcceptedEntry, Slot};
+use picket_core::paxos::AcceptedEntry;
 use picket_core::time::Instant;
 use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
-    snapshot_to_wire,
+    snapshot_to_wire, SnapshotWithSchedule,
 };
 use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
 use picket_net::{proto, DecodeError};
@@ -89,13 +89,14 @@ fn hard_state(bytes: &[u8]) {
 
 fn snapshot_record(bytes: &[u8]) {
     match decode_snapshot_record::<LockSnapshot>(bytes) {
-        Ok((slot, snapshot)) => {
-            let wire = snapshot_to_wire((slot, snapshot.clone())).encode_to_vec();
-            let again: (Slot, LockSnapshot) =
+        Ok((slot, snapshot, schedule)) => {
+            let wire =
+                snapshot_to_wire((slot, snapshot.clone()), schedule.as_ref()).encode_to_vec();
+            let again: SnapshotWithSchedule<LockSnapshot> =
                 decode_snapshot_record(&wire).expect("an encoded snapshot record decodes");
             assert_eq!(
                 again,
-                (slot, snapshot.clone()),
+                (slot, snapshot.clone(), schedule),
                 "snapshot record round trip"
             );
             restore(snapshot);

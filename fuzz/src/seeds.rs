@@ -11,7 +11,9 @@ use picket_core::locks::{
     SessionId, SessionProof, Token,
 };
 use picket_core::node::{NodeCommand, ProposalId};
-use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
+use picket_core::paxos::{
+    Ballot, MemberAddress, Membership, Message, NodeId, Schedule, Slot, Value,
+};
 use picket_core::time::Instant;
 use picket_net::convert::paxos::{batch_to_wire, message_to_wire};
 use picket_net::convert::records::{log_entry_to_wire, snapshot_to_wire, HardState};
@@ -270,7 +272,7 @@ fn record_decode() -> Vec<Vec<u8>> {
         ),
         with_selector(
             2,
-            snapshot_to_wire((Slot(9), sm.snapshot())).encode_to_vec(),
+            snapshot_to_wire((Slot(9), sm.snapshot()), None).encode_to_vec(),
         ),
         with_selector(
             4,
@@ -345,6 +347,18 @@ fn peer_messages() -> Vec<Msg> {
         },
         Message::CatchupReply {
             snapshot: Some((Slot(2), busy_machine().snapshot())),
+            schedule: Some(Schedule::new(Membership {
+                voters: vec![NodeId(1), NodeId(2), NodeId(3)],
+                learners: vec![NodeId(4)],
+                addresses: vec![MemberAddress {
+                    id: NodeId(4),
+                    peer: "10.0.0.4:7000".into(),
+                    client: "10.0.0.4:7001".into(),
+                    http: String::new(),
+                }],
+                actor: "alice".into(),
+                reason: "replace n3's machine".into(),
+            })),
             entries: vec![(Slot(3), batch_value())],
         },
         Message::FenceAck {

@@ -47,10 +47,14 @@ proptest! {
     }
 
     #[test]
-    fn snapshot_records(slot in any::<u64>(), snapshot in strategies::snapshot()) {
-        let bytes = snapshot_to_wire((Slot(slot), snapshot.clone())).encode_to_vec();
+    fn snapshot_records(
+        slot in any::<u64>(),
+        snapshot in strategies::snapshot(),
+        schedule in proptest::option::of(strategies::paxos::schedule()),
+    ) {
+        let bytes = snapshot_to_wire((Slot(slot), snapshot.clone()), schedule.as_ref()).encode_to_vec();
         let decoded = decode_snapshot_record::<LockSnapshot>(&bytes).unwrap();
-        prop_assert_eq!(decoded, (Slot(slot), snapshot));
+        prop_assert_eq!(decoded, (Slot(slot), snapshot, schedule));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub enum AuditAction {
     ClassRemoved,
     /// A semaphore declared, its N changed, or its declaration removed (`permits` 0).
     SemaphoreSet,
+    /// A membership change the log chose (`membership`: the members it asked for).
+    MembershipChanged,
 }
 
 /// One audit record.
@@ -58,6 +60,8 @@ pub struct AuditRecord {
     pub permits: Option<(u32, u32)>,
     /// Force-release records of a semaphore holder: the permit's slot.
     pub slot: Option<u32>,
+    /// Membership records: the members the change asked for, as `voters n1,n2,n3 learners n4`.
+    pub membership: String,
 }
 
 impl AuditRecord {
@@ -90,6 +94,7 @@ impl AuditRecord {
             revoke_session: None,
             permits: None,
             slot: None,
+            membership: String::new(),
         }
     }
 

@@ -152,6 +152,24 @@ impl LockStateMachine {
         self.time
     }
 
+    /// Records, in the audit log, a membership change the log chose: who asked for it, why,
+    /// and the members it asked for. Not a command: it changes no lock and no revision (the
+    /// record carries the revision of the command before it).
+    pub fn record_membership_change(&mut self, actor: &str, reason: &str, membership: String) {
+        self.audit.push(AuditRecord {
+            reason: reason.to_owned(),
+            membership,
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.to_owned(),
+                AuditAction::MembershipChanged,
+                String::new(),
+                String::new(),
+            )
+        });
+    }
+
     /// Applies one batch of the log: every command at log time `max(previous, stamp)`.
     pub fn apply_batch(
         &mut self,

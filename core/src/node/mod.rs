@@ -314,6 +314,22 @@ impl Node {
         result
     }
 
+    /// Leader: proposes a change to `membership` ([`paxos::Replica::propose_membership`]: one
+    /// change at a time, refused unless a quorum of the new voters answered lately or `force`).
+    /// It is in the log once `replica().membership_latest()` shows it; its audit record is
+    /// written when it is applied.
+    pub fn change_membership(
+        &mut self,
+        now: Instant,
+        membership: paxos::Membership,
+        force: bool,
+    ) -> Result<(), paxos::ReconfigError> {
+        self.now = self.now.max(now);
+        let result = self.replica.propose_membership(self.now, membership, force);
+        self.after_input();
+        result
+    }
+
     /// Proposes a client command; its outcome comes back as `Action::Reply` once applied.
     pub fn propose(
         &mut self,
@@ -672,8 +688,18 @@ impl Node {
     fn on_apply(&mut self, slot: Slot, value: Value<NodeCommand>) {
         assert_eq!(slot, self.slot_applied.next(), "apply out of order");
         self.slot_applied = slot;
-        let Value::Batch { stamp, commands } = value else {
-            return;
+        let (stamp, commands) = match value {
+            Value::Batch { stamp, commands } => (stamp, commands),
+            Value::Reconfig(m) => {
+                // The audit shows the members (Display leaves addresses, actor and reason out).
+                self.sm
+                    .record_membership_change(&m.actor, &m.reason, m.to_string());
+                self.actions.push_back(Action::Applied {
+                    revision: self.sm.revision(),
+                });
+                return;
+            }
+            Value::Noop => return,
         };
         let id = self.replica.id();
         // The simulation's deliberately broken build may apply at the local clock.

@@ -136,7 +136,15 @@ where
         self.note_leader(from, ballot);
         // Our promise is <= `ballot` now, so no higher ballot can have used us in a phase 1
         // before this instant: that is what confirms the leader's reads.
-        self.send(from, Message::HeartbeatAck { ballot, seq });
+        let applied = self.applied;
+        self.send(
+            from,
+            Message::HeartbeatAck {
+                ballot,
+                seq,
+                applied,
+            },
+        );
         self.learn_commit(from, ballot, slot_chosen);
     }
 

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::membership::Membership;
 use crate::time::Instant;
 
 /// A replica's identity, fixed by the static membership.
@@ -61,19 +62,21 @@ impl fmt::Display for Slot {
     }
 }
 
-/// The value of one slot: a no-op (filling a gap left by an earlier leader) or a batch of
-/// commands stamped with the leader's clock when it formed the batch.
+/// The value of one slot: a no-op (filling a gap left by an earlier leader), a batch of
+/// commands stamped with the leader's clock when it formed the batch, or a membership change
+/// (it governs the slots from its own plus `Config::reconfig_delay_slots` on).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value<C> {
     Noop,
     Batch { stamp: Instant, commands: Vec<C> },
+    Reconfig(Membership),
 }
 
 impl<C> Value<C> {
     /// Number of commands carried (0 for a no-op).
     pub fn len(&self) -> usize {
         match self {
-            Value::Noop => 0,
+            Value::Noop | Value::Reconfig(_) => 0,
             Value::Batch { commands, .. } => commands.len(),
         }
     }
@@ -88,6 +91,7 @@ impl<C: fmt::Debug> fmt::Display for Value<C> {
         match self {
             Value::Noop => write!(f, "noop"),
             Value::Batch { stamp, commands } => write!(f, "{commands:?}@{}", stamp.as_millis()),
+            Value::Reconfig(m) => write!(f, "reconfig({m})"),
         }
     }
 }

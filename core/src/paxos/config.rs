@@ -4,12 +4,24 @@ use thiserror::Error;
 
 use super::ballot::NodeId;
 
-/// Configuration of one replica. Membership is static: 3 or 5 replicas.
+/// α unless configured otherwise. It is a rule of the whole cluster: every replica must use the
+/// same α (a change's effect is computed from it), so picketd does not make it configurable.
+pub const RECONFIG_DELAY_SLOTS_DEFAULT: usize = 64;
+
+/// Configuration of one replica.
+///
+/// `members` is the cluster's first membership (3 or 5 voters, `id` among them), which governs
+/// the log until a membership change (`Value::Reconfig`) says otherwise; a replica restarted
+/// from a snapshot takes the membership recorded with it. A replica that `joins` a running
+/// cluster is not in `members` (its seeds): it votes on nothing until a change names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub id: NodeId,
-    /// All replicas including `id`, 3 or 5 distinct ids, none of them 0.
+    /// The first membership's voters, 3 or 5 distinct ids, none of them 0; for a joining
+    /// replica, the members it may hear from before it learns the membership.
     pub members: Vec<NodeId>,
+    /// A new replica joining a running cluster (not in `members`).
+    pub joining: bool,
     pub election_timeout_ms_min: u64,
     pub election_timeout_ms_max: u64,
     pub heartbeat_ms: u64,
@@ -19,6 +31,9 @@ pub struct Config {
     pub batch_commands_max: usize,
     /// Commands waiting for a slot at most; also bounds pending reads.
     pub pending_max: usize,
+    /// α: a membership change chosen at slot s governs the slots from s + α on; the leader
+    /// proposes at slot i only once it has applied every slot up to i - α.
+    pub reconfig_delay_slots: usize,
     /// Seed of the election-jitter RNG.
     pub seed: u64,
 }
@@ -30,11 +45,13 @@ pub enum ConfigError {
     MembersCount(usize),
     #[error("membership lists {0} twice or uses the reserved id 0")]
     MemberInvalid(NodeId),
-    #[error("own id {0} is not a member")]
+    #[error("own id {0} is not a member (a replica joining a running cluster must say so)")]
     NotMember(NodeId),
+    #[error("a joining replica {0} must not be among the members it joins")]
+    JoiningMember(NodeId),
     #[error("election timeout min {min} must be > heartbeat {heartbeat} and <= max {max}")]
     Timeouts { min: u64, max: u64, heartbeat: u64 },
-    #[error("window_slots, batch_commands_max and pending_max must be >= 1")]
+    #[error("window_slots, batch_commands_max, pending_max and reconfig_delay_slots must be >= 1")]
     ZeroBound,
 }
 
@@ -44,19 +61,26 @@ impl Config {
         Config {
             id,
             members,
+            joining: false,
             election_timeout_ms_min: 150,
             election_timeout_ms_max: 300,
             heartbeat_ms: 50,
             window_slots: 64,
             batch_commands_max: 256,
             pending_max: 10_000,
+            reconfig_delay_slots: RECONFIG_DELAY_SLOTS_DEFAULT,
             seed,
         }
     }
 
     /// Checks every rule; `Replica::new` calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.members.len() != 3 && self.members.len() != 5 {
+        let count_ok = if self.joining {
+            (1..=super::membership::MEMBERS_MAX).contains(&self.members.len())
+        } else {
+            self.members.len() == 3 || self.members.len() == 5
+        };
+        if !count_ok {
             return Err(ConfigError::MembersCount(self.members.len()));
         }
         for (i, m) in self.members.iter().enumerate() {
@@ -64,8 +88,12 @@ impl Config {
                 return Err(ConfigError::MemberInvalid(*m));
             }
         }
-        if !self.members.contains(&self.id) {
-            return Err(ConfigError::NotMember(self.id));
+        if self.joining == self.members.contains(&self.id) {
+            return Err(if self.joining {
+                ConfigError::JoiningMember(self.id)
+            } else {
+                ConfigError::NotMember(self.id)
+            });
         }
         if self.election_timeout_ms_min <= self.heartbeat_ms
             || self.election_timeout_ms_min > self.election_timeout_ms_max
@@ -77,13 +105,17 @@ impl Config {
                 heartbeat: self.heartbeat_ms,
             });
         }
-        if self.window_slots == 0 || self.batch_commands_max == 0 || self.pending_max == 0 {
+        if self.window_slots == 0
+            || self.batch_commands_max == 0
+            || self.pending_max == 0
+            || self.reconfig_delay_slots == 0
+        {
             return Err(ConfigError::ZeroBound);
         }
         Ok(())
     }
 
-    /// Votes needed: a strict majority of the members.
+    /// Votes needed in the first membership: a strict majority of the members.
     pub fn quorum(&self) -> usize {
         self.members.len() / 2 + 1
     }
@@ -120,5 +152,14 @@ mod tests {
         c.window_slots = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroBound));
         assert_eq!(Config::new(NodeId(1), ids(5), 0).quorum(), 3);
+        let mut joiner = Config::new(NodeId(6), ids(3), 0);
+        assert_eq!(joiner.validate(), Err(ConfigError::NotMember(NodeId(6))));
+        joiner.joining = true;
+        assert_eq!(joiner.validate(), Ok(()));
+        joiner.id = NodeId(2);
+        assert_eq!(
+            joiner.validate(),
+            Err(ConfigError::JoiningMember(NodeId(2)))
+        );
     }
 }

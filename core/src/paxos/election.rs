@@ -3,7 +3,9 @@
 
 use std::fmt::Debug;
 
-use super::ballot::NodeId;
+use rand_chacha::rand_core::RngCore;
+
+use super::ballot::{Ballot, NodeId};
 use super::message::Message;
 use super::quorum::Votes;
 use super::replica::{Replica, Role};
@@ -22,6 +24,26 @@ where
         if self.now < self.deadline_election {
             return;
         }
+        if !self.amnesiac && !self.is_voter() {
+            // A learner, a replica removed from the membership, or one joining: it never
+            // campaigns (it follows whoever leads).
+            self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
+            if matches!(
+                self.role,
+                Role::PreCandidate { .. } | Role::Candidate { .. }
+            ) {
+                self.become_follower(self.leader);
+            }
+            // No leader heard for an election timeout: perhaps the membership moved on
+            // without us hearing the commit point (a leader that removed itself steps down
+            // right after), so ask a peer for what it has chosen.
+            if !self.leader_is_live() && !self.peers.is_empty() {
+                let i = (self.rng.next_u64() % self.peers.len() as u64) as usize;
+                let from = self.peers[i];
+                self.request_catchup(from);
+            }
+            return;
+        }
         if self.amnesiac {
             self.start_recovery();
         } else {
@@ -34,22 +56,46 @@ where
         let round = self.promised.round.max(self.round_seen_max) + 1;
         let mut granted = Votes::new();
         granted.insert(self.cfg.id);
+        let alone = granted.reached(self.quorum());
         self.role = Role::PreCandidate { round, granted };
         self.leader = None;
         self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
         self.report_role();
+        if alone {
+            // The only voter (a membership changed down to one).
+            self.become_candidate();
+            return;
+        }
         self.broadcast(&Message::PreVote { round });
     }
 
     pub(super) fn on_pre_vote(&mut self, from: NodeId, round: u64) {
         // Leader stickiness: while we hear from a live leader we vote for nobody else.
         // An amnesiac replica cannot vote, so it does not pre-vote either.
-        let granted = !self.amnesiac && !self.leader_is_live() && round > self.promised.round;
+        // Only for a voter of a membership we know governs a slot after what we applied.
+        let voter = self
+            .schedule
+            .over(self.applied.next(), self.slot_known_max())
+            .any(|m| m.is_voter(from));
+        let granted =
+            voter && !self.amnesiac && !self.leader_is_live() && round > self.promised.round;
         self.send(from, Message::PreVoteReply { round, granted });
+        if !voter {
+            // A pre-vote from a replica we do not count as a voter: either it was removed and
+            // does not know, or we missed the change that made it one. Ask it what it has.
+            self.request_catchup(from);
+        }
+        if !granted && round <= self.promised.round {
+            // Tell it the round to beat (a replica that heard no ballot for long, e.g. one
+            // that became a voter by a membership change, would ask at a stale round forever).
+            // (A pre-vote holds no ballot: the nack names the round's lowest one.)
+            self.nack(from, Ballot::new(round, NodeId(0)));
+        }
     }
 
     pub(super) fn on_pre_vote_reply(&mut self, from: NodeId, round: u64, granted: bool) {
         let quorum = self.quorum();
+        let voter = self.membership().is_voter(from);
         let Role::PreCandidate {
             round: mine,
             granted: votes,
@@ -62,7 +108,13 @@ where
             self.counters.dropped_stale += 1;
             return;
         }
-        if granted {
+        if !granted && self.schedule.entries().len() > 1 {
+            // Refused while memberships change: the refuser may have applied a change we have
+            // not (one that makes us no voter, or that names the voters we need). Ask it.
+            self.request_catchup(from);
+            return;
+        }
+        if granted && voter {
             votes.insert(from);
             if votes.reached(quorum) {
                 self.become_candidate();

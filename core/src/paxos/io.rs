@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use super::ballot::{Ballot, NodeId, Slot, Value};
+use super::membership::{MembershipError, Schedule};
 use super::message::{AcceptedEntry, Message};
 
 /// Identifies a `Persist` action; ids increase by one from 1.
@@ -56,6 +57,9 @@ pub struct Persist<C, S> {
     pub promised: Option<Ballot>,
     pub accepted: Vec<AcceptedEntry<C>>,
     pub snapshot: Option<(Slot, S)>,
+    /// With `snapshot`: the membership schedule as of its slot (`None`: the first
+    /// membership, `Config::members`, governs everything after it).
+    pub schedule: Option<Schedule>,
     /// The snapshot is a local compaction (`Replica::compact`, taken while not amnesiac):
     /// of values this replica applied, so what storage already holds covers it. `false`
     /// without a snapshot, and for a snapshot installed from a peer (catch-up) or taken while
@@ -97,6 +101,8 @@ pub struct Durable<C, S> {
     pub promised: Ballot,
     pub accepted: BTreeMap<Slot, (Ballot, Value<C>)>,
     pub snapshot: Option<(Slot, S)>,
+    /// The membership schedule recorded with `snapshot` (`None`: the first membership).
+    pub schedule: Option<Schedule>,
     /// Incarnation per replica (own and peers'); 0 when absent. Never decreases.
     pub incarnations: BTreeMap<NodeId, u64>,
     /// Storage lost or found damaged acknowledged state: the replica must not vote until it
@@ -110,6 +116,7 @@ impl<C, S> Default for Durable<C, S> {
             promised: Ballot::ZERO,
             accepted: BTreeMap::new(),
             snapshot: None,
+            schedule: None,
             incarnations: BTreeMap::new(),
             lost: false,
         }
@@ -124,6 +131,7 @@ impl<C: Clone, S: Clone> Durable<C, S> {
             promised,
             accepted,
             snapshot,
+            schedule,
             incarnation,
             recovered,
             ..
@@ -158,6 +166,7 @@ impl<C: Clone, S: Clone> Durable<C, S> {
         if let Some((slot, snap)) = snapshot {
             if self.snapshot.as_ref().is_none_or(|(s, _)| s < slot) {
                 self.snapshot = Some((*slot, snap.clone()));
+                self.schedule = schedule.clone();
                 self.accepted = self.accepted.split_off(&slot.next());
             }
         }
@@ -174,6 +183,29 @@ pub enum ProposeError {
     NotLeader { leader_hint: Option<NodeId> },
     #[error("busy: {pending} pending, at most {max}")]
     Busy { pending: usize, max: usize },
+}
+
+/// A membership change the leader refuses; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ReconfigError {
+    #[error("not the leader (leader hint: {leader_hint:?})")]
+    NotLeader { leader_hint: Option<NodeId> },
+    #[error("{0}")]
+    Invalid(#[from] MembershipError),
+    #[error("one membership change at a time: the change to {0} is not chosen yet")]
+    NotChosen(String),
+    #[error(
+        "one membership change at a time: the change to {pending} is chosen but not in effect \
+         yet (it governs the log from slot {from})"
+    )]
+    NotInEffect { pending: String, from: Slot },
+    #[error("the membership is already {0}")]
+    Unchanged(String),
+    #[error(
+        "only {reachable} of the new voters answered within the election timeout and {quorum} \
+         are needed for a quorum of the new membership (force to change it anyway)"
+    )]
+    Unreachable { reachable: usize, quorum: usize },
 }
 
 /// A driver mistake in `step`; nothing changed.

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 
 use super::ballot::{Ballot, NodeId, Slot, Value};
-use super::io::RoleKind;
+use super::io::{ReconfigError, RoleKind};
+use super::membership::Membership;
 use super::message::{AcceptedEntry, Message};
 use super::quorum::Votes;
 use super::read_index::PendingRead;
@@ -29,7 +30,18 @@ pub(super) struct LeaderState<C> {
     /// Slots proposed at `ballot` and not yet chosen (at most the window, or the re-proposals
     /// made at takeover if there were more).
     pub(super) proposals: BTreeMap<Slot, Proposal<C>>,
-    pub(super) reproposed: usize,
+    /// Phase 1's findings not proposed yet: the highest-ballot value reported per slot, up to
+    /// `slot_top` (slots in between without a report get a no-op).
+    pub(super) backlog: BTreeMap<Slot, (Ballot, Value<C>)>,
+    /// The highest slot phase 1 reported (or the floor): every slot up to it is proposed again.
+    pub(super) slot_top: Slot,
+    /// Who promised `ballot` (phase 1 must cover a quorum of every slot's voters before the
+    /// leader proposes there).
+    pub(super) promised_by: Votes,
+    /// Whom a `Prepare` of `ballot` went to.
+    pub(super) prepared: Votes,
+    /// A membership change waiting for a slot.
+    pub(super) reconfig: Option<Membership>,
     /// Commands waiting for a slot; bounded by `pending_max`.
     pub(super) queue: VecDeque<C>,
     pub(super) deadline_heartbeat: Instant,
@@ -39,6 +51,8 @@ pub(super) struct LeaderState<C> {
     pub(super) hb_seq: u64,
     /// Highest heartbeat round each peer acknowledged at `ballot`.
     pub(super) hb_acked: BTreeMap<NodeId, u64>,
+    /// The last slot each peer said it had applied, in its latest heartbeat acknowledgement.
+    pub(super) applied_by: BTreeMap<NodeId, Slot>,
     pub(super) reads: VecDeque<PendingRead>,
     /// While amnesiac: (every slot up to here chosen again at our ballot, our durable snapshot
     /// at least here) ends recovery.
@@ -68,13 +82,17 @@ where
         self.report_role();
         // An amnesiac candidate asks for everything above its (durable) snapshot: it must
         // accept again every value it may have accepted before the loss.
-        let slot_from = if self.amnesiac {
-            self.slot_snapshot().next()
-        } else {
-            self.applied.next()
-        };
-        for i in 0..self.cfg.members.len() {
-            let to = self.cfg.members[i];
+        let slot_from = self.phase1_base().next();
+        // The voters of every membership that governs a slot we may propose in before we
+        // apply more (phase 1 needs a quorum of each).
+        let mut targets: Vec<NodeId> = self
+            .memberships_after(self.phase1_base())
+            .iter()
+            .flat_map(|m| m.voters.iter().copied())
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        for to in targets {
             // An amnesiac candidate's own promise does not count: it cannot report what it
             // accepted before the loss.
             if to == self.cfg.id && self.amnesiac {
@@ -107,7 +125,13 @@ where
             self.counters.dropped_malformed += 1;
             return;
         }
-        let quorum = self.quorum();
+        if let Role::Leader(l) = &self.role {
+            if l.ballot == ballot {
+                self.on_late_promise(from, floors, accepted);
+                return;
+            }
+        }
+        let needed = self.memberships_after(self.phase1_base());
         let Role::Candidate {
             ballot: mine,
             promises,
@@ -121,9 +145,62 @@ where
             return;
         }
         promises.insert(from, (floors, accepted));
-        if promises.len() >= quorum {
+        let covered = needed.iter().all(|m| {
+            let n = m.voters.iter().filter(|v| promises.contains_key(v)).count();
+            n >= m.quorum()
+        });
+        if covered {
             self.become_leader();
         }
+    }
+
+    /// Phase 1 covers the slots after this one: what we applied, or (amnesiac) our durable
+    /// snapshot.
+    pub(super) fn phase1_base(&self) -> Slot {
+        if self.amnesiac {
+            self.slot_snapshot()
+        } else {
+            self.applied
+        }
+    }
+
+    /// A promise of our ballot from a voter of a membership that came into view after we took
+    /// over: its findings above what we proposed join the backlog.
+    fn on_late_promise(
+        &mut self,
+        from: NodeId,
+        floors: (Slot, Slot),
+        accepted: Vec<AcceptedEntry<C>>,
+    ) {
+        let (_, slot_snapshot) = floors;
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        if !l.promised_by.insert(from) {
+            self.counters.dropped_stale += 1;
+            return;
+        }
+        for (s, b, v) in accepted {
+            if s < l.slot_next {
+                continue;
+            }
+            l.slot_top = l.slot_top.max(s);
+            if l.backlog.get(&s).is_none_or(|(hb, _)| *hb < b) {
+                l.backlog.insert(s, (b, v));
+            }
+        }
+        // Its snapshot covers chosen slots it reports nothing for: they are not proposed (a
+        // no-op there could differ from what was chosen), they come by catch-up.
+        if slot_snapshot >= l.slot_next {
+            l.slot_next = slot_snapshot.next();
+            l.slot_top = l.slot_top.max(slot_snapshot);
+            l.backlog = l.backlog.split_off(&l.slot_next);
+        }
+        if slot_snapshot > self.applied {
+            self.slot_chosen_heard = self.slot_chosen_heard.max(slot_snapshot);
+            self.request_catchup(from);
+        }
+        self.fill_window();
     }
 
     /// Phase 1 is done: re-propose the highest-ballot accepted value of every open slot, fill
@@ -139,14 +216,12 @@ where
         // slots we applied ourselves. Every other slot up to the highest reported is proposed
         // again with its highest-ballot value, or a no-op.
         let amnesiac = self.amnesiac;
-        let base = if amnesiac {
-            self.slot_snapshot()
-        } else {
-            self.applied
-        };
+        let base = self.phase1_base();
         let mut highest: BTreeMap<Slot, (Ballot, Value<C>)> = BTreeMap::new();
         let mut floor = (base, self.cfg.id);
+        let mut promised_by = Votes::new();
         for (node, ((_, slot_snapshot), entries)) in promises {
+            promised_by.insert(node);
             if slot_snapshot > floor.0 {
                 floor = (slot_snapshot, node);
             }
@@ -161,43 +236,34 @@ where
         let first = floor.0.next();
         let heartbeat = self.now.add_ms(self.cfg.heartbeat_ms);
         let mut heard_at = BTreeMap::new();
-        for m in &self.cfg.members {
+        for m in self.peers.iter().chain([&self.cfg.id]) {
             heard_at.insert(*m, self.now);
         }
+        let prepared = promised_by.clone();
+        let backlog = highest.split_off(&first);
         self.role = Role::Leader(Box::new(LeaderState {
             ballot,
             slot_next: first,
             proposals: BTreeMap::new(),
-            reproposed: 0,
+            backlog,
+            slot_top: Slot(slot_next.0 - 1),
+            promised_by,
+            prepared,
+            reconfig: None,
             queue: VecDeque::new(),
             deadline_heartbeat: heartbeat,
             heard_at,
             hb_seq: 0,
             hb_acked: BTreeMap::new(),
+            applied_by: BTreeMap::new(),
             reads: VecDeque::new(),
             recovery_goal: amnesiac.then_some((Slot(slot_next.0 - 1), floor.0, floor.1)),
         }));
         self.leader = Some(self.cfg.id);
         self.leader_seen_at = Some(self.now);
         self.report_role();
-        let mut s = first;
-        while s < slot_next {
-            let value = match highest.remove(&s) {
-                Some((_, v)) => v,
-                None => Value::Noop,
-            };
-            if let Some(known) = self.log.get(&s) {
-                assert_eq!(
-                    *known, value,
-                    "slot {s} known chosen as {known:?} but phase 1 at {ballot} found {value:?}"
-                );
-            }
-            self.propose_value(value);
-            s = s.next();
-        }
-        if let Role::Leader(l) = &mut self.role {
-            l.reproposed = l.proposals.len();
-        }
+        // Phase 1's findings go out first (as far as `applied + α` and the promises reach).
+        self.fill_window();
         if floor.0 > self.applied || (amnesiac && floor.0 > self.slot_snapshot()) {
             let from = floor.1;
             self.slot_chosen_heard = self.slot_chosen_heard.max(floor.0);
@@ -225,11 +291,12 @@ where
         // Our own accept of each re-proposal was persisted in the step that proposed it; a
         // re-proposal is chosen (or overtaken by catch-up) only in a later step, so the
         // `recovered` persist below is ordered after all of them.
-        let reproposals_open = l.proposals.range(..=top).next().is_some();
+        let reproposals_open = l.proposals.range(..=top).next().is_some() || l.slot_next <= top;
         if !reproposals_open && applied >= top && snap >= snap_min {
             l.recovery_goal = None;
             self.amnesiac = false;
             self.persist(None, Vec::new(), None, true);
+            self.refresh_peers();
         }
     }
 
@@ -261,31 +328,168 @@ where
         self.send(self.cfg.id, msg);
     }
 
-    /// Moves queued commands into slots while the window has room.
+    /// Proposes in the next slots while it may: phase 1's findings first (re-proposed, or a
+    /// no-op in a gap), then a membership change waiting, then queued commands while the
+    /// window has room, then no-ops while a scheduled change is not in effect yet (so that it
+    /// takes effect without waiting for traffic).
+    ///
+    /// It stops at a slot whose membership it does not know yet (above `applied + α`), whose
+    /// voters have not given phase 1 a quorum at our ballot (it asks them: `Prepare`), or that
+    /// does not count us as a voter (we were removed: we step down once that is in effect).
     pub(super) fn fill_window(&mut self) {
         loop {
+            let known_max = self.slot_known_max();
             let Role::Leader(l) = &mut self.role else {
                 return;
             };
-            if l.proposals.len() >= self.cfg.window_slots || l.queue.is_empty() {
+            let slot = l.slot_next;
+            if slot > known_max {
                 return;
             }
-            let n = l.queue.len().min(self.cfg.batch_commands_max);
-            let mut commands: Vec<C> = l.queue.drain(..n).collect();
-            if let Some(head) = self.batch_head.as_ref().and_then(|head| head(&commands)) {
-                commands.insert(0, head);
+            let m = self.schedule.at(slot);
+            // (An amnesiac leader proposes again slots it applied, whoever voted on them.)
+            if !m.is_voter(self.cfg.id) && slot > self.applied {
+                return;
             }
-            let value = Value::Batch {
-                stamp: self.now,
-                commands,
+            let promised = m
+                .voters
+                .iter()
+                .filter(|v| l.promised_by.contains(**v))
+                .count();
+            if promised < m.quorum() {
+                self.prepare_missing(slot);
+                return;
+            }
+            let value = if slot <= l.slot_top {
+                let found = l.backlog.remove(&slot).map(|(_, v)| v);
+                match (self.log.get(&slot), found) {
+                    (Some(known), Some(value)) => {
+                        assert_eq!(
+                            *known, value,
+                            "slot {slot} known chosen as {known:?} but phase 1 at {} found \
+                             {value:?}",
+                            l.ballot
+                        );
+                        value
+                    }
+                    // Chosen, and learned by catch-up after phase 1 (an amnesiac leader
+                    // proposes it again all the same).
+                    (Some(known), None) => known.clone(),
+                    (None, found) => found.unwrap_or(Value::Noop),
+                }
+            } else if l.proposals.len() >= self.cfg.window_slots {
+                return;
+            } else if let Some(m) = l.reconfig.take() {
+                Value::Reconfig(m)
+            } else if !l.queue.is_empty() {
+                let n = l.queue.len().min(self.cfg.batch_commands_max);
+                let mut commands: Vec<C> = l.queue.drain(..n).collect();
+                if let Some(head) = self.batch_head.as_ref().and_then(|head| head(&commands)) {
+                    commands.insert(0, head);
+                }
+                Value::Batch {
+                    stamp: self.now,
+                    commands,
+                }
+            } else if self.schedule.last_from() > slot {
+                Value::Noop
+            } else {
+                return;
             };
             self.propose_value(value);
         }
     }
 
+    /// Asks the voters of `slot`'s membership that have not promised our ballot to: phase 1
+    /// from `slot` on (once per voter; again at each heartbeat while unanswered).
+    fn prepare_missing(&mut self, slot: Slot) {
+        let incarnation = self.incarnation;
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        let ballot = l.ballot;
+        let mut out = Vec::new();
+        for v in &self.schedule.at(slot).voters {
+            if !l.promised_by.contains(*v) && l.prepared.insert(*v) {
+                out.push(*v);
+            }
+        }
+        for to in out {
+            let msg = Message::Prepare {
+                ballot,
+                slot_from: slot,
+                incarnation,
+            };
+            self.send(to, msg);
+        }
+    }
+
+    /// Queues a change to `membership` (one at a time; see [`Replica::propose_membership`]). Unless `force`, a quorum of its voters
+    /// must have answered us within the maximum election timeout: a change that leaves the
+    /// new voters without a quorum stops the cluster.
+    pub(super) fn queue_membership(
+        &mut self,
+        now: crate::time::Instant,
+        membership: Membership,
+        force: bool,
+    ) -> Result<(), ReconfigError> {
+        self.now = self.now.max(now);
+        let membership = membership.sorted();
+        membership.validate()?;
+        let leader_hint = self.leader;
+        let (pending, pending_from) = (self.schedule.last().clone(), self.schedule.last_from());
+        let applied_next = self.applied.next();
+        let (id, now, window) = (self.cfg.id, self.now, self.cfg.election_timeout_ms_max);
+        let Role::Leader(l) = &mut self.role else {
+            return Err(ReconfigError::NotLeader { leader_hint });
+        };
+        let in_flight = l.reconfig.clone().or_else(|| {
+            l.proposals
+                .values()
+                .map(|p| &p.value)
+                .chain(l.backlog.values().map(|(_, v)| v))
+                .find_map(|v| match v {
+                    Value::Reconfig(m) => Some(m.clone()),
+                    _ => None,
+                })
+        });
+        if let Some(m) = in_flight {
+            return Err(ReconfigError::NotChosen(m.to_string()));
+        }
+        if pending_from > applied_next {
+            return Err(ReconfigError::NotInEffect {
+                pending: pending.to_string(),
+                from: pending_from,
+            });
+        }
+        if membership.same_members(&pending) {
+            return Err(ReconfigError::Unchanged(membership.to_string()));
+        }
+        let reachable = membership
+            .voters
+            .iter()
+            .filter(|v| {
+                **v == id
+                    || l.heard_at
+                        .get(v)
+                        .is_some_and(|t| now.ms_since(*t) <= window)
+            })
+            .count();
+        if !force && reachable < membership.quorum() {
+            return Err(ReconfigError::Unreachable {
+                reachable,
+                quorum: membership.quorum(),
+            });
+        }
+        l.reconfig = Some(membership);
+        self.fill_window();
+        Ok(())
+    }
+
     pub(super) fn on_accepted(&mut self, from: NodeId, ballot: Ballot, slot: Slot) {
-        let quorum = self.quorum();
         let now = self.now;
+        let membership = self.schedule.at(slot);
+        let (voter, quorum) = (membership.is_voter(from), membership.quorum());
         let Role::Leader(l) = &mut self.role else {
             self.counters.dropped_stale += 1;
             return;
@@ -299,6 +503,10 @@ where
             self.counters.dropped_stale += 1;
             return;
         };
+        if !voter {
+            // A learner's acceptance: it follows the log, it does not choose.
+            return;
+        }
         p.votes.insert(from);
         if !p.votes.reached(quorum) {
             return;
@@ -326,6 +534,8 @@ where
         let mine = match &self.role {
             Role::Candidate { ballot, .. } => Some(*ballot),
             Role::Leader(l) => Some(l.ballot),
+            // A refused pre-vote at our round: the next asks above `promised`.
+            Role::PreCandidate { round, .. } => Some(Ballot::new(*round, NodeId(0))),
             _ => None,
         };
         if mine != Some(ballot) {
@@ -355,26 +565,53 @@ where
     pub(super) fn on_leader_timeout(&mut self) {
         let now = self.now;
         let window = self.cfg.election_timeout_ms_max;
-        let quorum = self.quorum();
         let id = self.cfg.id;
+        let membership = self.schedule.at(self.applied.next());
         let Role::Leader(l) = &mut self.role else {
             return;
         };
         if now < l.deadline_heartbeat {
             return;
         }
-        let live = l
-            .heard_at
+        let live = membership
+            .voters
             .iter()
-            .filter(|(n, t)| **n == id || now.ms_since(**t) <= window)
+            .filter(|n| {
+                **n == id
+                    || l.heard_at
+                        .get(n)
+                        .is_some_and(|t| now.ms_since(*t) <= window)
+            })
             .count();
-        if live < quorum {
+        if live < membership.quorum() || !membership.is_voter(id) {
             self.become_follower(None);
             return;
         }
         l.deadline_heartbeat = now.add_ms(self.cfg.heartbeat_ms);
+        // Prepares still unanswered go again.
+        let unanswered: Vec<NodeId> = l
+            .prepared
+            .iter()
+            .filter(|v| !l.promised_by.contains(*v))
+            .collect();
+        for v in unanswered {
+            if let Role::Leader(l) = &mut self.role {
+                l.prepared.remove(v);
+            }
+        }
         self.broadcast_heartbeat();
         self.resend_unchosen();
+        self.fill_window();
+    }
+
+    /// A leader that the membership in effect no longer counts as a voter steps down (a voter
+    /// of the new membership takes over at its election timeout).
+    pub(super) fn step_down_if_removed(&mut self) {
+        if matches!(self.role, Role::Leader(_)) && !self.is_voter() && !self.amnesiac {
+            // The commit point first: the new voters learn from it that they are voters now.
+            self.broadcast_heartbeat();
+            self.become_follower(None);
+        }
     }
 
     /// Re-sends the `Accept` of every slot still in flight to the members that have not
@@ -391,8 +628,8 @@ where
                 continue;
             }
             p.sent_at = now;
-            for m in &self.cfg.members {
-                if *m != self.cfg.id && !p.votes.contains(*m) {
+            for m in &self.peers {
+                if !p.votes.contains(*m) {
                     let msg = Message::Accept {
                         ballot: l.ballot,
                         slot: *slot,

@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use rand_chacha::rand_core::RngCore;
+
 use super::ballot::{Ballot, NodeId, Slot, Value};
 use super::io::Action;
+use super::membership::{Membership, Schedule};
 use super::message::Message;
 use super::replica::{Replica, Role};
 
@@ -87,14 +90,26 @@ where
     /// Emits `Apply` for every consecutive known-chosen slot after `applied`.
     pub(super) fn apply_ready(&mut self) {
         let before = self.applied;
+        let alpha = self.cfg.reconfig_delay_slots as u64;
         while let Some(v) = self.log.get(&self.applied.next()) {
             let slot = self.applied.next();
+            if let Value::Reconfig(m) = v {
+                #[cfg(feature = "testkit")]
+                let alpha = if super::fault_injection::reconfig_at_once() {
+                    1
+                } else {
+                    alpha
+                };
+                self.schedule.schedule(Slot(slot.0 + alpha), m.clone());
+            }
             let value = v.clone();
             self.actions.push_back(Action::Apply { slot, value });
             self.applied = slot;
         }
         if self.applied > before {
             self.slot_chosen_heard = self.slot_chosen_heard.max(self.applied);
+            self.refresh_peers();
+            self.step_down_if_removed();
             self.retire_proposals();
             self.release_reads();
             self.check_recovered();
@@ -111,13 +126,50 @@ where
         // ballot chose it, i.e. we are deposed and about to hear so; its commands are dropped
         // like any queued command of a deposed leader.
         l.proposals = l.proposals.split_off(&applied.next());
-        if l.slot_next <= applied {
+        // An amnesiac leader still proposes (so accepts, durably, at its ballot) every slot up
+        // to what phase 1 found, even those catch-up brought: recovery ends only once it holds
+        // again every value it may have accepted before the loss (protocol.md section 7).
+        if l.slot_next <= applied && l.recovery_goal.is_none() {
             l.slot_next = applied.next();
         }
     }
 
-    /// Asks `from` for chosen values after `applied`, unless a request is outstanding.
+    /// Asks `from` (which we know to be ahead of us) for chosen values after `applied`, unless
+    /// a request is outstanding.
     pub(super) fn request_catchup(&mut self, from: NodeId) {
+        if from == self.cfg.id {
+            return;
+        }
+        self.catchup_ahead = Some(from);
+        self.send_catchup_request(from);
+    }
+
+    /// Asks someone else than `not`: a peer, or the replica last known to be ahead of us (it
+    /// may be in no membership we know of), drawn from the seeded RNG.
+    fn request_catchup_elsewhere(&mut self, not: Option<NodeId>) {
+        let mut candidates: Vec<NodeId> = self.peers.clone();
+        if let Some(a) = self.catchup_ahead {
+            if !candidates.contains(&a) && a != self.cfg.id {
+                candidates.push(a);
+            }
+        }
+        let others: Vec<NodeId> = candidates
+            .iter()
+            .copied()
+            .filter(|p| Some(*p) != not)
+            .collect();
+        let pick = if others.is_empty() {
+            not.or_else(|| candidates.first().copied())
+        } else {
+            let i = (self.rng.next_u64() % others.len() as u64) as usize;
+            Some(others[i])
+        };
+        if let Some(from) = pick {
+            self.send_catchup_request(from);
+        }
+    }
+
+    fn send_catchup_request(&mut self, from: NodeId) {
         if from == self.cfg.id {
             return;
         }
@@ -159,9 +211,9 @@ where
         if let Some(from) = self.snapshot_source() {
             self.request_catchup(from);
         } else if self.applied < self.slot_chosen_heard {
-            if let Some(from) = self.catchup_source {
-                self.request_catchup(from);
-            }
+            // The last request went unanswered (whom we asked may not have what we miss, or
+            // be down): ask another peer.
+            self.request_catchup_elsewhere(self.catchup_source);
         }
     }
 
@@ -169,6 +221,11 @@ where
         if slot_from == Slot::ZERO {
             self.counters.dropped_malformed += 1;
             return;
+        }
+        if slot_from > self.applied.next() && !self.amnesiac {
+            // It applied more than we did (a replica asks from what it has not applied): we
+            // are the one behind, e.g. after missing a membership change. Ask it.
+            self.request_catchup(from);
         }
         let (snapshot, start) = match &self.snapshot {
             Some((s, snap)) if slot_from <= *s => (Some((*s, snap.clone())), s.next()),
@@ -187,13 +244,22 @@ where
             self.counters.dropped_stale += 1;
             return;
         }
-        self.send(from, Message::CatchupReply { snapshot, entries });
+        let schedule = snapshot.as_ref().map(|_| self.schedule.clone());
+        self.send(
+            from,
+            Message::CatchupReply {
+                snapshot,
+                schedule,
+                entries,
+            },
+        );
     }
 
     pub(super) fn on_catchup_reply(
         &mut self,
         from: NodeId,
         snapshot: Option<(Slot, S)>,
+        schedule: Option<Schedule>,
         entries: Vec<(Slot, Value<C>)>,
     ) {
         let consecutive = entries.windows(2).all(|w| w[1].0 == w[0].0.next());
@@ -207,8 +273,11 @@ where
             return;
         }
         self.catchup_deadline = None;
+        let entries_len = entries.len();
         if let Some((slot, snap)) = snapshot {
             if slot > self.applied {
+                self.schedule = schedule
+                    .unwrap_or_else(|| Schedule::new(Membership::voters(self.cfg.members.clone())));
                 self.take_snapshot(slot, snap, true, false);
             } else if slot > self.slot_snapshot() {
                 // Same state as ours at `slot` (applied prefixes agree): keep it as our own.
@@ -228,9 +297,19 @@ where
             }
             self.log.insert(slot, value);
         }
+        let full = entries_len == CATCHUP_ENTRIES_MAX;
+        let before = self.applied;
         self.apply_ready();
-        if self.applied < self.slot_chosen_heard {
+        if full && self.applied > before && self.applied >= self.slot_chosen_heard {
+            // A full reply: it may well have more than it said.
             self.request_catchup(from);
+        } else if self.applied < self.slot_chosen_heard {
+            // More from the same peer while it helps; else from another.
+            if self.applied > before {
+                self.request_catchup(from);
+            } else {
+                self.request_catchup_elsewhere(Some(from));
+            }
         } else if let Some(source) = self.snapshot_source() {
             if source != from {
                 self.request_catchup(source);
@@ -278,6 +357,8 @@ where
             }
         }
         self.snapshot = Some((slot, snapshot.clone()));
+        self.schedule.forget_below(slot.next());
+        self.refresh_peers();
         self.persist_snapshot(slot, snapshot, local);
         if install {
             self.apply_ready();

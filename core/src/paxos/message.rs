@@ -1,6 +1,7 @@
 //! Peer messages. Plain Rust types: `net` encodes them; `core` never sees bytes.
 
 use super::ballot::{Ballot, Slot, Value};
+use super::membership::Schedule;
 
 /// One accepted value as reported in a `Promise` or persisted: (slot, ballot, value).
 pub type AcceptedEntry<C> = (Slot, Ballot, Value<C>);
@@ -51,12 +52,21 @@ pub enum Message<C, S> {
         incarnation: u64,
     },
     /// "At the time I received heartbeat `seq` I had promised nothing above `ballot`."
-    HeartbeatAck { ballot: Ballot, seq: u64 },
+    /// `applied`: the last slot the sender had applied (0 from a replica of a version that did
+    /// not say): how far behind a learner is, for its promotion.
+    HeartbeatAck {
+        ballot: Ballot,
+        seq: u64,
+        applied: Slot,
+    },
     /// "Send me the chosen values from `slot_from` on (or a snapshot)."
     CatchupRequest { slot_from: Slot },
-    /// Chosen values, consecutive, starting right after the snapshot if there is one.
+    /// Chosen values, consecutive, starting right after the snapshot if there is one. With a
+    /// snapshot, `schedule` is the membership schedule as of it (`None` from a replica of a
+    /// version without membership changes: the first membership).
     CatchupReply {
         snapshot: Option<(Slot, S)>,
+        schedule: Option<Schedule>,
         entries: Vec<(Slot, Value<C>)>,
     },
     /// Recovery round 1: an amnesiac replica asks which incarnation of it the peer knows.

@@ -80,9 +80,12 @@ mod acceptor;
 mod ballot;
 mod config;
 mod election;
+#[cfg(feature = "testkit")]
+pub mod fault_injection;
 mod io;
 mod leader;
 mod learner;
+mod membership;
 mod message;
 mod quorum;
 mod read_index;
@@ -93,12 +96,16 @@ mod replica;
 mod tests;
 
 pub use ballot::{Ballot, NodeId, Slot, Value};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, RECONFIG_DELAY_SLOTS_DEFAULT};
 pub use io::{
-    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReadId, RoleKind,
-    StepError,
+    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReadId, ReconfigError,
+    RoleKind, StepError,
 };
 pub use learner::{Retired, CATCHUP_ENTRIES_MAX};
+pub use membership::{
+    MemberAddress, Membership, MembershipError, Schedule, ACTOR_MAX, ADDRESS_MAX, MEMBERS_MAX,
+    REASON_MAX,
+};
 pub use message::{AcceptedEntry, Message};
 pub use quorum::Votes;
 pub use replica::{BatchHead, Counters, Replica};

@@ -1,4 +1,4 @@
-//! Vote counting over the static membership.
+//! Vote counting: sets of voters.
 
 use super::ballot::NodeId;
 
@@ -34,6 +34,21 @@ impl Votes {
 
     pub fn contains(&self, voter: NodeId) -> bool {
         self.voters.binary_search(&voter).is_ok()
+    }
+
+    /// Takes `voter` out again; returns whether it was in.
+    pub fn remove(&mut self, voter: NodeId) -> bool {
+        match self.voters.binary_search(&voter) {
+            Ok(i) => {
+                self.voters.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.voters.iter().copied()
     }
 
     /// True once `quorum` distinct voters are in.

@@ -46,7 +46,7 @@ where
     }
 
     pub(super) fn on_recover_reply(&mut self, from: NodeId, nonce: u64, incarnation: u64) {
-        let others = self.cfg.members.len() - 1;
+        let others = self.recovery_peers();
         let Role::Recovering {
             nonce: mine,
             fencing: false,
@@ -61,7 +61,7 @@ where
             return;
         }
         replies.insert(from, incarnation);
-        if replies.len() < others {
+        if !others.iter().all(|o| replies.contains_key(o)) {
             return;
         }
         let known = replies.values().copied().max().unwrap_or(0);
@@ -94,7 +94,7 @@ where
     }
 
     pub(super) fn on_fence_ack(&mut self, from: NodeId, nonce: u64, promised: Ballot) {
-        let others = self.cfg.members.len() - 1;
+        let others = self.recovery_peers();
         let Role::Recovering {
             nonce: mine,
             fencing: true,
@@ -110,8 +110,22 @@ where
         }
         replies.insert(from, promised.round);
         self.round_seen_max = self.round_seen_max.max(promised.round);
-        if replies.len() == others {
+        if others.iter().all(|o| replies.contains_key(o)) {
             self.become_candidate();
         }
+    }
+
+    /// Whose answers recovery waits for: every other voter of the memberships that govern the
+    /// slots after our durable snapshot (as far as we know them).
+    fn recovery_peers(&self) -> Vec<NodeId> {
+        let mut peers: Vec<NodeId> = self
+            .memberships_after(self.slot_snapshot())
+            .iter()
+            .flat_map(|m| m.voters.iter().copied())
+            .filter(|v| *v != self.cfg.id)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
     }
 }

@@ -11,10 +11,12 @@ use rand_chacha::ChaCha8Rng;
 use super::ballot::{Ballot, NodeId, Slot, Value};
 use super::config::{Config, ConfigError};
 use super::io::{
-    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, RoleKind, StepError,
+    Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReconfigError,
+    RoleKind, StepError,
 };
 use super::leader::LeaderState;
 use super::learner::Retired;
+use super::membership::{Membership, Schedule};
 use super::message::{AcceptedEntry, Message};
 use super::quorum::Votes;
 use crate::time::Instant;
@@ -62,6 +64,12 @@ pub(super) enum Role<C> {
 /// A Multi-Paxos replica over commands `C` and state-machine snapshots `S`.
 pub struct Replica<C, S> {
     pub(super) cfg: Config,
+    /// Which membership governs which slots; complete up to `applied + α` (every change
+    /// chosen at or below `applied` is in it).
+    pub(super) schedule: Schedule,
+    /// Everyone but us in a membership that governs a slot in `applied + 1 ..= applied + α`:
+    /// whom broadcasts go to (kept by `refresh_peers`).
+    pub(super) peers: Vec<NodeId>,
     pub(super) rng: ChaCha8Rng,
     pub(super) now: Instant,
 
@@ -100,6 +108,9 @@ pub struct Replica<C, S> {
     pub(super) catchup_deadline: Option<Instant>,
     /// Whom to ask again if the last catch-up request got no answer.
     pub(super) catchup_source: Option<NodeId>,
+    /// The replica last known to be ahead of us (it told us of a commit point or snapshot
+    /// beyond our applied slot): a catch-up source to come back to, member or not.
+    pub(super) catchup_ahead: Option<NodeId>,
 
     // Roles and elections.
     pub(super) role: Role<C>,
@@ -141,9 +152,12 @@ where
             promised,
             accepted,
             snapshot,
+            schedule,
             incarnations,
             lost,
         } = restored;
+        let schedule =
+            schedule.unwrap_or_else(|| Schedule::new(Membership::voters(cfg.members.clone())));
         // Lost state is not trusted, except the incarnations: storage that lost or damaged its
         // state starts them empty, so any recorded since were persisted by a recovery attempt
         // after the loss, and a restart mid-recovery must not reuse a lower incarnation.
@@ -167,6 +181,8 @@ where
         );
         let mut r = Replica {
             cfg,
+            schedule,
+            peers: Vec::new(),
             rng,
             now,
             promised,
@@ -185,6 +201,7 @@ where
             slot_chosen_heard: slot_snapshot,
             catchup_deadline: None,
             catchup_source: None,
+            catchup_ahead: None,
             role: Role::Follower,
             leader: None,
             leader_seen_at: None,
@@ -210,6 +227,7 @@ where
             r.snapshot = Some((slot, snap));
         }
         r.deadline_election = r.now.add_ms(r.election_timeout_ms_random());
+        r.refresh_peers();
         r.check_invariants();
         Ok(r)
     }
@@ -219,7 +237,7 @@ where
         self.now = self.now.max(now);
         match input {
             Input::Message { from, msg } => {
-                if from == self.cfg.id || !self.cfg.members.contains(&from) {
+                if from == self.cfg.id || !self.knows(from) {
                     self.counters.dropped_malformed += 1;
                 } else {
                     self.on_message(from, msg);
@@ -277,6 +295,24 @@ where
         self.drain_inbox();
         self.check_invariants();
         Ok(())
+    }
+
+    /// Leader: proposes a change to `membership` (voters and learners). It is chosen like any
+    /// value and governs the log from its slot plus `Config::reconfig_delay_slots` on; the
+    /// leader fills the slots in between with no-ops if nothing else comes. One change at a
+    /// time: refused while another is not in effect yet. Unless `force`, refused when fewer
+    /// of the new voters than its quorum answered this leader within the maximum election
+    /// timeout. A leader that the new membership leaves out steps down once it is in effect.
+    pub fn propose_membership(
+        &mut self,
+        now: Instant,
+        membership: Membership,
+        force: bool,
+    ) -> Result<(), ReconfigError> {
+        let res = self.queue_membership(now, membership, force);
+        self.drain_inbox();
+        self.check_invariants();
+        res
     }
 
     /// Replaces the log up to `slot` (applied) with the state machine's `snapshot` as of `slot`.
@@ -338,6 +374,31 @@ where
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Which membership governs which slots, as far as this replica knows.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The membership that governs the next slot to apply.
+    pub fn membership(&self) -> &Membership {
+        self.schedule.at(self.applied.next())
+    }
+
+    /// Leader: the last slot `peer` said it had applied, in its latest heartbeat
+    /// acknowledgement of this term (`None`: not a leader, or not heard from this term).
+    pub fn peer_applied(&self, peer: NodeId) -> Option<Slot> {
+        match &self.role {
+            Role::Leader(l) => l.applied_by.get(&peer).copied(),
+            _ => None,
+        }
+    }
+
+    /// The newest membership this replica knows of, and the slot it governs from (it is in
+    /// effect once that slot is reached).
+    pub fn membership_latest(&self) -> (&Membership, Slot) {
+        (self.schedule.last(), self.schedule.last_from())
     }
 
     pub fn role(&self) -> RoleKind {
@@ -433,11 +494,17 @@ where
                     self.on_heartbeat(from, ballot, slot_chosen, seq);
                 }
             }
-            Message::HeartbeatAck { ballot, seq } => self.on_heartbeat_ack(from, ballot, seq),
+            Message::HeartbeatAck {
+                ballot,
+                seq,
+                applied,
+            } => self.on_heartbeat_ack(from, ballot, seq, applied),
             Message::CatchupRequest { slot_from } => self.on_catchup_request(from, slot_from),
-            Message::CatchupReply { snapshot, entries } => {
-                self.on_catchup_reply(from, snapshot, entries)
-            }
+            Message::CatchupReply {
+                snapshot,
+                schedule,
+                entries,
+            } => self.on_catchup_reply(from, snapshot, schedule, entries),
             Message::RecoverQuery { nonce } => self.on_recover_query(from, nonce),
             Message::RecoverReply { nonce, incarnation } => {
                 self.on_recover_reply(from, nonce, incarnation)
@@ -501,17 +568,56 @@ where
         }
     }
 
-    /// Sends `msg` to every other member.
+    /// Sends `msg` to every other member (voter or learner) of a membership that governs a
+    /// slot in `applied + 1 ..= applied + α` (from the snapshot on while amnesiac).
     pub(super) fn broadcast(&mut self, msg: &Message<C, S>) {
-        for i in 0..self.cfg.members.len() {
-            let to = self.cfg.members[i];
-            if to != self.cfg.id {
-                self.actions.push_back(Action::Send {
-                    to,
-                    msg: msg.clone(),
-                });
-            }
+        for i in 0..self.peers.len() {
+            let to = self.peers[i];
+            self.actions.push_back(Action::Send {
+                to,
+                msg: msg.clone(),
+            });
         }
+    }
+
+    /// The last slot a leader may propose in now, and the last whose membership is known:
+    /// `applied + α`.
+    pub(super) fn slot_known_max(&self) -> Slot {
+        Slot(self.applied.0 + self.cfg.reconfig_delay_slots as u64)
+    }
+
+    /// The memberships that govern the slots after `base`, as far as `base + α`.
+    pub(super) fn memberships_after(&self, base: Slot) -> Vec<Membership> {
+        let hi = Slot(base.0 + self.cfg.reconfig_delay_slots as u64);
+        self.schedule.over(base.next(), hi).cloned().collect()
+    }
+
+    /// Recomputes `peers` (after `applied`, the schedule or amnesia moved). An amnesiac
+    /// replica proposes again from its snapshot on: the memberships of those slots count too.
+    pub(super) fn refresh_peers(&mut self) {
+        let (lo, hi) = (self.phase1_base().next(), self.slot_known_max());
+        let mut peers: Vec<NodeId> = self
+            .schedule
+            .over(lo, hi)
+            .flat_map(|m| m.members())
+            .filter(|n| *n != self.cfg.id)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        self.peers = peers;
+    }
+
+    /// Whether we take messages from `from`: anyone but the reserved id 0. A replica that
+    /// missed a membership change hears from members it does not know of yet (a leader added
+    /// since); it must follow them to learn the change. Who may connect at all is the
+    /// transport's rule, and the protocol is safe whoever proposes.
+    pub(super) fn knows(&self, from: NodeId) -> bool {
+        from.0 != 0
+    }
+
+    /// Whether we vote in the membership that governs the next slot to apply.
+    pub(super) fn is_voter(&self) -> bool {
+        self.membership().is_voter(self.cfg.id)
     }
 
     pub(super) fn persist(
@@ -527,6 +633,7 @@ where
             promised,
             accepted,
             snapshot,
+            schedule: None,
             snapshot_local: false,
             incarnation: None,
             recovered,
@@ -543,6 +650,7 @@ where
             promised: None,
             accepted: Vec::new(),
             snapshot: Some((slot, snapshot)),
+            schedule: Some(self.schedule.clone()),
             snapshot_local: local,
             incarnation: None,
             recovered: false,
@@ -557,6 +665,7 @@ where
             promised: None,
             accepted: Vec::new(),
             snapshot: None,
+            schedule: None,
             snapshot_local: false,
             incarnation: Some((node, incarnation)),
             recovered: false,
@@ -598,8 +707,9 @@ where
         }
     }
 
+    /// Votes needed in the membership that governs the next slot to apply.
     pub(super) fn quorum(&self) -> usize {
-        self.cfg.quorum()
+        self.membership().quorum()
     }
 
     // ---- invariants ----
@@ -677,11 +787,20 @@ where
                         l.slot_next
                     );
                 }
+                // Phase 1's re-proposals are bounded by `applied + α` (below); new values by the
+                // window.
+                let fresh = l.proposals.range(l.slot_top.next()..).count();
                 assert!(
-                    l.proposals.len() <= self.cfg.window_slots.max(l.reproposed),
-                    "window overrun: {} in flight",
-                    l.proposals.len()
+                    fresh <= self.cfg.window_slots,
+                    "window overrun: {fresh} new values in flight"
                 );
+                if let Some((s, _)) = l.proposals.last_key_value() {
+                    assert!(
+                        *s <= self.slot_known_max(),
+                        "proposal {s} above applied {} + α",
+                        self.applied
+                    );
+                }
             }
             Role::Candidate { ballot, .. } => {
                 assert_eq!(

@@ -17,6 +17,11 @@ fn config(id: u64) -> Config {
     Config::new(NodeId(id), vec![NodeId(1), NodeId(2), NodeId(3)], 7)
 }
 
+/// The schedule of `config`'s cluster: its first membership for every slot.
+fn first_schedule() -> Schedule {
+    Schedule::new(Membership::voters(vec![NodeId(1), NodeId(2), NodeId(3)]))
+}
+
 fn replica(id: u64) -> R {
     Replica::new(config(id), Durable::default(), Instant::ZERO).expect("valid")
 }
@@ -48,6 +53,7 @@ fn persist_promise(id: PersistId, p: Ballot) -> A {
         promised: Some(p),
         accepted: vec![],
         snapshot: None,
+        schedule: None,
         snapshot_local: false,
         incarnation: None,
         recovered: false,
@@ -167,6 +173,7 @@ fn on_accept_persists_before_accepted() {
                 promised: Some(b(1, 1)),
                 accepted: vec![(Slot(1), b(1, 1), v.clone())],
                 snapshot: None,
+                schedule: None,
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
@@ -215,7 +222,8 @@ fn on_heartbeat_learns_the_commit_point_and_applies() {
                 1,
                 Message::HeartbeatAck {
                     ballot: b(1, 1),
-                    seq: 4
+                    seq: 4,
+                    applied: Slot(0)
                 }
             ),
             A::Apply {
@@ -243,6 +251,7 @@ fn on_heartbeat_without_the_value_fetches_it() {
     );
     let reply = Message::CatchupReply {
         snapshot: Some((Slot(1), vec![7])),
+        schedule: None,
         entries: vec![(Slot(2), batch(&[8], 5))],
     };
     assert_eq!(
@@ -257,6 +266,7 @@ fn on_heartbeat_without_the_value_fetches_it() {
                 promised: None,
                 accepted: vec![],
                 snapshot: Some((Slot(1), vec![7])),
+                schedule: Some(first_schedule()),
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
@@ -329,6 +339,7 @@ fn leader_chooses_with_a_quorum_and_applies() {
                 promised: None,
                 accepted: vec![(Slot(1), b(1, 1), v.clone())],
                 snapshot: None,
+                schedule: None,
                 snapshot_local: false,
                 incarnation: None,
                 recovered: false,
@@ -401,7 +412,8 @@ fn read_index_waits_for_a_quorum_round() {
             2,
             Message::HeartbeatAck {
                 ballot: b(1, 1),
-                seq: 0
+                seq: 0,
+                applied: Slot(0)
             }
         ),
         vec![]
@@ -412,7 +424,8 @@ fn read_index_waits_for_a_quorum_round() {
             2,
             Message::HeartbeatAck {
                 ballot: b(1, 1),
-                seq: 1
+                seq: 1,
+                applied: Slot(0)
             }
         ),
         vec![A::ReadReady {
@@ -446,7 +459,7 @@ fn propose_refuses_when_not_leader_or_full() {
 #[test]
 fn malformed_and_stale_input_is_counted_not_fatal() {
     let mut r = replica(2);
-    assert_eq!(deliver(&mut r, 9, prepare(b(1, 9), 1)), vec![]);
+    assert_eq!(deliver(&mut r, 0, prepare(b(1, 0), 1)), vec![]);
     assert_eq!(deliver(&mut r, 2, prepare(b(1, 2), 1)), vec![]);
     assert_eq!(deliver(&mut r, 1, prepare(b(1, 3), 1)), vec![]);
     assert_eq!(r.counters().dropped_malformed, 3);
@@ -501,6 +514,7 @@ fn compact_replaces_the_log_with_the_snapshot() {
             promised: None,
             accepted: vec![],
             snapshot: Some((Slot(1), vec![1])),
+            schedule: Some(first_schedule()),
             snapshot_local: true,
             incarnation: None,
             recovered: false,
@@ -524,6 +538,7 @@ fn compact_replaces_the_log_with_the_snapshot() {
             3,
             Message::CatchupReply {
                 snapshot: Some((Slot(1), vec![1])),
+                schedule: Some(first_schedule()),
                 entries: vec![]
             }
         )]

@@ -1,15 +1,20 @@
 //! The safety checker: at most one value chosen per slot, only chosen values applied, and the
-//! same value applied at a slot on every replica.
+//! same value applied at a slot on every replica. A slot's value is chosen once a quorum of
+//! the voters of the membership that governs it (by the rule, from the chosen values alone)
+//! durably accepted it at one ballot.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use crate::paxos::{Ballot, NodeId, Slot, Value, Votes};
+use crate::paxos::{Ballot, NodeId, Schedule, Slot, Value, Votes};
 
 /// Watches durable acceptances and applies across the whole cluster history.
 #[derive(Debug)]
 pub struct Checker<C> {
-    quorum: usize,
+    /// Which membership governs which slot, from the chosen changes in slot order.
+    schedule: Schedule,
+    /// α of the membership rule.
+    alpha: u64,
     seed: u64,
     /// Durable acceptances ever made, per slot and ballot (kept across crashes and disk loss:
     /// once chosen, always chosen).
@@ -21,9 +26,10 @@ pub struct Checker<C> {
 }
 
 impl<C: Clone + Debug + Eq> Checker<C> {
-    pub fn new(quorum: usize, seed: u64) -> Self {
+    pub fn new(schedule: Schedule, alpha: usize, seed: u64) -> Self {
         Checker {
-            quorum,
+            schedule,
+            alpha: alpha as u64,
             seed,
             votes: BTreeMap::new(),
             chosen: BTreeMap::new(),
@@ -40,6 +46,15 @@ impl<C: Clone + Debug + Eq> Checker<C> {
         value: &Value<C>,
     ) {
         let seed = self.seed;
+        // Whoever sent this accept knew the membership of `slot`: every slot up to `slot - α`
+        // was chosen (the rule's premise; the leader applied them).
+        assert!(
+            slot.0 <= self.slot_chosen_prefix.0 + self.alpha,
+            "seed {seed}: {node} accepted at slot {slot} while only {} was chosen: its \
+             membership was not known",
+            self.slot_chosen_prefix
+        );
+        let membership = self.schedule.at(slot).clone();
         let e = self
             .votes
             .entry(slot)
@@ -50,8 +65,11 @@ impl<C: Clone + Debug + Eq> Checker<C> {
             e.0, *value,
             "seed {seed}: two values proposed at slot {slot} ballot {ballot}"
         );
+        if !membership.is_voter(node) {
+            return;
+        }
         e.1.insert(node);
-        if e.1.reached(self.quorum) {
+        if e.1.reached(membership.quorum()) {
             self.mark_chosen(slot, value);
         }
     }
@@ -74,8 +92,12 @@ impl<C: Clone + Debug + Eq> Checker<C> {
             );
         }
         let before = self.slot_chosen_prefix;
-        while self.chosen.contains_key(&self.slot_chosen_prefix.next()) {
-            self.slot_chosen_prefix = self.slot_chosen_prefix.next();
+        while let Some(v) = self.chosen.get(&self.slot_chosen_prefix.next()) {
+            let s = self.slot_chosen_prefix.next();
+            if let Value::Reconfig(m) = v {
+                self.schedule.schedule(Slot(s.0 + self.alpha), m.clone());
+            }
+            self.slot_chosen_prefix = s;
         }
         assert!(self.slot_chosen_prefix >= before, "chosen prefix shrank");
     }

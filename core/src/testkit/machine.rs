@@ -51,7 +51,7 @@ impl<C: Clone + Debug + Eq> Machine<C> for History<C> {
 
     fn contains(&self, command: &C) -> bool {
         self.entries.iter().any(|(_, v)| match v {
-            Value::Noop => false,
+            Value::Noop | Value::Reconfig(_) => false,
             Value::Batch { commands, .. } => commands.contains(command),
         })
     }

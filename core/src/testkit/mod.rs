@@ -21,15 +21,21 @@ pub use checker::Checker;
 pub use machine::{History, Machine};
 
 use crate::paxos::{
-    Action, Ballot, Config, Durable, Input, Message, NodeId, Persist, ProposeError, ReadId,
-    Replica, RoleKind, Slot, Value,
+    Action, Ballot, Config, Durable, Input, Membership, Message, NodeId, Persist, ProposeError,
+    ReadId, ReconfigError, Replica, RoleKind, Schedule, Slot, Value,
 };
 use crate::time::Instant;
 
 /// Knobs of a simulated cluster. Probabilities are per mille.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
+    /// Machines: nodes 1..=`members` form the first membership; the others start as replicas
+    /// joining it (they vote on nothing until a membership change names them).
     pub nodes: usize,
+    /// The first membership's voters (3 or 5).
+    pub members: usize,
+    /// α of the membership rule (`Config::reconfig_delay_slots`).
+    pub reconfig_delay_slots: usize,
     pub seed: u64,
     pub drop_per_mille: u64,
     pub duplicate_per_mille: u64,
@@ -48,6 +54,8 @@ impl ClusterConfig {
     pub fn reliable(nodes: usize, seed: u64) -> Self {
         ClusterConfig {
             nodes,
+            members: nodes,
+            reconfig_delay_slots: 8,
             seed,
             drop_per_mille: 0,
             duplicate_per_mille: 0,
@@ -62,10 +70,17 @@ impl ClusterConfig {
         }
     }
 
+    /// The first membership.
+    pub fn first_members(&self) -> Vec<NodeId> {
+        (1..=self.members as u64).map(NodeId).collect()
+    }
+
     fn replica_config(&self, id: NodeId) -> Config {
         Config {
             id,
-            members: (1..=self.nodes as u64).map(NodeId).collect(),
+            members: self.first_members(),
+            joining: id.0 > self.members as u64,
+            reconfig_delay_slots: self.reconfig_delay_slots,
             election_timeout_ms_min: self.election_timeout_ms_min,
             election_timeout_ms_max: self.election_timeout_ms_max,
             heartbeat_ms: self.heartbeat_ms,
@@ -130,7 +145,8 @@ where
     M: Machine<C>,
 {
     pub fn new(cfg: ClusterConfig) -> Self {
-        assert!(cfg.nodes == 3 || cfg.nodes == 5, "3 or 5 nodes");
+        assert!(cfg.members == 3 || cfg.members == 5, "3 or 5 first members");
+        assert!(cfg.nodes >= cfg.members, "fewer nodes than members");
         let mut c = Cluster {
             now: Instant::ZERO,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
@@ -138,7 +154,11 @@ where
             net: Vec::new(),
             seq: 0,
             blocked: BTreeSet::new(),
-            checker: Checker::new(cfg.nodes / 2 + 1, cfg.seed),
+            checker: Checker::new(
+                Schedule::new(Membership::voters(cfg.first_members())),
+                cfg.reconfig_delay_slots,
+                cfg.seed,
+            ),
             trace: None,
             cfg,
         };
@@ -176,6 +196,14 @@ where
         self.nodes[Self::idx(id)].replica.as_ref()
     }
 
+    /// Whether some replica lost its disk and has not recovered yet (a test loses one disk at
+    /// a time: recovery needs the others' answers).
+    pub fn any_disk_lost(&self) -> bool {
+        self.ids().iter().any(|id| {
+            self.node(*id).durable.lost || self.replica(*id).is_some_and(|r| r.is_amnesiac())
+        })
+    }
+
     pub fn is_up(&self, id: NodeId) -> bool {
         self.replica(id).is_some()
     }
@@ -207,6 +235,23 @@ where
             .as_mut()
             .ok_or(ProposeError::NotLeader { leader_hint: None })?;
         let res = r.propose_many(now, commands);
+        self.drain(id);
+        res
+    }
+
+    /// Asks `id` (the leader) to change the membership.
+    pub fn propose_membership(
+        &mut self,
+        id: NodeId,
+        membership: Membership,
+        force: bool,
+    ) -> Result<(), ReconfigError> {
+        let now = self.now;
+        let r = self.nodes[Self::idx(id)]
+            .replica
+            .as_mut()
+            .ok_or(ReconfigError::NotLeader { leader_hint: None })?;
+        let res = r.propose_membership(now, membership, force);
         self.drain(id);
         res
     }
@@ -604,10 +649,18 @@ where
                 }
             }
             self.run_for(10);
-            let done = self
-                .nodes
-                .iter()
-                .all(|n| n.replica.is_none() || n.machine.contains(&command));
+            // Every live member of the newest membership the leader knows (a replica outside
+            // it, e.g. one not added yet or removed, need not follow).
+            let members = self
+                .leader()
+                .and_then(|l| self.replica(l))
+                .map(|r| r.membership_latest().0.clone());
+            let done = members.is_some_and(|m| {
+                self.ids().into_iter().all(|id| {
+                    let n = self.node(id);
+                    n.replica.is_none() || !m.is_member(id) || n.machine.contains(&command)
+                })
+            });
             if done {
                 return Some(self.now.ms_since(start));
             }

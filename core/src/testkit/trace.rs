@@ -97,9 +97,11 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
             "heartbeat {ballot} chosen=s{slot_chosen} seq={seq}{}",
             inc(*incarnation)
         ),
-        Message::HeartbeatAck { ballot, seq } => format!("heartbeat-ack {ballot} seq={seq}"),
+        Message::HeartbeatAck { ballot, seq, .. } => format!("heartbeat-ack {ballot} seq={seq}"),
         Message::CatchupRequest { slot_from } => format!("catchup-request from=s{slot_from}"),
-        Message::CatchupReply { snapshot, entries } => {
+        Message::CatchupReply {
+            snapshot, entries, ..
+        } => {
             let mut s = "catchup-reply".to_string();
             if let Some((slot, _)) = snapshot {
                 s += &format!(" snapshot=s{slot}");

@@ -383,6 +383,7 @@ impl From<AuditAction> for proto::AuditAction {
             AuditAction::ClassPut => P::ClassPut,
             AuditAction::ClassRemoved => P::ClassRemoved,
             AuditAction::SemaphoreSet => P::SemaphoreSet,
+            AuditAction::MembershipChanged => P::MembershipChanged,
         }
     }
 }
@@ -398,6 +399,7 @@ fn audit_action_from_wire(value: i32, field: &str) -> Result<AuditAction, Conver
         P::ClassPut => AuditAction::ClassPut,
         P::ClassRemoved => AuditAction::ClassRemoved,
         P::SemaphoreSet => AuditAction::SemaphoreSet,
+        P::MembershipChanged => AuditAction::MembershipChanged,
         P::Unspecified => unreachable!("known_enum refuses 0"),
     })
 }
@@ -425,6 +427,7 @@ impl From<AuditRecord> for proto::AuditRecord {
             previous_permits: v.permits.map(|(previous, _)| previous),
             permits: v.permits.map(|(_, permits)| permits),
             slot: v.slot,
+            membership: v.membership,
         }
     }
 }
@@ -452,6 +455,7 @@ impl TryFrom<proto::AuditRecord> for AuditRecord {
             revoke_session: v.revoke_session,
             permits: v.previous_permits.zip(v.permits),
             slot: v.slot,
+            membership: v.membership,
         })
     }
 }

@@ -93,6 +93,7 @@ pub fn value_to_wire<C: WireCommand>(value: Value<C>) -> proto::SlotValue {
             stamp_ms: stamp.as_millis(),
             commands: commands.into_iter().map(Into::into).collect(),
         }),
+        Value::Reconfig(m) => sv::Kind::Reconfig(super::records::membership_to_wire(&m)),
     };
     proto::SlotValue { kind: Some(kind) }
 }
@@ -110,6 +111,10 @@ pub fn value_from_wire<C: WireCommand>(
             stamp: Instant::from_millis(batch.stamp_ms),
             commands: each(batch.commands, "batch.commands").map_err(|e| e.within(field))?,
         }),
+        sv::Kind::Reconfig(m) => Ok(Value::Reconfig(
+            super::records::membership_from_wire(m)
+                .map_err(|e| e.within("reconfig").within(field))?,
+        )),
     }
 }
 
@@ -172,15 +177,24 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
             seq,
             incarnation,
         }),
-        Message::HeartbeatAck { ballot, seq } => pm::Kind::HeartbeatAck(pm::HeartbeatAck {
+        Message::HeartbeatAck {
+            ballot,
+            seq,
+            applied,
+        } => pm::Kind::HeartbeatAck(pm::HeartbeatAck {
             ballot: Some(ballot.into()),
             seq,
+            applied: applied.0,
         }),
         Message::CatchupRequest { slot_from } => pm::Kind::CatchupRequest(pm::CatchupRequest {
             slot_from: slot_from.0,
         }),
-        Message::CatchupReply { snapshot, entries } => pm::Kind::CatchupReply(pm::CatchupReply {
-            snapshot: snapshot.map(snapshot_to_wire),
+        Message::CatchupReply {
+            snapshot,
+            schedule,
+            entries,
+        } => pm::Kind::CatchupReply(pm::CatchupReply {
+            snapshot: snapshot.map(|snap| snapshot_to_wire(snap, schedule.as_ref())),
             entries: entries
                 .into_iter()
                 .map(|(slot, value)| pm::ChosenEntry {
@@ -254,27 +268,36 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
         pm::Kind::HeartbeatAck(m) => Message::HeartbeatAck {
             ballot: ballot(m.ballot, "heartbeat_ack.ballot")?,
             seq: m.seq,
+            applied: Slot(m.applied),
         },
         pm::Kind::CatchupRequest(m) => Message::CatchupRequest {
             slot_from: Slot(m.slot_from),
         },
-        pm::Kind::CatchupReply(m) => Message::CatchupReply {
-            snapshot: m
+        pm::Kind::CatchupReply(m) => {
+            let snapshot = m
                 .snapshot
                 .map(snapshot_from_wire)
                 .transpose()
-                .map_err(in_("catchup_reply.snapshot"))?,
-            entries: m
-                .entries
-                .into_iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    value_from_wire(e.value, "value")
-                        .map(|value| (Slot(e.slot), value))
-                        .map_err(|e| e.at("catchup_reply.entries", i))
-                })
-                .collect::<Result<_, _>>()?,
-        },
+                .map_err(in_("catchup_reply.snapshot"))?;
+            let (snapshot, schedule) = match snapshot {
+                Some((slot, state, schedule)) => (Some((slot, state)), schedule),
+                None => (None, None),
+            };
+            Message::CatchupReply {
+                snapshot,
+                schedule,
+                entries: m
+                    .entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        value_from_wire(e.value, "value")
+                            .map(|value| (Slot(e.slot), value))
+                            .map_err(|e| e.at("catchup_reply.entries", i))
+                    })
+                    .collect::<Result<_, _>>()?,
+            }
+        }
         pm::Kind::RecoverQuery(m) => Message::RecoverQuery { nonce: m.nonce },
         pm::Kind::RecoverReply(m) => Message::RecoverReply {
             nonce: m.nonce,

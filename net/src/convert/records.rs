@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use picket_core::paxos::{AcceptedEntry, Ballot, NodeId, Slot};
+use picket_core::paxos::{
+    AcceptedEntry, Ballot, MemberAddress, Membership, MembershipError, NodeId, Schedule, Slot,
+};
 
 use super::nested;
 use super::paxos::{ballot, protobuf, value_from_wire, value_to_wire, WireCommand, WireSnapshot};
@@ -95,19 +97,108 @@ impl TryFrom<proto::HardState> for HardState {
 }
 
 /// Encodes a snapshot as of `slot`.
-pub fn snapshot_to_wire<S: WireSnapshot>(snapshot: (Slot, S)) -> proto::SnapshotRecord {
+pub fn snapshot_to_wire<S: WireSnapshot>(
+    snapshot: (Slot, S),
+    schedule: Option<&Schedule>,
+) -> proto::SnapshotRecord {
     proto::SnapshotRecord {
         slot: snapshot.0 .0,
         state: Some(snapshot.1.into()),
+        schedule: schedule.map(schedule_to_wire),
     }
 }
 
+/// Encodes a membership.
+pub fn membership_to_wire(m: &Membership) -> proto::Membership {
+    proto::Membership {
+        voters: m.voters.iter().map(|n| n.0).collect(),
+        learners: m.learners.iter().map(|n| n.0).collect(),
+        addresses: m
+            .addresses
+            .iter()
+            .map(|a| proto::MemberAddress {
+                node_id: a.id.0,
+                peer_address: a.peer.clone(),
+                client_address: a.client.clone(),
+                http_address: a.http.clone(),
+            })
+            .collect(),
+        actor: m.actor.clone(),
+        reason: m.reason.clone(),
+    }
+}
+
+/// Decodes a membership; it must be valid (`Membership::validate`).
+pub fn membership_from_wire(m: proto::Membership) -> Result<Membership, ConvertError> {
+    let m = Membership {
+        voters: m.voters.into_iter().map(NodeId).collect(),
+        learners: m.learners.into_iter().map(NodeId).collect(),
+        addresses: m
+            .addresses
+            .into_iter()
+            .map(|a| MemberAddress {
+                id: NodeId(a.node_id),
+                peer: a.peer_address,
+                client: a.client_address,
+                http: a.http_address,
+            })
+            .collect(),
+        actor: m.actor,
+        reason: m.reason,
+    };
+    m.validate().map_err(|e| {
+        let field = match e {
+            MembershipError::Address(_) => "addresses",
+            MembershipError::TooLong { field, .. } => field,
+            _ => "voters",
+        };
+        ConvertError::new(field, format!("not a valid membership: {e}"))
+    })?;
+    Ok(m.sorted())
+}
+
+/// Encodes a membership schedule.
+pub fn schedule_to_wire(schedule: &Schedule) -> proto::MembershipSchedule {
+    proto::MembershipSchedule {
+        entries: schedule
+            .entries()
+            .iter()
+            .map(|(from, m)| proto::membership_schedule::Entry {
+                from_slot: from.0,
+                membership: Some(membership_to_wire(m)),
+            })
+            .collect(),
+    }
+}
+
+/// Decodes a membership schedule: entries ascending by slot, never empty.
+pub fn schedule_from_wire(schedule: proto::MembershipSchedule) -> Result<Schedule, ConvertError> {
+    let mut entries = Vec::with_capacity(schedule.entries.len());
+    for (i, e) in schedule.entries.into_iter().enumerate() {
+        let m = super::required(e.membership, "membership")
+            .and_then(membership_from_wire)
+            .map_err(|err| err.within(&format!("entries[{i}]")))?;
+        entries.push((Slot(e.from_slot), m));
+    }
+    Schedule::from_entries(entries)
+        .ok_or_else(|| ConvertError::new("entries", "must be non-empty and ascending by from_slot"))
+}
+
 /// Decodes a snapshot record.
+/// The schedule is `None` in a record written before membership changes existed.
 pub fn snapshot_from_wire<S: WireSnapshot>(
     record: proto::SnapshotRecord,
-) -> Result<(Slot, S), ConvertError> {
-    Ok((Slot(record.slot), nested(record.state, "state")?))
+) -> Result<SnapshotWithSchedule<S>, ConvertError> {
+    let schedule = record
+        .schedule
+        .map(schedule_from_wire)
+        .transpose()
+        .map_err(|e| e.within("schedule"))?;
+    Ok((Slot(record.slot), nested(record.state, "state")?, schedule))
 }
+
+/// A snapshot as of a slot, with the membership schedule recorded with it (if any).
+pub type SnapshotWithSchedule<S> = (Slot, S, Option<Schedule>);
 
 /// Reads a log record (`picket.v1.LogEntry`).
 pub fn decode_log_entry<C: WireCommand>(bytes: &[u8]) -> Result<AcceptedEntry<C>, DecodeError> {
@@ -122,7 +213,9 @@ pub fn decode_hard_state(bytes: &[u8]) -> Result<HardState, DecodeError> {
 }
 
 /// Reads a snapshot record (`picket.v1.SnapshotRecord`).
-pub fn decode_snapshot_record<S: WireSnapshot>(bytes: &[u8]) -> Result<(Slot, S), DecodeError> {
+pub fn decode_snapshot_record<S: WireSnapshot>(
+    bytes: &[u8],
+) -> Result<SnapshotWithSchedule<S>, DecodeError> {
     let wire = protobuf::<proto::SnapshotRecord>(bytes, "snapshot_record")?;
     Ok(snapshot_from_wire(wire).map_err(|e| e.within("snapshot_record"))?)
 }

@@ -357,6 +357,7 @@ fn audit_action() -> impl Strategy<Value = AuditAction> {
         Just(AuditAction::ClassPut),
         Just(AuditAction::ClassRemoved),
         Just(AuditAction::SemaphoreSet),
+        Just(AuditAction::MembershipChanged),
     ]
 }
 
@@ -375,6 +376,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
         (
             option::of((any::<u32>(), any::<u32>())),
             option::of(any::<u32>()),
+            text(),
         ),
     )
         .prop_map(
@@ -384,7 +386,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                 (s, r, reason),
                 (actor_roles, requester, requester_roles),
                 (floor, next, revoke_session),
-                (permits, slot),
+                (permits, slot, membership),
             )| {
                 AuditRecord {
                     revision: Revision(revision),
@@ -406,6 +408,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     revoke_session,
                     permits,
                     slot,
+                    membership,
                 }
             },
         )
@@ -714,7 +717,9 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
 pub mod paxos {
     use picket_core::locks::LockSnapshot;
     use picket_core::node::{NodeCommand, ProposalId};
-    use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
+    use picket_core::paxos::{
+        Ballot, MemberAddress, Membership, Message, NodeId, Schedule, Slot, Value,
+    };
     use proptest::collection::vec;
     use proptest::option;
     use proptest::prelude::*;
@@ -745,7 +750,64 @@ pub mod paxos {
             Just(Value::Noop),
             (super::instant(), vec(node_command(), 0..3))
                 .prop_map(|(stamp, commands)| Value::Batch { stamp, commands }),
+            membership().prop_map(Value::Reconfig),
         ]
+    }
+
+    /// A valid membership: 1-5 voters and 0-3 learners out of nodes 1..=9.
+    pub fn membership() -> impl Strategy<Value = Membership> {
+        proptest::sample::subsequence((1..=9u64).collect::<Vec<_>>(), 1..=8).prop_flat_map(|ids| {
+            let n = ids.len();
+            (
+                Just(ids),
+                1..=n.min(5),
+                any::<u16>(),
+                super::text(),
+                super::text(),
+            )
+                .prop_map(|(ids, voters, addressed, actor, reason)| {
+                    let addresses = ids
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| addressed & (1 << i) != 0)
+                        .map(|(_, id)| MemberAddress {
+                            id: NodeId(*id),
+                            peer: format!("10.0.0.{id}:7000"),
+                            client: format!("10.0.0.{id}:7001"),
+                            http: if id % 2 == 0 {
+                                format!("10.0.0.{id}:7002")
+                            } else {
+                                String::new()
+                            },
+                        })
+                        .collect();
+                    Membership {
+                        voters: ids[..voters].iter().copied().map(NodeId).collect(),
+                        learners: ids[voters..].iter().copied().map(NodeId).collect(),
+                        addresses,
+                        actor,
+                        reason,
+                    }
+                    .sorted()
+                })
+        })
+    }
+
+    /// A valid schedule: 1-3 memberships at rising slots.
+    pub fn schedule() -> impl Strategy<Value = Schedule> {
+        (vec(membership(), 1..=3), vec(1..1000u64, 3)).prop_map(|(ms, gaps)| {
+            let mut from = 1u64;
+            let entries = ms
+                .into_iter()
+                .zip(gaps)
+                .map(|(m, gap)| {
+                    let e = (Slot(from), m);
+                    from += gap;
+                    e
+                })
+                .collect();
+            Schedule::from_entries(entries).expect("rising and valid")
+        })
     }
 
     pub fn entry() -> impl Strategy<Value = (Slot, Ballot, Value<NodeCommand>)> {
@@ -791,14 +853,29 @@ pub mod paxos {
                     incarnation,
                 }
             ),
-            (ballot(), any::<u64>())
-                .prop_map(|(ballot, seq)| Message::HeartbeatAck { ballot, seq }),
+            (ballot(), any::<u64>(), slot()).prop_map(|(ballot, seq, applied)| {
+                Message::HeartbeatAck {
+                    ballot,
+                    seq,
+                    applied,
+                }
+            }),
             slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
             (
-                option::of((slot(), super::snapshot())),
+                option::of((slot(), super::snapshot(), option::of(schedule()))),
                 vec((slot(), value()), 0..3)
             )
-                .prop_map(|(snapshot, entries)| Message::CatchupReply { snapshot, entries }),
+                .prop_map(|(snapshot, entries)| {
+                    let (snapshot, schedule) = match snapshot {
+                        Some((slot, state, schedule)) => (Some((slot, state)), schedule),
+                        None => (None, None),
+                    };
+                    Message::CatchupReply {
+                        snapshot,
+                        schedule,
+                        entries,
+                    }
+                }),
             any::<u64>().prop_map(|nonce| Message::RecoverQuery { nonce }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(nonce, incarnation)| Message::RecoverReply { nonce, incarnation }),
