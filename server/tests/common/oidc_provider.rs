@@ -9,7 +9,7 @@ use std::time::Duration;
 use picket_server::dev::free_port;
 use reqwest::StatusCode;
 
-use super::{eventually, OidcCluster, Options};
+use super::{OidcCluster, Options};
 
 /// The provider's Node process, killed (by its PID) when dropped, also when a test panics.
 pub struct Provider {
@@ -33,28 +33,54 @@ impl Provider {
             "the test provider's packages are not installed: run `npm ci` in {} (scripts/test does)",
             dir.display()
         );
-        let port = free_port().unwrap();
-        let child = Command::new("node")
-            .arg(dir.join("provider.js"))
-            .arg(port.to_string())
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs");
-        let provider = Provider {
-            child,
-            issuer: format!("http://127.0.0.1:{port}"),
-        };
-        let discovery = format!("{}/.well-known/openid-configuration", provider.issuer);
-        eventually(Duration::from_secs(20), "the provider answers", || async {
-            match super::get(&discovery).await {
-                Ok((200, body)) => Some(body),
-                _ => None,
+        // A port freed for us may be taken by another test process before node binds it: the
+        // provider then exits at once; on a loaded machine it may also take long to answer.
+        // Either way it is stopped and started again on another port (a few times at most);
+        // what it printed is in the panic of the last attempt.
+        for attempt in 1..=3 {
+            let port = free_port().unwrap();
+            let log = std::env::temp_dir().join(format!("picket-oidc-provider-{port}.log"));
+            let output = std::fs::File::create(&log).expect("provider log file");
+            let child = Command::new("node")
+                .arg(dir.join("provider.js"))
+                .arg(port.to_string())
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(output)
+                .spawn()
+                .expect("node runs");
+            let mut provider = Provider {
+                child,
+                issuer: format!("http://127.0.0.1:{port}"),
+            };
+            let discovery = format!("{}/.well-known/openid-configuration", provider.issuer);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            let printed = || std::fs::read_to_string(&log).unwrap_or_default();
+            loop {
+                if let Ok((200, _)) = super::get(&discovery).await {
+                    return provider;
+                }
+                if let Ok(Some(status)) = provider.child.try_wait() {
+                    assert!(
+                        attempt < 3,
+                        "the test provider exited ({status}) three times; it printed:\n{}",
+                        printed()
+                    );
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    assert!(
+                        attempt < 3,
+                        "the test provider did not answer within 60 s, three times; it printed:\n{}",
+                        printed()
+                    );
+                    // Dropping the provider stops it (by its PID).
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        })
-        .await;
-        provider
+        }
+        unreachable!("the third attempt returns or panics")
     }
 
     /// A lock client's access token (client credentials of `picket-worker`: `picket-client`).
