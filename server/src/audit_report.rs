@@ -19,6 +19,7 @@ pub fn action_words(action: i32) -> &'static str {
         Ok(proto::AuditAction::ClassPut) => "class put",
         Ok(proto::AuditAction::ClassRemoved) => "class removed",
         Ok(proto::AuditAction::SemaphoreSet) => "semaphore set",
+        Ok(proto::AuditAction::MembershipChanged) => "membership changed",
         _ => "unknown",
     }
 }
@@ -171,7 +172,7 @@ pub fn record_line(r: &proto::AuditRecord) -> String {
 }
 
 /// The CSV export's columns, in order.
-pub const CSV_COLUMNS: [&str; 21] = [
+pub const CSV_COLUMNS: [&str; 22] = [
     "revision",
     "time",
     "time_ms",
@@ -193,6 +194,7 @@ pub const CSV_COLUMNS: [&str; 21] = [
     "revoke_session",
     "permits",
     "reason",
+    "membership",
 ];
 
 /// The records as CSV (RFC 4180, a header row, one row per record; absent values empty).
@@ -203,7 +205,7 @@ pub fn csv(records: &[proto::AuditRecord]) -> String {
     out.write_record(CSV_COLUMNS).expect("writing to memory");
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
     for r in records {
-        let row: [String; 21] = [
+        let row: [String; 22] = [
             r.revision.to_string(),
             utc(r.time_ms),
             r.time_ms.to_string(),
@@ -231,6 +233,7 @@ pub fn csv(records: &[proto::AuditRecord]) -> String {
             r.revoke_session.map(|v| v.to_string()).unwrap_or_default(),
             opt(r.permits.map(u64::from)),
             text_cell(&r.reason),
+            text_cell(&r.membership),
         ];
         out.write_record(&row).expect("writing to memory");
     }
@@ -272,6 +275,7 @@ mod tests {
             previous_permits: None,
             permits: None,
             slot: None,
+            membership: String::new(),
         }
     }
 
@@ -282,7 +286,7 @@ mod tests {
         assert_eq!(lines.next(), Some(CSV_COLUMNS.join(",").as_str()));
         let row = lines.next().expect("one row");
         assert!(row.starts_with("50,2025-12-01T10:04:05.123Z,1764583445123,force-release approved,orders,\"invoice/42,\"\"a\"\"\",bob,incident-commander,alice,on-call,40,9,31,,fenced,50,,,true,,"), "{row}");
-        assert!(row.ends_with(",\"'=HYPERLINK(\"\"x\"\")\""), "{row}");
+        assert!(row.ends_with(",\"'=HYPERLINK(\"\"x\"\")\","), "{row}");
         assert_eq!(lines.next(), None);
     }
 

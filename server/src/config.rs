@@ -67,8 +67,15 @@ pub struct Config {
     /// ([`Config::external_url`]). Must be the same on every replica.
     #[serde(default)]
     pub external_url: Option<String>,
-    /// Every replica, this one included: 3 or 5.
+    /// Every replica, this one included: 3 or 5. With `join`: this replica and the members
+    /// of the running cluster it contacts (2..=9 entries).
     pub members: Vec<Member>,
+    /// This replica joins a running cluster as a learner, added first with `picketctl cluster
+    /// add` (docs/runbooks/replace-machine.md): the membership comes from the cluster's log,
+    /// not from `members`. Leave it on after the join (the membership is in the data directory
+    /// from then on; `members` only says whom to contact).
+    #[serde(default)]
+    pub join: bool,
     #[serde(default)]
     pub timing: Timing,
     #[serde(default)]
@@ -372,10 +379,22 @@ impl Config {
         if self.cluster_id.is_empty() || self.cluster_id.len() > 64 {
             return Err(invalid("cluster_id", "must be 1..=64 bytes"));
         }
-        if self.members.len() != 3 && self.members.len() != 5 {
+        let count = self.members.len();
+        if self.join && !(2..=picket_core::paxos::MEMBERS_MAX).contains(&count) {
             return Err(invalid(
                 "members",
-                format!("a cluster has 3 or 5 members, got {}", self.members.len()),
+                format!(
+                    "a joining replica lists itself and 1 to {} members to contact, got {count}                      entries",
+                    picket_core::paxos::MEMBERS_MAX - 1
+                ),
+            ));
+        }
+        if !self.join && count != 3 && count != 5 {
+            return Err(invalid(
+                "members",
+                format!(
+                    "a cluster has 3 or 5 members, got {count} (a replica joining a running                      cluster says `join = true`)"
+                ),
             ));
         }
         let mut ids = BTreeSet::new();
@@ -462,6 +481,17 @@ impl Config {
             if value == 0 {
                 return Err(invalid(field, "must be non-zero"));
             }
+        }
+        let alpha = picket_core::paxos::RECONFIG_DELAY_SLOTS_DEFAULT;
+        if l.window_slots > alpha {
+            return Err(invalid(
+                "limits.window_slots",
+                format!(
+                    "must be at most {alpha}: a leader proposes at most the reconfiguration delay \
+                     (α = {alpha} slots, the same on every replica) beyond what it applied \
+                     (docs/protocol.md, section 11)"
+                ),
+            ));
         }
         if let Some(tls) = &self.tls {
             if tls.http_cert.is_some() != tls.http_key.is_some() {
@@ -716,6 +746,11 @@ heartbeat_ms = 20
         assert!(e.contains("sessions.ttl_ms_default"), "{e}");
         let e = error_of(&format!("{GOOD}\n[force_releases]\nttl_ms = 10\n"));
         assert!(e.starts_with("force_releases.ttl_ms: "), "{e}");
+        let e = error_of(&format!("{GOOD}\n[limits]\nwindow_slots = 65\n"));
+        assert!(
+            e.starts_with("limits.window_slots: must be at most 64"),
+            "{e}"
+        );
         let e = error_of(&format!("colour = 1\n{GOOD}"));
         assert!(e.contains("colour"), "{e}");
         let e = error_of(&GOOD.replace(

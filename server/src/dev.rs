@@ -198,6 +198,7 @@ impl DevCluster {
                 http_listen: Some(SocketAddr::from(([127, 0, 0, 1], http))),
                 external_url: None,
                 members: members.clone(),
+                join: false,
                 timing: options.timing.clone(),
                 sessions: options.sessions.clone(),
                 force_releases: options.force_releases.clone(),

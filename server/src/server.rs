@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use picket_core::node::{Node, NodeConfig};
-use picket_core::paxos::{self, NodeId};
+use picket_core::paxos::{self, MemberAddress, NodeId};
 use picket_net::proto::admin_server::AdminServer;
 use picket_net::proto::lock_server::LockServer;
 use picket_net::API_MESSAGE_BYTES_MAX;
@@ -22,9 +22,11 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::node::clock::Clock;
-use crate::node::driver::{Driver, DriverError, DriverHandle, DriverLimits, DriverParts, Request};
+use crate::node::driver::{
+    Driver, DriverError, DriverHandle, DriverLimits, DriverParts, NodeMessage, Request,
+};
 use crate::node::durable::{DurableStore, EmptyDataDir, StorageCondition};
-use crate::node::peer::{self, PeerCounters, PeerLink, PeerTarget, PeerTiming};
+use crate::node::peer::{self, MemberSet, PeerCounters, PeerLink, PeerTarget, PeerTiming};
 
 /// Messages queued for one peer at most (beyond: dropped and counted).
 const PEER_QUEUE_MAX: usize = 8_192;
@@ -144,11 +146,15 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         accepted = recovered.durable.accepted.len(),
         snapshot_slot = ?recovered.durable.snapshot.as_ref().map(|(s, _)| s.0),
         lost = recovered.durable.lost, "recovered");
-    let mut replica = paxos::Config::new(
-        id,
-        config.members.iter().map(|m| NodeId(m.id)).collect(),
-        seed(config.node_id, recovered.boot),
-    );
+    // A joining replica's core lists the members it may hear from first, itself aside.
+    let first_members = config
+        .members
+        .iter()
+        .map(|m| NodeId(m.id))
+        .filter(|m| !config.join || *m != id)
+        .collect();
+    let mut replica = paxos::Config::new(id, first_members, seed(config.node_id, recovered.boot));
+    replica.joining = config.join;
     replica.election_timeout_ms_min = config.timing.election_timeout_ms_min;
     replica.election_timeout_ms_max = config.timing.election_timeout_ms_max;
     replica.heartbeat_ms = config.timing.heartbeat_ms;
@@ -206,7 +212,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let peer_link = PeerLink {
         cluster_id: config.cluster_id.as_str().into(),
         me: id,
-        members: Arc::new(config.members.iter().map(|m| NodeId(m.id)).collect()),
+        members: MemberSet::new(config.members.iter().map(|m| NodeId(m.id))),
     };
     for member in config.members.iter().filter(|m| m.id != config.node_id) {
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
@@ -242,6 +248,15 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         cluster_id: config.cluster_id.clone(),
         endpoints,
         peers_out,
+        dialer: Some(Box::new(Dialer {
+            link: peer_link.clone(),
+            counters: peer_counters.clone(),
+            shutdown: shutdown_rx.clone(),
+            scheme,
+            #[cfg(not(madsim))]
+            tls: peer_tls.clone(),
+        })),
+        member_set: Some(peer_link.members.clone()),
         metrics: metrics.clone(),
     })
     .with_storage(storage_condition);
@@ -447,6 +462,53 @@ async fn mode_authenticator(config: &Config) -> Result<Authenticator, StartError
 }
 
 /// The election-jitter seed: differs per node and per start.
+/// The peer transport's side of membership changes: an outbound connection to each member the
+/// log adds, the same way as to the configured ones.
+struct Dialer {
+    link: PeerLink,
+    counters: Arc<PeerCounters>,
+    shutdown: watch::Receiver<bool>,
+    scheme: &'static str,
+    #[cfg(not(madsim))]
+    tls: Option<crate::tls::PeerTls>,
+}
+
+impl crate::node::driver::PeerDialer for Dialer {
+    fn dial(&mut self, address: &MemberAddress) -> mpsc::Sender<NodeMessage> {
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+        let target = PeerTarget {
+            to: address.id,
+            address: address.peer.clone(),
+            #[cfg(not(madsim))]
+            tls: match &self.tls {
+                Some(tls) => match tls.client(&address.peer) {
+                    Ok(tls) => Some(tls),
+                    Err(error) => {
+                        // Its queue's receiver is dropped: messages to it count as dropped.
+                        tracing::error!(peer = %address.id, address = %address.peer, %error,
+                            "cannot reach a member the log added over TLS");
+                        return tx;
+                    }
+                },
+                None => None,
+            },
+        };
+        tokio::spawn(peer::run_outbound(
+            self.link.clone(),
+            target,
+            PeerTiming::default(),
+            rx,
+            self.counters.clone(),
+            self.shutdown.clone(),
+        ));
+        tx
+    }
+
+    fn endpoint(&self, address: &MemberAddress) -> String {
+        format!("{}://{}", self.scheme, address.client)
+    }
+}
+
 fn seed(node_id: u64, boot: u64) -> u64 {
     node_id.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
         ^ boot.wrapping_mul(0xD6E8_FEB8_6659_FD93)

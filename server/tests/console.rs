@@ -465,7 +465,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
         "{csv}"
     );
     assert!(
-        lines[1].ends_with(",3,\"'=cmd|' /C calc'!A0, three workers\""),
+        lines[1].ends_with(",3,\"'=cmd|' /C calc'!A0, three workers\","),
         "a formula is defused and a comma quoted: {csv}"
     );
     assert!(

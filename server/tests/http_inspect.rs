@@ -198,7 +198,9 @@ impl InspectSource for Fake {
                     node_id: 1,
                     client_endpoint: "http://127.0.0.1:7401".to_owned(),
                     voter: true,
+                    slot_applied: Some(120),
                 }],
+                membership_from_slot: 1,
             }
         })
     }

@@ -93,6 +93,24 @@ impl Client {
         proto::QueryAuditResponse
     );
     admin_call!(
+        add_member,
+        "add_member",
+        proto::AddMemberRequest,
+        proto::MembershipChangeResponse
+    );
+    admin_call!(
+        promote_member,
+        "promote_member",
+        proto::PromoteMemberRequest,
+        proto::MembershipChangeResponse
+    );
+    admin_call!(
+        remove_member,
+        "remove_member",
+        proto::RemoveMemberRequest,
+        proto::MembershipChangeResponse
+    );
+    admin_call!(
         get_replica_status,
         "get_replica_status",
         proto::GetReplicaStatusRequest,

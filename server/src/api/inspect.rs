@@ -80,19 +80,19 @@ impl InspectSource for DriverInspect {
     fn health(&self) -> BoxFuture<'_, Health> {
         Box::pin(async move {
             let id = self.driver.id.0;
-            let members = self
-                .driver
-                .members()
-                .iter()
-                .map(|(node, endpoint)| HealthMember {
-                    node_id: node.0,
-                    client_endpoint: endpoint.clone(),
-                    voter: true,
-                })
-                .collect();
             match self.driver.ask(|reply| Request::Status { reply }).await {
                 Ok(status) => {
                     let detail = status.not_serving_because().unwrap_or_default().to_owned();
+                    let members = status
+                        .members(|n| self.driver.endpoint_of(n))
+                        .into_iter()
+                        .map(|m| HealthMember {
+                            node_id: m.id.0,
+                            client_endpoint: m.client_endpoint,
+                            voter: m.voter,
+                            slot_applied: m.slot_applied,
+                        })
+                        .collect();
                     Health {
                         ready: detail.is_empty(),
                         node_id: id,
@@ -102,6 +102,7 @@ impl InspectSource for DriverInspect {
                         detail,
                         storage: status.storage,
                         members,
+                        membership_from_slot: status.membership_from,
                     }
                 }
                 Err(status) => Health {
@@ -112,7 +113,8 @@ impl InspectSource for DriverInspect {
                     slot_applied: 0,
                     detail: status.message().to_owned(),
                     storage: Default::default(),
-                    members,
+                    members: Vec::new(),
+                    membership_from_slot: 0,
                 },
             }
         })

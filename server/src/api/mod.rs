@@ -9,6 +9,7 @@ pub mod error_detail;
 pub mod http;
 #[cfg(not(madsim))]
 pub mod inspect;
+pub mod membership;
 #[cfg(not(madsim))]
 pub mod observe;
 pub mod service;

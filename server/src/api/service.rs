@@ -21,12 +21,14 @@ use tokio::sync::{mpsc, watch};
 use crate::shutdown::stopped;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api::membership;
 use crate::api::session_push::LogFeed;
 use crate::api::session_stream;
 use crate::api::stream::ChannelStream;
 use crate::api::told::ToldLog;
 use crate::auth::Authenticator;
 use crate::node::driver::{Answered, DriverHandle, Request as DriverRequest};
+use crate::node::members::ChangeRequest;
 
 /// Keepalive responses buffered per stream.
 const KEEPALIVE_BUFFER: usize = 64;
@@ -106,6 +108,28 @@ impl Api {
             Ok(reply) => Ok((reply, answered.revision)),
             Err(error) => Err(lock_error_status(&error)),
         }
+    }
+
+    /// A membership change: role picket-admin in every namespace (`Role::ClassAdmin`
+    /// unscoped), answered once the log chose it.
+    async fn change_membership<T>(
+        &self,
+        request: Request<T>,
+        make: impl FnOnce(T, String) -> Result<ChangeRequest, Status>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        let actor = self
+            .auth
+            .admin_actor_for(&request, None, &[Role::ClassAdmin])
+            .await?;
+        let change = make(request.into_inner(), actor.principal)?;
+        let changed = self
+            .driver
+            .ask(|reply| DriverRequest::ChangeMembership {
+                request: change,
+                reply,
+            })
+            .await??;
+        Ok(Response::new(membership::response(changed)))
     }
 
     /// The namespace of pending force-release request `id` (linearizable read), so that the
@@ -559,6 +583,33 @@ impl proto::admin_server::Admin for AdminService {
         )?))
     }
 
+    async fn add_member(
+        &self,
+        request: Request<proto::AddMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        self.0
+            .change_membership(request, membership::add_request)
+            .await
+    }
+
+    async fn promote_member(
+        &self,
+        request: Request<proto::PromoteMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        self.0
+            .change_membership(request, membership::promote_request)
+            .await
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<proto::RemoveMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        self.0
+            .change_membership(request, membership::remove_request)
+            .await
+    }
+
     async fn get_replica_status(
         &self,
         request: Request<proto::GetReplicaStatusRequest>,
@@ -584,15 +635,17 @@ impl proto::admin_server::Admin for AdminService {
                 generation_dir: storage.generation_dir.clone(),
                 damaged_dir: storage.damaged_dir.clone(),
             }),
-            members: driver
-                .members()
-                .iter()
-                .map(|(id, endpoint)| proto::Member {
-                    node_id: id.0,
-                    client_endpoint: endpoint.clone(),
-                    voter: true,
+            members: status
+                .members(|n| driver.endpoint_of(n))
+                .into_iter()
+                .map(|m| proto::Member {
+                    node_id: m.id.0,
+                    client_endpoint: m.client_endpoint,
+                    voter: m.voter,
+                    slot_applied: m.slot_applied,
                 })
                 .collect(),
+            membership_from_slot: status.membership_from,
         }))
     }
 }

@@ -191,7 +191,8 @@ fn row(r: &proto::AuditRecord) -> AuditRow {
         proto::AuditAction::try_from(r.action),
         Ok(proto::AuditAction::ClassPut
             | proto::AuditAction::ClassRemoved
-            | proto::AuditAction::SemaphoreSet)
+            | proto::AuditAction::SemaphoreSet
+            | proto::AuditAction::MembershipChanged)
     );
     AuditRow {
         revision: r.revision,

@@ -19,8 +19,8 @@
 //! cancelled, expired, the session ended) or `wait_ms` passes (then `Queued`), and answers it
 //! with one `Reply`; the driver passes that on like any other reply.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use picket_core::locks::{
@@ -28,7 +28,9 @@ use picket_core::locks::{
     WatchFilter, WatchPage,
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, ProposalId, Query};
-use picket_core::paxos::{self, Input, NodeId, ReadId, RoleKind};
+use picket_core::paxos::{
+    self, Input, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
+};
 use picket_core::time::Instant;
 use picket_net::status::{
     busy_status, node_propose_error_status, not_leader_status, propose_error_status, LeaderHint,
@@ -43,6 +45,10 @@ use crate::node::clock::Clock;
 use crate::node::durable::{
     is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreCounters, StoreError,
 };
+use crate::node::members::{
+    next_membership, reconfig_status, ChangeRequest, Known, MemberChange, MembershipChanged,
+};
+use crate::node::peer::MemberSet;
 use crate::node::persist::{PersistEvent, PersistThread};
 
 /// A Paxos message of the node.
@@ -117,6 +123,18 @@ pub enum Request {
     Status {
         reply: oneshot::Sender<NodeStatus>,
     },
+    /// A membership change (leader only), answered once the log chose it.
+    ChangeMembership {
+        request: ChangeRequest,
+        reply: Reply1<MembershipChanged>,
+    },
+}
+
+/// How the driver reaches the members the log adds: a queue into a new outbound connection to
+/// an address, and the client endpoint of one (`server.rs`: the peer transport).
+pub trait PeerDialer: Send {
+    fn dial(&mut self, address: &MemberAddress) -> mpsc::Sender<NodeMessage>;
+    fn endpoint(&self, address: &MemberAddress) -> String;
 }
 
 /// A snapshot of the node's condition.
@@ -133,6 +151,41 @@ pub struct NodeStatus {
     pub counters: DriverCounters,
     /// How recovery ended and whether the durable state is still lost.
     pub storage: StorageCondition,
+    /// The newest membership the log scheduled, and the first slot it governs (the
+    /// configuration's revision).
+    pub membership: Membership,
+    pub membership_from: u64,
+    /// Leader: the last slot each member said it applied (learner lag).
+    pub members_applied: BTreeMap<NodeId, u64>,
+}
+
+impl NodeStatus {
+    /// Every member of the newest membership with its client endpoint (as `endpoint_of`
+    /// knows it), voter flag and, on the leader, the last slot it said it applied.
+    pub fn members(&self, endpoint_of: impl Fn(NodeId) -> Option<String>) -> Vec<MemberView> {
+        self.membership
+            .members()
+            .map(|id| MemberView {
+                id,
+                client_endpoint: endpoint_of(id).unwrap_or_default(),
+                voter: self.membership.is_voter(id),
+                slot_applied: if id == self.id {
+                    Some(self.slot_applied)
+                } else {
+                    self.members_applied.get(&id).copied()
+                },
+            })
+            .collect()
+    }
+}
+
+/// One member as status pages show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: NodeId,
+    pub client_endpoint: String,
+    pub voter: bool,
+    pub slot_applied: Option<u64>,
 }
 
 impl NodeStatus {
@@ -178,7 +231,7 @@ pub struct DriverHandle {
     applied: watch::Receiver<Revision>,
     /// `(revision, state digest)` after applies, computed only while someone subscribes.
     digests: broadcast::Sender<(Revision, u64)>,
-    endpoints: Arc<BTreeMap<NodeId, String>>,
+    endpoints: Arc<RwLock<BTreeMap<NodeId, String>>>,
     pub id: NodeId,
     pub cluster_id: Arc<str>,
 }
@@ -220,14 +273,19 @@ impl DriverHandle {
         self.digests.subscribe()
     }
 
-    /// Every configured member (this replica included) and its client endpoint, by id.
-    pub fn members(&self) -> &BTreeMap<NodeId, String> {
-        &self.endpoints
+    /// The client endpoint of every member known (this replica included: its config file's
+    /// and those the log added), by id.
+    pub fn endpoints(&self) -> BTreeMap<NodeId, String> {
+        self.endpoints.read().expect("endpoints poisoned").clone()
     }
 
     /// The client endpoint of a member.
     pub fn endpoint_of(&self, node: NodeId) -> Option<String> {
-        self.endpoints.get(&node).cloned()
+        self.endpoints
+            .read()
+            .expect("endpoints poisoned")
+            .get(&node)
+            .cloned()
     }
 
     /// The `not_leader` answer for a leader hint.
@@ -249,7 +307,7 @@ pub(crate) fn detached_handle(
         peer_in,
         applied: watch::channel(Revision(0)).1,
         digests: broadcast::channel(1).0,
-        endpoints: Arc::new(BTreeMap::new()),
+        endpoints: Arc::default(),
         id,
         cluster_id: cluster_id.into(),
     };
@@ -332,6 +390,14 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     started: std::time::Instant,
     /// Time spent with the durable state lost, fixed once it is re-learned.
     lost_for: Option<std::time::Duration>,
+    /// The membership change this leader proposed and the caller waiting for it to be chosen.
+    membership_wait: Option<(Membership, Reply1<MembershipChanged>)>,
+    /// The schedule the transport follows (`sync_members`).
+    schedule_seen: Option<Schedule>,
+    dialer: Option<Box<dyn PeerDialer>>,
+    member_set: Option<MemberSet>,
+    /// The members of this replica's config file (always talked to).
+    configured: BTreeSet<NodeId>,
 }
 
 /// Why the driver stopped with an error.
@@ -359,6 +425,10 @@ pub struct DriverParts<D: Disk + Clone + 'static, C: Clock> {
     pub endpoints: BTreeMap<NodeId, String>,
     /// Outbound queue of every other member.
     pub peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
+    /// Connects to the members the log adds (`None`: only the configured ones are reached).
+    pub dialer: Option<Box<dyn PeerDialer>>,
+    /// The inbound side's set of members, kept in step with the log.
+    pub member_set: Option<MemberSet>,
     /// Where the driver reports fsync latency, Paxos state and lock statistics.
     pub metrics: Arc<Metrics>,
 }
@@ -374,10 +444,16 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             peer_in: peer_tx,
             applied,
             digests: broadcast::channel(DIGESTS_QUEUED_MAX).0,
-            endpoints: Arc::new(parts.endpoints),
+            endpoints: Arc::new(RwLock::new(parts.endpoints)),
             id: parts.node.replica().id(),
             cluster_id: parts.cluster_id.into(),
         };
+        let configured = parts
+            .peers_out
+            .keys()
+            .copied()
+            .chain([parts.node.replica().id()])
+            .collect();
         Driver {
             node: parts.node,
             persister: Persister::new(parts.store, parts.persist),
@@ -399,6 +475,11 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             storage: StorageCondition::default(),
             started: std::time::Instant::now(),
             lost_for: None,
+            membership_wait: None,
+            schedule_seen: None,
+            dialer: parts.dialer,
+            member_set: parts.member_set,
+            configured,
         }
     }
 
@@ -454,6 +535,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
 
     /// Runs until `shutdown` turns true (or its sender is dropped) or storage fails.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DriverError> {
+        // The members a restart's log knows of beyond the config file (added by a change).
+        self.sync_members();
         loop {
             self.process_actions()?;
             #[cfg(madsim)]
@@ -695,7 +778,124 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             Request::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Request::ChangeMembership { request, reply } => {
+                self.on_change_membership(now, request, reply)
+            }
         }
+    }
+
+    fn on_change_membership(
+        &mut self,
+        now: Instant,
+        request: ChangeRequest,
+        reply: Reply1<MembershipChanged>,
+    ) {
+        if self.membership_wait.is_some() {
+            let pending = ReconfigError::NotChosen("the change asked before".to_owned());
+            let _ = reply.send(Err(self.reconfig_error(&pending)));
+            return;
+        }
+        if self.node.role() != RoleKind::Leader {
+            let not_leader = ReconfigError::NotLeader {
+                leader_hint: self.node.leader(),
+            };
+            let _ = reply.send(Err(self.reconfig_error(&not_leader)));
+            return;
+        }
+        let replica = self.node.replica();
+        let about = match &request.change {
+            MemberChange::Add(a) => a.id,
+            MemberChange::Promote(id) | MemberChange::Remove(id) => *id,
+        };
+        let known = Known {
+            latest: replica.membership_latest().0,
+            applied: replica.slot_applied(),
+            member_applied: replica.peer_applied(about),
+        };
+        let next = match next_membership(&known, &request) {
+            Ok(next) => next,
+            Err(status) => {
+                let _ = reply.send(Err(status));
+                return;
+            }
+        };
+        tracing::info!(node = %self.handle.id, change = ?request.change, actor = %request.actor,
+            reason = %request.reason, force = request.force, to = %next,
+            "membership change proposed");
+        match self
+            .node
+            .change_membership(now, next.clone(), request.force)
+        {
+            Ok(()) => self.membership_wait = Some((next, reply)),
+            Err(error) => {
+                let _ = reply.send(Err(self.reconfig_error(&error)));
+            }
+        }
+    }
+
+    fn reconfig_error(&self, error: &ReconfigError) -> Status {
+        reconfig_status(error, |n| self.handle.endpoint_of(n))
+    }
+
+    /// After applies: answers the change the log chose and keeps the transport and the leader
+    /// hints in step with every membership the log scheduled.
+    fn sync_members(&mut self) {
+        let schedule = self.node.replica().schedule();
+        if let Some((target, _)) = &self.membership_wait {
+            let chosen = schedule.entries().iter().find(|(_, m)| m == target);
+            if let Some((from_slot, membership)) = chosen.cloned() {
+                let (_, reply) = self.membership_wait.take().expect("just seen");
+                tracing::info!(node = %self.handle.id, %membership, from_slot = from_slot.0,
+                    "membership change chosen");
+                let _ = reply.send(Ok(MembershipChanged {
+                    membership,
+                    from_slot,
+                }));
+            } else if self.node.role() != RoleKind::Leader {
+                let (_, reply) = self.membership_wait.take().expect("just seen");
+                let _ = reply.send(Err(Status::unavailable(
+                    "this replica stopped leading before the change was chosen; a later leader                      may still choose it: see `picketctl cluster members` before asking again",
+                )));
+            }
+        }
+        if self.schedule_seen.as_ref() == Some(schedule) {
+            return;
+        }
+        let schedule = schedule.clone();
+        let me = self.handle.id;
+        let mut known: BTreeSet<NodeId> = self.configured.clone();
+        for (_, m) in schedule.entries() {
+            known.extend(m.members());
+            for address in &m.addresses {
+                if address.id == me {
+                    continue;
+                }
+                if let Some(dialer) = &mut self.dialer {
+                    if let std::collections::btree_map::Entry::Vacant(queue) =
+                        self.peers_out.entry(address.id)
+                    {
+                        tracing::info!(node = %me, peer = %address.id, address = %address.peer,
+                            "connecting to a member the log added");
+                        queue.insert(dialer.dial(address));
+                    }
+                    let endpoint = dialer.endpoint(address);
+                    self.handle
+                        .endpoints
+                        .write()
+                        .expect("endpoints poisoned")
+                        .insert(address.id, endpoint);
+                }
+            }
+        }
+        // Members no membership of the log names any more (and no config file): their
+        // connections end when their queues are dropped.
+        if self.dialer.is_some() {
+            self.peers_out.retain(|id, _| known.contains(id));
+        }
+        if let Some(set) = &self.member_set {
+            set.replace(known);
+        }
+        self.schedule_seen = Some(schedule);
     }
 
     fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Reply1<Answered>) {
@@ -745,6 +945,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     }
 
     fn status(&self) -> NodeStatus {
+        let replica = self.node.replica();
+        let (latest, from) = replica.membership_latest();
         NodeStatus {
             id: self.node.replica().id(),
             role: self.node.role(),
@@ -755,6 +957,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             boot: self.boot,
             counters: self.counters.clone(),
             storage: self.storage.clone(),
+            membership: latest.clone(),
+            membership_from: from.0,
+            members_applied: latest
+                .members()
+                .filter_map(|id| replica.peer_applied(id).map(|s| (id, s.0)))
+                .collect(),
         }
     }
 
@@ -909,6 +1117,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     }
 
     fn on_applied(&mut self, revision: Revision) {
+        self.sync_members();
         self.applied_tx.send_replace(revision);
         if self.handle.digests.receiver_count() > 0 {
             let state = self.node.state();

@@ -107,6 +107,8 @@ fn harness_compacting(
             cluster_id: "test".into(),
             endpoints,
             peers_out,
+            dialer: None,
+            member_set: None,
             metrics: Default::default(),
         }));
         outs.push(out);
@@ -533,6 +535,8 @@ impl Harness {
             cluster_id: "test".into(),
             endpoints,
             peers_out,
+            dialer: None,
+            member_set: None,
             metrics: Default::default(),
         });
         self.outs[i] = out;

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use picket_core::node::{NodeCommand, NodeDurable, NodePersist, NodeSnapshot};
-use picket_core::paxos::Slot;
+use picket_core::paxos::{Schedule, Slot};
 use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
@@ -524,7 +524,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             None => None,
         };
         let mut store = DurableStore::new(storage, root.to_path_buf(), hard);
-        let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _)| *s);
+        let slot_snapshot = snapshot.as_ref().map_or(Slot::ZERO, |(s, _, _)| *s);
         store.slot_durable = slot_snapshot;
         let mut accepted = BTreeMap::new();
         let mut index = store.log.first_index();
@@ -547,10 +547,15 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         if let Some(b) = promised_min.filter(|b| *b > store.hard.promised) {
             store.hard.promised = b;
         }
+        let (snapshot, schedule) = match snapshot {
+            Some((slot, state, schedule)) => (Some((slot, state)), schedule),
+            None => (None, None),
+        };
         let durable = NodeDurable {
             promised: store.hard.promised,
             accepted,
             snapshot,
+            schedule,
             incarnations: store.hard.incarnations.clone(),
             lost: store.hard.lost,
         };
@@ -574,7 +579,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         }
         let mut hard = self.hard.clone();
         let mut records = Vec::new();
-        let mut snapshot: Option<(Slot, NodeSnapshot)> = None;
+        let mut snapshot: Option<(Slot, NodeSnapshot, Option<Schedule>)> = None;
         let mut snapshot_sync = false;
         for op in &mut ops {
             assert!(
@@ -604,10 +609,10 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             for entry in &op.accepted {
                 records.push((entry.0, log_entry_to_wire(entry.clone()).encode_to_vec()));
             }
-            if let Some(s) = op.snapshot.take() {
+            if let Some((slot, state)) = op.snapshot.take() {
                 snapshot_sync |= !op.snapshot_local;
-                if snapshot.as_ref().is_none_or(|old| old.0 < s.0) {
-                    snapshot = Some(s);
+                if snapshot.as_ref().is_none_or(|old| old.0 < slot) {
+                    snapshot = Some((slot, state, op.schedule.take()));
                 }
             }
         }
@@ -622,8 +627,8 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             other => (None, other),
         };
         let compaction_started = sync.as_ref().map(|_| std::time::Instant::now());
-        if let Some((slot, state)) = &sync {
-            let bytes = snapshot_to_wire((*slot, state.clone())).encode_to_vec();
+        if let Some((slot, state, schedule)) = &sync {
+            let bytes = snapshot_to_wire((*slot, state.clone()), schedule.as_ref()).encode_to_vec();
             // Waits for a background save that is writing (the two never interleave).
             self.snapshots.lock().save(slot.0, &bytes)?;
             self.counters.snapshots_saved += 1;
@@ -633,22 +638,22 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             self.log.sync()?;
             self.counters.log_syncs += 1;
         }
-        if let Some((slot, _)) = &sync {
+        if let Some((slot, _, _)) = &sync {
             self.compact(*slot)?;
             self.slot_durable = *slot;
         }
         if let Some(started) = compaction_started {
             self.counters.compaction_last = Some(started.elapsed());
         }
-        if let Some((slot, state)) = background {
-            self.start_save(slot, state);
+        if let Some((slot, state, schedule)) = background {
+            self.start_save(slot, state, schedule);
         }
         self.counters.commits += 1;
         Ok(())
     }
 
     /// Hands the local snapshot at `slot` to a background save, unless one is running.
-    fn start_save(&mut self, slot: Slot, state: NodeSnapshot) {
+    fn start_save(&mut self, slot: Slot, state: NodeSnapshot, schedule: Option<Schedule>) {
         if slot <= self.slot_durable {
             return;
         }
@@ -660,7 +665,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         let shared = Arc::clone(&self.snapshots);
         let retired = self.kept.replace(Arc::clone(&state));
         let job = move || {
-            let outcome = save_snapshot(&shared, slot, state);
+            let outcome = save_snapshot(&shared, slot, state, schedule);
             drop(retired);
             let _ = done_tx.send(outcome);
         };
@@ -799,11 +804,12 @@ fn save_snapshot<D: Disk>(
     shared: &SharedSnapshots<D>,
     slot: Slot,
     state: NodeSnapshot,
+    schedule: Option<Schedule>,
 ) -> SaveDone {
     if shared.abandoned.load(Ordering::SeqCst) {
         return SaveDone::Abandoned;
     }
-    let bytes = snapshot_to_wire((slot, state)).encode_to_vec();
+    let bytes = snapshot_to_wire((slot, state), schedule.as_ref()).encode_to_vec();
     let mut store = shared.lock();
     // Checked again under the lock: the store's drop takes the lock after setting the flag.
     if shared.abandoned.load(Ordering::SeqCst) {

@@ -53,6 +53,7 @@ fn op(id: u64, promised: Option<u64>, accepted: &[(u64, u64)]) -> NodePersist {
             .map(|&(slot, round)| (Slot(slot), ballot(round), value(slot * 10 + round)))
             .collect(),
         snapshot: None,
+        schedule: None,
         snapshot_local: false,
         incarnation: None,
         recovered: false,

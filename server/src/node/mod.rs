@@ -7,5 +7,6 @@ pub mod buggify;
 pub mod clock;
 pub mod driver;
 pub mod durable;
+pub mod members;
 pub mod peer;
 pub mod persist;

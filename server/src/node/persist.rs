@@ -297,6 +297,7 @@ mod tests {
             }),
             accepted: Vec::new(),
             snapshot: None,
+            schedule: None,
             snapshot_local: false,
             incarnation: None,
             recovered: false,

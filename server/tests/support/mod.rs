@@ -105,6 +105,40 @@ impl Cluster {
         cluster
     }
 
+    /// Writes the configuration of a new replica (id: the next index + 1) that joins the
+    /// cluster (`join = true`, listing itself and the first three members) on free ports, and
+    /// starts it with `--init`. Returns its index and its peer and client `host:port`.
+    pub fn start_joiner(&mut self) -> (usize, String, String) {
+        let i = self.configs.len();
+        let free = free_ports(2).unwrap();
+        let (client, peer) = (
+            format!("127.0.0.1:{}", free[0]),
+            format!("127.0.0.1:{}", free[1]),
+        );
+        let first = std::fs::read_to_string(&self.configs[0]).unwrap();
+        let members_at = first.find("[[members]]").unwrap();
+        let timing_at = first.find("[timing]").unwrap();
+        let me = format!(
+            "[[members]]\nid = {}\npeer_address = \"{peer}\"\nclient_address = \"{client}\"\n",
+            i + 1
+        );
+        let text = format!(
+            "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\njoin = true\n{}{me}\n{}",
+            i + 1,
+            i + 1,
+            &first[members_at..timing_at],
+            &first[timing_at..]
+        );
+        let path = self.dir.path().join(format!("node-{}.toml", i + 1));
+        std::fs::write(&path, text).unwrap();
+        self.configs.push(path);
+        self.endpoints.push(format!("http://{client}"));
+        register_cluster(&self.endpoints);
+        self.procs.push(None);
+        self.spawn(i);
+        (i, peer, client)
+    }
+
     /// Starts replica `i` (`--init`: a new cluster on the first start, ignored on restarts).
     pub fn spawn(&mut self, i: usize) {
         self.spawn_with(i, &["--init"]);
@@ -186,7 +220,9 @@ impl Cluster {
     }
 
     pub fn running(&self) -> Vec<usize> {
-        (0..3).filter(|i| self.procs[*i].is_some()).collect()
+        (0..self.procs.len())
+            .filter(|i| self.procs[*i].is_some())
+            .collect()
     }
 
     /// The index of the ready leader (it answers a linearizable read, and still does an
@@ -229,7 +265,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for i in 0..3 {
+        for i in 0..self.procs.len() {
             self.kill(i);
         }
     }

@@ -89,8 +89,12 @@ pub struct Health {
     pub detail: String,
     /// How this start's storage recovery ended and whether the durable state is lost now.
     pub storage: crate::node::durable::StorageCondition,
-    /// The configured members, by node id (this replica included).
+    /// The members of the newest membership the log scheduled, by node id (this replica
+    /// included if it is one).
     pub members: Vec<HealthMember>,
+    /// The first slot that membership governs: the configuration's revision (0: the replica
+    /// did not answer).
+    pub membership_from_slot: u64,
 }
 
 /// A member in `GET /healthz` (as `Member` of `Admin.GetReplicaStatus`).
@@ -98,8 +102,12 @@ pub struct Health {
 pub struct HealthMember {
     pub node_id: u64,
     pub client_endpoint: String,
-    /// Always true while membership is static.
+    /// Votes; false: a learner, which follows the log until it is promoted.
     pub voter: bool,
+    /// On the leader: the last slot the member said it applied (how far a learner is
+    /// behind); absent elsewhere, and for a member not heard from this term.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_applied: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -333,7 +341,7 @@ fn answer<T, J: Serialize>(
 
 /// The runbooks the shipped alert rules link to (`<external_url>/runbooks/<name>`), from
 /// docs/runbooks, as Markdown.
-const RUNBOOKS: [(&str, &str); 3] = [
+const RUNBOOKS: [(&str, &str); 4] = [
     (
         "stuck-lock.md",
         include_str!("../../../../docs/runbooks/stuck-lock.md"),
@@ -345,6 +353,10 @@ const RUNBOOKS: [(&str, &str); 3] = [
     (
         "replace-disk.md",
         include_str!("../../../../docs/runbooks/replace-disk.md"),
+    ),
+    (
+        "replace-machine.md",
+        include_str!("../../../../docs/runbooks/replace-machine.md"),
     ),
 ];
 

@@ -9,7 +9,7 @@ use picket_net::proto;
 use serde_json::{json, Value};
 
 use super::render::Report;
-use super::{CtlError, Global};
+use super::{ClusterAction, CtlError, Global};
 
 /// The configured members, as the first replica that answers knows them.
 pub async fn members(client: &Client) -> Result<Report, CtlError> {
@@ -25,7 +25,11 @@ pub async fn members(client: &Client) -> Result<Report, CtlError> {
             .leader_node_id
             .map_or_else(|| "none known".to_owned(), |l| l.to_string()),
     );
-    let _ = writeln!(human, "{:<4} {:<32} {:<6} NOTE", "ID", "ENDPOINT", "VOTER");
+    let _ = writeln!(
+        human,
+        "{:<4} {:<32} {:<6} {:>10} NOTE",
+        "ID", "ENDPOINT", "VOTER", "APPLIED"
+    );
     for member in &asked.members {
         let mut note = Vec::new();
         if asked.leader_node_id == Some(member.node_id) {
@@ -34,20 +38,99 @@ pub async fn members(client: &Client) -> Result<Report, CtlError> {
         if member.node_id == asked.node_id {
             note.push("answered");
         }
+        if !member.voter {
+            note.push("learner");
+        }
         let _ = writeln!(
             human,
-            "{:<4} {:<32} {:<6} {}",
+            "{:<4} {:<32} {:<6} {:>10} {}",
             member.node_id,
             member.client_endpoint,
             if member.voter { "yes" } else { "no" },
+            // The leader knows each member's; another replica only its own.
+            member
+                .slot_applied
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
             note.join(", ")
         );
     }
     let json = json!({
         "cluster_id": asked.cluster_id,
         "answered_by": asked.node_id,
+        "membership_from_slot": asked.membership_from_slot,
         "leader_node_id": asked.leader_node_id,
         "members": asked.members.iter().map(member_json).collect::<Vec<_>>(),
+    });
+    Ok(Report { json, human })
+}
+
+/// `cluster add | promote | remove`: the change, answered once the log chose it.
+pub async fn change(client: &Client, action: ClusterAction) -> Result<Report, CtlError> {
+    let (verb, answer) = match action {
+        ClusterAction::Add {
+            node_id,
+            peer_address,
+            client_address,
+            http_address,
+            reason,
+        } => {
+            let request = proto::AddMemberRequest {
+                node_id,
+                peer_address,
+                client_address,
+                http_address,
+                reason,
+            };
+            ("added as a learner", client.add_member(request).await?)
+        }
+        ClusterAction::Promote {
+            node_id,
+            reason,
+            force,
+        } => {
+            let request = proto::PromoteMemberRequest {
+                node_id,
+                reason,
+                force,
+            };
+            ("promoted to voter", client.promote_member(request).await?)
+        }
+        ClusterAction::Remove {
+            node_id,
+            reason,
+            force,
+        } => {
+            let request = proto::RemoveMemberRequest {
+                node_id,
+                reason,
+                force,
+            };
+            ("removed", client.remove_member(request).await?)
+        }
+        ClusterAction::Members | ClusterAction::Status => unreachable!("not a change"),
+    };
+    let list = |ids: &[u64]| {
+        ids.iter()
+            .map(|n| format!("n{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut human = format!(
+        "{verb}: the membership is now voters {}",
+        list(&answer.voters)
+    );
+    if !answer.learners.is_empty() {
+        let _ = write!(human, " learners {}", list(&answer.learners));
+    }
+    let _ = writeln!(
+        human,
+        " (chosen; it governs the log from slot {})",
+        answer.from_slot
+    );
+    let json = json!({
+        "voters": answer.voters,
+        "learners": answer.learners,
+        "from_slot": answer.from_slot,
     });
     Ok(Report { json, human })
 }
@@ -180,6 +263,7 @@ fn member_json(member: &proto::Member) -> Value {
         "node_id": member.node_id,
         "client_endpoint": member.client_endpoint,
         "voter": member.voter,
+        "slot_applied": member.slot_applied,
     })
 }
 
@@ -213,6 +297,7 @@ mod tests {
             node_id: id,
             client_endpoint: format!("http://127.0.0.1:740{id}"),
             voter: true,
+            slot_applied: None,
         }
     }
 

@@ -247,16 +247,17 @@ pub enum Command {
     /// class-admin). Take a permit with `picketctl lock --permit NS KEY -- CMD`.
     #[command(subcommand)]
     Semaphore(SemaphoreAction),
-    /// The cluster's members and each replica's own status (read-only). Membership is static:
-    /// every replica's configuration file lists the members (docs/operations.md).
+    /// The cluster's members, each replica's own status, and membership changes through the
+    /// log (add a learner, promote it, remove a member; role picket-admin, audited):
+    /// docs/runbooks/replace-machine.md.
     #[command(subcommand)]
     Cluster(ClusterAction),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
-    /// The configured members (node id, client endpoint, voter) as the first replica that
-    /// answers knows them, and the leader it follows.
+    /// The members (node id, client endpoint, voter or learner) of the newest membership the
+    /// first replica that answers knows, and the leader it follows.
     Members,
     /// Asks every member, at the client endpoint the cluster lists for it, for its own status:
     /// role, the leader it follows, applied slot and how far it is behind the most advanced
@@ -267,6 +268,54 @@ pub enum ClusterAction {
     /// Exit status: 0 every member answered and serves, 1 some member did not answer or does
     /// not serve (the table says which and why), 6 no replica answered.
     Status,
+    /// Add NODE_ID as a learner: it receives the log and votes on nothing until promoted.
+    /// Start its picketd with `join = true` (docs/runbooks/replace-machine.md). Answered once
+    /// the log chose the change.
+    ///
+    /// Exit status: 0 done, 1 refused (the rule is printed: already_member,
+    /// membership_change_in_progress, missing_role, not_leader...), 2 bad arguments,
+    /// 6 unreachable.
+    Add {
+        node_id: u64,
+        /// Its replica-to-replica host:port.
+        #[arg(long)]
+        peer_address: String,
+        /// Its gRPC host:port for clients.
+        #[arg(long)]
+        client_address: String,
+        /// Its HTTP host:port (metrics, health, console), if it has one.
+        #[arg(long, default_value = "")]
+        http_address: String,
+        /// Why (required; goes to the audit log).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Promote learner NODE_ID to voter. Refused while it is more than 64 slots behind the
+    /// leader or has not answered it (rule learner_not_caught_up) unless --force.
+    ///
+    /// Exit status as `add`.
+    Promote {
+        node_id: u64,
+        #[arg(long)]
+        reason: String,
+        /// Promote even a learner that is behind or silent (a voter that cannot vote weakens
+        /// the quorum).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove member NODE_ID (voter or learner, the leader included: it steps down once the
+    /// change is in effect). Refused when fewer of the remaining voters than their quorum
+    /// answered the leader lately (rule quorum_unreachable) unless --force. Stop the removed
+    /// replica's picketd afterwards.
+    ///
+    /// Exit status as `add`.
+    Remove {
+        node_id: u64,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -595,6 +644,11 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             .await
         }
         Command::Cluster(ClusterAction::Members) => cluster::members(&client).await.map(out),
+        Command::Cluster(
+            change @ (ClusterAction::Add { .. }
+            | ClusterAction::Promote { .. }
+            | ClusterAction::Remove { .. }),
+        ) => cluster::change(&client, change).await.map(out),
         Command::Cluster(ClusterAction::Status) => {
             let (report, all_serving) = cluster::status(&cli.global, &client).await?;
             report.print(json);

@@ -333,6 +333,24 @@ impl Admin for FakeAdmin {
     ) -> Result<Response<proto::ReplicaStatus>, Status> {
         nope()
     }
+    async fn add_member(
+        &self,
+        _: Request<proto::AddMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        nope()
+    }
+    async fn promote_member(
+        &self,
+        _: Request<proto::PromoteMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        nope()
+    }
+    async fn remove_member(
+        &self,
+        _: Request<proto::RemoveMemberRequest>,
+    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
+        nope()
+    }
     async fn query_audit(
         &self,
         _: Request<proto::QueryAuditRequest>,
@@ -625,6 +643,7 @@ fn the_audit_text_shows_time_kind_people_roles_floor_next_and_revocation() {
         previous_permits: None,
         permits: None,
         slot: None,
+        membership: String::new(),
     };
     let report = render::audit(&proto::QueryAuditResponse {
         records: vec![record],

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::{BufMut, BytesMut};
 use picket_core::paxos::NodeId;
@@ -28,7 +28,37 @@ pub struct PeerLink {
     pub cluster_id: Arc<str>,
     pub me: NodeId,
     /// Every member, this replica included.
-    pub members: Arc<BTreeSet<NodeId>>,
+    pub members: MemberSet,
+}
+
+/// The ids a replica talks to: the members of its config file and of every membership its log
+/// schedules, updated by the driver as membership changes are applied. Cheap to clone: one
+/// set, shared.
+#[derive(Clone, Debug, Default)]
+pub struct MemberSet(Arc<RwLock<BTreeSet<NodeId>>>);
+
+impl MemberSet {
+    pub fn new(ids: impl IntoIterator<Item = NodeId>) -> MemberSet {
+        MemberSet(Arc::new(RwLock::new(ids.into_iter().collect())))
+    }
+
+    pub fn contains(&self, id: &NodeId) -> bool {
+        self.0.read().expect("member set poisoned").contains(id)
+    }
+
+    /// The ids, ascending.
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.0
+            .read()
+            .expect("member set poisoned")
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    pub fn replace(&self, ids: BTreeSet<NodeId>) {
+        *self.0.write().expect("member set poisoned") = ids;
+    }
 }
 
 /// A handshake refused, by either end: `rule` is stable (`peer.proto`, `PeerHello`).
@@ -84,7 +114,7 @@ pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, 
             format!(
                 "node {} is not another member of this cluster (members {:?}, this replica {})",
                 from.0,
-                link.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+                link.members.ids().iter().map(|m| m.0).collect::<Vec<_>>(),
                 link.me.0
             ),
         ));

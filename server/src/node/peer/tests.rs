@@ -1,7 +1,6 @@
 //! The peer transport over real loopback TCP (and TLS): framing, the handshake and its refusals,
 //! heartbeats and the read deadline, reconnection, mutual TLS.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +25,7 @@ fn link(me: u64, cluster: &str) -> PeerLink {
     PeerLink {
         cluster_id: cluster.into(),
         me: NodeId(me),
-        members: Arc::new((1..=3).map(NodeId).collect::<BTreeSet<_>>()),
+        members: MemberSet::new((1..=3).map(NodeId)),
     }
 }
 

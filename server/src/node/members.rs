@@ -1,0 +1,298 @@
+//! Membership changes as operators ask for them (`Admin.AddMember`, `PromoteMember`,
+//! `RemoveMember`): the next membership from the newest one the log scheduled, the rules a
+//! change must keep, and the refusals, each naming its rule (docs/operations.md, "Changing the
+//! membership").
+
+use picket_core::paxos::{MemberAddress, Membership, NodeId, ReconfigError, Slot};
+use picket_net::proto;
+use picket_net::status::{detail_status, not_leader_status, LeaderHint};
+use tonic::{Code, Status};
+
+/// A learner more than this many slots behind the leader is not promoted unless forced.
+pub const PROMOTE_LAG_SLOTS_MAX: u64 = 64;
+
+/// One change of the membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// A new member, as a learner, reached at these addresses.
+    Add(MemberAddress),
+    /// A learner becomes a voter.
+    Promote(NodeId),
+    /// A voter or a learner leaves.
+    Remove(NodeId),
+}
+
+/// A change and who asks for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeRequest {
+    pub change: MemberChange,
+    pub actor: String,
+    pub reason: String,
+    /// Skip the checks an operator may override: the new voters' quorum answered lately, the
+    /// learner caught up.
+    pub force: bool,
+}
+
+/// A change the log chose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipChanged {
+    pub membership: Membership,
+    /// The first slot it governs (α slots after its own).
+    pub from_slot: Slot,
+}
+
+/// What the leader knows when it applies a change: its newest membership, the last slot it
+/// applied and what the member the change is about last said it applied.
+pub struct Known<'a> {
+    pub latest: &'a Membership,
+    pub applied: Slot,
+    pub member_applied: Option<Slot>,
+}
+
+/// The membership `request` asks for, from `known.latest`; a refusal names the rule broken.
+pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Membership, Status> {
+    let current = known.latest;
+    let mut next = Membership {
+        actor: request.actor.clone(),
+        reason: request.reason.clone(),
+        ..current.clone()
+    };
+    match &request.change {
+        MemberChange::Add(address) => {
+            let id = address.id;
+            if current.is_member(id) {
+                return Err(refused(
+                    Code::FailedPrecondition,
+                    "already_member",
+                    format!("{id} is a member already ({current})"),
+                ));
+            }
+            next.learners.push(id);
+            next.addresses.push(address.clone());
+        }
+        MemberChange::Promote(id) => {
+            let id = *id;
+            if !current.is_learner(id) {
+                return Err(refused(
+                    Code::FailedPrecondition,
+                    "not_a_learner",
+                    format!("{id} is not a learner ({current}): add it first"),
+                ));
+            }
+            if !request.force {
+                check_caught_up(id, known)?;
+            }
+            next.learners.retain(|l| *l != id);
+            next.voters.push(id);
+        }
+        MemberChange::Remove(id) => {
+            let id = *id;
+            if !current.is_member(id) {
+                return Err(refused(
+                    Code::FailedPrecondition,
+                    "not_a_member",
+                    format!("{id} is not a member ({current})"),
+                ));
+            }
+            next.voters.retain(|v| *v != id);
+            next.learners.retain(|l| *l != id);
+            next.addresses.retain(|a| a.id != id);
+            if next.voters.is_empty() {
+                return Err(refused(
+                    Code::FailedPrecondition,
+                    "last_voter",
+                    format!("{id} is the last voter: a cluster needs at least one"),
+                ));
+            }
+        }
+    }
+    Ok(next.sorted())
+}
+
+fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
+    let Some(applied) = known.member_applied else {
+        return Err(refused(
+            Code::FailedPrecondition,
+            "learner_not_caught_up",
+            format!(
+                "{id} has not answered this leader yet, so it cannot be told caught up; \
+                 promote it once it follows the log (picketctl cluster status), or force"
+            ),
+        ));
+    };
+    let behind = known.applied.0.saturating_sub(applied.0);
+    if behind > PROMOTE_LAG_SLOTS_MAX {
+        return Err(refused(
+            Code::FailedPrecondition,
+            "learner_not_caught_up",
+            format!(
+                "{id} is {behind} slots behind the leader (applied {} of {}; at most \
+                 {PROMOTE_LAG_SLOTS_MAX} to be promoted): promote it once it caught up, or force",
+                applied.0, known.applied.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The status of a change the replica refused.
+pub fn reconfig_status(
+    error: &ReconfigError,
+    endpoint_of: impl Fn(NodeId) -> Option<String>,
+) -> Status {
+    let message = error.to_string();
+    match error {
+        ReconfigError::NotLeader { leader_hint } => {
+            not_leader_status(&LeaderHint::for_node(*leader_hint, endpoint_of))
+        }
+        ReconfigError::Invalid(_) => refused(Code::InvalidArgument, "bad_membership", message),
+        // Not retried by clients: the operator asks again once the change before is in
+        // effect (`picketctl cluster members` shows it).
+        ReconfigError::NotChosen(_) | ReconfigError::NotInEffect { .. } => refused(
+            Code::FailedPrecondition,
+            "membership_change_in_progress",
+            message,
+        ),
+        ReconfigError::Unchanged(_) => refused(Code::FailedPrecondition, "unchanged", message),
+        ReconfigError::Unreachable { .. } => {
+            refused(Code::FailedPrecondition, "quorum_unreachable", message)
+        }
+    }
+}
+
+fn refused(code: Code, rule: &str, message: String) -> Status {
+    let detail = proto::ErrorDetail {
+        rule: rule.to_owned(),
+        message,
+        ..proto::ErrorDetail::default()
+    };
+    detail_status(code, detail, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picket_net::status::error_detail;
+
+    fn ids(v: &[u64]) -> Vec<NodeId> {
+        v.iter().copied().map(NodeId).collect()
+    }
+
+    fn ask(change: MemberChange, force: bool) -> ChangeRequest {
+        ChangeRequest {
+            change,
+            actor: "alice".into(),
+            reason: "replace n3".into(),
+            force,
+        }
+    }
+
+    fn rule_of(status: Status) -> String {
+        error_detail(&status).expect("a detail").rule
+    }
+
+    #[test]
+    fn add_promote_remove_from_the_newest_membership() {
+        let start = Membership::voters(ids(&[1, 2, 3]));
+        let four = MemberAddress {
+            id: NodeId(4),
+            peer: "10.0.0.4:7000".into(),
+            client: "10.0.0.4:7001".into(),
+            http: String::new(),
+        };
+        let known = Known {
+            latest: &start,
+            applied: Slot(100),
+            member_applied: None,
+        };
+        let added = next_membership(&known, &ask(MemberChange::Add(four.clone()), false)).unwrap();
+        assert_eq!(added.voters, ids(&[1, 2, 3]));
+        assert_eq!(added.learners, ids(&[4]));
+        assert_eq!(added.addresses, vec![four.clone()]);
+        assert_eq!(
+            (added.actor.as_str(), added.reason.as_str()),
+            ("alice", "replace n3")
+        );
+        let again = Known {
+            latest: &added,
+            ..known
+        };
+        let twice = next_membership(&again, &ask(MemberChange::Add(four), false)).unwrap_err();
+        assert_eq!(rule_of(twice), "already_member");
+
+        // Promotion waits for the learner to follow, unless forced.
+        let silent = next_membership(&again, &ask(MemberChange::Promote(NodeId(4)), false));
+        assert_eq!(rule_of(silent.unwrap_err()), "learner_not_caught_up");
+        let behind = Known {
+            member_applied: Some(Slot(10)),
+            ..again
+        };
+        let refusal =
+            next_membership(&behind, &ask(MemberChange::Promote(NodeId(4)), false)).unwrap_err();
+        assert!(
+            refusal.message().contains("90 slots behind"),
+            "{}",
+            refusal.message()
+        );
+        let close = Known {
+            member_applied: Some(Slot(100 - PROMOTE_LAG_SLOTS_MAX)),
+            ..behind
+        };
+        let promoted =
+            next_membership(&close, &ask(MemberChange::Promote(NodeId(4)), false)).unwrap();
+        assert_eq!(promoted.voters, ids(&[1, 2, 3, 4]));
+        assert!(promoted.learners.is_empty());
+        let forced =
+            next_membership(&behind, &ask(MemberChange::Promote(NodeId(4)), true)).unwrap();
+        assert!(forced.same_members(&promoted));
+        let not_learner = next_membership(&close, &ask(MemberChange::Promote(NodeId(2)), false));
+        assert_eq!(rule_of(not_learner.unwrap_err()), "not_a_learner");
+
+        // Removal drops the member and its address.
+        let after = Known {
+            latest: &promoted,
+            ..close
+        };
+        let removed =
+            next_membership(&after, &ask(MemberChange::Remove(NodeId(4)), false)).unwrap();
+        assert_eq!(removed.voters, ids(&[1, 2, 3]));
+        assert!(removed.addresses.is_empty());
+        let stranger = next_membership(&after, &ask(MemberChange::Remove(NodeId(9)), false));
+        assert_eq!(rule_of(stranger.unwrap_err()), "not_a_member");
+        let alone = Membership::voters(ids(&[1]));
+        let last = Known {
+            latest: &alone,
+            ..after
+        };
+        let last = next_membership(&last, &ask(MemberChange::Remove(NodeId(1)), true));
+        assert_eq!(rule_of(last.unwrap_err()), "last_voter");
+    }
+
+    #[test]
+    fn refusals_of_the_replica_name_their_rule() {
+        let cases = [
+            (
+                ReconfigError::NotChosen("voters n1".into()),
+                "membership_change_in_progress",
+            ),
+            (
+                ReconfigError::Unreachable {
+                    reachable: 1,
+                    quorum: 2,
+                },
+                "quorum_unreachable",
+            ),
+            (ReconfigError::Unchanged("voters n1".into()), "unchanged"),
+            (
+                ReconfigError::NotLeader {
+                    leader_hint: Some(NodeId(2)),
+                },
+                "not_leader",
+            ),
+        ];
+        for (error, rule) in cases {
+            let status = reconfig_status(&error, |_| Some("http://10.0.0.2:7001".into()));
+            assert_eq!(rule_of(status), rule, "{error}");
+        }
+    }
+}
