@@ -384,7 +384,8 @@ impl Config {
             return Err(invalid(
                 "members",
                 format!(
-                    "a joining replica lists itself and 1 to {} members to contact, got {count}                      entries",
+                    "a joining replica lists itself and 1 to {} members to contact, got {count} \
+                     entries",
                     picket_core::paxos::MEMBERS_MAX - 1
                 ),
             ));
@@ -393,7 +394,8 @@ impl Config {
             return Err(invalid(
                 "members",
                 format!(
-                    "a cluster has 3 or 5 members, got {count} (a replica joining a running                      cluster says `join = true`)"
+                    "a cluster has 3 or 5 members, got {count} (a replica joining a running \
+                     cluster says `join = true`)"
                 ),
             ));
         }

@@ -145,7 +145,7 @@ impl DevCluster {
     }
 
     async fn start_once(options: DevOptions) -> Result<DevCluster, StartError> {
-        let (temp, data_dir) = match options.data_dir {
+        let (temp, data_dir) = match options.data_dir.clone() {
             Some(dir) => (None, dir),
             None => {
                 let temp = tempfile::Builder::new()
@@ -176,41 +176,10 @@ impl DevCluster {
                 ports
             }
         };
-        let members: Vec<Member> = (0..3)
-            .map(|i| Member {
-                id: i as u64 + 1,
-                peer_address: format!("127.0.0.1:{}", ports.peer[i]),
-                client_address: format!("127.0.0.1:{}", ports.client[i]),
-                http_address: Some(format!("127.0.0.1:{}", ports.http[i])),
-            })
-            .collect();
+        let members = ports.members();
         let configs: Vec<Config> = members
             .iter()
-            .zip(ports.http)
-            .map(|(m, http)| Config {
-                cluster_id: "picket-dev".to_owned(),
-                node_id: m.id,
-                data_dir: data_dir.join(format!("node-{}", m.id)),
-                client_listen: None,
-                peer_listen: None,
-                insecure_dev_auth: options.oidc.is_none(),
-                oidc: options.oidc.clone(),
-                http_listen: Some(SocketAddr::from(([127, 0, 0, 1], http))),
-                external_url: None,
-                members: members.clone(),
-                join: false,
-                timing: options.timing.clone(),
-                sessions: options.sessions.clone(),
-                force_releases: options.force_releases.clone(),
-                limits: Limits::default(),
-                storage: StorageSection {
-                    preallocate_bytes: 0,
-                    ..StorageSection::default()
-                },
-                tls: None,
-                auth: Default::default(),
-                console: options.console.clone(),
-            })
+            .map(|m| member_config(&options, &data_dir, &members, m, false))
             .collect();
         for config in &configs {
             config.validate().map_err(|e| StartError::Address {
@@ -241,7 +210,8 @@ impl DevCluster {
         self.configs.is_empty()
     }
 
-    /// The client endpoints (`http://127.0.0.1:PORT`) of members 1..=3, in order.
+    /// The client endpoints (`http://127.0.0.1:PORT`) of every member started (1..=3, then
+    /// those [`DevCluster::start_joiner`] started), in order.
     pub fn client_endpoints(&self) -> Vec<String> {
         (0..self.len()).map(|i| self.client_endpoint(i)).collect()
     }
@@ -349,5 +319,125 @@ fn listen_error(port: u16, source: std::io::Error) -> StartError {
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
         what: "free port",
         source,
+    }
+}
+
+/// The configuration of dev member `me` among `members` (its HTTP address is `me`'s). With
+/// `join`, `members` are the seeds it reaches the cluster by, itself included.
+fn member_config(
+    options: &DevOptions,
+    data_dir: &Path,
+    members: &[Member],
+    me: &Member,
+    join: bool,
+) -> Config {
+    let http = me
+        .http_address
+        .as_deref()
+        .and_then(|a| a.parse::<SocketAddr>().ok());
+    Config {
+        cluster_id: "picket-dev".to_owned(),
+        node_id: me.id,
+        data_dir: data_dir.join(format!("node-{}", me.id)),
+        client_listen: None,
+        peer_listen: None,
+        insecure_dev_auth: options.oidc.is_none(),
+        oidc: options.oidc.clone(),
+        http_listen: http,
+        external_url: None,
+        members: members.to_vec(),
+        join,
+        timing: options.timing.clone(),
+        sessions: options.sessions.clone(),
+        force_releases: options.force_releases.clone(),
+        limits: Limits::default(),
+        storage: StorageSection {
+            preallocate_bytes: 0,
+            ..StorageSection::default()
+        },
+        tls: None,
+        auth: Default::default(),
+        console: options.console.clone(),
+    }
+}
+
+/// Most members a dev cluster grows to (ids 1..=9, as a cluster file may list).
+pub const DEV_MEMBERS_MAX: u64 = 9;
+
+/// The configuration of a replica that joins the dev cluster whose first three members are
+/// `seeds` (`join = true`): member `id` (4..=9) at `ports` (client, peer, HTTP), its data in
+/// `<data_dir>/node-<id>`. It starts as nobody's member: the cluster adds it with
+/// `picketctl cluster add` and it follows the log as a learner until promoted.
+pub fn joiner_config(
+    options: &DevOptions,
+    data_dir: &Path,
+    seeds: &[Member],
+    id: u64,
+    ports: (u16, u16, u16),
+) -> Result<Config, String> {
+    if !(4..=DEV_MEMBERS_MAX).contains(&id) {
+        return Err(format!(
+            "a replica that joins the dev cluster has id 4..={DEV_MEMBERS_MAX} (1..=3 are the \
+             cluster's own), not {id}"
+        ));
+    }
+    let me = Member {
+        id,
+        peer_address: format!("127.0.0.1:{}", ports.1),
+        client_address: format!("127.0.0.1:{}", ports.0),
+        http_address: Some(format!("127.0.0.1:{}", ports.2)),
+    };
+    let mut members: Vec<Member> = seeds.iter().filter(|m| m.id != id).cloned().collect();
+    members.push(me.clone());
+    let config = member_config(options, data_dir, &members, &me, true);
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+impl DevPorts {
+    /// The fixed ports of dev member `id` (1..=9): client 7400 + id, peer 7410 + id, HTTP
+    /// 7480 + id.
+    pub fn of_member(id: u64) -> (u16, u16, u16) {
+        let id = u16::try_from(id.min(DEV_MEMBERS_MAX)).expect("at most 9");
+        (7400 + id, 7410 + id, 7480 + id)
+    }
+
+    /// Members 1..=3 at these ports (the seeds a joining replica reaches the cluster by).
+    pub fn members(&self) -> Vec<Member> {
+        (0..3)
+            .map(|i| Member {
+                id: i as u64 + 1,
+                peer_address: format!("127.0.0.1:{}", self.peer[i]),
+                client_address: format!("127.0.0.1:{}", self.client[i]),
+                http_address: Some(format!("127.0.0.1:{}", self.http[i])),
+            })
+            .collect()
+    }
+}
+
+impl DevCluster {
+    /// Starts, in this process, a replica that joins the cluster as member `id` (4..=9) on
+    /// free ports: it is not a member until the cluster adds it (`Admin.AddMember` with the
+    /// addresses of [`Self::config`] of the returned index). Returns its index.
+    pub async fn start_joiner(
+        &mut self,
+        options: &DevOptions,
+        id: u64,
+    ) -> Result<usize, StartError> {
+        let free = free_ports(3).map_err(|e| listen_error(0, e))?;
+        let seeds: Vec<Member> = self.configs[..3].iter().map(|c| c.me().clone()).collect();
+        let config = joiner_config(
+            options,
+            &self.data_dir,
+            &seeds,
+            id,
+            (free[0], free[1], free[2]),
+        )
+        .map_err(|rule| StartError::Address { field: "dev", rule })?;
+        self.configs.push(config);
+        self.nodes.push(None);
+        let index = self.configs.len() - 1;
+        self.restart(index).await?;
+        Ok(index)
     }
 }

@@ -182,7 +182,6 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .collect();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::with_external_url(config.external_url()));
-    metrics.set_cluster_members(config.members.len());
     metrics.set_recovery(recovered.outcome, recovered.duration, recovered.boot);
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();
@@ -247,12 +246,14 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         boot: recovered.boot,
         cluster_id: config.cluster_id.clone(),
         endpoints,
+        http_endpoints: config.http_endpoints(),
         peers_out,
         dialer: Some(Box::new(Dialer {
             link: peer_link.clone(),
             counters: peer_counters.clone(),
             shutdown: shutdown_rx.clone(),
             scheme,
+            http_scheme: config.http_scheme(),
             #[cfg(not(madsim))]
             tls: peer_tls.clone(),
         })),
@@ -314,7 +315,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                 };
             let cluster = crate::api::http::HttpCluster {
                 node_id: config.node_id,
-                endpoints: config.http_endpoints(),
+                endpoints: handle.http_endpoints(),
                 forward_ca_pem,
             };
             if let Err(e) = cluster.forward_client() {
@@ -469,6 +470,8 @@ struct Dialer {
     counters: Arc<PeerCounters>,
     shutdown: watch::Receiver<bool>,
     scheme: &'static str,
+    /// `http` or `https`: how the members' HTTP ports serve.
+    http_scheme: &'static str,
     #[cfg(not(madsim))]
     tls: Option<crate::tls::PeerTls>,
 }
@@ -506,6 +509,10 @@ impl crate::node::driver::PeerDialer for Dialer {
 
     fn endpoint(&self, address: &MemberAddress) -> String {
         format!("{}://{}", self.scheme, address.client)
+    }
+
+    fn http_endpoint(&self, address: &MemberAddress) -> Option<String> {
+        (!address.http.is_empty()).then(|| format!("{}://{}", self.http_scheme, address.http))
     }
 }
 

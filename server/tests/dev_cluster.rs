@@ -291,3 +291,182 @@ async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
     keeper.await.unwrap();
     cluster.shutdown().await;
 }
+
+fn rule_of(status: &tonic::Status) -> String {
+    picket_net::status::error_detail(status)
+        .map(|d| d.rule)
+        .unwrap_or_default()
+}
+
+/// `/metrics` of `http` as text.
+async fn metrics(http: &str) -> String {
+    reqwest::get(format!("{http}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// What `picketd dev-join` does, in this process: a replica that joins the dev cluster is added
+/// as a learner, promoted once it follows the log and removed again, and `/metrics` shows the
+/// membership, its revision and the learner's lag as it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_replica_is_added_promoted_and_removed() {
+    let (mut cluster, leader, at) = dev_cluster_with_leader().await;
+    let s = create_session(&at, "svc", 10_000).await;
+    acquire(&at, s, 1, NS, "a/1", 0).await.unwrap();
+    let four = cluster
+        .start_joiner(&picket_server::dev::DevOptions::default(), 4)
+        .await
+        .unwrap();
+    let me = cluster.config(four).me().clone();
+    let revision_before = sample(
+        &metrics(&cluster.http_endpoint(leader)).await,
+        "picket_cluster_config_revision",
+        &[],
+    )
+    .unwrap();
+    let mut admin_client = admin(&at).await.unwrap();
+    let added = admin_client
+        .add_member(with_actor(
+            proto::AddMemberRequest {
+                node_id: 4,
+                peer_address: me.peer_address.clone(),
+                client_address: me.client_address.clone(),
+                http_address: me.http_address.clone().unwrap(),
+                reason: "try it".into(),
+            },
+            "alice",
+            "class-admin",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((added.voters, added.learners), (vec![1, 2, 3], vec![4]));
+    // Asked again (a retry whose answer was lost), the same add is answered as done.
+    let again = admin_client
+        .add_member(with_actor(
+            proto::AddMemberRequest {
+                node_id: 4,
+                peer_address: me.peer_address.clone(),
+                client_address: me.client_address.clone(),
+                http_address: me.http_address.clone().unwrap(),
+                reason: "try it".into(),
+            },
+            "alice",
+            "class-admin",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.learners, vec![4]);
+    assert_eq!(again.from_slot, added.from_slot);
+    // Its HTTP address travelled in the log: the leader forwards to it and lists it.
+    let health = reqwest::get(format!("{}/healthz", cluster.http_endpoint(leader)))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    let listed = health["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["node_id"] == 4)
+        .cloned()
+        .unwrap_or_else(|| panic!("{health}"));
+    assert_eq!(listed["voter"], false, "{health}");
+    assert_eq!(
+        listed["http_endpoint"],
+        format!("http://{}", me.http_address.clone().unwrap()),
+        "{health}"
+    );
+
+    // The learner follows: the leader's /metrics lists it with its lag, and the revision rose.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = metrics(&cluster.http_endpoint(leader)).await;
+        let lag = sample(&text, "picket_cluster_member_lag_slots", &["node_id=\"4\""]);
+        if lag.is_some_and(|lag| lag <= 8.0) {
+            assert_eq!(sample(&text, "picket_cluster_learners", &[]), Some(1.0));
+            assert_eq!(sample(&text, "picket_cluster_members", &[]), Some(3.0));
+            let revision = sample(&text, "picket_cluster_config_revision", &[]).unwrap();
+            assert!(
+                revision > revision_before,
+                "{revision} after {revision_before}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let promote = || {
+        with_actor(
+            proto::PromoteMemberRequest {
+                node_id: 4,
+                reason: "caught up".into(),
+                force: false,
+            },
+            "alice",
+            "class-admin",
+        )
+    };
+    let promoted = loop {
+        match admin_client.promote_member(promote()).await {
+            Ok(answer) => break answer.into_inner(),
+            // The add is not in effect until α slots after it (the leader fills them).
+            Err(status) if rule_of(&status) == "membership_change_in_progress" => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    assert_eq!(promoted.voters, vec![1, 2, 3, 4]);
+
+    // The new voter serves reads of what the cluster granted before it joined.
+    let mut from_four = admin(&cluster.client_endpoint(four)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = from_four
+            .inspect(proto::InspectRequest {
+                namespace: NS.into(),
+                key: "a/1".into(),
+                allow_stale: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if info.holder.is_some() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let remove = || {
+        with_actor(
+            proto::RemoveMemberRequest {
+                node_id: 4,
+                reason: "done trying".into(),
+                force: false,
+            },
+            "alice",
+            "class-admin",
+        )
+    };
+    let removed = loop {
+        match admin_client.remove_member(remove()).await {
+            Ok(answer) => break answer.into_inner(),
+            Err(status) if rule_of(&status) == "membership_change_in_progress" => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    assert_eq!((removed.voters, removed.learners), (vec![1, 2, 3], vec![]));
+    let text = metrics(&cluster.http_endpoint(leader)).await;
+    assert_eq!(sample(&text, "picket_cluster_members", &[]), Some(3.0));
+    cluster.shutdown().await;
+}

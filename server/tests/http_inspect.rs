@@ -197,6 +197,7 @@ impl InspectSource for Fake {
                 members: vec![picket_server::api::http::HealthMember {
                     node_id: 1,
                     client_endpoint: "http://127.0.0.1:7401".to_owned(),
+                    http_endpoint: "http://127.0.0.1:7481".to_owned(),
                     voter: true,
                     slot_applied: Some(120),
                 }],
@@ -352,7 +353,7 @@ fn cluster(me: u64, leader: Option<String>) -> HttpCluster {
     }
     HttpCluster {
         node_id: me,
-        endpoints,
+        endpoints: std::sync::Arc::new(std::sync::RwLock::new(endpoints)),
         forward_ca_pem: None,
     }
 }
@@ -528,5 +529,6 @@ async fn metrics_and_health_are_served() {
     assert_eq!(v["storage"]["damaged_dir"], Value::Null);
     assert_eq!(v["storage"]["generation_dir"], "/data/replica-1");
     assert_eq!(v["members"][0]["client_endpoint"], "http://127.0.0.1:7401");
+    assert_eq!(v["members"][0]["http_endpoint"], "http://127.0.0.1:7481");
     assert_eq!(v["members"][0]["voter"], true);
 }

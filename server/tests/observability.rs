@@ -156,11 +156,46 @@ async fn metrics_show_the_longest_hold_and_http_inspect_shows_the_holder() {
             "{body}"
         );
     }
-    let (_, text) = get(&format!("{http}/metrics")).await;
+    // In /metrics: the voters and learners of the membership the log scheduled, its revision,
+    // and on the leader how far behind each other member is (reported once a second).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (_, text) = get(&format!("{http}/metrics")).await;
+        let lags: Vec<Option<f64>> = (0..3)
+            .filter(|i| *i != leader)
+            .map(|i| {
+                let label = format!("node_id=\"{}\"", i + 1);
+                sample(&text, "picket_cluster_member_lag_slots", &[&label])
+            })
+            .collect();
+        if lags.iter().all(|lag| lag.is_some_and(|slots| slots >= 0.0)) {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no lag series of both followers: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(
         sample(&text, "picket_cluster_members", &[]),
         Some(3.0),
         "{text}"
+    );
+    assert_eq!(
+        sample(&text, "picket_cluster_learners", &[]),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "picket_cluster_config_revision", &[]).is_some(),
+        "{text}"
+    );
+    let own = format!("node_id=\"{}\"", leader + 1);
+    assert_eq!(
+        sample(&text, "picket_cluster_member_lag_slots", &[&own]),
+        None,
+        "the leader lists no lag of its own: {text}"
     );
     cluster.shutdown().await;
 }

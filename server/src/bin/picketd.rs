@@ -14,7 +14,7 @@ mod real {
     use picket_server::auth::dev::DevIssuer;
     use picket_server::auth::OidcSection;
     use picket_server::config::Config;
-    use picket_server::dev::{DevCluster, DevOptions, DevPorts};
+    use picket_server::dev::{joiner_config, DevCluster, DevOptions, DevPorts};
     use picket_server::node::clock::SystemClock;
     use picket_server::node::durable::EmptyDataDir;
     use picket_storage::RealDisk;
@@ -81,6 +81,25 @@ mod real {
             #[arg(long)]
             oidc: bool,
         },
+        /// Start one more local replica that joins a running `picketd dev` cluster, to try
+        /// membership changes (add it, promote it, remove it; docs/operations.md).
+        ///
+        /// Member ID (4..=9) listens on client 127.0.0.1:(7400 + ID), peer 7410 + ID and HTTP
+        /// 7480 + ID, keeps its data in DATA_DIR/node-ID and reaches the cluster through members
+        /// 1..=3 of `picketd dev`. It is nobody's member until `picketctl cluster add` adds it;
+        /// it prints the commands. Ctrl-c stops it (remove it first, or the cluster counts a
+        /// voter that is down).
+        DevJoin {
+            /// Its node id: 4..=9.
+            #[arg(long)]
+            id: u64,
+            /// The data directory of `picketd dev`.
+            #[arg(long, default_value = "./picket-dev-data")]
+            data_dir: PathBuf,
+            /// As `picketd dev --oidc`: verify admin calls' tokens from the dev issuer.
+            #[arg(long)]
+            oidc: bool,
+        },
         /// Mint a bearer token for a `picketd dev --oidc` cluster (its dev issuer's key).
         DevToken {
             /// The data directory of `picketd dev --oidc`.
@@ -136,6 +155,7 @@ mod real {
                     fresh,
                     oidc,
                 } => dev(data_dir, fresh, oidc).await,
+                Command::DevJoin { id, data_dir, oidc } => dev_join(data_dir, id, oidc).await,
                 Command::DevToken {
                     data_dir,
                     principal,
@@ -269,6 +289,52 @@ mod real {
         Ok(())
     }
 
+    async fn dev_join(data_dir: PathBuf, id: u64, oidc: bool) -> Result<(), String> {
+        let oidc = if oidc {
+            Some(dev_oidc(&data_dir)?)
+        } else {
+            None
+        };
+        let options = DevOptions {
+            data_dir: Some(data_dir.clone()),
+            ports: Some(DevPorts::DEFAULT),
+            oidc,
+            ..DevOptions::default()
+        };
+        let seeds = DevPorts::DEFAULT.members();
+        let (client, peer, http) = DevPorts::of_member(id);
+        let config = joiner_config(&options, &data_dir, &seeds, id, (client, peer, http))?;
+        let node =
+            picket_server::server::start(&config, RealDisk, SystemClock::new(), EmptyDataDir::Init)
+                .await
+                .map_err(|e| format!("{e} (is replica {id} already running?)"))?;
+        let who = if options.oidc.is_some() {
+            ""
+        } else {
+            "--principal alice --roles picket-admin "
+        };
+        println!();
+        println!(
+            "Replica {id} is up: client http://127.0.0.1:{client}  peer 127.0.0.1:{peer}  http \
+             http://127.0.0.1:{http} (data in {}).",
+            config.data_dir.display()
+        );
+        println!("It is nobody's member yet. Add it as a learner, promote it once it follows the log, remove it:");
+        println!(
+            "  picketctl {who}cluster add {id} --peer-address 127.0.0.1:{peer} --client-address \
+             127.0.0.1:{client} --http-address 127.0.0.1:{http} --reason 'try a membership change'"
+        );
+        println!("  picketctl cluster status");
+        println!("  picketctl {who}cluster promote {id} --reason 'caught up'");
+        println!("  picketctl {who}cluster remove {id} --reason 'done trying'");
+        println!("Stop it with ctrl-c once removed.");
+        println!();
+        let reason = wait_for_stop(|| node.driver_finished()).await;
+        tracing::info!(reason, "stopping the joined replica");
+        node.shutdown().await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
     fn print_banner(
         cluster: &DevCluster,
         data_dir: &std::path::Path,
@@ -311,6 +377,7 @@ mod real {
         println!("  picketctl holds orders");
         println!("  picketctl watch orders");
         println!("  picketctl cluster status");
+        println!("  picketd dev-join --id 4        # one more replica, to try membership changes");
         if !oidc {
             println!("  picketctl --principal alice --roles on-call force-release request orders invoice/42 --token <TOKEN> --reason 'stuck, INC-7'");
             println!("  picketctl --principal bob --roles on-call force-release approve <ID> --ack fenced");

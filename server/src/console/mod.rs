@@ -27,7 +27,6 @@
 //! Every `POST` carries the sign-in's CSRF token (`csrf`); the cookie is HttpOnly,
 //! `SameSite=Strict` and `Secure` over HTTPS.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,7 +97,7 @@ pub struct ConsoleConfig {
     pub secure_cookie: bool,
     /// node id -> HTTP base URL of every replica (the overview's cluster strip reads their
     /// `/healthz`).
-    pub http_endpoints: BTreeMap<u64, String>,
+    pub http_endpoints: crate::api::http::HttpEndpoints,
     /// The OpenID Connect sign-in (`[oidc.console]`): people sign in at the `[oidc]` issuer and
     /// the console calls the cluster with their access token.
     pub oidc: Option<oidc::ConsoleOidc>,
@@ -743,7 +742,13 @@ impl Console {
     async fn replicas(&self) -> (Vec<ReplicaView>, String) {
         let mut replicas = Vec::new();
         let mut leader = String::new();
-        for (node_id, base) in &self.config.http_endpoints {
+        let bases = self
+            .config
+            .http_endpoints
+            .read()
+            .expect("HTTP endpoints poisoned")
+            .clone();
+        for (node_id, base) in &bases {
             let url = format!("{base}/healthz");
             let health = self
                 .http

@@ -10,7 +10,9 @@
 //! | `picket_holds` | gauge | namespace | same |
 //! | `picket_waiters` | gauge | namespace | same (queue depth summed over the namespace's keys) |
 //! | `picket_sessions` | gauge | | [`Metrics::set_sessions`] |
-//! | `picket_cluster_members` | gauge | | [`Metrics::set_cluster_members`] |
+//! | `picket_cluster_members`, `picket_cluster_learners` | gauge | | [`Metrics::set_membership`] |
+//! | `picket_cluster_config_revision` | gauge | | same |
+//! | `picket_cluster_member_lag_slots` | gauge (leader only) | node_id | same |
 //! | `picket_external_url_info` | gauge (1) | url | [`Metrics::with_external_url`] (absent without one) |
 //! | `picket_paxos_role` | gauge (1 for the current role) | role | [`Metrics::set_paxos`] |
 //! | `picket_paxos_ballot_round`, `picket_paxos_ballot_node_id` | gauge | | same |
@@ -83,6 +85,23 @@ pub struct NamespaceStats {
     /// Waiters of all keys of the namespace.
     pub waiters: usize,
     pub longest_hold: Option<LongestHold>,
+}
+
+/// The newest membership the log scheduled, as this replica knows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipStats {
+    pub voters: usize,
+    pub learners: usize,
+    /// The first slot the membership governs.
+    pub config_revision: u64,
+    /// Leader only: (member, slots it is behind this replica's applied slot) for every other
+    /// member that answered a heartbeat; empty elsewhere.
+    pub lag: Vec<(u64, u64)>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    node_id: String,
 }
 
 /// The replica's Paxos state.
@@ -189,6 +208,9 @@ pub struct Metrics {
     waiters: Family<NamespaceLabels, Gauge>,
     sessions: Gauge,
     cluster_members: Gauge,
+    cluster_learners: Gauge,
+    config_revision: Gauge,
+    member_lag: Family<MemberLabels, Gauge>,
     paxos_role: Family<RoleLabels, Gauge>,
     ballot_round: Gauge,
     ballot_node_id: Gauge,
@@ -331,8 +353,26 @@ impl Metrics {
         let cluster_members = Gauge::default();
         registry.register(
             "picket_cluster_members",
-            "Configured voting members of the cluster (static: every config file lists them)",
+            "Voting members of the newest membership the log scheduled",
             cluster_members.clone(),
+        );
+        let cluster_learners = Gauge::default();
+        registry.register(
+            "picket_cluster_learners",
+            "Learners (non-voting members) of the newest membership the log scheduled",
+            cluster_learners.clone(),
+        );
+        let config_revision = Gauge::default();
+        registry.register(
+            "picket_cluster_config_revision",
+            "The first slot the newest membership governs (rises with every change)",
+            config_revision.clone(),
+        );
+        let member_lag = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "picket_cluster_member_lag_slots",
+            "Leader only: slots a member is behind the leader's applied slot, as its last heartbeat answer said",
+            member_lag.clone(),
         );
         // The cluster-wide alerts' links: their rules find no other label to build them on
         // (and read it back with last_over_time once every replica is down).
@@ -412,6 +452,9 @@ impl Metrics {
             waiters,
             sessions,
             cluster_members,
+            cluster_learners,
+            config_revision,
+            member_lag,
             paxos_role,
             ballot_round,
             ballot_node_id,
@@ -515,8 +558,20 @@ impl Metrics {
         self.sessions.set(saturate(sessions));
     }
 
-    pub fn set_cluster_members(&self, voters: usize) {
-        self.cluster_members.set(saturate(voters));
+    /// The membership series; the lag series of members not in `stats.lag` disappear.
+    pub fn set_membership(&self, stats: &MembershipStats) {
+        self.cluster_members.set(saturate(stats.voters));
+        self.cluster_learners.set(saturate(stats.learners));
+        self.config_revision
+            .set(saturate_u64(stats.config_revision));
+        self.member_lag.clear();
+        for (node, lag) in &stats.lag {
+            self.member_lag
+                .get_or_create(&MemberLabels {
+                    node_id: node.to_string(),
+                })
+                .set(saturate_u64(*lag));
+        }
     }
 
     pub fn set_paxos(&self, stats: PaxosStats) {

@@ -40,13 +40,13 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tonic::Status;
 
 use crate::config::PersistMode;
-use crate::metrics::{namespace_stats, Metrics, PaxosStats};
+use crate::metrics::{namespace_stats, MembershipStats, Metrics, PaxosStats};
 use crate::node::clock::Clock;
 use crate::node::durable::{
     is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreCounters, StoreError,
 };
 use crate::node::members::{
-    next_membership, reconfig_status, ChangeRequest, Known, MemberChange, MembershipChanged,
+    next_membership, reconfig_status, ChangeRequest, Known, MemberChange, MembershipChanged, Next,
 };
 use crate::node::peer::MemberSet;
 use crate::node::persist::{PersistEvent, PersistThread};
@@ -135,7 +135,14 @@ pub enum Request {
 pub trait PeerDialer: Send {
     fn dial(&mut self, address: &MemberAddress) -> mpsc::Sender<NodeMessage>;
     fn endpoint(&self, address: &MemberAddress) -> String;
+    /// The HTTP base URL of one (`None`: it has no HTTP address).
+    fn http_endpoint(&self, address: &MemberAddress) -> Option<String>;
 }
+
+/// `http://host:port` of each member's HTTP listener, by node id: the config file's
+/// (`Config::http_endpoints`) and, kept in step by the driver, those of the members the log
+/// added ([`DriverHandle::http_endpoints`]).
+pub type HttpEndpoints = Arc<RwLock<BTreeMap<u64, String>>>;
 
 /// A snapshot of the node's condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,6 +239,7 @@ pub struct DriverHandle {
     /// `(revision, state digest)` after applies, computed only while someone subscribes.
     digests: broadcast::Sender<(Revision, u64)>,
     endpoints: Arc<RwLock<BTreeMap<NodeId, String>>>,
+    http_endpoints: HttpEndpoints,
     pub id: NodeId,
     pub cluster_id: Arc<str>,
 }
@@ -279,6 +287,12 @@ impl DriverHandle {
         self.endpoints.read().expect("endpoints poisoned").clone()
     }
 
+    /// The HTTP base URL of every member known (the config file's and those the log added),
+    /// by node id, shared: the HTTP forwarding and the console read it as it changes.
+    pub fn http_endpoints(&self) -> HttpEndpoints {
+        self.http_endpoints.clone()
+    }
+
     /// The client endpoint of a member.
     pub fn endpoint_of(&self, node: NodeId) -> Option<String> {
         self.endpoints
@@ -308,6 +322,7 @@ pub(crate) fn detached_handle(
         applied: watch::channel(Revision(0)).1,
         digests: broadcast::channel(1).0,
         endpoints: Arc::default(),
+        http_endpoints: Arc::default(),
         id,
         cluster_id: cluster_id.into(),
     };
@@ -423,6 +438,8 @@ pub struct DriverParts<D: Disk + Clone + 'static, C: Clock> {
     pub cluster_id: String,
     /// Client endpoint of every member (for leader hints).
     pub endpoints: BTreeMap<NodeId, String>,
+    /// HTTP base URL of every member that has one (inspection forwarding, the console).
+    pub http_endpoints: BTreeMap<u64, String>,
     /// Outbound queue of every other member.
     pub peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
     /// Connects to the members the log adds (`None`: only the configured ones are reached).
@@ -445,6 +462,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             applied,
             digests: broadcast::channel(DIGESTS_QUEUED_MAX).0,
             endpoints: Arc::new(RwLock::new(parts.endpoints)),
+            http_endpoints: Arc::new(RwLock::new(parts.http_endpoints)),
             id: parts.node.replica().id(),
             cluster_id: parts.cluster_id.into(),
         };
@@ -691,6 +709,22 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             slot_chosen: replica.slot_chosen().0,
             slot_applied: replica.slot_applied().0,
         });
+        let (membership, from) = replica.membership_latest();
+        let applied = replica.slot_applied().0;
+        let lag = membership
+            .members()
+            .filter(|m| *m != self.handle.id)
+            .filter_map(|m| {
+                let theirs = replica.peer_applied(m)?;
+                Some((m.0, applied.saturating_sub(theirs.0)))
+            })
+            .collect();
+        self.metrics.set_membership(&MembershipStats {
+            voters: membership.voters.len(),
+            learners: membership.learners.len(),
+            config_revision: from.0,
+            lag,
+        });
     }
 
     /// Recomputes the namespace series and the session count (every [`STATS_EVERY_MS`]).
@@ -813,7 +847,18 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             member_applied: replica.peer_applied(about),
         };
         let next = match next_membership(&known, &request) {
-            Ok(next) => next,
+            Ok(Next::Propose(next)) => next,
+            Ok(Next::AlreadySo) => {
+                let (membership, from_slot) = replica.membership_latest();
+                tracing::info!(node = %self.handle.id, change = ?request.change,
+                    actor = %request.actor, %membership,
+                    "membership change asked again: already so, nothing proposed");
+                let _ = reply.send(Ok(MembershipChanged {
+                    membership: membership.clone(),
+                    from_slot,
+                }));
+                return;
+            }
             Err(status) => {
                 let _ = reply.send(Err(status));
                 return;
@@ -854,7 +899,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             } else if self.node.role() != RoleKind::Leader {
                 let (_, reply) = self.membership_wait.take().expect("just seen");
                 let _ = reply.send(Err(Status::unavailable(
-                    "this replica stopped leading before the change was chosen; a later leader                      may still choose it: see `picketctl cluster members` before asking again",
+                    "this replica stopped leading before the change was chosen; a later leader \
+                     may still choose it: see `picketctl cluster members` before asking again",
                 )));
             }
         }
@@ -884,6 +930,13 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         .write()
                         .expect("endpoints poisoned")
                         .insert(address.id, endpoint);
+                    if let Some(http) = dialer.http_endpoint(address) {
+                        self.handle
+                            .http_endpoints
+                            .write()
+                            .expect("HTTP endpoints poisoned")
+                            .insert(address.id.0, http);
+                    }
                 }
             }
         }

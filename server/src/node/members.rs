@@ -49,8 +49,19 @@ pub struct Known<'a> {
     pub member_applied: Option<Slot>,
 }
 
+/// What a change asks of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Propose this membership.
+    Propose(Membership),
+    /// The newest membership already is what was asked (an add of the same member at the same
+    /// addresses, a promotion of a voter): a retry whose first answer was lost. Nothing is
+    /// proposed and the answer is the membership as it is.
+    AlreadySo,
+}
+
 /// The membership `request` asks for, from `known.latest`; a refusal names the rule broken.
-pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Membership, Status> {
+pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Next, Status> {
     let current = known.latest;
     let mut next = Membership {
         actor: request.actor.clone(),
@@ -60,6 +71,9 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Mem
     match &request.change {
         MemberChange::Add(address) => {
             let id = address.id;
+            if current.address_of(id) == Some(address) {
+                return Ok(Next::AlreadySo);
+            }
             if current.is_member(id) {
                 return Err(refused(
                     Code::FailedPrecondition,
@@ -72,6 +86,9 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Mem
         }
         MemberChange::Promote(id) => {
             let id = *id;
+            if current.is_voter(id) {
+                return Ok(Next::AlreadySo);
+            }
             if !current.is_learner(id) {
                 return Err(refused(
                     Code::FailedPrecondition,
@@ -106,7 +123,7 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Mem
             }
         }
     }
-    Ok(next.sorted())
+    Ok(Next::Propose(next.sorted()))
 }
 
 fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
@@ -187,6 +204,13 @@ mod tests {
         }
     }
 
+    fn proposed(next: Result<Next, Status>) -> Membership {
+        match next {
+            Ok(Next::Propose(membership)) => membership,
+            other => panic!("not a proposal: {other:?}"),
+        }
+    }
+
     fn rule_of(status: Status) -> String {
         error_detail(&status).expect("a detail").rule
     }
@@ -205,7 +229,10 @@ mod tests {
             applied: Slot(100),
             member_applied: None,
         };
-        let added = next_membership(&known, &ask(MemberChange::Add(four.clone()), false)).unwrap();
+        let added = proposed(next_membership(
+            &known,
+            &ask(MemberChange::Add(four.clone()), false),
+        ));
         assert_eq!(added.voters, ids(&[1, 2, 3]));
         assert_eq!(added.learners, ids(&[4]));
         assert_eq!(added.addresses, vec![four.clone()]);
@@ -217,8 +244,22 @@ mod tests {
             latest: &added,
             ..known
         };
-        let twice = next_membership(&again, &ask(MemberChange::Add(four), false)).unwrap_err();
-        assert_eq!(rule_of(twice), "already_member");
+        // The same add again (a retry whose answer was lost) asks for nothing; the same id at
+        // other addresses is refused.
+        let twice = next_membership(&again, &ask(MemberChange::Add(four.clone()), false));
+        assert_eq!(twice.unwrap(), Next::AlreadySo);
+        let elsewhere = MemberAddress {
+            peer: "10.0.0.9:7000".into(),
+            ..four.clone()
+        };
+        let other = next_membership(&again, &ask(MemberChange::Add(elsewhere), false));
+        assert_eq!(rule_of(other.unwrap_err()), "already_member");
+        let original = MemberAddress {
+            id: NodeId(2),
+            ..four
+        };
+        let original = next_membership(&again, &ask(MemberChange::Add(original), false));
+        assert_eq!(rule_of(original.unwrap_err()), "already_member");
 
         // Promotion waits for the learner to follow, unless forced.
         let silent = next_membership(&again, &ask(MemberChange::Promote(NodeId(4)), false));
@@ -238,23 +279,33 @@ mod tests {
             member_applied: Some(Slot(100 - PROMOTE_LAG_SLOTS_MAX)),
             ..behind
         };
-        let promoted =
-            next_membership(&close, &ask(MemberChange::Promote(NodeId(4)), false)).unwrap();
+        let promoted = proposed(next_membership(
+            &close,
+            &ask(MemberChange::Promote(NodeId(4)), false),
+        ));
         assert_eq!(promoted.voters, ids(&[1, 2, 3, 4]));
         assert!(promoted.learners.is_empty());
-        let forced =
-            next_membership(&behind, &ask(MemberChange::Promote(NodeId(4)), true)).unwrap();
+        let forced = proposed(next_membership(
+            &behind,
+            &ask(MemberChange::Promote(NodeId(4)), true),
+        ));
         assert!(forced.same_members(&promoted));
-        let not_learner = next_membership(&close, &ask(MemberChange::Promote(NodeId(2)), false));
+        let not_learner = next_membership(&close, &ask(MemberChange::Promote(NodeId(9)), false));
         assert_eq!(rule_of(not_learner.unwrap_err()), "not_a_learner");
+        let voter = next_membership(&close, &ask(MemberChange::Promote(NodeId(2)), false));
+        assert_eq!(voter.unwrap(), Next::AlreadySo);
 
-        // Removal drops the member and its address.
+        // Promoting a voter again asks for nothing; removal drops the member and its address.
         let after = Known {
             latest: &promoted,
             ..close
         };
-        let removed =
-            next_membership(&after, &ask(MemberChange::Remove(NodeId(4)), false)).unwrap();
+        let again = next_membership(&after, &ask(MemberChange::Promote(NodeId(4)), false));
+        assert_eq!(again.unwrap(), Next::AlreadySo);
+        let removed = proposed(next_membership(
+            &after,
+            &ask(MemberChange::Remove(NodeId(4)), false),
+        ));
         assert_eq!(removed.voters, ids(&[1, 2, 3]));
         assert!(removed.addresses.is_empty());
         let stranger = next_membership(&after, &ask(MemberChange::Remove(NodeId(9)), false));

@@ -34,13 +34,14 @@ const RELAYED_HEADERS: [&str; 4] = [
     picket_net::status::LEADER_METADATA,
 ];
 
+pub use crate::node::driver::HttpEndpoints;
+
 /// The replica's place in the cluster, for forwarding and for HTTP leader hints.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct HttpCluster {
     /// This replica's node id (0: unknown, as in tests of a lone endpoint).
     pub node_id: u64,
-    /// `http://host:port` of each member's HTTP listener, by node id (`Config::http_endpoints`).
-    pub endpoints: BTreeMap<u64, String>,
+    pub endpoints: HttpEndpoints,
     /// PEM of the CA that signed the members' HTTPS certificates (`[tls] ca` with `[tls] http`):
     /// a forwarded read trusts it, and only it. `None`: plain HTTP (or the system's roots).
     pub forward_ca_pem: Option<Vec<u8>>,
@@ -62,7 +63,19 @@ impl HttpCluster {
 
     /// The HTTP base URL of `node`, if it has one.
     pub fn endpoint_of(&self, node: u64) -> Option<String> {
-        self.endpoints.get(&node).cloned()
+        self.endpoints
+            .read()
+            .expect("HTTP endpoints poisoned")
+            .get(&node)
+            .cloned()
+    }
+
+    /// Every member's HTTP base URL known now, by node id.
+    pub fn endpoints(&self) -> BTreeMap<u64, String> {
+        self.endpoints
+            .read()
+            .expect("HTTP endpoints poisoned")
+            .clone()
     }
 }
 

@@ -42,7 +42,7 @@ pub mod json;
 pub mod tls;
 pub mod told;
 
-pub use forward::HttpCluster;
+pub use forward::{HttpCluster, HttpEndpoints};
 use forward::{Outcome, Stale};
 use json::{ErrorBody, ErrorJson, HoldJson, HoldsJson, KeyInfoJson};
 
@@ -102,6 +102,10 @@ pub struct Health {
 pub struct HealthMember {
     pub node_id: u64,
     pub client_endpoint: String,
+    /// Its HTTP base URL (where a follower forwards inspection when it leads, and the console's
+    /// cluster strip reads it); absent when it has none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub http_endpoint: String,
     /// Votes; false: a learner, which follows the log until it is promoted.
     pub voter: bool,
     /// On the leader: the last slot the member said it applied (how far a learner is
