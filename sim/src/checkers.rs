@@ -425,11 +425,22 @@ pub fn session_kept(history: &History) -> Vec<Violation> {
     found
 }
 
-/// Checker 6: Liveness: after the nemesis healed, the probe acquire was granted within the bound.
+/// Checker 6: Liveness: after the nemesis healed, the probe acquire was granted within the bound;
+/// and every membership change the nemesis asked for completed within its bound.
 pub fn liveness(history: &History) -> Vec<Violation> {
+    let mut found: Vec<Violation> = history
+        .membership_failures
+        .iter()
+        .map(|failure| violation(Checker::Liveness, failure.clone()))
+        .collect();
     let Some(healed) = history.healed_at_ms else {
-        return Vec::new();
+        return found;
     };
+    found.extend(probe_liveness(history, healed));
+    found
+}
+
+fn probe_liveness(history: &History, healed: u64) -> Vec<Violation> {
     match history.probe_granted_at_ms {
         Some(granted) if granted <= healed + history.liveness_bound_ms => Vec::new(),
         Some(granted) => vec![violation(

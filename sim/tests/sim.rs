@@ -67,7 +67,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -105,6 +105,11 @@ fn summary(seed: u64, report: &RunReport) -> String {
         stale_writes_over_reads(h),
         report.history.final_replicas.len(),
         report.counters.get("rejoined").copied().unwrap_or(0),
+        report
+            .counters
+            .get("member-replaced")
+            .copied()
+            .unwrap_or(0),
         report.counters.get("slow-fsync").copied().unwrap_or(0),
         mix.join(","),
         report.violations.len()

@@ -157,6 +157,7 @@ fn good() -> History {
             boot: 3,
             outcome: "durable_state_lost".into(),
         }],
+        membership_failures: Vec::new(),
     }
 }
 
@@ -296,6 +297,12 @@ fn liveness_catches_a_late_or_missing_probe() {
     assert_eq!(liveness(&h).len(), 1);
     h.healed_at_ms = None;
     assert_eq!(liveness(&h), Vec::new());
+    // A membership change that did not complete is a liveness failure, heal or not.
+    h.membership_failures
+        .push("replica 4 did not replace replica 1 within 30000 ms".into());
+    let found = liveness(&h);
+    assert_eq!(found.len(), 1);
+    assert!(found[0].detail.contains("replica 4"), "{found:?}");
 }
 
 /// Shared holders of `ns/s`: sessions 2 and 3 granted together at revision 10 (a run of shared

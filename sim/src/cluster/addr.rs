@@ -30,6 +30,11 @@ pub fn watcher_ip(node: picket_core::paxos::NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 4, node.0 as u8))
 }
 
+/// The operator node that makes the membership change adding replica `node`.
+pub fn reconfig_ip(node: picket_core::paxos::NodeId) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 6, node.0 as u8))
+}
+
 /// The force-release operators' node.
 pub fn operator_ip() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 5, 1))

@@ -30,7 +30,7 @@ use crate::checkers::check_all;
 use crate::clock::DriftClock;
 use crate::history::{FinalReplica, History, Violation};
 use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
-use addr::{client_ip, operator_ip, probe_ip, replica_ip, resource_ip, watcher_ip};
+use addr::{client_ip, operator_ip, probe_ip, reconfig_ip, replica_ip, resource_ip, watcher_ip};
 use real::{ClientCtx, ReplicaCtx};
 use shared::{lock, Shared, SharedRef};
 
@@ -71,7 +71,14 @@ struct Cluster {
     probes: u8,
     /// Replicas whose disk was wiped in this run: each must rejoin (checked at the end).
     wiped: BTreeSet<NodeId>,
+    seed: u64,
+    /// The id the next replica a membership change adds takes.
+    next_id: u64,
 }
+
+/// How long a membership change ([`Fault::ReplaceMember`]) may take, faults healed, before the
+/// run counts it as a liveness failure.
+pub const MEMBERSHIP_CHANGE_BOUND_MS: u64 = 30_000;
 
 /// Runs one seed inside the current madsim runtime.
 pub async fn run(config: RunConfig) -> RunReport {
@@ -183,6 +190,7 @@ impl Cluster {
                 disk: disks[index].clone(),
                 clock: DriftClock { ppm },
                 shared: shared.clone(),
+                join: false,
             };
             let node = handle
                 .create_node()
@@ -231,6 +239,7 @@ impl Cluster {
                 .init(move || real::watcher_main(id, shared.clone()))
                 .build();
         }
+        let next_id = plan_replicas_next(&members);
         Cluster {
             handle,
             net,
@@ -242,6 +251,8 @@ impl Cluster {
             clients,
             probes: 0,
             wiped: BTreeSet::new(),
+            seed,
+            next_id,
         }
     }
 
@@ -325,6 +336,18 @@ impl Cluster {
             step.fault, step.duration_ms
         ));
         lock(&self.shared).count(step.fault.kind());
+        if let Fault::ReplaceMember {
+            replica,
+            disturb,
+            disturb_after_ms,
+        } = step.fault
+        {
+            let disturb = disturb.then_some((disturb_after_ms, step.duration_ms));
+            self.replace_member(replica, disturb).await;
+            self.heal_all();
+            self.trace("heal");
+            return;
+        }
         let replica_ids: Vec<_> = self.replicas.iter().map(|r| r.id()).collect();
         match &step.fault {
             Fault::Split { side } => {
@@ -343,6 +366,7 @@ impl Cluster {
             Fault::Pause { node } => self.handle.pause(self.node_id(*node)),
             Fault::FailSync { replica } => self.disks[*replica].fail_next_syncs(1),
             Fault::WipeDisk { replica } => self.wipe_replica(*replica),
+            Fault::ReplaceMember { .. } => unreachable!("handled above"),
         }
         tokio::time::sleep(Duration::from_millis(step.duration_ms)).await;
         match &step.fault {
@@ -431,7 +455,8 @@ impl Cluster {
         };
         assert!(
             boot.is_some() && refused == boot,
-            "replica {} restarted on a wiped disk without --rejoin was not refused (boot              {boot:?}, last refused boot {refused:?})",
+            "replica {} restarted on a wiped disk without --rejoin was not refused (boot \
+             {boot:?}, last refused boot {refused:?})",
             id.0
         );
         let left = self.disks[index].paths();
@@ -445,6 +470,94 @@ impl Cluster {
         self.handle.kill(self.replicas[index].id());
         lock(&self.shared).start_as.insert(id, EmptyDataDir::Rejoin);
         self.handle.restart(self.replicas[index].id());
+    }
+
+    /// Replaces replica `index` through the log, as an operator replaces a machine
+    /// (docs/runbooks/replace-machine.md): a new replica (the next id, at its own address, on an
+    /// empty disk) starts with `join = true`; an operator node adds it, promotes it and removes
+    /// the old member over the real admin API, retrying what a change in progress or an
+    /// election refuses; then the old replica is stopped for good and the new one takes its
+    /// place in the harness (later faults hit it, the final restart and checks include it).
+    /// `disturb`: (after, for) ms, the leader is cut off meanwhile.
+    async fn replace_member(&mut self, index: usize, disturb: Option<(u64, u64)>) {
+        let old = self.members[index];
+        let new = NodeId(self.next_id);
+        self.next_id += 1;
+        self.trace(&format!("replace replica {} by replica {}", old.0, new.0));
+        let disk = SimDisk::new(self.seed ^ (new.0 * 0x9e37_79b9));
+        let mut seeds = self.members.clone();
+        seeds.push(new);
+        let ctx = ReplicaCtx {
+            id: new,
+            members: seeds,
+            disk: disk.clone(),
+            clock: DriftClock {
+                ppm: self.plan.drift_ppm[index],
+            },
+            shared: self.shared.clone(),
+            join: true,
+        };
+        let ttl_ms = self.plan.session_ttl_ms;
+        let node = self
+            .handle
+            .create_node()
+            .name(format!("replica-{}", new.0))
+            .ip(replica_ip(new))
+            .init(move || real::real_replica_main(ctx.clone(), ttl_ms))
+            .build();
+        let watcher_shared = self.shared.clone();
+        self.handle
+            .create_node()
+            .name(format!("watcher-{}", new.0))
+            .ip(watcher_ip(new))
+            .init(move || real::watcher_main(new, watcher_shared.clone()))
+            .build();
+        let operator = self
+            .handle
+            .create_node()
+            .name(format!("reconfig-{}", new.0))
+            .ip(reconfig_ip(new))
+            .build();
+        let change = operator.spawn(real::replace_member(
+            self.members.clone(),
+            old,
+            new,
+            self.shared.clone(),
+        ));
+        if let Some((after_ms, for_ms)) = disturb {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            let leader = self.replicas[self.leader_index()].id();
+            self.trace("membership change: the leader is cut off");
+            self.net.clog_node(leader);
+            tokio::time::sleep(Duration::from_millis(for_ms)).await;
+            self.heal_all();
+        }
+        let bound = Duration::from_millis(MEMBERSHIP_CHANGE_BOUND_MS);
+        let done = matches!(tokio::time::timeout(bound, change).await, Ok(Ok(true)));
+        if !done {
+            self.handle.kill(operator.id());
+            let mut s = lock(&self.shared);
+            s.trace(&format!(
+                "membership change: replica {} did not replace replica {} within {} ms",
+                new.0, old.0, MEMBERSHIP_CHANGE_BOUND_MS
+            ));
+            s.history.membership_failures.push(format!(
+                "replica {} did not replace replica {} within {} ms of the change (faults healed)",
+                new.0, old.0, MEMBERSHIP_CHANGE_BOUND_MS
+            ));
+            // The harness keeps the old replica: the cluster may still count on it.
+            return;
+        }
+        self.kill_replica(index, false);
+        self.replicas[index] = node;
+        self.members[index] = new;
+        self.disks[index] = disk;
+        let mut s = lock(&self.shared);
+        s.count("member-replaced");
+        s.trace(&format!(
+            "replica {} replaced replica {} (stopped for good)",
+            new.0, old.0
+        ));
     }
 
     /// Runs a probe acquire on a fresh node; `Some((token, granted_at_ms))` if granted in time.
@@ -515,4 +628,10 @@ impl Cluster {
 /// Replica `m` applied the probe's grant `token` and its watcher read past it.
 fn caught_up(s: &Shared, m: &NodeId, token: u64) -> bool {
     s.applied.get(m).is_some_and(|r| *r >= token) && s.watched.get(m).is_some_and(|r| *r > token)
+}
+
+/// The first id after the starting members (the replicas membership changes add take the next
+/// ones).
+fn plan_replicas_next(members: &[NodeId]) -> u64 {
+    members.iter().map(|m| m.0).max().unwrap_or(0) + 1
 }

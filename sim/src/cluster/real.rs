@@ -23,7 +23,7 @@ use madsim::rand::{thread_rng, Rng};
 use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::client::{Client, ClientConfig, KeepAliveAck};
+use picket_net::client::{Client, ClientConfig, ClientError, KeepAliveAck};
 use picket_net::proto;
 use picket_server::node::driver::{DriverHandle, Request};
 use picket_server::node::durable::{EmptyDataDir, StoreError};
@@ -60,6 +60,9 @@ pub struct ReplicaCtx {
     pub disk: SimDisk,
     pub clock: DriftClock,
     pub shared: SharedRef,
+    /// A replica a membership change adds: `join = true`, `members` are the seeds it reaches
+    /// the cluster by (itself included).
+    pub join: bool,
 }
 
 /// What a client, the probe or the operator captures.
@@ -93,6 +96,9 @@ fn config_text(ctx: &ReplicaCtx, ttl_ms: u64) -> String {
         "node_id = {}\ndata_dir = \"/data\"\ninsecure_dev_auth = true\n\n[sessions]\nttl_ms_min = 1000\nttl_ms_default = {ttl_ms}\n\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 64\n",
         ctx.id.0
     );
+    if ctx.join {
+        text.insert_str(0, "join = true\n");
+    }
     for m in &ctx.members {
         text.push_str(&format!(
             "\n[[members]]\nid = {}\npeer_address = \"{}:{PEER_PORT}\"\nclient_address = \"{}\"\n",
@@ -576,6 +582,88 @@ async fn force_release(alice: &Client, bob: &Client, key: &str) -> Option<u64> {
         .await
         .ok()?;
     Some(approved.released_token)
+}
+
+/// A membership change as an operator makes it (docs/runbooks/replace-machine.md), on the real
+/// admin API: add `new` as a learner, promote it, remove `old`; each call retried until it is
+/// answered, through leader changes (an add or promotion asked again is answered as done, a
+/// removal asked again finds `old` gone: `not_a_member`). `true` when all three were answered.
+pub async fn replace_member(
+    replicas: Vec<NodeId>,
+    old: NodeId,
+    new: NodeId,
+    shared: SharedRef,
+) -> bool {
+    let Some(admin) = operator_client(&replicas, "dana", "class-admin") else {
+        return false;
+    };
+    let reason = format!("simulated machine replacement of replica {}", old.0);
+    let add = proto::AddMemberRequest {
+        node_id: new.0,
+        peer_address: format!("{}:{PEER_PORT}", replica_ip(new)),
+        client_address: client_endpoint(new),
+        http_address: String::new(),
+        reason: reason.clone(),
+    };
+    let promote = proto::PromoteMemberRequest {
+        node_id: new.0,
+        reason: reason.clone(),
+        force: false,
+    };
+    let remove = proto::RemoveMemberRequest {
+        node_id: old.0,
+        reason,
+        force: false,
+    };
+    let steps: [(&'static str, &[&str]); 3] = [
+        ("member-added", &[]),
+        ("member-promoted", &["learner_not_caught_up"]),
+        ("member-removed", &["quorum_unreachable"]),
+    ];
+    for (n, (what, also_retried)) in steps.into_iter().enumerate() {
+        loop {
+            let answer = match n {
+                0 => admin.add_member(add.clone()).await,
+                1 => admin.promote_member(promote.clone()).await,
+                _ => admin.remove_member(remove.clone()).await,
+            };
+            match answer {
+                Ok(answer) => {
+                    let mut s = lock(&shared);
+                    s.count(what);
+                    s.trace(&format!(
+                        "{what}: voters {:?} learners {:?} from slot {}",
+                        answer.voters, answer.learners, answer.from_slot
+                    ));
+                    break;
+                }
+                Err(ClientError::Refused { refusal, .. })
+                    if refusal.rule == "membership_change_in_progress"
+                        || also_retried.contains(&refusal.rule.as_str()) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(ClientError::Refused { refusal, .. })
+                    if n == 2 && refusal.rule == "not_a_member" =>
+                {
+                    // A removal answered before (its answer lost in an election).
+                    let mut s = lock(&shared);
+                    s.count(what);
+                    s.trace(&format!("{what}: replica {} was removed already", old.0));
+                    break;
+                }
+                Err(ClientError::Refused { refusal, .. }) => {
+                    lock(&shared).trace(&format!(
+                        "membership change refused ({what}): {} {}",
+                        refusal.rule, refusal.message
+                    ));
+                    return false;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    true
 }
 
 /// The liveness probe on the client library: a fresh session takes a fresh key.
