@@ -653,16 +653,24 @@ impl Config {
 }
 
 fn check_host_port(value: &str, field: &str) -> Result<(), ConfigError> {
-    let Some((host, port)) = value.rsplit_once(':') else {
+    if !value.contains(':') {
         return Err(invalid(field, format!("`{value}` must be host:port")));
-    };
-    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+    }
+    if !is_host_port(value) {
         return Err(invalid(
             field,
             format!("`{value}` must be host:port with a port in 1..=65535"),
         ));
     }
     Ok(())
+}
+
+/// `value` is `host:port`: a host that is not empty and a port in 1..=65535 (the rule of the
+/// config file's addresses and of the addresses `Admin.AddMember` takes).
+pub fn is_host_port(value: &str) -> bool {
+    value
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
 }
 
 /// `external_url`: an absolute `http://` or `https://` URL with a host, without query or

@@ -84,12 +84,10 @@ fn host_port(address: String, field: &str, required: bool) -> Result<String, Sta
     if address.is_empty() && !required {
         return Ok(address);
     }
-    let port = address
-        .rsplit_once(':')
-        .filter(|(host, _)| !host.is_empty())
-        .and_then(|(_, port)| port.parse::<u16>().ok())
-        .filter(|port| *port != 0);
-    if port.is_none() || address.len() > ADDRESS_MAX || address.contains(char::is_whitespace) {
+    if !crate::config::is_host_port(&address)
+        || address.len() > ADDRESS_MAX
+        || address.contains(char::is_whitespace)
+    {
         let message = format!("{address:?} is not host:port (at most {ADDRESS_MAX} bytes)");
         return Err(ConvertError::new(field, message).into());
     }
