@@ -298,6 +298,30 @@ fn rule_of(status: &tonic::Status) -> String {
         .unwrap_or_default()
 }
 
+/// Asks for a membership change until the one before is in effect (refused with
+/// `membership_change_in_progress` until then, up to 10 s); any other refusal fails the test.
+async fn once_in_effect<F, Fut>(ask: F) -> proto::MembershipChangeResponse
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<tonic::Response<proto::MembershipChangeResponse>, tonic::Status>,
+    >,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match ask().await {
+            Ok(answer) => return answer.into_inner(),
+            Err(status)
+                if rule_of(&status) == "membership_change_in_progress"
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
 /// `/metrics` of `http` as text.
 async fn metrics(http: &str) -> String {
     reqwest::get(format!("{http}/metrics"))
@@ -328,35 +352,22 @@ async fn a_joined_replica_is_added_promoted_and_removed() {
     )
     .unwrap();
     let mut admin_client = admin(&at).await.unwrap();
+    let add = proto::AddMemberRequest {
+        node_id: 4,
+        peer_address: me.peer_address.clone(),
+        client_address: me.client_address.clone(),
+        http_address: me.http_address.clone().unwrap(),
+        reason: "try it".into(),
+    };
     let added = admin_client
-        .add_member(with_actor(
-            proto::AddMemberRequest {
-                node_id: 4,
-                peer_address: me.peer_address.clone(),
-                client_address: me.client_address.clone(),
-                http_address: me.http_address.clone().unwrap(),
-                reason: "try it".into(),
-            },
-            "alice",
-            "class-admin",
-        ))
+        .add_member(with_actor(add.clone(), "alice", "class-admin"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((added.voters, added.learners), (vec![1, 2, 3], vec![4]));
     // Asked again (a retry whose answer was lost), the same add is answered as done.
     let again = admin_client
-        .add_member(with_actor(
-            proto::AddMemberRequest {
-                node_id: 4,
-                peer_address: me.peer_address.clone(),
-                client_address: me.client_address.clone(),
-                http_address: me.http_address.clone().unwrap(),
-                reason: "try it".into(),
-            },
-            "alice",
-            "class-admin",
-        ))
+        .add_member(with_actor(add, "alice", "class-admin"))
         .await
         .unwrap()
         .into_inner();
@@ -402,27 +413,20 @@ async fn a_joined_replica_is_added_promoted_and_removed() {
         assert!(tokio::time::Instant::now() < deadline, "{text}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let promote = || {
-        with_actor(
-            proto::PromoteMemberRequest {
+    // The add is not in effect until α slots after it (the leader fills them).
+    let promoted = once_in_effect(|| {
+        let mut admin_client = admin_client.clone();
+        async move {
+            let request = proto::PromoteMemberRequest {
                 node_id: 4,
                 reason: "caught up".into(),
                 force: false,
-            },
-            "alice",
-            "class-admin",
-        )
-    };
-    let promoted = loop {
-        match admin_client.promote_member(promote()).await {
-            Ok(answer) => break answer.into_inner(),
-            // The add is not in effect until α slots after it (the leader fills them).
-            Err(status) if rule_of(&status) == "membership_change_in_progress" => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("{status:?}"),
+            };
+            let asked = with_actor(request, "alice", "class-admin");
+            admin_client.promote_member(asked).await
         }
-    };
+    })
+    .await;
     assert_eq!(promoted.voters, vec![1, 2, 3, 4]);
 
     // The new voter serves reads of what the cluster granted before it joined.
@@ -445,26 +449,19 @@ async fn a_joined_replica_is_added_promoted_and_removed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let remove = || {
-        with_actor(
-            proto::RemoveMemberRequest {
+    let removed = once_in_effect(|| {
+        let mut admin_client = admin_client.clone();
+        async move {
+            let request = proto::RemoveMemberRequest {
                 node_id: 4,
                 reason: "done trying".into(),
                 force: false,
-            },
-            "alice",
-            "class-admin",
-        )
-    };
-    let removed = loop {
-        match admin_client.remove_member(remove()).await {
-            Ok(answer) => break answer.into_inner(),
-            Err(status) if rule_of(&status) == "membership_change_in_progress" => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("{status:?}"),
+            };
+            let asked = with_actor(request, "alice", "class-admin");
+            admin_client.remove_member(asked).await
         }
-    };
+    })
+    .await;
     assert_eq!((removed.voters, removed.learners), (vec![1, 2, 3], vec![]));
     let text = metrics(&cluster.http_endpoint(leader)).await;
     assert_eq!(sample(&text, "picket_cluster_members", &[]), Some(3.0));

@@ -353,7 +353,7 @@ fn cluster(me: u64, leader: Option<String>) -> HttpCluster {
     }
     HttpCluster {
         node_id: me,
-        endpoints: std::sync::Arc::new(std::sync::RwLock::new(endpoints)),
+        endpoints: picket_server::api::http::HttpEndpoints::new(endpoints),
         forward_ca_pem: None,
     }
 }

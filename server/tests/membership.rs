@@ -6,43 +6,15 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_net::client::{Client, ClientConfig, ClientError, Credentials};
 use picket_net::proto;
-use support::{acquire, admin, at_leader, create_session, granted, release, Cluster};
+use support::{acquire, admin, at_leader, create_session, granted, json_of, release, Cluster};
 
 const NS: &str = "orders";
-
-fn picketctl(
-    cluster: &Cluster,
-    principal: &str,
-    roles: &str,
-    args: &[&str],
-) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
-    command
-        .arg("--endpoints")
-        .arg(cluster.endpoints.join(","))
-        .arg("--principal")
-        .arg(principal)
-        .arg("--roles")
-        .arg(roles)
-        .env_remove("PICKET_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .args(args);
-    command
-}
-
-async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
-    let out = command.output().await.unwrap();
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Takes and releases `key` once at the leader; the token.
 async fn take_and_release(cluster: &Cluster, session: u64, request: u64, key: &str) -> u64 {
@@ -95,15 +67,15 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
     let first = take_and_release(&cluster, session, 1, "invoice/1").await;
 
     // Nobody without picket-admin changes the membership.
-    let refused = picketctl(
-        &cluster,
-        "mallory",
-        "on-call",
-        &["cluster", "remove", "1", "--reason", "x"],
-    )
-    .output()
-    .await
-    .unwrap();
+    let refused = cluster
+        .picketctl_as(
+            "mallory",
+            "on-call",
+            &["cluster", "remove", "1", "--reason", "x"],
+        )
+        .output()
+        .await
+        .unwrap();
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("missing_role"),
@@ -112,8 +84,7 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
 
     // A new replica at a new address joins as a learner.
     let (joiner, peer, client) = cluster.start_joiner();
-    let added = json_of(picketctl(
-        &cluster,
+    let added = json_of(cluster.picketctl_as(
         "alice",
         "class-admin",
         &[
@@ -154,8 +125,7 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let promoted = json_of(picketctl(
-        &cluster,
+    let promoted = json_of(cluster.picketctl_as(
         "alice",
         "class-admin",
         &["--json", "cluster", "promote", "4", "--reason", "caught up"],
@@ -171,8 +141,7 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
 
     // The leader itself is removed: it hands over once the change is in effect.
     let leader_id = (leader + 1).to_string();
-    let removed = json_of(picketctl(
-        &cluster,
+    let removed = json_of(cluster.picketctl_as(
         "alice",
         "class-admin",
         &[

@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use picket_net::client::{Client, ClientConfig, ClientError, Credentials, Session};
@@ -19,6 +18,8 @@ use support::*;
 
 const NS: &str = "jobs";
 const KEY: &str = "render-pool";
+/// The roles every picketctl call of these tests claims.
+const ROLES: &str = "class-admin,on-call";
 const ELECTION: Duration = Duration::from_secs(10);
 
 fn config(cluster: &Cluster, name: &str) -> ClientConfig {
@@ -33,28 +34,6 @@ async fn session(cluster: &Cluster, name: &str) -> Session {
         .create_session()
         .await
         .unwrap()
-}
-
-fn picketctl(cluster: &Cluster, principal: &str, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
-    command
-        .arg("--endpoints")
-        .arg(cluster.endpoints.join(","))
-        .arg("--principal")
-        .arg(principal)
-        .arg("--roles")
-        .arg("class-admin,on-call")
-        .env_remove("PICKET_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .args(args);
-    command
-}
-
-async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
-    let out = command.output().await.unwrap();
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
@@ -99,9 +78,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     assert_eq!(refused.rule(), Some("not_a_semaphore"), "{refused}");
 
     // The operator declares 2 permits.
-    let set = json_of(picketctl(
-        &cluster,
+    let set = json_of(cluster.picketctl_as(
         "carol",
+        ROLES,
         &[
             "--json",
             "semaphore",
@@ -129,13 +108,14 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         slot_file.display(),
         stop.display()
     );
-    let mut ctl_holder = picketctl(
-        &cluster,
-        "svc",
-        &["lock", "--permit", NS, KEY, "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let mut ctl_holder = cluster
+        .picketctl_as(
+            "svc",
+            ROLES,
+            &["lock", "--permit", NS, KEY, "--", "sh", "-c", &script],
+        )
+        .spawn()
+        .unwrap();
     let info = eventually(&cluster, leader, "two permits held", |i| {
         i.holders.len() == 2
     })
@@ -164,14 +144,15 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         c.try_acquire_permit(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = picketctl(
-        &cluster,
-        "svc",
-        &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
-    )
-    .output()
-    .await
-    .unwrap();
+    let busy = cluster
+        .picketctl_as(
+            "svc",
+            ROLES,
+            &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
+        )
+        .output()
+        .await
+        .unwrap();
     assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
     let waiting = tokio::spawn({
         let c = c.clone();
@@ -202,7 +183,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         .unwrap();
 
     // picketctl inspect shows N, every holder's slot and the slot floors.
-    let shown = json_of(picketctl(&cluster, "svc", &["--json", "inspect", NS, KEY])).await;
+    let shown = json_of(cluster.picketctl_as("svc", ROLES, &["--json", "inspect", NS, KEY])).await;
     assert_eq!(shown["permits"], 2, "{shown}");
     assert_eq!(shown["mode"], "permit", "{shown}");
     let slots: Vec<u64> = shown["holders"]
@@ -221,7 +202,8 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         permit_c.token().0,
         "{shown}"
     );
-    let human = picketctl(&cluster, "svc", &["inspect", NS, KEY])
+    let human = cluster
+        .picketctl_as("svc", ROLES, &["inspect", NS, KEY])
         .output()
         .await
         .unwrap();
@@ -260,9 +242,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // still waits; slot 0's floor is the release.
     let token_arg = permit_c.token().0.to_string();
     let session_arg = c.id().to_string();
-    let requested = json_of(picketctl(
-        &cluster,
+    let requested = json_of(cluster.picketctl_as(
         "alice",
+        ROLES,
         &[
             "--json",
             "force-release",
@@ -279,9 +261,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     ))
     .await;
     let id = requested["force_release_id"].as_u64().unwrap().to_string();
-    let approved = json_of(picketctl(
-        &cluster,
+    let approved = json_of(cluster.picketctl_as(
         "bob",
+        ROLES,
         &[
             "--json",
             "force-release",
@@ -329,9 +311,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     permit_d.release().await.unwrap();
 
     // Free again, the declaration stays until removed.
-    let removed = json_of(picketctl(
-        &cluster,
+    let removed = json_of(cluster.picketctl_as(
         "carol",
+        ROLES,
         &[
             "--json",
             "semaphore",

@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use picket_net::client::{Client, ClientConfig, ClientError, Session};
@@ -22,18 +21,6 @@ async fn session(cluster: &Cluster, name: &str) -> Session {
     let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
     config.session_ttl = Some(Duration::from_secs(10));
     Client::new(config).unwrap().create_session().await.unwrap()
-}
-
-fn picketctl(cluster: &Cluster, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
-    command
-        .arg("--endpoints")
-        .arg(cluster.endpoints.join(","))
-        .env_remove("PICKET_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .args(args);
-    command
 }
 
 /// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
@@ -90,12 +77,10 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
         stop.display()
     );
-    let mut ctl_reader = picketctl(
-        &cluster,
-        &["lock", "--shared", NS, KEY, "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let mut ctl_reader = cluster
+        .picketctl(&["lock", "--shared", NS, KEY, "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
     let info = eventually(&cluster, leader, "two shared holders", |i| {
         i.holders.len() == 2
     })
@@ -123,13 +108,11 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         late.try_lock_shared(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = picketctl(
-        &cluster,
-        &["lock", "--shared", "--no-wait", NS, KEY, "--", "true"],
-    )
-    .output()
-    .await
-    .unwrap();
+    let busy = cluster
+        .picketctl(&["lock", "--shared", "--no-wait", NS, KEY, "--", "true"])
+        .output()
+        .await
+        .unwrap();
     assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
     let late_reading = tokio::spawn({
         let late = late.clone();
@@ -141,7 +124,8 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     .await;
 
     // picketctl inspect lists every holder with its mode, and the waiters' modes.
-    let shown = picketctl(&cluster, &["--json", "inspect", NS, KEY])
+    let shown = cluster
+        .picketctl(&["--json", "inspect", NS, KEY])
         .output()
         .await
         .unwrap();
@@ -166,7 +150,8 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     );
     assert_eq!(json["waiters"][0]["mode"], "exclusive");
     assert_eq!(json["waiters"][1]["mode"], "shared");
-    let human = picketctl(&cluster, &["inspect", NS, KEY])
+    let human = cluster
+        .picketctl(&["inspect", NS, KEY])
         .output()
         .await
         .unwrap();

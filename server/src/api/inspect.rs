@@ -84,14 +84,13 @@ impl InspectSource for DriverInspect {
                 Ok(status) => {
                     let detail = status.not_serving_because().unwrap_or_default().to_owned();
                     let http = self.driver.http_endpoints();
-                    let http = http.read().expect("HTTP endpoints poisoned").clone();
                     let members = status
                         .members(|n| self.driver.endpoint_of(n))
                         .into_iter()
                         .map(|m| HealthMember {
                             node_id: m.id.0,
                             client_endpoint: m.client_endpoint,
-                            http_endpoint: http.get(&m.id.0).cloned().unwrap_or_default(),
+                            http_endpoint: http.get(m.id.0).unwrap_or_default(),
                             voter: m.voter,
                             slot_applied: m.slot_applied,
                         })

@@ -265,22 +265,13 @@ mod real {
         }
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
-        let oidc = if oidc {
-            Some(dev_oidc(&data_dir)?)
-        } else {
-            None
-        };
-        let options = DevOptions {
-            data_dir: Some(data_dir.clone()),
-            ports: Some(DevPorts::DEFAULT),
-            oidc: oidc.clone(),
-            ..DevOptions::default()
-        };
+        let options = dev_options(&data_dir, oidc)?;
+        let oidc = options.oidc.is_some();
         let cluster = DevCluster::start_with(options)
             .await
             .map_err(|e| format!("{e} (is another `picketd dev` running?)"))?;
         let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
-        print_banner(&cluster, &data_dir, leader, oidc.is_some());
+        print_banner(&cluster, &data_dir, leader, oidc);
         let reason =
             wait_for_stop(|| (0..3).any(|i| cluster.node(i).is_none_or(|n| n.driver_finished())))
                 .await;
@@ -289,18 +280,24 @@ mod real {
         Ok(())
     }
 
-    async fn dev_join(data_dir: PathBuf, id: u64, oidc: bool) -> Result<(), String> {
+    /// The options of `picketd dev` (and of the replicas `dev-join` adds to it): fixed ports,
+    /// data in `data_dir`, OIDC with the dev issuer when `oidc`.
+    fn dev_options(data_dir: &std::path::Path, oidc: bool) -> Result<DevOptions, String> {
         let oidc = if oidc {
-            Some(dev_oidc(&data_dir)?)
+            Some(dev_oidc(data_dir)?)
         } else {
             None
         };
-        let options = DevOptions {
-            data_dir: Some(data_dir.clone()),
+        Ok(DevOptions {
+            data_dir: Some(data_dir.to_path_buf()),
             ports: Some(DevPorts::DEFAULT),
             oidc,
             ..DevOptions::default()
-        };
+        })
+    }
+
+    async fn dev_join(data_dir: PathBuf, id: u64, oidc: bool) -> Result<(), String> {
+        let options = dev_options(&data_dir, oidc)?;
         let seeds = DevPorts::DEFAULT.members();
         let (client, peer, http) = DevPorts::of_member(id);
         let config = joiner_config(&options, &data_dir, &seeds, id, (client, peer, http))?;

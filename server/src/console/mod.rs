@@ -742,13 +742,7 @@ impl Console {
     async fn replicas(&self) -> (Vec<ReplicaView>, String) {
         let mut replicas = Vec::new();
         let mut leader = String::new();
-        let bases = self
-            .config
-            .http_endpoints
-            .read()
-            .expect("HTTP endpoints poisoned")
-            .clone();
-        for (node_id, base) in &bases {
+        for (node_id, base) in &self.config.http_endpoints.all() {
             let url = format!("{base}/healthz");
             let health = self
                 .http

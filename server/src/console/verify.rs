@@ -573,13 +573,7 @@ async fn told_of(
 ) -> ToldView {
     let credentials = &user.client.config().credentials;
     let mut asks = tokio::task::JoinSet::new();
-    let bases = console
-        .config
-        .http_endpoints
-        .read()
-        .expect("HTTP endpoints poisoned")
-        .clone();
-    for (node_id, base) in &bases {
+    for (node_id, base) in &console.config.http_endpoints.all() {
         let mut request = console
             .http
             .get(format!("{base}/v1/sessions/{}/told", release.session_id))

@@ -142,7 +142,36 @@ pub trait PeerDialer: Send {
 /// `http://host:port` of each member's HTTP listener, by node id: the config file's
 /// (`Config::http_endpoints`) and, kept in step by the driver, those of the members the log
 /// added ([`DriverHandle::http_endpoints`]).
-pub type HttpEndpoints = Arc<RwLock<BTreeMap<u64, String>>>;
+/// Shared: every clone sees the driver's updates.
+#[derive(Clone, Debug, Default)]
+pub struct HttpEndpoints(Arc<RwLock<BTreeMap<u64, String>>>);
+
+impl HttpEndpoints {
+    pub fn new(endpoints: BTreeMap<u64, String>) -> HttpEndpoints {
+        HttpEndpoints(Arc::new(RwLock::new(endpoints)))
+    }
+
+    /// The HTTP base URL of `node`, if it has one.
+    pub fn get(&self, node: u64) -> Option<String> {
+        self.0
+            .read()
+            .expect("HTTP endpoints poisoned")
+            .get(&node)
+            .cloned()
+    }
+
+    /// Every member's HTTP base URL known now, by node id.
+    pub fn all(&self) -> BTreeMap<u64, String> {
+        self.0.read().expect("HTTP endpoints poisoned").clone()
+    }
+
+    fn insert(&self, node: u64, endpoint: String) {
+        self.0
+            .write()
+            .expect("HTTP endpoints poisoned")
+            .insert(node, endpoint);
+    }
+}
 
 /// A snapshot of the node's condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -322,7 +351,7 @@ pub(crate) fn detached_handle(
         applied: watch::channel(Revision(0)).1,
         digests: broadcast::channel(1).0,
         endpoints: Arc::default(),
-        http_endpoints: Arc::default(),
+        http_endpoints: HttpEndpoints::default(),
         id,
         cluster_id: cluster_id.into(),
     };
@@ -462,7 +491,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             applied,
             digests: broadcast::channel(DIGESTS_QUEUED_MAX).0,
             endpoints: Arc::new(RwLock::new(parts.endpoints)),
-            http_endpoints: Arc::new(RwLock::new(parts.http_endpoints)),
+            http_endpoints: HttpEndpoints::new(parts.http_endpoints),
             id: parts.node.replica().id(),
             cluster_id: parts.cluster_id.into(),
         };
@@ -709,6 +738,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             slot_chosen: replica.slot_chosen().0,
             slot_applied: replica.slot_applied().0,
         });
+    }
+
+    /// Reports the membership and, on the leader, each member's lag. Not on every apply (it
+    /// rebuilds a labelled family): with the statistics and on a role change.
+    fn report_membership(&self) {
+        let replica = self.node.replica();
         let (membership, from) = replica.membership_latest();
         let applied = replica.slot_applied().0;
         let lag = membership
@@ -738,6 +773,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             .set_namespace_stats(&namespace_stats(state, now));
         self.metrics.set_sessions(state.session_count());
         self.report_paxos();
+        self.report_membership();
         self.report_storage();
     }
 
@@ -931,11 +967,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         .expect("endpoints poisoned")
                         .insert(address.id, endpoint);
                     if let Some(http) = dialer.http_endpoint(address) {
-                        self.handle
-                            .http_endpoints
-                            .write()
-                            .expect("HTTP endpoints poisoned")
-                            .insert(address.id.0, http);
+                        self.handle.http_endpoints.insert(address.id.0, http);
                     }
                 }
             }
@@ -1057,6 +1089,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
                             "role changed");
                         self.report_paxos();
+                        self.report_membership();
                         self.report_storage();
                     }
                     Action::Applied { revision } => self.on_applied(revision),

@@ -248,6 +248,32 @@ impl Cluster {
         }
     }
 
+    /// `picketctl --endpoints <every replica> ARGS`, not started: no token from the
+    /// environment, no stdin, killed when dropped.
+    pub fn picketctl(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        command
+            .arg("--endpoints")
+            .arg(self.endpoints.join(","))
+            .env_remove("PICKET_AUTH_TOKEN")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command.args(args);
+        command
+    }
+
+    /// [`Cluster::picketctl`] as `principal` with `roles` (insecure dev auth).
+    pub fn picketctl_as(
+        &self,
+        principal: &str,
+        roles: &str,
+        args: &[&str],
+    ) -> tokio::process::Command {
+        let mut command = self.picketctl(&["--principal", principal, "--roles", roles]);
+        command.args(args);
+        command
+    }
+
     async fn answering_leader(&self) -> Option<usize> {
         for i in self.running() {
             if let Ok(mut admin) = admin(&self.endpoints[i]).await {
@@ -269,6 +295,13 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// Runs `command` to success and parses its standard output as JSON.
+pub async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
+    let out = command.output().await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// An in-process dev cluster (`DevCluster::start`) with a leader elected: the cluster, the

@@ -7,7 +7,6 @@
 //! known, or the leader does not answer, the follower answers from its own applied state, marked
 //! stale (`"stale": true` with a `stale_reason`, and the [`STALE`] header).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -63,19 +62,7 @@ impl HttpCluster {
 
     /// The HTTP base URL of `node`, if it has one.
     pub fn endpoint_of(&self, node: u64) -> Option<String> {
-        self.endpoints
-            .read()
-            .expect("HTTP endpoints poisoned")
-            .get(&node)
-            .cloned()
-    }
-
-    /// Every member's HTTP base URL known now, by node id.
-    pub fn endpoints(&self) -> BTreeMap<u64, String> {
-        self.endpoints
-            .read()
-            .expect("HTTP endpoints poisoned")
-            .clone()
+        self.endpoints.get(node)
     }
 }
 
