@@ -344,6 +344,105 @@ fn every_replica_restarted_after_a_change_keeps_it() {
     commit(&mut c, 2);
 }
 
+/// Runs until `id` is no longer amnesiac (recovered from its disk loss), for at most 10 s.
+fn recovered(c: &mut Sim, id: NodeId) -> bool {
+    for _ in 0..400 {
+        c.run_for(25);
+        if c.replica(id).is_some_and(|r| !r.is_amnesiac()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A replica that loses its disk after a member was replaced recovers from the members of
+/// today's membership: its config file still names the replaced one, which is gone for good.
+/// (Its recovery catches up and takes a snapshot first, so the older membership governs none of
+/// the slots it still has to recover.)
+#[test]
+fn a_replica_that_loses_its_disk_after_a_replacement_recovers_without_the_replaced_member() {
+    for seed in [11, 12, 13] {
+        let mut c = cluster(4, 3, seed);
+        commit(&mut c, 1);
+        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        change(&mut c, &voters(&[1, 2, 4]), false);
+        commit(&mut c, 2);
+        c.crash(NodeId(3));
+        let l = leader(&mut c);
+        let lost = [NodeId(1), NodeId(2)]
+            .into_iter()
+            .find(|n| *n != l)
+            .expect("a non-leader");
+        c.crash_losing_disk(lost);
+        c.restart(lost);
+        commit(&mut c, 3);
+        assert!(
+            recovered(&mut c, lost),
+            "seed {seed}: {lost} still recovering"
+        );
+        let r = c.replica(lost).unwrap();
+        assert_eq!(r.membership(), &voters(&[1, 2, 4]), "seed {seed}");
+        assert!(
+            r.slot_snapshot().0 > 0,
+            "seed {seed}: recovered without a snapshot"
+        );
+        // It votes again: with the third voter down, it and one other still choose.
+        let other = [NodeId(1), NodeId(2), NodeId(4)]
+            .into_iter()
+            .find(|n| *n != lost && *n != l)
+            .expect("the third voter");
+        c.crash(other);
+        commit(&mut c, 4);
+        assert!(c.node(lost).machine.contains(&4), "seed {seed}");
+        c.check_prefixes_agree();
+    }
+}
+
+/// Each replica takes a snapshot once a change is in effect (the schedule is durable with
+/// snapshots), so a cluster restarted whole keeps it: with the replaced member gone and one of
+/// the others' disks lost, the remaining two still elect a leader and the third recovers.
+#[test]
+fn a_cluster_restarted_whole_after_a_replacement_keeps_it_with_one_disk_lost() {
+    for seed in [21, 22, 23] {
+        let mut c = cluster(4, 3, seed);
+        commit(&mut c, 1);
+        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        let now = voters(&[1, 2, 4]);
+        change(&mut c, &now, false);
+        commit(&mut c, 2);
+        c.crash(NodeId(3));
+        for id in [1, 2, 4].map(NodeId) {
+            let r = c.replica(id).unwrap();
+            let (_, from) = r.membership_latest();
+            assert!(
+                r.slot_snapshot() >= from,
+                "seed {seed}: {id} has no snapshot with {now} in effect (snapshot {}, from {from})",
+                r.slot_snapshot()
+            );
+        }
+        for id in [1, 2, 4].map(NodeId) {
+            c.crash(id);
+        }
+        c.crash_losing_disk(NodeId(2));
+        for id in [1, 2, 4].map(NodeId) {
+            c.restart(id);
+        }
+        commit(&mut c, 3);
+        assert!(
+            recovered(&mut c, NodeId(2)),
+            "seed {seed}: n2 still recovering"
+        );
+        for id in [1, 2, 4].map(NodeId) {
+            assert_eq!(
+                c.replica(id).unwrap().membership(),
+                &now,
+                "seed {seed}: {id}"
+            );
+        }
+        c.check_prefixes_agree();
+    }
+}
+
 /// The planted bug (a change governs the log at once instead of α slots later) is caught.
 #[test]
 fn the_checker_catches_a_change_that_takes_effect_at_once() {

@@ -936,8 +936,10 @@ impl Node {
         )
     }
 
+    /// Compacts on the grid (`compaction_due`), or when the replica wants a snapshot now
+    /// (`Replica::snapshot_wanted`: recovery from disk loss, a membership change in effect).
     fn compact_if_due(&mut self) {
-        if !self.compaction_due() {
+        if !self.compaction_due() && !self.replica.snapshot_wanted() {
             return;
         }
         let compacted = self

@@ -318,6 +318,27 @@ where
         self.fill_window();
     }
 
+    /// Whether the driver should compact now (`Replica::compact` at what its state machine
+    /// applied), off its usual grid:
+    /// - recovery from disk loss caught up to its target and waits for a durable snapshot of it
+    ///   (`recovery.rs`);
+    /// - a membership change came into effect after our snapshot. The schedule is durable with
+    ///   snapshots only, so a restart from the older one would forget the change until it
+    ///   re-learned those slots as chosen, which needs a quorum of the membership before it (a
+    ///   removed member included: the simulation found a cluster restarted whole, with its
+    ///   removed member gone and one disk damaged, that could elect no leader).
+    pub fn snapshot_wanted(&self) -> bool {
+        let snap = self.slot_snapshot();
+        let recovery = self.amnesiac
+            && self
+                .recovery_target
+                .is_some_and(|(target, _)| self.applied >= target && snap < target);
+        let change = self.schedule.entries()[1..]
+            .iter()
+            .any(|(from, _)| *from > snap && *from <= self.applied);
+        recovery || change
+    }
+
     /// Installs a snapshot at `slot`: the log, accepted values and proposals at or below it go.
     /// `install` tells the state machine to replace its state (catch-up); `compact` does not.
     /// `local`: a local compaction, which storage may make durable in the background.
@@ -365,5 +386,6 @@ where
             self.release_reads();
         }
         self.check_recovered();
+        self.continue_recovery();
     }
 }

@@ -71,8 +71,15 @@ pub enum Message<C, S> {
     },
     /// Recovery round 1: an amnesiac replica asks which incarnation of it the peer knows.
     RecoverQuery { nonce: u64 },
-    /// Answer to `RecoverQuery`.
-    RecoverReply { nonce: u64, incarnation: u64 },
+    /// Answer to `RecoverQuery`, with the highest slot the peer applied (chosen): the asker
+    /// catches up to it and holds it under a durable snapshot before it goes on, so that
+    /// recovery runs over the memberships of the slots after it, not over older ones (whose
+    /// members may be gone). 0 from a replica of a version before this field.
+    RecoverReply {
+        nonce: u64,
+        incarnation: u64,
+        slot_applied: Slot,
+    },
     /// Recovery round 2: "from now on drop my messages from incarnations below `incarnation`".
     Fence { nonce: u64, incarnation: u64 },
     /// Answer to `Fence`, sent once the fence is durable: the highest ballot promised.

@@ -2,8 +2,11 @@
 //!
 //! Rule (see docs/protocol.md, "Amnesia"): the amnesiac replica neither promises, accepts nor
 //! acknowledges heartbeats for others. Round 1: it asks every other member which incarnation of
-//! it they know and takes the next one. Round 2: it asks every other member to fence (durably)
-//! its older incarnations and to report its promised ballot. It then runs phase 1 at a ballot
+//! it they know and what they applied; it catches up to the first such slot above its durable
+//! snapshot and holds it under a durable snapshot of its own (so the memberships that govern
+//! older slots, whose members may be gone, no longer concern it), and once every other voter of
+//! the memberships after that snapshot answered it takes the next incarnation. Round 2: it asks
+//! them to fence (durably) its older incarnations and to report its promised ballot. It then runs phase 1 at a ballot
 //! above all of those, counting only the others' promises, and as leader proposes again every
 //! value up to the highest reported slot. Once those are chosen at its ballot (and its durable
 //! snapshot covers the others' snapshot floor) it persists `recovered` and votes again.
@@ -13,8 +16,9 @@ use std::fmt::Debug;
 
 use rand_chacha::rand_core::RngCore;
 
-use super::ballot::{Ballot, NodeId};
+use super::ballot::{Ballot, NodeId, Slot};
 use super::message::Message;
+use super::quorum::Votes;
 use super::replica::{Replica, Role};
 
 impl<C, S> Replica<C, S>
@@ -25,10 +29,15 @@ where
     pub(super) fn start_recovery(&mut self) {
         assert!(self.amnesiac, "recovery without amnesia");
         let nonce = self.rng.next_u64();
+        let mut asked = Votes::new();
+        for p in &self.peers {
+            asked.insert(*p);
+        }
         self.role = Role::Recovering {
             nonce,
             fencing: false,
             replies: BTreeMap::new(),
+            asked,
         };
         self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
         self.report_role();
@@ -42,15 +51,29 @@ where
             return;
         }
         let incarnation = self.peer_incarnations.get(&from).copied().unwrap_or(0);
-        self.send(from, Message::RecoverReply { nonce, incarnation });
+        let slot_applied = self.applied;
+        self.send(
+            from,
+            Message::RecoverReply {
+                nonce,
+                incarnation,
+                slot_applied,
+            },
+        );
     }
 
-    pub(super) fn on_recover_reply(&mut self, from: NodeId, nonce: u64, incarnation: u64) {
-        let others = self.recovery_peers();
+    pub(super) fn on_recover_reply(
+        &mut self,
+        from: NodeId,
+        nonce: u64,
+        incarnation: u64,
+        slot_applied: Slot,
+    ) {
         let Role::Recovering {
             nonce: mine,
             fencing: false,
             replies,
+            ..
         } = &mut self.role
         else {
             self.counters.dropped_stale += 1;
@@ -61,15 +84,59 @@ where
             return;
         }
         replies.insert(from, incarnation);
-        if !others.iter().all(|o| replies.contains_key(o)) {
+        if slot_applied > self.slot_snapshot() && self.recovery_target.is_none() {
+            // Chosen up to there: catch up and hold it under a durable snapshot first.
+            self.recovery_target = Some((slot_applied, from));
+            self.slot_chosen_heard = self.slot_chosen_heard.max(slot_applied);
+            if self.applied < slot_applied {
+                self.request_catchup(from);
+            }
+        }
+        self.continue_recovery();
+    }
+
+    /// Round 1 ends once our durable snapshot reached the target (if any) and every other voter
+    /// of the memberships after it answered; then round 2 (fence) starts. Called on each answer
+    /// and whenever our snapshot moves.
+    pub(super) fn continue_recovery(&mut self) {
+        if let Some((target, _)) = self.recovery_target {
+            if self.slot_snapshot() < target {
+                return;
+            }
+            self.recovery_target = None;
+        }
+        let others = self.recovery_peers();
+        let Role::Recovering {
+            nonce,
+            fencing,
+            replies,
+            asked,
+        } = &mut self.role
+        else {
+            return;
+        };
+        if *fencing {
             return;
         }
+        let nonce = *nonce;
+        let missing: Vec<NodeId> = others
+            .iter()
+            .copied()
+            .filter(|o| !replies.contains_key(o))
+            .collect();
+        if !missing.is_empty() {
+            // Members named by the memberships after our (new) snapshot, not asked yet.
+            let new: Vec<NodeId> = missing.into_iter().filter(|m| asked.insert(*m)).collect();
+            for to in new {
+                self.send(to, Message::RecoverQuery { nonce });
+            }
+            return;
+        }
+        // Every answer counts, a member's or not: the highest incarnation anyone knows.
         let known = replies.values().copied().max().unwrap_or(0);
         let next = known.max(self.incarnation) + 1;
         replies.clear();
-        if let Role::Recovering { fencing, .. } = &mut self.role {
-            *fencing = true;
-        }
+        *fencing = true;
         self.incarnation = next;
         self.persist_incarnation(self.cfg.id, next);
         self.broadcast(&Message::Fence {
@@ -99,6 +166,7 @@ where
             nonce: mine,
             fencing: true,
             replies,
+            ..
         } = &mut self.role
         else {
             self.counters.dropped_stale += 1;

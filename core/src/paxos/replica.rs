@@ -58,6 +58,9 @@ pub(super) enum Role<C> {
         fencing: bool,
         /// Round 1: incarnation known per peer; round 2: promised round per peer.
         replies: BTreeMap<NodeId, u64>,
+        /// Round 1: whom this attempt asked (more are asked as our snapshot rises and the
+        /// memberships after it name them).
+        asked: Votes,
     },
 }
 
@@ -86,6 +89,10 @@ pub struct Replica<C, S> {
     pub(super) incarnation: u64,
     /// Lowest incarnation of each peer whose ballot-bearing messages we still take.
     pub(super) peer_incarnations: BTreeMap<NodeId, u64>,
+    /// While amnesiac: a slot a peer applied (so chosen), and that peer, which our durable
+    /// snapshot must reach before recovery fences (`recovery.rs`). Kept across recovery
+    /// attempts; gone once reached.
+    pub(super) recovery_target: Option<(Slot, NodeId)>,
 
     // Persist-before-reply.
     pub(super) persist_issued: PersistId,
@@ -191,6 +198,7 @@ where
             amnesiac: lost,
             incarnation,
             peer_incarnations: incarnations,
+            recovery_target: None,
             persist_issued: 0,
             persist_acked: 0,
             held: VecDeque::new(),
@@ -462,6 +470,7 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
+                    self.fence_on_prepare(from, incarnation);
                     self.on_prepare(from, ballot, slot_from);
                 }
             }
@@ -506,9 +515,11 @@ where
                 entries,
             } => self.on_catchup_reply(from, snapshot, schedule, entries),
             Message::RecoverQuery { nonce } => self.on_recover_query(from, nonce),
-            Message::RecoverReply { nonce, incarnation } => {
-                self.on_recover_reply(from, nonce, incarnation)
-            }
+            Message::RecoverReply {
+                nonce,
+                incarnation,
+                slot_applied,
+            } => self.on_recover_reply(from, nonce, incarnation, slot_applied),
             Message::Fence { nonce, incarnation } => self.on_fence(from, nonce, incarnation),
             Message::FenceAck { nonce, promised } => self.on_fence_ack(from, nonce, promised),
         }
@@ -527,6 +538,20 @@ where
             return false;
         }
         true
+    }
+
+    /// A `Prepare` from a newer incarnation of `from` fences its older ones like a `Fence`
+    /// does, durably before our `Promise` leaves: a recovering replica's candidacy reaches
+    /// voters of memberships it learned of only after its fence round.
+    fn fence_on_prepare(&mut self, from: NodeId, incarnation: u64) {
+        if from == self.cfg.id || self.amnesiac {
+            return;
+        }
+        let known = self.peer_incarnations.get(&from).copied().unwrap_or(0);
+        if incarnation > known {
+            self.peer_incarnations.insert(from, incarnation);
+            self.persist_incarnation(from, incarnation);
+        }
     }
 
     /// Messages a replica sends itself (its own prepare/accept and the replies) go through the

@@ -663,6 +663,7 @@ fn restart_mid_recovery_keeps_the_persisted_incarnation() {
         Message::RecoverReply {
             nonce,
             incarnation: 0,
+            slot_applied: Slot::ZERO,
         },
     );
     let actions = deliver(
@@ -671,6 +672,7 @@ fn restart_mid_recovery_keeps_the_persisted_incarnation() {
         Message::RecoverReply {
             nonce,
             incarnation: 0,
+            slot_applied: Slot::ZERO,
         },
     );
     let persisted: Vec<_> = actions

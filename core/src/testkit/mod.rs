@@ -499,6 +499,15 @@ where
         loop {
             let i = Self::idx(id);
             let Some(action) = self.nodes[i].replica.as_mut().and_then(|r| r.poll_action()) else {
+                // The replica wants a snapshot now (recovery from disk loss, a membership
+                // change in effect): take it, as a node's driver does.
+                let wanted = self.nodes[i]
+                    .replica
+                    .as_ref()
+                    .is_some_and(|r| r.snapshot_wanted());
+                if wanted && self.compact(id) {
+                    continue;
+                }
                 return;
             };
             if self.trace.is_some() {

@@ -112,8 +112,12 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
             s
         }
         Message::RecoverQuery { nonce } => format!("recover-query {nonce:x}"),
-        Message::RecoverReply { nonce, incarnation } => {
-            format!("recover-reply {nonce:x} incarnation={incarnation}")
+        Message::RecoverReply {
+            nonce,
+            incarnation,
+            slot_applied,
+        } => {
+            format!("recover-reply {nonce:x} incarnation={incarnation} applied={slot_applied}")
         }
         Message::Fence { nonce, incarnation } => {
             format!("fence {nonce:x} incarnation={incarnation}")

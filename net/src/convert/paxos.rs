@@ -204,9 +204,15 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
                 .collect(),
         }),
         Message::RecoverQuery { nonce } => pm::Kind::RecoverQuery(pm::RecoverQuery { nonce }),
-        Message::RecoverReply { nonce, incarnation } => {
-            pm::Kind::RecoverReply(pm::RecoverReply { nonce, incarnation })
-        }
+        Message::RecoverReply {
+            nonce,
+            incarnation,
+            slot_applied,
+        } => pm::Kind::RecoverReply(pm::RecoverReply {
+            nonce,
+            incarnation,
+            slot_applied: slot_applied.0,
+        }),
         Message::Fence { nonce, incarnation } => pm::Kind::Fence(pm::Fence { nonce, incarnation }),
         Message::FenceAck { nonce, promised } => pm::Kind::FenceAck(pm::FenceAck {
             nonce,
@@ -302,6 +308,7 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
         pm::Kind::RecoverReply(m) => Message::RecoverReply {
             nonce: m.nonce,
             incarnation: m.incarnation,
+            slot_applied: Slot(m.slot_applied),
         },
         pm::Kind::Fence(m) => Message::Fence {
             nonce: m.nonce,

@@ -877,8 +877,13 @@ pub mod paxos {
                     }
                 }),
             any::<u64>().prop_map(|nonce| Message::RecoverQuery { nonce }),
-            (any::<u64>(), any::<u64>())
-                .prop_map(|(nonce, incarnation)| Message::RecoverReply { nonce, incarnation }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(nonce, incarnation, applied)| {
+                Message::RecoverReply {
+                    nonce,
+                    incarnation,
+                    slot_applied: Slot(applied),
+                }
+            }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(nonce, incarnation)| Message::Fence { nonce, incarnation }),
             (any::<u64>(), ballot())
