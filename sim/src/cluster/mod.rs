@@ -69,7 +69,8 @@ struct Cluster {
     disks: Vec<SimDisk>,
     clients: Vec<NodeHandle>,
     probes: u8,
-    /// Replicas whose disk was wiped in this run: each must rejoin (checked at the end).
+    /// Replicas whose disk was wiped in this run: each must rejoin (checked at the end), unless
+    /// a membership change replaced it.
     wiped: BTreeSet<NodeId>,
     seed: u64,
     /// The id the next replica a membership change adds takes.
@@ -552,6 +553,8 @@ impl Cluster {
         self.replicas[index] = node;
         self.members[index] = new;
         self.disks[index] = disk;
+        // A replica stopped for good has nothing left to rejoin (its disk may have been wiped).
+        self.wiped.remove(&old);
         let mut s = lock(&self.shared);
         s.count("member-replaced");
         s.trace(&format!(
