@@ -168,6 +168,10 @@ where
         // Lost state is not trusted, except the incarnations: storage that lost or damaged its
         // state starts them empty, so any recorded since were persisted by a recovery attempt
         // after the loss, and a restart mid-recovery must not reuse a lower incarnation.
+        // A replica restarted in the middle of a recovery may have promised its own ballots
+        // since the loss: its next ones must be above them, or storage would see the promise go
+        // backwards (found by the membership property once it drew disk loss).
+        let round_restored = promised.round;
         let (promised, mut accepted) = if lost {
             (Ballot::ZERO, BTreeMap::new())
         } else {
@@ -213,7 +217,7 @@ where
             role: Role::Follower,
             leader: None,
             leader_seen_at: None,
-            round_seen_max: promised.round,
+            round_seen_max: round_restored,
             deadline_election: Instant::ZERO,
             role_reported: (RoleKind::Follower, None),
             next_read_id: 1,
