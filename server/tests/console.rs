@@ -117,8 +117,18 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     );
 
     // The key page: holder card, token, FENCED before anything can be requested, the waiter.
+    // (The waiter's call runs on a task of its own: the page may come before it is queued.)
     let token = held.token().0.to_string();
-    let page = alice.get("/console/keys/orders/ledger/17").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = alice.get("/console/keys/orders/ledger/17").await;
+        if page.body.contains("ledger-writer-2 on worker-7")
+            || tokio::time::Instant::now() > deadline
+        {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let body = &page.body;
     assert!(body.contains("ledger-writer on worker-7"), "{body}");
