@@ -28,7 +28,7 @@
 //! | `picket_storage_snapshot_save_failures_total` | counter | | [`Metrics::inc_snapshot_save_failures`] |
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
-//! | `picket_peer_*_total` (connects, accepts, handshakes_refused, connections_silent, flushes, messages_sent, messages_received, messages_dropped with `reason`) | counter | reason (the drops) | [`Metrics::add_counters`] from `crate::node::peer::PeerCounters` |
+//! | `picket_peer_*_total` (connects, accepts, handshakes_refused, dials_failed, connections_silent, flushes, messages_sent, messages_received, messages_dropped with `reason`) | counter | reason (the drops) | [`Metrics::add_counters`] from `crate::node::peer::PeerCounters` |
 //! | `picket_session_pushes_dropped_total` | counter | | [`Metrics::add_counters`] from `crate::api::session_push::LogFeed` |
 //!
 //! The alert rules in `deploy/prometheus/picket-alerts.yml` compare the first two. The longest

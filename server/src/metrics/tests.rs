@@ -245,10 +245,15 @@ fn counters_kept_by_the_peer_transport_and_the_push_feed_are_read_at_every_scrap
     PeerCounters::add(&peers.connects, 2);
     PeerCounters::add(&peers.messages_sent, 5);
     PeerCounters::add(&peers.messages_dropped_inbound_full, 3);
+    PeerCounters::add(&peers.dials_failed, 7);
     let text = metrics.encode();
     assert_eq!(
         lines_with(&text, "picket_peer_connects_total"),
         ["picket_peer_connects_total 2"]
+    );
+    assert_eq!(
+        lines_with(&text, "picket_peer_dials_failed_total"),
+        ["picket_peer_dials_failed_total 7"]
     );
     assert_eq!(
         lines_with(&text, "picket_peer_messages_sent_total"),

@@ -57,6 +57,9 @@ pub struct PeerCounters {
     pub accepts: AtomicU64,
     /// Handshakes refused, by this replica (inbound) or by the peer (outbound).
     pub handshakes_refused: AtomicU64,
+    /// Outbound dials that gave no connection for another reason than a refusal: nothing
+    /// listening, a TLS handshake that failed, no answer in time.
+    pub dials_failed: AtomicU64,
     /// Connections closed because nothing was heard within the read deadline.
     pub connections_silent: AtomicU64,
     /// Writes of message frames (each one flush of everything queued).
@@ -111,6 +114,11 @@ impl crate::metrics::CounterSource for PeerCounters {
                 "picket_peer_handshakes_refused",
                 "Peer handshakes refused, by this replica or by the peer",
                 &self.handshakes_refused,
+            ),
+            one(
+                "picket_peer_dials_failed",
+                "Outbound peer dials that failed without a refusal (unreachable, TLS, timeout)",
+                &self.dials_failed,
             ),
             one(
                 "picket_peer_connections_silent",

@@ -53,6 +53,8 @@ pub async fn run_outbound(
     let mut backoff = timing.backoff_min;
     // The last refusal logged at WARN: a refusal repeats at every retry, its change is news.
     let mut refusal_logged: Option<Refusal> = None;
+    // Whether this streak of failed dials was logged at WARN (its first one is).
+    let mut failure_logged = false;
     loop {
         if *shutdown.borrow() {
             return;
@@ -75,7 +77,16 @@ pub async fn run_outbound(
                     }
                     backoff = timing.backoff_max;
                 } else {
-                    tracing::debug!(to = %target.to, address = %target.address, %error, "peer unreachable");
+                    PeerCounters::add(&counters.dials_failed, 1);
+                    if failure_logged {
+                        tracing::debug!(to = %target.to, address = %target.address, %error, "peer unreachable");
+                    } else {
+                        // A member added at a wrong address, or whose certificate this
+                        // replica does not trust, shows here first.
+                        tracing::warn!(to = %target.to, address = %target.address, %error,
+                            "cannot reach the peer (retrying; said once until it answers)");
+                        failure_logged = true;
+                    }
                 }
                 drop_queued(&mut queue, &counters);
                 tokio::select! {
@@ -89,6 +100,7 @@ pub async fn run_outbound(
         PeerCounters::add(&counters.connects, 1);
         backoff = timing.backoff_min;
         refusal_logged = None;
+        failure_logged = false;
         tracing::debug!(to = %target.to, address = %target.address, "peer connection open");
         let out = Outbound {
             to: target.to,

@@ -553,6 +553,21 @@ mod tls {
             "a certificate of another CA must not get a hello"
         );
         assert_eq!(PeerCounters::get(&listener.counters.accepts), 1);
+        // The same stranger as a dialing replica: every dial fails in TLS, and counts.
+        let refused = dial_tls(
+            3,
+            "c",
+            2,
+            listener.addr,
+            fast(),
+            Some(stranger.client(&address).unwrap()),
+        );
+        eventually("the stranger's dials fail twice", || {
+            PeerCounters::get(&refused.counters.dials_failed) >= 2
+        })
+        .await;
+        assert_eq!(PeerCounters::get(&refused.counters.connects), 0);
+        assert_eq!(PeerCounters::get(&listener.counters.accepts), 1);
 
         // Plaintext on a TLS peer port gets nothing either.
         let tcp = tokio::net::TcpStream::connect(listener.addr).await.unwrap();
