@@ -54,10 +54,10 @@ pub(super) struct LeaderState<C> {
     /// The last slot each peer said it had applied, in its latest heartbeat acknowledgement.
     pub(super) applied_by: BTreeMap<NodeId, Slot>,
     pub(super) reads: VecDeque<PendingRead>,
-    /// While amnesiac: (every slot up to here chosen again at our ballot, our durable snapshot
-    /// at least here) ends recovery.
-    /// The third element is whom to fetch that snapshot from.
-    pub(super) recovery_goal: Option<(Slot, Slot, NodeId)>,
+    /// While amnesiac: our durable snapshot must reach this slot (besides every slot up to
+    /// `slot_top` chosen again at our ballot) to end recovery; the second element is whom to
+    /// fetch that snapshot from.
+    pub(super) recovery_goal: Option<(Slot, NodeId)>,
 }
 
 impl<C, S> Replica<C, S>
@@ -201,6 +201,7 @@ where
             self.request_catchup(from);
         }
         self.fill_window();
+        self.check_recovered();
     }
 
     /// Phase 1 is done: re-propose the highest-ballot accepted value of every open slot, fill
@@ -257,7 +258,7 @@ where
             hb_acked: BTreeMap::new(),
             applied_by: BTreeMap::new(),
             reads: VecDeque::new(),
-            recovery_goal: amnesiac.then_some((Slot(slot_next.0 - 1), floor.0, floor.1)),
+            recovery_goal: amnesiac.then_some(floor),
         }));
         self.leader = Some(self.cfg.id);
         self.leader_seen_at = Some(self.now);
@@ -282,17 +283,37 @@ where
             return;
         }
         let (applied, snap) = (self.applied, self.slot_snapshot());
+        // Before the loss we may have accepted in any slot up to the chosen prefix + α. Once
+        // we applied past the highest slot reported, every such slot is at most
+        // `applied + α`: the others' promises (ours never counts while amnesiac) must cover a
+        // quorum of each membership up to there, or a value we alone carried with a voter
+        // not yet asked could be chosen and forgotten (docs/protocol.md, "Amnesia").
+        let (lo, hi) = (self.phase1_base().next(), self.slot_known_max());
+        let Role::Leader(l) = &self.role else {
+            return;
+        };
+        let covered = self.schedule.over(lo, hi).all(|m| {
+            let n = m
+                .voters
+                .iter()
+                .filter(|v| l.promised_by.contains(**v))
+                .count();
+            n >= m.quorum()
+        });
         let Role::Leader(l) = &mut self.role else {
             return;
         };
-        let Some((top, snap_min, _)) = l.recovery_goal else {
+        let Some((snap_min, _)) = l.recovery_goal else {
             return;
         };
+        // Late promises may raise the highest slot reported: every slot up to it is proposed
+        // again too.
+        let top = l.slot_top;
         // Our own accept of each re-proposal was persisted in the step that proposed it; a
         // re-proposal is chosen (or overtaken by catch-up) only in a later step, so the
         // `recovered` persist below is ordered after all of them.
         let reproposals_open = l.proposals.range(..=top).next().is_some() || l.slot_next <= top;
-        if !reproposals_open && applied >= top && snap >= snap_min {
+        if covered && !reproposals_open && applied >= top && snap >= snap_min {
             l.recovery_goal = None;
             self.amnesiac = false;
             self.persist(None, Vec::new(), None, true);

@@ -191,7 +191,7 @@ where
     fn snapshot_source(&self) -> Option<NodeId> {
         match &self.role {
             Role::Leader(l) => match l.recovery_goal {
-                Some((_, snap_min, from)) if snap_min > self.slot_snapshot() => Some(from),
+                Some((snap_min, from)) if snap_min > self.slot_snapshot() => Some(from),
                 _ => None,
             },
             _ => None,

@@ -8,8 +8,9 @@
 //! the memberships after that snapshot answered it takes the next incarnation. Round 2: it asks
 //! them to fence (durably) its older incarnations and to report its promised ballot. It then runs phase 1 at a ballot
 //! above all of those, counting only the others' promises, and as leader proposes again every
-//! value up to the highest reported slot. Once those are chosen at its ballot (and its durable
-//! snapshot covers the others' snapshot floor) it persists `recovered` and votes again.
+//! value up to the highest reported slot. Once those are chosen at its ballot, its durable
+//! snapshot covers the others' snapshot floor and the others' promises cover a quorum of every
+//! membership up to its applied slot + α, it persists `recovered` and votes again.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
