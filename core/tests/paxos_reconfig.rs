@@ -1089,4 +1089,50 @@ fn schedules_found_by_the_property_stay_fixed() {
             Restart(0),
         ],
     );
+    // Disk loss after a change the other replicas had not applied: recovery asked the voters of
+    // the membership in the config file, whose promises were all below the ballot its old
+    // incarnation had used with the new voters, and took that ballot again (two values
+    // proposed at one slot and ballot). A replica fenced by a newer incarnation now raises a
+    // promise of the older one's ballot above its round first.
+    run_schedule(
+        9875066535340645578,
+        2,
+        9,
+        vec![
+            Run(159),
+            Run(211),
+            Run(32),
+            Crash(2),
+            Partition(34),
+            Run(259),
+            Partition(148),
+            Run(164),
+            Heal,
+            Change(21, 228, false),
+            Crash(0),
+            Restart(0),
+            Run(263),
+            Run(30),
+            Run(242),
+            Run(164),
+            Propose(0, 1),
+            Propose(0, 1),
+            Crash(4),
+            Compact(5),
+            Partition(134),
+            Run(230),
+            Run(157),
+            Partition(21),
+            Run(236),
+            Crash(0),
+            Run(55),
+            Crash(1),
+            Run(73),
+            Run(1),
+            LoseDisk(0),
+            Run(43),
+            Crash(1),
+            Run(241),
+        ],
+    );
 }

@@ -151,11 +151,7 @@ where
             self.counters.dropped_amnesiac += 1;
             return;
         }
-        let known = self.peer_incarnations.get(&from).copied().unwrap_or(0);
-        if incarnation > known {
-            self.peer_incarnations.insert(from, incarnation);
-            self.persist_incarnation(from, incarnation);
-        }
+        self.fence_older(from, incarnation);
         // Our promise now bounds every ballot the fenced incarnations made us promise.
         let promised = self.promised;
         self.send_after_persist(from, Message::FenceAck { nonce, promised });

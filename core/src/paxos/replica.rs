@@ -474,7 +474,7 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
-                    self.fence_on_prepare(from, incarnation);
+                    self.fence_older(from, incarnation);
                     self.on_prepare(from, ballot, slot_from);
                 }
             }
@@ -492,6 +492,7 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
+                    self.fence_older(from, incarnation);
                     self.on_accept(from, ballot, slot, value, slot_chosen);
                 }
             }
@@ -504,6 +505,7 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
+                    self.fence_older(from, incarnation);
                     self.on_heartbeat(from, ballot, slot_chosen, seq);
                 }
             }
@@ -544,15 +546,25 @@ where
         true
     }
 
-    /// A `Prepare` from a newer incarnation of `from` fences its older ones like a `Fence`
-    /// does, durably before our `Promise` leaves: a recovering replica's candidacy reaches
+    /// A ballot-bearing message (or a `Fence`) from a newer incarnation of `from` fences its
+    /// older ones, durably before our answer leaves: a recovering replica's candidacy reaches
     /// voters of memberships it learned of only after its fence round.
-    fn fence_on_prepare(&mut self, from: NodeId, incarnation: u64) {
+    ///
+    /// If our promise is a ballot of `from`, an older incarnation made it (we did not know the
+    /// newer one), and the newer one, which forgot it, may pick that very ballot again: two
+    /// values at one ballot. So the promise first rises above that round (to the reserved
+    /// node 0, below every real ballot of the next round), and the newer incarnation's ballots
+    /// must go higher. It is persisted before the incarnation, so a crash cannot keep the
+    /// fence without it.
+    pub(super) fn fence_older(&mut self, from: NodeId, incarnation: u64) {
         if from == self.cfg.id || self.amnesiac {
             return;
         }
         let known = self.peer_incarnations.get(&from).copied().unwrap_or(0);
         if incarnation > known {
+            if self.promised.node == from {
+                self.raise_promise(Ballot::new(self.promised.round + 1, NodeId(0)));
+            }
             self.peer_incarnations.insert(from, incarnation);
             self.persist_incarnation(from, incarnation);
         }
