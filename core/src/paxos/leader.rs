@@ -145,10 +145,9 @@ where
             return;
         }
         promises.insert(from, (floors, accepted));
-        let covered = needed.iter().all(|m| {
-            let n = m.voters.iter().filter(|v| promises.contains_key(v)).count();
-            n >= m.quorum()
-        });
+        let covered = needed
+            .iter()
+            .all(|m| m.quorum_among(|v| promises.contains_key(&v)));
         if covered {
             self.become_leader();
         }
@@ -292,14 +291,10 @@ where
         let Role::Leader(l) = &self.role else {
             return;
         };
-        let covered = self.schedule.over(lo, hi).all(|m| {
-            let n = m
-                .voters
-                .iter()
-                .filter(|v| l.promised_by.contains(**v))
-                .count();
-            n >= m.quorum()
-        });
+        let covered = self
+            .schedule
+            .over(lo, hi)
+            .all(|m| m.quorum_among(|v| l.promised_by.contains(v)));
         let Role::Leader(l) = &mut self.role else {
             return;
         };
@@ -372,12 +367,7 @@ where
             if !m.is_voter(self.cfg.id) && slot > self.applied {
                 return;
             }
-            let promised = m
-                .voters
-                .iter()
-                .filter(|v| l.promised_by.contains(**v))
-                .count();
-            if promised < m.quorum() {
+            if !m.quorum_among(|v| l.promised_by.contains(v)) {
                 self.prepare_missing(slot);
                 return;
             }

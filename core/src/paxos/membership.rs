@@ -151,6 +151,11 @@ impl Membership {
         self.voters.len() / 2 + 1
     }
 
+    /// Whether the voters for which `counted` holds reach the quorum.
+    pub fn quorum_among(&self, counted: impl Fn(NodeId) -> bool) -> bool {
+        self.voters.iter().filter(|v| counted(**v)).count() >= self.quorum()
+    }
+
     pub fn is_voter(&self, id: NodeId) -> bool {
         self.voters.contains(&id)
     }

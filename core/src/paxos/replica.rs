@@ -474,7 +474,6 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
-                    self.fence_older(from, incarnation);
                     self.on_prepare(from, ballot, slot_from);
                 }
             }
@@ -492,7 +491,6 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
-                    self.fence_older(from, incarnation);
                     self.on_accept(from, ballot, slot, value, slot_chosen);
                 }
             }
@@ -505,7 +503,6 @@ where
                 incarnation,
             } => {
                 if self.fenced(from, incarnation) {
-                    self.fence_older(from, incarnation);
                     self.on_heartbeat(from, ballot, slot_chosen, seq);
                 }
             }
@@ -531,8 +528,9 @@ where
         }
     }
 
-    /// True if `from`'s ballot-bearing message comes from an incarnation we still accept;
-    /// counts it as stale otherwise (an old incarnation's message delivered late).
+    /// True if `from`'s ballot-bearing message comes from an incarnation we still accept
+    /// (a newer one than we knew fences the older ones first: [`Self::fence_older`]); counts
+    /// it as stale otherwise (an old incarnation's message delivered late).
     fn fenced(&mut self, from: NodeId, incarnation: u64) -> bool {
         let min = if from == self.cfg.id {
             self.incarnation
@@ -542,6 +540,9 @@ where
         if incarnation < min {
             self.counters.dropped_stale += 1;
             return false;
+        }
+        if incarnation > min {
+            self.fence_older(from, incarnation);
         }
         true
     }

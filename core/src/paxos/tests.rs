@@ -686,6 +686,47 @@ fn restart_mid_recovery_keeps_the_persisted_incarnation() {
 }
 
 #[test]
+fn a_newer_incarnation_cannot_take_the_ballot_its_older_one_used() {
+    let mut r = replica(2);
+    deliver(&mut r, 1, prepare(b(4, 1), 1));
+    persisted(&mut r, 1);
+    // Node 1 lost its disk and came back as incarnation 1; it asks again at the same ballot.
+    let msg = Message::Prepare {
+        ballot: b(4, 1),
+        slot_from: Slot(1),
+        incarnation: 1,
+    };
+    let promise = persist_promise(2, b(5, 0));
+    let fence = Action::Persist(Persist {
+        id: 3,
+        promised: None,
+        accepted: vec![],
+        snapshot: None,
+        schedule: None,
+        snapshot_local: false,
+        incarnation: Some((NodeId(1), 1)),
+        recovered: false,
+    });
+    let refused = send(
+        1,
+        Message::Nack {
+            ballot: b(4, 1),
+            promised: b(5, 0),
+        },
+    );
+    // The promise rises above the old incarnation's round before the fence is recorded.
+    assert_eq!(deliver(&mut r, 1, msg), vec![promise, fence, refused]);
+    assert_eq!(r.ballot_promised(), b(5, 0));
+    // Its next ballot, above that round, is promised as usual.
+    let next = Message::Prepare {
+        ballot: b(6, 1),
+        slot_from: Slot(1),
+        incarnation: 1,
+    };
+    assert_eq!(deliver(&mut r, 1, next), vec![persist_promise(4, b(6, 1))]);
+}
+
+#[test]
 fn a_new_replica_first_listens_for_a_full_election_timeout_from_the_time_it_is_built_at() {
     // The server's clock counts from the Unix epoch; a first deadline drawn from zero would be
     // long past, and every replica of a new cluster would campaign at once.
