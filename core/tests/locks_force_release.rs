@@ -99,6 +99,7 @@ impl World {
             holder: None,
             reason: "holder wedged, queue of 40".into(),
             revoke_session: revoke,
+            checklist: Default::default(),
         })
     }
 
@@ -733,6 +734,7 @@ fn deny_roles_reasons_and_bounds() {
         holder: None,
         reason: "  ".into(),
         revoke_session: false,
+        checklist: Default::default(),
     };
     assert_eq!(
         w.apply(empty_reason),
@@ -902,6 +904,7 @@ mod random {
                             holder: None,
                             reason: "stuck".into(),
                             revoke_session: *revoke,
+                            checklist: Default::default(),
                         }
                     }
                     Op::Approve { actor, request, ack } => Command::ApproveForceRelease {

@@ -76,6 +76,7 @@ fn busy_state() -> LockStateMachine {
         holder: None,
         reason: "stuck".into(),
         revoke_session: true,
+        checklist: Default::default(),
     };
     sm.apply(Instant::from_millis(10), request).unwrap();
     sm.check_invariants();

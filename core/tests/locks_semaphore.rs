@@ -492,6 +492,7 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
         holder: Some(a),
         reason: "worker wedged".into(),
         revoke_session: false,
+        checklist: Default::default(),
     };
     let Ok(Reply::ForceReleaseRequested { id, .. }) = w.apply(request) else {
         panic!("request refused");

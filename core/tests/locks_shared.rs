@@ -413,6 +413,7 @@ fn force_release_names_one_shared_holder() {
         holder,
         reason: "reader wedged".into(),
         revoke_session: false,
+        checklist: Default::default(),
     };
     // a and b share the token: the token alone does not say whose hold.
     assert_eq!(

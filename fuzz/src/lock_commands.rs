@@ -339,6 +339,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             holder: None,
             reason: if *token % 5 == 0 { " " } else { "stuck" }.into(),
             revoke_session: *revoke,
+            checklist: Default::default(),
         },
         WideOp::SetSemaphore {
             actor: a,

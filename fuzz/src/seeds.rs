@@ -186,6 +186,7 @@ pub fn busy_machine() -> LockStateMachine {
             holder: None,
             reason: "stuck job".into(),
             revoke_session: false,
+            checklist: Default::default(),
         },
     ];
     for (i, c) in commands.into_iter().enumerate() {
@@ -469,6 +470,7 @@ fn api_request_decode() -> Vec<Vec<u8>> {
                 reason: "stuck".into(),
                 revoke_session: true,
                 holder_session_id: 0,
+                checklist: None,
             }
             .encode_to_vec(),
         ),

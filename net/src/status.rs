@@ -74,6 +74,12 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         E::TooManyForceReleases { .. } => (Code::ResourceExhausted, "too_many_force_releases"),
         E::MissingRole { .. } => (Code::PermissionDenied, "missing_role"),
         E::ApproverIsRequester { .. } => (Code::PermissionDenied, "approver_is_requester"),
+        E::AdvisoryStatementRequired { .. } => {
+            (Code::FailedPrecondition, "advisory_statement_required")
+        }
+        E::IncidentCommanderRequired { .. } => {
+            (Code::PermissionDenied, "incident_commander_required")
+        }
         E::SessionTtlAboveClassMax { .. } => {
             (Code::FailedPrecondition, "session_ttl_above_class_max")
         }

@@ -64,8 +64,11 @@ fn answers_become_responses_or_statuses() {
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
 
-    let wrong =
-        proto::ListForceReleasesResponse::from_answer(Answer::LongestHolds(vec![])).unwrap_err();
+    let wrong = proto::ListForceReleasesResponse::from_answer(Answer::LongestHolds {
+        longest: vec![],
+        overdue: vec![],
+    })
+    .unwrap_err();
     assert_eq!(wrong.code(), Code::Internal);
     assert!(wrong.message().contains("expected a ForceReleases answer"));
 }

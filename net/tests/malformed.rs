@@ -362,6 +362,7 @@ fn admin_request_rules() {
         reason: "  ".into(),
         revoke_session: true,
         holder_session_id: 0,
+        checklist: None,
     }
     .into_command(operator())
     .unwrap_err();
@@ -406,6 +407,21 @@ fn admin_request_rules() {
     })
     .unwrap_err();
     assert_refused(error, "acquire.wait_ms", "at most");
+
+    // A wait timeout above 24 hours is refused at the edge, before anything reaches the log.
+    let error = into_command(proto::AcquireRequest {
+        wait_ms: 1_000,
+        wait_timeout_ms: 24 * 3_600_000 + 1,
+        ..acquire()
+    })
+    .unwrap_err();
+    assert_refused(error, "acquire.wait_timeout_ms", "at most 86400000 ms");
+    into_command(proto::AcquireRequest {
+        wait_ms: 1_000,
+        wait_timeout_ms: 24 * 3_600_000,
+        ..acquire()
+    })
+    .expect("24 hours is allowed");
 }
 
 #[test]

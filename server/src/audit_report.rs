@@ -29,9 +29,10 @@ pub fn role_words(roles: &[i32]) -> String {
     let words: Vec<&str> = roles
         .iter()
         .map(|role| match proto::Role::try_from(*role) {
-            Ok(proto::Role::OnCall) => "on-call",
-            Ok(proto::Role::IncidentCommander) => "incident-commander",
-            Ok(proto::Role::ClassAdmin) => "class-admin",
+            // The role names of tokens, the console and docs/auth.md, one name per role.
+            Ok(proto::Role::OnCall) => "picket-operator",
+            Ok(proto::Role::IncidentCommander) => "picket-incident-commander",
+            Ok(proto::Role::ClassAdmin) => "picket-admin",
             _ => "unknown",
         })
         .collect();
@@ -75,7 +76,36 @@ pub fn record_json(r: &proto::AuditRecord) -> Value {
         "previous_permits": r.previous_permits,
         "permits": r.permits,
         "slot": r.slot,
+        "membership": r.membership,
+        "holder": r.holder.as_ref().map(|h| json!({
+            "name": h.name, "host": h.host, "pid": h.pid, "principal": h.principal,
+        })),
+        "checklist": r.checklist.as_ref().map(|c| json!({
+            "holder_stopped": answer_words(c.holder_stopped),
+            "double_run_acceptable": answer_words(c.double_run_acceptable),
+            "statement": c.statement,
+        })),
     })
+}
+
+/// A checklist answer in words.
+pub fn answer_words(answer: i32) -> &'static str {
+    match proto::ChecklistAnswer::try_from(answer) {
+        Ok(proto::ChecklistAnswer::Yes) => "yes",
+        Ok(proto::ChecklistAnswer::No) => "no",
+        Ok(proto::ChecklistAnswer::Unknown) => "unknown",
+        _ => "not answered",
+    }
+}
+
+/// Who a released holder said it was: `name on host (pid N, principal P)`.
+pub fn holder_words(h: &proto::Identity) -> String {
+    let mut words = format!("{} on {} (pid {}", h.name, h.host, h.pid);
+    if !h.principal.is_empty() {
+        let _ = write!(words, ", principal {}", h.principal);
+    }
+    words.push(')');
+    words
 }
 
 /// The whole answer as JSON: `compacted_through` and the records.
@@ -96,7 +126,7 @@ pub fn actor_words(r: &proto::AuditRecord) -> String {
 }
 
 /// What the record says beyond its revision, time, action, key and actor, in words
-/// ("request #40, requested by alice (on-call), token 31 of session 9, advisory, ...").
+/// ("request #40, requested by alice (picket-operator), token 31 of session 9, advisory, ...").
 pub fn detail_words(r: &proto::AuditRecord) -> String {
     let mut parts: Vec<String> = Vec::new();
     if let Some(request) = r.force_release_id {
@@ -117,6 +147,23 @@ pub fn detail_words(r: &proto::AuditRecord) -> String {
     }
     if let Some(slot) = r.slot {
         parts.push(format!("slot {slot}"));
+    }
+    if let Some(holder) = &r.holder {
+        parts.push(format!("holder {}", holder_words(holder)));
+    }
+    if let Some(c) = &r.checklist {
+        let mut words = format!(
+            "checklist: holder stopped {}, double run acceptable {}",
+            answer_words(c.holder_stopped),
+            answer_words(c.double_run_acceptable)
+        );
+        if !c.statement.is_empty() {
+            let _ = write!(words, ", statement {:?}", c.statement);
+        }
+        parts.push(words);
+    }
+    if r.action == proto::AuditAction::MembershipChanged as i32 && !r.membership.is_empty() {
+        parts.push(format!("the membership is now {}", r.membership));
     }
     if let Some(fenced) = r.fenced {
         parts.push(kind_word(fenced).to_owned());
@@ -172,7 +219,7 @@ pub fn record_line(r: &proto::AuditRecord) -> String {
 }
 
 /// The CSV export's columns, in order.
-pub const CSV_COLUMNS: [&str; 22] = [
+pub const CSV_COLUMNS: [&str; 26] = [
     "revision",
     "time",
     "time_ms",
@@ -195,6 +242,10 @@ pub const CSV_COLUMNS: [&str; 22] = [
     "permits",
     "reason",
     "membership",
+    "holder",
+    "holder_stopped",
+    "double_run_acceptable",
+    "statement",
 ];
 
 /// The records as CSV (RFC 4180, a header row, one row per record; absent values empty).
@@ -205,7 +256,8 @@ pub fn csv(records: &[proto::AuditRecord]) -> String {
     out.write_record(CSV_COLUMNS).expect("writing to memory");
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
     for r in records {
-        let row: [String; 22] = [
+        let checklist = r.checklist.as_ref();
+        let row: [String; 26] = [
             r.revision.to_string(),
             utc(r.time_ms),
             r.time_ms.to_string(),
@@ -234,6 +286,19 @@ pub fn csv(records: &[proto::AuditRecord]) -> String {
             opt(r.permits.map(u64::from)),
             text_cell(&r.reason),
             text_cell(&r.membership),
+            r.holder
+                .as_ref()
+                .map(|h| text_cell(&holder_words(h)))
+                .unwrap_or_default(),
+            checklist
+                .map(|c| answer_words(c.holder_stopped).to_owned())
+                .unwrap_or_default(),
+            checklist
+                .map(|c| answer_words(c.double_run_acceptable).to_owned())
+                .unwrap_or_default(),
+            checklist
+                .map(|c| text_cell(&c.statement))
+                .unwrap_or_default(),
         ];
         out.write_record(&row).expect("writing to memory");
     }
@@ -276,7 +341,62 @@ mod tests {
             permits: None,
             slot: None,
             membership: String::new(),
+            checklist: Some(proto::ForceReleaseChecklist {
+                holder_stopped: proto::ChecklistAnswer::Unknown as i32,
+                double_run_acceptable: proto::ChecklistAnswer::No as i32,
+                statement: "idempotent per day".into(),
+            }),
+            holder: Some(proto::Identity {
+                name: "ledger-writer".into(),
+                host: "web-1".into(),
+                pid: 4242,
+                principal: "svc-ledger".into(),
+            }),
         }
+    }
+
+    /// The review: the released holder's identity and the checklist shown to the approver are
+    /// in every form of the record.
+    #[test]
+    fn a_release_record_names_the_holder_and_the_checklist() {
+        let r = record();
+        let line = record_line(&r);
+        assert!(
+            line.contains("holder ledger-writer on web-1 (pid 4242, principal svc-ledger)"),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                "checklist: holder stopped unknown, double run acceptable no, statement \"idempotent per day\""
+            ),
+            "{line}"
+        );
+        let json = record_json(&r);
+        assert_eq!(json["holder"]["pid"], 4242);
+        assert_eq!(json["checklist"]["holder_stopped"], "unknown");
+        assert_eq!(json["checklist"]["statement"], "idempotent per day");
+        let text = csv(&[r]);
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",ledger-writer on web-1 (pid 4242 principal svc-ledger),unknown,no,idempotent per day")
+                || text.contains("\"ledger-writer on web-1 (pid 4242, principal svc-ledger)\",unknown,no,idempotent per day"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_membership_record_says_what_the_membership_became() {
+        let mut r = record();
+        r.action = proto::AuditAction::MembershipChanged as i32;
+        r.membership = "voters n1,n2,n3 learners n4".into();
+        assert!(
+            record_line(&r).contains("the membership is now voters n1,n2,n3 learners n4"),
+            "{}",
+            record_line(&r)
+        );
+        assert_eq!(record_json(&r)["membership"], "voters n1,n2,n3 learners n4");
     }
 
     #[test]
@@ -285,8 +405,8 @@ mod tests {
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some(CSV_COLUMNS.join(",").as_str()));
         let row = lines.next().expect("one row");
-        assert!(row.starts_with("50,2025-12-01T10:04:05.123Z,1764583445123,force-release approved,orders,\"invoice/42,\"\"a\"\"\",bob,incident-commander,alice,on-call,40,9,31,,fenced,50,,,true,,"), "{row}");
-        assert!(row.ends_with(",\"'=HYPERLINK(\"\"x\"\")\","), "{row}");
+        assert!(row.starts_with("50,2025-12-01T10:04:05.123Z,1764583445123,force-release approved,orders,\"invoice/42,\"\"a\"\"\",bob,picket-incident-commander,alice,picket-operator,40,9,31,,fenced,50,,,true,,"), "{row}");
+        assert!(row.contains(",\"'=HYPERLINK(\"\"x\"\")\","), "{row}");
         assert_eq!(lines.next(), None);
     }
 

@@ -681,7 +681,7 @@ fn check_external_url(url: &str) -> Result<(), ConfigError> {
 
 /// `field`: an absolute `http://` or `https://` URL with a host, without query or fragment
 /// (paths are appended to it).
-fn check_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
+pub fn check_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
     let Some(rest) = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))

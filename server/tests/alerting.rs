@@ -2,11 +2,15 @@
 //! Prometheus scraping them with the shipped rules (`deploy/prometheus/picket-alerts.yml`) and a
 //! real Alertmanager posting to a webhook receiver run by this test.
 //!
-//! A holder stuck past its class's max expected hold arrives at the webhook as
-//! `PicketLongestHoldAboveClassMax` with namespace, key, class, fenced flag, owner and links; the
-//! test follows the links (the key's inspection JSON and the runbook, from the replica the links
-//! name, whichever replica leads). A two-person force-release resolves the alert at the webhook.
-//! Then every replica stops, and `PicketClusterDown` fires.
+//! In one namespace an older hold of a class without a threshold (a nightly batch job) and a
+//! younger fenced hold stuck past its class's max expected hold with a waiter queued: the younger
+//! one arrives at the webhook as `PicketHoldAboveClassMax` with namespace, key, class, fenced
+//! flag, owner, links, the threshold and the queue depth; the test follows the links (the key's
+//! inspection JSON and the rendered runbook with the namespace and key filled in, from the
+//! replica the links name, whichever replica leads). A second stuck lock of the class pages while
+//! the first is still stuck, and `Admin.LongestHolds` (the console overview's source) lists both.
+//! A two-person force-release resolves the first alert at the webhook. Then every replica stops,
+//! and `PicketClusterDown` fires.
 //!
 //! Prometheus and Alertmanager come from Debian (`prometheus`, `prometheus-alertmanager`;
 //! scripts/test installs them). They run on 127.0.0.1 with their data in a temporary directory,
@@ -27,6 +31,8 @@ use serde_json::Value;
 
 const NS: &str = "orders";
 const KEY: &str = "invoice/42";
+const SECOND_KEY: &str = "invoice/43";
+const NIGHTLY_KEY: &str = "nightly/run";
 
 /// The webhook receiver: every notification Alertmanager posts, as JSON.
 struct Webhook {
@@ -75,6 +81,17 @@ impl Webhook {
     /// Waits for a notification carrying an alert named `name` with status `status` (`firing`
     /// or `resolved`) and answers that alert; the notifications before it are dropped.
     async fn alert(&mut self, name: &str, status: &str, logs: &dyn Fn() -> String) -> Value {
+        self.alert_for(name, status, None, logs).await
+    }
+
+    /// [`Self::alert`] of the key `key` only, when given.
+    async fn alert_for(
+        &mut self,
+        name: &str,
+        status: &str,
+        key: Option<&str>,
+        logs: &dyn Fn() -> String,
+    ) -> Value {
         let deadline = tokio::time::Instant::now() + STEP;
         let mut seen = Vec::new();
         loop {
@@ -90,10 +107,11 @@ impl Webhook {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            if let Some(alert) = alerts
-                .into_iter()
-                .find(|a| a["labels"]["alertname"] == name && a["status"] == status)
-            {
+            if let Some(alert) = alerts.into_iter().find(|a| {
+                a["labels"]["alertname"] == name
+                    && a["status"] == status
+                    && key.is_none_or(|key| a["labels"]["key"] == key)
+            }) {
                 return alert;
             }
             seen.push(notification);
@@ -117,7 +135,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     wait_ready(&prometheus, &prometheus_url).await;
 
     // A fenced class with a 2 s max expected hold and an owner (no runbook of its own: the
-    // alert links Picket's), and a holder that renews and never releases.
+    // alert links Picket's) on `invoice/`, and a batch class without a threshold on `nightly/`.
     let carol = cluster.token("carol", &["picket-admin"]);
     let class = [
         "classes",
@@ -125,6 +143,8 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         NS,
         "--name",
         "ledger",
+        "--prefix",
+        "invoice/",
         "--fenced",
         "--hold-ms-max-expected",
         "2000",
@@ -132,15 +152,34 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         "team-ledger",
     ];
     cluster.picketctl(Some(&carol), &class).await.ok();
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "ledger-writer");
-    config.session_ttl = Some(Duration::from_secs(3));
-    config.credentials = Credentials {
-        bearer: Some(cluster.token("svc-ledger-writer", &["picket-client"])),
-        ..Credentials::default()
+    let batch = [
+        "classes", "put", NS, "--name", "batch", "--prefix", "nightly/",
+    ];
+    cluster.picketctl(Some(&carol), &batch).await.ok();
+    let session_of = |name: &str| {
+        let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
+        config.session_ttl = Some(Duration::from_secs(3));
+        config.credentials = Credentials {
+            bearer: Some(cluster.token(&format!("svc-{name}"), &["picket-client"])),
+            ..Credentials::default()
+        };
+        Client::new(config).unwrap()
     };
-    let session = Client::new(config).unwrap().create_session().await.unwrap();
+    // The nightly job's hold is the namespace's oldest, legitimately long; then the ledger
+    // writer's hold, which renews and never releases, with a waiter queued behind it.
+    let nightly = session_of("nightly-job").create_session().await.unwrap();
+    let _nightly_guard = nightly.lock(NS, NIGHTLY_KEY).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let session = session_of("ledger-writer").create_session().await.unwrap();
     let guard = session.lock(NS, KEY).await.unwrap();
     let token = guard.token();
+    let waiter = session_of("ledger-waiter").create_session().await.unwrap();
+    let queued = tokio::spawn(async move {
+        // Granted after the force-release below, and released at once.
+        let granted = waiter.lock(NS, KEY).await;
+        drop(granted);
+        waiter
+    });
 
     let logs = || {
         format!(
@@ -151,7 +190,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         )
     };
     let page = hook
-        .alert("PicketLongestHoldAboveClassMax", "firing", &logs)
+        .alert_for("PicketHoldAboveClassMax", "firing", Some(KEY), &logs)
         .await;
     let labels = &page["labels"];
     assert_eq!(labels["namespace"], NS, "{page}");
@@ -160,6 +199,16 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     assert_eq!(labels["fenced"], "true", "{page}");
     assert_eq!(labels["owner"], "team-ledger", "{page}");
     assert_eq!(labels["severity"], "page", "{page}");
+    let summary = page["annotations"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("max expected hold of 2s") && summary.ends_with("; 1 waiting"),
+        "the summary names the threshold and the queue depth: {page}"
+    );
+    let description = page["annotations"]["description"].as_str().unwrap();
+    assert!(
+        description.contains("1 waiter(s) are queued behind it"),
+        "{page}"
+    );
     // The links start with the cluster's external URL (by default member 1's HTTP address),
     // whichever replica leads.
     let external = &cluster.http[0].clone();
@@ -178,7 +227,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     let runbook_url = page["annotations"]["runbook_url"].as_str().unwrap();
     assert_eq!(
         runbook_url,
-        format!("{external}/runbooks/stuck-lock.md"),
+        format!("{external}/runbooks/stuck-lock.md?namespace={NS}&key=invoice%2F42"),
         "{page}"
     );
     assert_eq!(
@@ -204,7 +253,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     );
 
     // Follow the links, as the paged engineer does (inspection needs a token with OIDC on).
-    let alice = cluster.token("alice", &["picket-operator"]);
+    let alice = alice_token(&cluster);
     let (status, body) = get_as(inspect_url, Some(&alice)).await.unwrap();
     assert_eq!(status, 200, "{inspect_url}: {body}");
     let inspection: Value = serde_json::from_str(&body).unwrap();
@@ -219,9 +268,51 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     assert_eq!(inspection["class"]["owner"], "team-ledger", "{inspection}");
     let (status, runbook) = get(runbook_url).await.unwrap();
     assert_eq!(status, 200, "{runbook_url}: {runbook}");
+    assert!(runbook.contains("PicketHoldAboveClassMax"), "{runbook}");
     assert!(
-        runbook.contains("PicketLongestHoldAboveClassMax"),
+        runbook.starts_with("<!doctype html>") && !runbook.contains("$namespace"),
+        "the runbook is served rendered, the namespace filled in: {runbook}"
+    );
+    assert!(
+        runbook.contains(&format!("<mark>{NS}</mark>"))
+            && runbook.contains(&format!("<mark>{KEY}</mark>")),
         "{runbook}"
+    );
+
+    // A second stuck lock of the class pages while the first is still stuck.
+    let second = session_of("ledger-second").create_session().await.unwrap();
+    let second_guard = second.lock(NS, SECOND_KEY).await.unwrap();
+    let second_page = hook
+        .alert_for("PicketHoldAboveClassMax", "firing", Some(SECOND_KEY), &logs)
+        .await;
+    assert_eq!(second_page["labels"]["class"], "ledger", "{second_page}");
+    let admin = Client::new({
+        let mut config = ClientConfig::new(cluster.endpoints.clone(), "on-call");
+        config.credentials = Credentials {
+            bearer: Some(alice_token(&cluster)),
+            ..Credentials::default()
+        };
+        config
+    })
+    .unwrap();
+    let longest = admin
+        .longest_holds(picket_net::proto::LongestHoldsRequest { allow_stale: false })
+        .await
+        .unwrap();
+    let overdue: Vec<&str> = longest.overdue.iter().map(|h| h.key.as_str()).collect();
+    assert_eq!(
+        overdue,
+        [KEY, SECOND_KEY],
+        "both stuck holds listed, furthest over first; the nightly hold (no threshold) is not: {longest:?}"
+    );
+    assert_eq!(
+        longest
+            .holds
+            .iter()
+            .map(|h| h.key.as_str())
+            .collect::<Vec<_>>(),
+        [NIGHTLY_KEY],
+        "the namespace's oldest hold is the nightly job's: {longest:?}"
     );
 
     // The two-person force-release: the alert resolves at the webhook.
@@ -254,10 +345,13 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         .ok();
     assert_eq!(approved["released_token"], token.0, "{approved}");
     let resolved = hook
-        .alert("PicketLongestHoldAboveClassMax", "resolved", &logs)
+        .alert_for("PicketHoldAboveClassMax", "resolved", Some(KEY), &logs)
         .await;
     assert_eq!(resolved["labels"]["key"], KEY, "{resolved}");
     drop(guard);
+    drop(second_guard);
+    let waiter = tokio::time::timeout(STEP, queued).await.unwrap().unwrap();
+    drop(waiter);
 
     // Every replica stops: the whole-cluster alert fires, its runbook on the external URL.
     let logs = || format!("{}{}", prometheus.log_tail(), alertmanager.log_tail());
@@ -272,4 +366,8 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
         format!("{external}/runbooks/cluster-down.md"),
         "{down}"
     );
+}
+
+fn alice_token(cluster: &OidcCluster) -> String {
+    cluster.token("alice", &["picket-operator"])
 }

@@ -238,7 +238,11 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("id=\"approve-form\""), "{}", page.body);
     assert!(page.body.contains("writer wedged [incident INC-7]"));
-    assert!(page.body.contains("alice (on-call)"), "{}", page.body);
+    assert!(
+        page.body.contains("alice (picket-operator)"),
+        "{}",
+        page.body
+    );
     let bob_csrf = csrf(&page.body);
     assert_ne!(bob_csrf, alice_csrf);
     let page = bob
@@ -371,17 +375,154 @@ async fn an_advisory_request_records_the_checklist() {
         page.body.contains(">job hung</textarea>"),
         "the form keeps what was typed"
     );
-    let mut answered = unanswered.to_vec();
-    answered.extend([("stopped", "yes"), ("double_run", "no")]);
-    let page = alice.post(path, &answered).await;
+    // The answers say a double run is unsafe (holder stopped: unknown; double run acceptable:
+    // no): without a statement the server refuses (docs/locks.md, "The advisory rule").
+    let mut unsafe_answers = unanswered.to_vec();
+    unsafe_answers.extend([("stopped", "unknown"), ("double_run", "no")]);
+    let page = alice.post(path, &unsafe_answers).await;
+    assert_eq!(
+        page.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("advisory_statement_required"),
+        "{}",
+        page.body
+    );
+    assert!(pending(&admin(&cluster, "carol", "picket-operator"))
+        .await
+        .is_empty());
+    let statement = "the nightly report is idempotent per day; INC-9 accepts a rerun";
+    unsafe_answers.push(("statement", statement));
+    let page = alice.post(path, &unsafe_answers).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let approval = page.location;
     let requests = pending(&admin(&cluster, "carol", "picket-operator")).await;
     assert_eq!(requests.len(), 1);
     assert_eq!(
-        requests[0].reason,
-        "job hung [advisory checklist: holder stopped: yes; double run acceptable: no]"
+        requests[0].reason, "job hung",
+        "the checklist is its own field"
+    );
+    let checklist = requests[0]
+        .checklist
+        .clone()
+        .expect("the checklist is recorded");
+    assert_eq!(
+        (checklist.holder_stopped, checklist.double_run_acceptable),
+        (
+            proto::ChecklistAnswer::Unknown as i32,
+            proto::ChecklistAnswer::No as i32
+        )
+    );
+    assert_eq!(checklist.statement, statement);
+    assert_eq!(
+        requests[0]
+            .holder_identity
+            .as_ref()
+            .map(|i| i.name.as_str()),
+        Some("report-job"),
+        "the holder's identity is kept with the request"
     );
     assert!(!requests[0].revoke_session, "the checkbox was off");
+
+    // The approval page puts the answers first, and says who may approve.
+    let mut bob = Browser::at(&cluster.http_endpoint(1));
+    bob.dev_sign_in("bob", &["picket-operator"]).await;
+    let page = bob.get(&approval).await;
+    let answers_at = page
+        .body
+        .find("id=\"answers\"")
+        .expect("the answers section");
+    let request_at = page
+        .body
+        .find("id=\"asked-h\"")
+        .expect("the request section");
+    assert!(
+        answers_at < request_at,
+        "the answers come first: {}",
+        page.body
+    );
+    assert!(
+        page.body.contains("id=\"unsafe-advisory\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(statement), "{}", page.body);
+    // A second operator cannot approve it: only an incident commander.
+    let csrf_bob = pages::csrf(&page.body);
+    let page = bob
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &csrf_bob), ("kind", "advisory")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert!(
+        page.body.contains("incident_commander_required"),
+        "{}",
+        page.body
+    );
+    assert!(held.is_held(), "nothing was released");
+    let mut dana = Browser::at(&cluster.http_endpoint(2));
+    dana.dev_sign_in("dana", &["picket-incident-commander"])
+        .await;
+    let page = dana.get(&approval).await;
+    let csrf_dana = pages::csrf(&page.body);
+    let page = dana
+        .post(
+            &format!("{approval}/approve"),
+            &[("csrf", &csrf_dana), ("kind", "advisory")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    // The advisory outcome makes no fencing claim.
+    assert!(page.body.contains("ADVISORY lock"), "{}", page.body);
+    assert!(
+        !page.body.contains("refused by the fencing resource"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("Nothing refuses the old holder"),
+        "{}",
+        page.body
+    );
+
+    // The audit of the request and the approval carries the holder, the answers and the
+    // statement shown to the approver.
+    let audit = admin(&cluster, "carol", "picket-operator")
+        .query_audit(proto::QueryAuditRequest {
+            namespace: Some(NS.into()),
+            limit: 100,
+            ..proto::QueryAuditRequest::default()
+        })
+        .await
+        .unwrap();
+    let releases: Vec<&proto::AuditRecord> = audit
+        .records
+        .iter()
+        .filter(|r| {
+            r.action == proto::AuditAction::ForceReleaseRequested as i32
+                || r.action == proto::AuditAction::ForceReleaseApproved as i32
+        })
+        .collect();
+    assert_eq!(releases.len(), 2, "{audit:?}");
+    for record in releases {
+        let holder = record
+            .holder
+            .as_ref()
+            .expect("the released holder's identity");
+        assert_eq!(holder.name, "report-job", "{record:?}");
+        assert!(holder.pid > 0, "{record:?}");
+        let answers = record.checklist.as_ref().expect("the checklist");
+        assert_eq!(answers.statement, statement, "{record:?}");
+        assert_eq!(
+            answers.holder_stopped,
+            proto::ChecklistAnswer::Unknown as i32
+        );
+    }
     drop(held);
     cluster.shutdown().await;
 }
@@ -434,10 +575,12 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     for part in [
         "semaphore set",
         "declared with 3 permits",
-        "<td>carol (class-admin)</td>",
+        "<td>carol (picket-admin)</td>",
+        // A timestamp never wraps mid-value (console.css: td.time).
+        "<td class=\"time\">20",
         "force-release requested",
         "href=\"/console/keys/orders/report/daily\"",
-        "<td>alice (on-call)</td>",
+        "<td>alice (picket-operator)</td>",
         "job hung [advisory checklist",
         "href=\"/console/audit?namespace=orders&#38;format=csv\"",
     ] {
@@ -471,7 +614,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     assert_eq!(lines.len(), 3, "a header and two records:\n{csv}");
     assert!(lines[0].starts_with("revision,time,time_ms,action,namespace,key,actor"));
     assert!(
-        lines[1].contains(",semaphore set,orders,workers,carol,class-admin,"),
+        lines[1].contains(",semaphore set,orders,workers,carol,picket-admin,"),
         "{csv}"
     );
     assert!(
@@ -480,7 +623,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     );
     assert!(
         lines[2].contains(&format!(
-            ",force-release requested,orders,report/daily,alice,on-call,alice,on-call,{},{},{token},",
+            ",force-release requested,orders,report/daily,alice,picket-operator,alice,picket-operator,{},{},{token},",
             pending(&carol).await[0].id,
             stuck.id()
         )),
@@ -799,6 +942,9 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     wait_ready(&prometheus, &prometheus_url).await;
     let carol = admin(&cluster, "carol", "picket-admin");
     ledger_class(&carol, 2_000).await;
+    // An older hold of the namespace's default class (no max expected hold) hides nothing.
+    let nightly = service(&cluster, "nightly-job").await;
+    let _nightly = nightly.lock(NS, "nightly/1").await.unwrap();
     let holder = service(&cluster, "ledger-writer").await;
     let held = holder.lock(NS, "ledger/9").await.unwrap();
 
@@ -817,7 +963,7 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
     let deadline = tokio::time::Instant::now() + STEP * 2;
     let overview = loop {
         let page = alice.get("/console/").await;
-        if page.body.contains("PicketLongestHoldAboveClassMax") {
+        if page.body.contains("PicketHoldAboveClassMax") {
             break page.body;
         }
         assert!(
@@ -837,14 +983,29 @@ async fn the_overview_and_the_verify_page_follow_the_alert_at_a_real_alertmanage
         "{overview}"
     );
     assert!(
-        overview.contains("PicketLongestHoldAboveClassMax (page)"),
+        overview.contains("PicketHoldAboveClassMax (page)"),
         "{overview}"
+    );
+    // The overview lists the hold over its class's threshold on its own row, although the
+    // namespace's longest hold is the nightly job's.
+    assert!(
+        element(&overview, "overdue-state").contains("⚠ 1 over"),
+        "{overview}"
+    );
+    let overdue = &overview[overview
+        .find("<table id=\"overdue\">")
+        .expect("the overdue table")..];
+    let overdue = &overdue[..overdue.find("</table>").unwrap()];
+    assert!(
+        overdue.contains("<a href=\"/console/keys/orders/ledger/9\">ledger/9</a>")
+            && !overdue.contains("nightly/1"),
+        "{overdue}"
     );
     let page = alice.get("/console/verify/orders/ledger/9").await;
     let alert = element(&page.body, "alert-state");
     assert!(alert.contains("⚠ Still firing"), "{alert}");
     assert!(
-        alert.contains("PicketLongestHoldAboveClassMax (firing, since"),
+        alert.contains("PicketHoldAboveClassMax (firing, since"),
         "{alert}"
     );
 
@@ -1116,9 +1277,21 @@ async fn picketd_dev_prints_the_console_url_and_its_dev_sign_in_works() {
         }
     }
     let data = tempfile::tempdir().unwrap();
+    // The console reads alerts from the Alertmanager named on the command line (nothing
+    // listens there: the overview must say it could not be read, not that none is configured).
+    let alertmanager = format!(
+        "http://127.0.0.1:{}",
+        picket_server::dev::free_port().unwrap()
+    );
     let mut dev = Killed(
         Command::new(env!("CARGO_BIN_EXE_picketd"))
-            .args(["dev", "--fresh", "--data-dir"])
+            .args([
+                "dev",
+                "--fresh",
+                "--alertmanager-url",
+                &alertmanager,
+                "--data-dir",
+            ])
             .arg(data.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -1152,5 +1325,47 @@ async fn picketd_dev_prints_the_console_url_and_its_dev_sign_in_works() {
         "{}",
         page.body
     );
+    assert!(
+        page.body
+            .contains(&format!("Alertmanager at {alertmanager} could not be read")),
+        "--alertmanager-url reaches the console: {}",
+        page.body
+    );
+
+    // `dev-join` run from another directory, without --data-dir, puts its data beside the
+    // running dev cluster's (it asks member 1's /healthz), not in the current directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut join = Killed(
+        Command::new(env!("CARGO_BIN_EXE_picketd"))
+            .args(["dev-join", "--id", "4"])
+            .current_dir(elsewhere.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("picketd dev-join starts"),
+    );
+    let stdout = join.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("Replica 4 is up") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let up = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("picketd dev-join prints `Replica 4 is up`");
+    let expected = data.path().join("node-4");
+    assert!(
+        up.contains(&format!("(data in {}).", expected.display())),
+        "{up}"
+    );
+    assert!(expected.exists(), "{}", expected.display());
+    assert!(
+        !elsewhere.path().join("picket-dev-data").exists(),
+        "nothing written in the current directory"
+    );
+    drop(join);
     drop(dev);
 }

@@ -479,7 +479,7 @@ async fn two_people_walk_the_journey_in_chromium() {
         compare.contains("writer wedged since the deploy [incident INC-7]"),
         "{compare}"
     );
-    assert!(compare.contains("alice (on-call)"), "{compare}");
+    assert!(compare.contains("alice (picket-operator)"), "{compare}");
     let form = text_of(&dana, "#approve-form").await;
     assert!(
         form.contains("You approve as dana (picket-incident-commander)"),
@@ -604,11 +604,14 @@ async fn two_people_walk_the_journey_in_chromium() {
             .clone()
     };
     let requested = row("force-release requested");
-    assert!(requested.contains("alice (on-call)"), "{requested}");
+    assert!(requested.contains("alice (picket-operator)"), "{requested}");
     let approved = row("force-release approved");
-    assert!(approved.contains("dana (incident-commander)"), "{approved}");
     assert!(
-        approved.contains("requested by alice (on-call)"),
+        approved.contains("dana (picket-incident-commander)"),
+        "{approved}"
+    );
+    assert!(
+        approved.contains("requested by alice (picket-operator)"),
         "{approved}"
     );
     assert!(approved.contains("revoke session: yes"), "{approved}");
@@ -1137,6 +1140,7 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
     // Its own session: the fenced release below revokes `stuck`'s.
     let cacher = service(&cluster, "cache-writer").await;
     let _cached = cacher.lock(NS, "cache/7").await.unwrap();
+    let _cached_too = cacher.lock(NS, "cache/8").await.unwrap();
     let waiter = service(&cluster, "ledger-writer-2").await;
     let next = tokio::spawn(async move {
         let guard = waiter.lock(NS, KEY).await.unwrap();
@@ -1273,13 +1277,102 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
         .iter()
         .find(|r| r.action == proto::AuditAction::ForceReleaseApproved as i32)
         .expect("the advisory approval is audited");
-    assert!(
-        approved.reason.contains(
-            "cache writer wedged [advisory checklist: holder stopped: yes; double run acceptable: no]"
+    assert_eq!(approved.reason, "cache writer wedged", "{approved:?}");
+    let answers = approved
+        .checklist
+        .clone()
+        .expect("the checklist is audited");
+    assert_eq!(
+        (answers.holder_stopped, answers.double_run_acceptable),
+        (
+            proto::ChecklistAnswer::Yes as i32,
+            proto::ChecklistAnswer::No as i32
         ),
         "{approved:?}"
     );
+    assert_eq!(
+        approved
+            .holder
+            .as_ref()
+            .map(|h| (h.name.as_str(), h.host.as_str())),
+        Some(("cache-writer", "worker-7")),
+        "the released holder's identity is audited: {approved:?}"
+    );
     assert_eq!(approved.fenced, Some(false), "{approved:?}");
+
+    // The unsafe advisory case (docs/locks.md, "The advisory rule"): the holder may still run
+    // and a double run is not acceptable. The request needs a statement; a second operator
+    // cannot approve it, an incident commander can.
+    alice
+        .goto(&format!("{base}/console/keys/{NS}/cache/8"))
+        .await
+        .unwrap();
+    until_text(&alice, "Advisory checklist", "the advisory form").await;
+    click(&alice, "#stopped-unknown").await;
+    click(&alice, "#double-no").await;
+    fill(&alice, "#reason", "cache writer 8 wedged, host unreachable").await;
+    click(&alice, "#request-form button[type=submit]").await;
+    until_text(
+        &alice,
+        "Refused (rule advisory_statement_required)",
+        "the refusal without a statement",
+    )
+    .await;
+    fill(
+        &alice,
+        "#statement",
+        "cache entries are rebuilt idempotently; INC-77 accepts a rerun",
+    )
+    .await;
+    click(&alice, "#request-form button[type=submit]").await;
+    until_text(&alice, "You made this request", "the approval page").await;
+    let unsafe_request = alice.current_url().await.unwrap().path().to_owned();
+    let erin = driver.browser("erin").await;
+    erin.goto(&format!("{}{unsafe_request}", cluster.http_endpoint(2)))
+        .await
+        .unwrap();
+    sign_in_with(&erin, "erin", &["picket-operator"]).await;
+    until_text(&erin, "Only an incident commander", "the unsafe warning").await;
+    let answers_first = erin
+        .execute(
+            "const a = document.querySelector('#answers'), r = document.querySelector('#asked-h'); \
+             return !!(a.compareDocumentPosition(r) & Node.DOCUMENT_POSITION_FOLLOWING);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        answers_first,
+        json!(true),
+        "the answers come before the request"
+    );
+    shot(&erin, "d1-unsafe-advisory").await;
+    fill(&erin, "#kind", "advisory").await;
+    click(&erin, "#approve-form button[type=submit]").await;
+    until_text(
+        &erin,
+        "Refused (rule incident_commander_required)",
+        "an operator's refusal",
+    )
+    .await;
+    dana.goto(&format!("{}{unsafe_request}", cluster.http_endpoint(1)))
+        .await
+        .unwrap();
+    until_text(&dana, "Type the class's kind", "the unsafe approval form").await;
+    fill(&dana, "#kind", "advisory").await;
+    click(&dana, "#approve-form button[type=submit]").await;
+    until_text(
+        &dana,
+        "Nothing refuses the old holder",
+        "the advisory outcome",
+    )
+    .await;
+    let outcome = text_of(&dana, "main").await;
+    assert!(
+        !outcome.contains("refused by the fencing resource"),
+        "no fencing claim for an advisory lock: {outcome}"
+    );
+    erin.close().await.unwrap();
 
     alice.close().await.unwrap();
     dana.close().await.unwrap();

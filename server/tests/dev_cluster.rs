@@ -86,6 +86,7 @@ async fn force_release_needs_two_people_and_raises_the_floor() {
                 reason: "holder is wedged".into(),
                 revoke_session: true,
                 holder_session_id: 0,
+                checklist: None,
             },
             "alice",
             "on-call",

@@ -17,7 +17,7 @@ use picket_server::api::http::{
     replica_router, router, BoxFuture, Health, HttpCluster, InspectSource,
 };
 use picket_server::auth::Authenticator;
-use picket_server::metrics::{LongestHold, Metrics, NamespaceStats};
+use picket_server::metrics::{Metrics, NamespaceStats, PagedHold};
 use serde_json::Value;
 use tonic::Status;
 use tower::ServiceExt;
@@ -91,6 +91,8 @@ fn key_info() -> KeyInfo {
             requester_roles: Default::default(),
             reason: "INC-123 holder stuck".to_owned(),
             revoke_session: true,
+            checklist: Default::default(),
+            holder_identity: Default::default(),
             fenced: true,
             safety: ClassSpec::safety_statement(true),
             requested_at: Instant::from_millis(800_000),
@@ -290,9 +292,34 @@ async fn holds_are_listed_with_limits() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _, body) = get(app, "/v1/namespaces/orders/holds?limit=10001").await;
+    let (status, _, body) = get(app.clone(), "/v1/namespaces/orders/holds?limit=10001").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("10000"), "{body}");
+    // Every bad parameter is the documented JSON error with its rule and the parameter at
+    // fault (docs/http.md, "Errors"), not a framework message in plain text, and reads nothing.
+    for (path, field) in [
+        ("/v1/namespaces/orders/holds?limit=10001", "limit"),
+        ("/v1/namespaces/orders/holds?limit=abc", "limit"),
+        ("/v1/namespaces/orders/holds?stale=maybe", "stale"),
+        (
+            "/v1/namespaces/orders/locks/order%2F17?stale=maybe",
+            "stale",
+        ),
+    ] {
+        let (status, headers, body) = get(app.clone(), path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert!(
+            headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{path}: {headers:?}"
+        );
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_argument", "{path}: {body}");
+        assert_eq!(v["error"]["rule"], "invalid_argument", "{path}: {body}");
+        assert_eq!(v["error"]["field"], field, "{path}: {body}");
+    }
     assert_eq!(
         *fake.calls.lock().unwrap(),
         [
@@ -474,13 +501,33 @@ async fn without_a_reachable_leader_a_follower_answers_its_own_state_marked_stal
 #[tokio::test]
 async fn the_runbooks_the_alerts_link_are_served() {
     let (app, _, _) = app();
-    let (status, headers, body) = get(app.clone(), "/runbooks/stuck-lock.md").await;
+    let (status, headers, body) = get(app.clone(), "/runbooks/stuck-lock.md?format=markdown").await;
     assert_eq!(status, StatusCode::OK);
     assert!(headers["content-type"]
         .to_str()
         .unwrap()
         .starts_with("text/markdown"));
-    assert!(body.contains("PicketLongestHoldAboveClassMax"), "{body}");
+    assert!(body.contains("PicketHoldAboveClassMax"), "{body}");
+    assert!(body.contains("`$namespace`"), "as written: {body}");
+    // The alert's link: rendered, with the page's namespace and key filled in (escaped).
+    let (status, headers, body) = get(
+        app.clone(),
+        "/runbooks/stuck-lock.md?namespace=orders&key=invoice%2F%3Cb%3E42",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(body.contains("<h1>"), "{body}");
+    assert!(body.contains("<mark>orders</mark>"), "{body}");
+    assert!(body.contains("<mark>invoice/&lt;b&gt;42</mark>"), "{body}");
+    assert!(
+        !body.contains("$namespace") && !body.contains("$key"),
+        "{body}"
+    );
+    assert!(!body.contains("<b>42"), "values are escaped: {body}");
     let (status, _, body) = get(app.clone(), "/runbooks/cluster-down.md").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("PicketClusterDown"), "{body}");
@@ -496,7 +543,17 @@ async fn metrics_and_health_are_served() {
         namespace: "orders".to_owned(),
         holds: 1,
         waiters: 3,
-        longest_hold: Some(LongestHold {
+        overdue_holds: vec![PagedHold {
+            key: "order/17".to_owned(),
+            held_for: Duration::from_secs(900),
+            class: "payments".to_owned(),
+            fenced: true,
+            hold_max_expected: Duration::from_secs(600),
+            queue_depth: 3,
+            owner: "team-orders".to_owned(),
+            runbook_url: String::new(),
+        }],
+        longest_hold: Some(PagedHold {
             key: "order/17".to_owned(),
             held_for: Duration::from_secs(900),
             class: "payments".to_owned(),
@@ -517,6 +574,13 @@ async fn metrics_and_health_are_served() {
         body.contains("picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17\","),
         "{body}"
     );
+    for series in [
+        "picket_overdue_hold_seconds{namespace=\"orders\",key=\"order/17\",class=\"payments\",fenced=\"true\",",
+        "picket_overdue_hold_threshold_seconds{namespace=\"orders\",key=\"order/17\"} 600",
+        "picket_overdue_hold_queue_depth{namespace=\"orders\",key=\"order/17\"} 3",
+    ] {
+        assert!(body.contains(series), "{series} in {body}");
+    }
     let (status, _, body) = get(app, "/healthz").await;
     assert_eq!(status, StatusCode::OK);
     let v: Value = serde_json::from_str(&body).unwrap();
@@ -531,4 +595,28 @@ async fn metrics_and_health_are_served() {
     assert_eq!(v["members"][0]["client_endpoint"], "http://127.0.0.1:7401");
     assert_eq!(v["members"][0]["http_endpoint"], "http://127.0.0.1:7481");
     assert_eq!(v["members"][0]["voter"], true);
+}
+
+/// A session id that is not a number is the documented JSON error, not a framework message.
+#[tokio::test]
+async fn a_bad_session_id_in_the_told_path_is_a_json_error() {
+    let app = picket_server::api::http::told::router(
+        picket_server::api::told::ToldLog::default(),
+        Authenticator::disabled(),
+        1,
+    );
+    let (status, headers, body) = get(app.clone(), "/v1/sessions/abc/told").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"),
+        "{headers:?}"
+    );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["rule"], "invalid_argument", "{body}");
+    assert_eq!(v["error"]["field"], "path", "{body}");
+    let (status, _, body) = get(app, "/v1/sessions/7/told").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }

@@ -478,7 +478,9 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
         .picketctl(Some(&bob), &["force-release", "approve", &id])
         .await
         .refused(2);
-    assert!(error.contains("--ack fenced"), "{error}");
+    // The refusal states the kind and why it matters, and hands over no flag to paste.
+    assert!(error.contains("class is FENCED"), "{error}");
+    assert!(!error.contains("--ack fenced"), "{error}");
     assert!(guard.is_held(), "nothing was released by the refusals");
 
     // Bob approves with the fenced acknowledgement.
@@ -634,6 +636,28 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
 
     let reason = "INC-8: batch runner hung; owner confirms the process is stopped";
     let token_arg = old_token.0.to_string();
+    // An advisory request without the checklist is refused by picketctl: nothing is sent.
+    let (rule, error) = cluster
+        .picketctl(
+            Some(&alice),
+            &[
+                "force-release",
+                "request",
+                NS,
+                KEY,
+                "--token",
+                &token_arg,
+                "--reason",
+                reason,
+            ],
+        )
+        .await
+        .refused(2);
+    assert_eq!(rule, "refused_by_picketctl", "{error}");
+    assert!(
+        error.contains("ADVISORY") && error.contains("--holder-stopped"),
+        "{error}"
+    );
     // A request naming a token the key does not hold is refused (the key changed hands, or a
     // typo): nothing is recorded.
     let wrong = (old_token.0 + 1_000).to_string();
@@ -649,6 +673,10 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
                 &wrong,
                 "--reason",
                 reason,
+                "--holder-stopped",
+                "yes",
+                "--double-run-acceptable",
+                "no",
             ],
         )
         .await
@@ -668,13 +696,17 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
                 "--reason",
                 reason,
                 "--revoke-session",
+                "--holder-stopped",
+                "yes",
+                "--double-run-acceptable",
+                "no",
             ],
         )
         .await;
     for part in [
         "ADVISORY (not fenced)",
         "releasing may let two writers in",
-        "--ack advisory",
+        "type the class kind",
         "ledger-writer@web-1",
     ] {
         assert!(shown.contains(part), "request lacks {part:?}:\n{shown}");
@@ -706,7 +738,9 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
         .refused(2);
     assert_eq!(rule, "refused_by_picketctl");
     assert!(
-        error.contains("two writers") && error.contains("--ack advisory"),
+        error.contains("two writers")
+            && error.contains("class is ADVISORY")
+            && !error.contains("--ack advisory"),
         "{error}"
     );
     assert!(guard.is_held());
@@ -978,8 +1012,8 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
         .unwrap_or_else(|| panic!("no approval in:\n{audit}"));
     for part in [
         "Z force-release approved",
-        "by dave (incident-commander)",
-        "requested by alice (on-call)",
+        "by dave (picket-incident-commander)",
+        "requested by alice (picket-operator)",
         "advisory",
         &format!("floor {floor}"),
         &format!("next holder session {} token {floor}", waiters[0]),

@@ -285,6 +285,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         reason: "holder renews but never releases".into(),
         revoke_session: true,
         holder_session_id: 0,
+        checklist: None,
     };
 
     // Metadata claims are not believed with OIDC on; a forged token is refused.

@@ -257,6 +257,10 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
             &session_arg,
             "--reason",
             "render job wedged",
+            "--holder-stopped",
+            "yes",
+            "--double-run-acceptable",
+            "no",
         ],
     ))
     .await;

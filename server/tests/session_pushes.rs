@@ -77,6 +77,7 @@ async fn force_release_of(cluster: &Cluster, key: &str, token: u64, revoke_sessi
             reason: "test: pushes".into(),
             revoke_session,
             holder_session_id: 0,
+            checklist: None,
         })
         .await
         .unwrap();

@@ -241,6 +241,7 @@ async fn a_force_release_without_revocation_is_a_hold_lost_and_the_session_stays
             reason: "test: no revocation".into(),
             revoke_session: false,
             holder_session_id: 0,
+            checklist: None,
         })
         .await
         .unwrap();

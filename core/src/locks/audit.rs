@@ -62,6 +62,12 @@ pub struct AuditRecord {
     pub slot: Option<u32>,
     /// Membership records: the members the change asked for, as `voters n1,n2,n3 learners n4`.
     pub membership: String,
+    /// Force-release requests and approvals: the requester's checklist answers and statement,
+    /// as the approver was shown them (`None`: other records, or written before they were kept).
+    pub checklist: Option<super::force_release::Checklist>,
+    /// Force-release requests and approvals: who the released holder said it was (name, host,
+    /// pid, principal) when the request was made (`None`: other records, or written before).
+    pub holder: Option<super::command::Identity>,
 }
 
 impl AuditRecord {
@@ -95,6 +101,8 @@ impl AuditRecord {
             permits: None,
             slot: None,
             membership: String::new(),
+            checklist: None,
+            holder: None,
         }
     }
 

@@ -166,6 +166,9 @@ pub enum Command {
         holder: Option<SessionId>,
         reason: String,
         revoke_session: bool,
+        /// The requester's answers about the holder; binding for an advisory class
+        /// ([`super::force_release::Checklist::says_double_run_unsafe`]).
+        checklist: super::force_release::Checklist,
     },
     /// Second step, by a different principal who acknowledges the fenced flag they were shown.
     ApproveForceRelease {

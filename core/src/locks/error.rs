@@ -179,6 +179,18 @@ pub enum LockError {
         id: ForceReleaseId,
         principal: String,
     },
+    #[error("{namespace}/{key} is an advisory lock and the checklist says a double run is unsafe (holder stopped: {holder_stopped}; double run acceptable: {double_run_acceptable}): nothing will refuse the old holder, so the request needs a statement of why the release is still right, and an incident commander's approval")]
+    AdvisoryStatementRequired {
+        namespace: String,
+        key: String,
+        holder_stopped: &'static str,
+        double_run_acceptable: &'static str,
+    },
+    #[error("force-release request {id} is for an advisory lock whose checklist says a double run is unsafe: only an incident commander (role picket-incident-commander) may approve it; {principal} is not one")]
+    IncidentCommanderRequired {
+        id: ForceReleaseId,
+        principal: String,
+    },
     #[error("force-release request {id} is for a {} lock; the approval acknowledged {}: approve again after reading the safety statement", if *.fenced { "fenced" } else { "advisory" }, if *.acknowledged { "fenced" } else { "advisory" })]
     FencedNotAcknowledged {
         id: ForceReleaseId,

@@ -29,6 +29,66 @@ pub const REASON_LEN_MAX: usize = 1_024;
 pub const FORCE_RELEASE_ROLES: &[Role] = &[Role::OnCall, Role::IncidentCommander];
 const FORCE_RELEASE_ROLES_TEXT: &str = "on-call, incident-commander";
 
+/// Longest checklist statement, in bytes.
+pub const STATEMENT_LEN_MAX: usize = 1_024;
+
+/// One answer of a force-release checklist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ChecklistAnswer {
+    /// Not answered (every request made before checklists were kept, and clients that send
+    /// none).
+    #[default]
+    Unanswered,
+    Yes,
+    No,
+    Unknown,
+}
+
+impl ChecklistAnswer {
+    pub fn word(self) -> &'static str {
+        match self {
+            ChecklistAnswer::Unanswered => "not answered",
+            ChecklistAnswer::Yes => "yes",
+            ChecklistAnswer::No => "no",
+            ChecklistAnswer::Unknown => "unknown",
+        }
+    }
+}
+
+/// What the requester says about the holder before an advisory lock is taken away: has its
+/// process stopped, and would a second run (the old holder and the next one writing together)
+/// be acceptable? Nothing refuses an advisory lock's old holder, so these answers decide the
+/// rule (docs/locks.md, "The advisory rule"): when they say a double run is unsafe, the
+/// request needs a typed `statement` of why the release is still right, and only an incident
+/// commander may approve it. Recorded in the request and in both audit records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checklist {
+    pub holder_stopped: ChecklistAnswer,
+    pub double_run_acceptable: ChecklistAnswer,
+    /// Why the release is still right although the answers say a double run is unsafe
+    /// (`""`: none given).
+    pub statement: String,
+}
+
+impl Checklist {
+    /// The answers say the old holder may still run (stopped: not `yes`) and a double run is
+    /// not known to be acceptable (not `yes`). A checklist with neither question answered (an
+    /// API client that sends none, a request made before checklists) says nothing: it is
+    /// recorded and shown as not answered.
+    pub fn says_double_run_unsafe(&self) -> bool {
+        let answered = self.holder_stopped != ChecklistAnswer::Unanswered
+            || self.double_run_acceptable != ChecklistAnswer::Unanswered;
+        answered
+            && self.double_run_acceptable != ChecklistAnswer::Yes
+            && self.holder_stopped != ChecklistAnswer::Yes
+    }
+
+    /// Whether anything was answered or said.
+    pub fn is_empty(&self) -> bool {
+        *self == Checklist::default()
+    }
+}
+
 /// A pending force-release request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForceReleaseRequest {
@@ -43,6 +103,10 @@ pub struct ForceReleaseRequest {
     pub requester_roles: BTreeSet<Role>,
     pub reason: String,
     pub revoke_session: bool,
+    /// The requester's answers (empty in requests made before checklists were kept).
+    pub checklist: Checklist,
+    /// Who the holder said it was when the request was made (name, host, pid, principal).
+    pub holder_identity: super::command::Identity,
     /// The class's fenced flag when the request was made. The approval is refused if the class's
     /// kind is different when approved; the approver must acknowledge it.
     pub fenced: bool,
@@ -147,12 +211,17 @@ impl LockStateMachine {
         namespace: String,
         (key, expected_token, holder): (String, Token, Option<SessionId>),
         reason: String,
-        revoke_session: bool,
+        (revoke_session, checklist): (bool, Checklist),
     ) -> Result<Reply, LockError> {
         require_role(&actor, "request a force-release")?;
         validate_namespace(&namespace)?;
         validate_key(&key)?;
         check_reason(&reason)?;
+        check_len(
+            "checklist.statement",
+            &checklist.statement,
+            STATEMENT_LEN_MAX,
+        )?;
         let entry = self
             .namespaces
             .get(namespace.as_str())
@@ -162,6 +231,17 @@ impl LockStateMachine {
         };
         let hold = named_hold(entry, &namespace, &key, expected_token, holder)?;
         let fenced = self.class_of(&namespace, &key).fenced;
+        // The advisory rule: nothing refuses an advisory lock's old holder, so when the
+        // requester's own answers say a double run is unsafe, the request must say why the
+        // release is still right (and only an incident commander approves it, below).
+        if !fenced && checklist.says_double_run_unsafe() && checklist.statement.trim().is_empty() {
+            return Err(LockError::AdvisoryStatementRequired {
+                namespace,
+                key,
+                holder_stopped: checklist.holder_stopped.word(),
+                double_run_acceptable: checklist.double_run_acceptable.word(),
+            });
+        }
         // One approvable request per hold: a second one would let two approvers act on two
         // different statements. A pending request whose holder, token or class kind changed can
         // no longer be approved and does not block a new one.
@@ -187,7 +267,15 @@ impl LockStateMachine {
         let safety = ClassSpec::safety_statement(fenced);
         let id = ForceReleaseId(self.revision.0);
         let expires_at = self.time.add_ms(self.config.force_release_ttl_ms);
+        let holder_identity = self
+            .sessions
+            .get(&hold.session)
+            .expect("a holder's session is live")
+            .identity
+            .clone();
         self.audit.push(AuditRecord {
+            checklist: Some(checklist.clone()),
+            holder: Some(holder_identity.clone()),
             actor_roles: actor.roles.clone(),
             requester: actor.principal.clone(),
             requester_roles: actor.roles.clone(),
@@ -213,6 +301,8 @@ impl LockStateMachine {
             requester_roles: actor.roles,
             reason,
             revoke_session,
+            checklist,
+            holder_identity,
             fenced,
             safety,
             requested_at: self.time,
@@ -286,6 +376,15 @@ impl LockStateMachine {
                 acknowledged: acknowledged_fenced,
             });
         }
+        if !fenced
+            && request.checklist.says_double_run_unsafe()
+            && !actor.roles.contains(&Role::IncidentCommander)
+        {
+            return Err(LockError::IncidentCommanderRequired {
+                id,
+                principal: actor.principal,
+            });
+        }
         let request = self.force_releases.remove(id);
         let (namespace, key) = (request.namespace.as_str(), request.key.as_str());
         let next = if request.revoke_session {
@@ -350,6 +449,8 @@ impl LockStateMachine {
             actor_roles: actor.roles.clone(),
             requester: request.requester.clone(),
             requester_roles: request.requester_roles.clone(),
+            checklist: Some(request.checklist.clone()),
+            holder: Some(request.holder_identity.clone()),
             floor: Some(floor),
             next,
             revoke_session: Some(request.revoke_session),

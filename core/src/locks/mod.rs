@@ -61,7 +61,10 @@ pub use command::{
 };
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
-pub use force_release::{ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX};
+pub use force_release::{
+    Checklist, ChecklistAnswer, ForceReleaseRequest, FORCE_RELEASE_ROLES, REASON_LEN_MAX,
+    STATEMENT_LEN_MAX,
+};
 pub use history::EventHistory;
 pub use ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
 pub use names::{
@@ -261,12 +264,13 @@ impl LockStateMachine {
                 holder,
                 reason,
                 revoke_session,
+                checklist,
             } => self.apply_request_force_release(
                 actor,
                 namespace,
                 (key, expected_token, holder),
                 reason,
-                revoke_session,
+                (revoke_session, checklist),
             ),
             Command::ApproveForceRelease {
                 actor,

@@ -236,6 +236,57 @@ impl LockStateMachine {
             .collect()
     }
 
+    /// Every hold older than its class's max expected hold (`hold_ms_max_expected`; classes
+    /// without one never count), furthest over its threshold first (then by namespace, key and
+    /// session, so the order is the same on every replica). At most `per_namespace_max` per
+    /// namespace and `limit` in all: these are the holds that page (`picket_overdue_hold_seconds`)
+    /// and that the console's overview lists, each on its own, whatever else its namespace holds.
+    ///
+    /// Cost: per namespace, the holds older than its smallest threshold (holds are kept oldest
+    /// first, so the scan stops at the first hold younger than every threshold).
+    pub fn overdue_holds(
+        &self,
+        now: Instant,
+        per_namespace_max: usize,
+        limit: usize,
+    ) -> Vec<HoldInfo> {
+        let mut overdue = Vec::new();
+        for (namespace, ns) in &self.namespaces {
+            let threshold_min = std::iter::once(&self.default_class)
+                .chain(ns.classes.iter())
+                .map(|class| class.hold_ms_max_expected)
+                .filter(|ms| *ms > 0)
+                .min();
+            let Some(threshold_min) = threshold_min else {
+                continue; // no class of this namespace has a threshold
+            };
+            let mut in_namespace = Vec::new();
+            for (_, key, session) in &ns.holds_by_age {
+                let hold = &ns.locks[key].holders[session];
+                let held_for_ms = now.ms_since(hold.granted_at);
+                if held_for_ms <= threshold_min {
+                    break; // oldest first: no younger hold is over any threshold
+                }
+                let threshold = self.class_of(namespace, key).hold_ms_max_expected;
+                if threshold > 0 && held_for_ms > threshold {
+                    in_namespace.push(self.hold_info(namespace, key, hold, now));
+                }
+            }
+            in_namespace.sort_by_key(|h| std::cmp::Reverse(h.held_for_ms - h.hold_ms_max_expected));
+            in_namespace.truncate(per_namespace_max);
+            overdue.extend(in_namespace);
+        }
+        overdue.sort_by(|a, b| {
+            (b.held_for_ms - b.hold_ms_max_expected)
+                .cmp(&(a.held_for_ms - a.hold_ms_max_expected))
+                .then_with(|| a.namespace.cmp(&b.namespace))
+                .then_with(|| a.key.cmp(&b.key))
+                .then_with(|| a.session.cmp(&b.session))
+        });
+        overdue.truncate(limit);
+        overdue
+    }
+
     /// Every live session, by id. A new leader gives each a full TTL from its takeover.
     pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
         self.sessions

@@ -79,7 +79,7 @@ use crate::paxos::{
 use crate::time::Instant;
 
 use leases::Leases;
-pub use query::{Answer, Query};
+pub use query::{Answer, Query, OVERDUE_HOLDS_MAX, OVERDUE_HOLDS_PER_NAMESPACE_MAX};
 use waits::{waited_key, Hold, PendingWaits};
 
 /// Expired sessions proposed in one command at most.

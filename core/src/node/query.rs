@@ -8,6 +8,12 @@ use crate::time::Instant;
 
 use super::leases::Leases;
 
+/// At most this many holds over their class's max expected hold are answered per namespace
+/// (the furthest over first), so one namespace full of stuck holds cannot hide another's.
+pub const OVERDUE_HOLDS_PER_NAMESPACE_MAX: usize = 20;
+/// At most this many holds over their class's max expected hold are answered in all.
+pub const OVERDUE_HOLDS_MAX: usize = 1_000;
+
 /// A question about the lock state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Query {
@@ -25,7 +31,13 @@ pub enum Query {
 pub enum Answer {
     Key(Box<Result<KeyInfo, LockError>>),
     Holds(Result<Vec<HoldInfo>, LockError>),
-    LongestHolds(Vec<HoldInfo>),
+    /// The oldest hold of each namespace, and every hold over its class's max expected hold
+    /// ([`LockStateMachine::overdue_holds`], bounded by [`OVERDUE_HOLDS_PER_NAMESPACE_MAX`] and
+    /// [`OVERDUE_HOLDS_MAX`]).
+    LongestHolds {
+        longest: Vec<HoldInfo>,
+        overdue: Vec<HoldInfo>,
+    },
     Sessions(Vec<SessionInfo>),
     Classes(Result<Vec<ClassSpec>, LockError>),
     Audit(AuditPage),
@@ -66,9 +78,12 @@ pub(crate) fn answer(
             Answer::Holds(holds)
         }
         Query::LongestHolds => {
-            let mut holds = sm.longest_holds(now);
-            holds.iter_mut().for_each(|h| fill(h, leases, now));
-            Answer::LongestHolds(holds)
+            let mut longest = sm.longest_holds(now);
+            longest.iter_mut().for_each(|h| fill(h, leases, now));
+            let mut overdue =
+                sm.overdue_holds(now, OVERDUE_HOLDS_PER_NAMESPACE_MAX, OVERDUE_HOLDS_MAX);
+            overdue.iter_mut().for_each(|h| fill(h, leases, now));
+            Answer::LongestHolds { longest, overdue }
         }
         Query::Sessions => Answer::Sessions(sm.sessions().collect()),
         Query::Classes { namespace } => Answer::Classes(sm.classes(namespace)),

@@ -206,6 +206,18 @@ impl proto::AcquireRequest {
                 "set without wait_ms: a try (wait_ms = 0) does not wait",
             ));
         }
+        // Refused here, at the edge, so a malformed request changes nothing (the state machine
+        // refuses it too, as a command in the log, for commands that did not come through here).
+        if v.wait_timeout_ms > picket_core::locks::WAIT_TIMEOUT_MS_MAX {
+            return Err(ConvertError::new(
+                "acquire.wait_timeout_ms",
+                format!(
+                    "{} ms: at most {} ms (24 hours)",
+                    v.wait_timeout_ms,
+                    picket_core::locks::WAIT_TIMEOUT_MS_MAX
+                ),
+            ));
+        }
         Ok(Command::Acquire {
             session,
             proof,
@@ -440,6 +452,15 @@ impl proto::RequestForceReleaseRequest {
         key(&self.key, "request_force_release.key")?;
         let token = nonzero(self.expected_token, "request_force_release.expected_token")?;
         reason(&self.reason, "request_force_release.reason")?;
+        if let Some(checklist) = &self.checklist {
+            let max = picket_core::locks::STATEMENT_LEN_MAX;
+            if checklist.statement.len() > max {
+                return Err(ConvertError::new(
+                    "request_force_release.checklist.statement",
+                    format!("{} bytes: at most {max}", checklist.statement.len()),
+                ));
+            }
+        }
         Ok(Command::RequestForceRelease {
             actor,
             namespace: self.namespace,
@@ -448,6 +469,10 @@ impl proto::RequestForceReleaseRequest {
             holder: (self.holder_session_id > 0).then_some(SessionId(self.holder_session_id)),
             reason: self.reason,
             revoke_session: self.revoke_session,
+            checklist: super::common::checklist_from_wire(
+                self.checklist,
+                "request_force_release.checklist",
+            )?,
         })
     }
 }
@@ -738,9 +763,10 @@ impl proto::LongestHoldsResponse {
         revision: Revision,
     ) -> Result<proto::LongestHoldsResponse, tonic::Status> {
         match answer {
-            Answer::LongestHolds(holds) => Ok(proto::LongestHoldsResponse {
+            Answer::LongestHolds { longest, overdue } => Ok(proto::LongestHoldsResponse {
                 revision: revision.0,
-                holds: holds.into_iter().map(Into::into).collect(),
+                holds: longest.into_iter().map(Into::into).collect(),
+                overdue: overdue.into_iter().map(Into::into).collect(),
             }),
             other => Err(wrong_answer("LongestHolds", &other)),
         }

@@ -121,6 +121,7 @@ impl From<Command> for proto::Command {
                 holder,
                 reason,
                 revoke_session,
+                checklist,
             } => pc::Kind::RequestForceRelease(pc::RequestForceRelease {
                 actor: Some(actor.into()),
                 namespace,
@@ -129,6 +130,7 @@ impl From<Command> for proto::Command {
                 reason,
                 revoke_session,
                 holder_session_id: holder.map(|s| s.0),
+                checklist: super::common::checklist_to_wire(checklist),
             }),
             Command::ApproveForceRelease {
                 actor,
@@ -266,6 +268,10 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             holder: c.holder_session_id.map(SessionId),
             reason: c.reason,
             revoke_session: c.revoke_session,
+            checklist: super::common::checklist_from_wire(
+                c.checklist,
+                "request_force_release.checklist",
+            )?,
         },
         pc::Kind::ApproveForceRelease(c) => Command::ApproveForceRelease {
             actor: nested(c.actor, "approve_force_release.actor")?,

@@ -2,9 +2,9 @@
 //! records and watch events.
 
 use picket_core::locks::{
-    Actor, AuditAction, AuditRecord, ClassSpec, Event, EventKind, ForceReleaseId,
-    ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LockMode, LostHold, PendingForceRelease,
-    ReleaseCause, Revision, Role, SessionId, Token, WaiterInfo,
+    Actor, AuditAction, AuditRecord, Checklist, ChecklistAnswer, ClassSpec, Event, EventKind,
+    ForceReleaseId, ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LockMode, LostHold,
+    PendingForceRelease, ReleaseCause, Revision, Role, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
 use std::collections::BTreeSet;
@@ -255,6 +255,58 @@ impl TryFrom<proto::WaiterInfo> for WaiterInfo {
     }
 }
 
+/// The checklist on the wire; `None` for one with nothing answered or said (so records without
+/// one stay as they were).
+pub(crate) fn checklist_to_wire(v: Checklist) -> Option<proto::ForceReleaseChecklist> {
+    (!v.is_empty()).then(|| checklist_message(v))
+}
+
+/// The checklist as its message, whatever it holds.
+fn checklist_message(v: Checklist) -> proto::ForceReleaseChecklist {
+    let answer = |a: ChecklistAnswer| -> i32 {
+        (match a {
+            ChecklistAnswer::Unanswered => proto::ChecklistAnswer::Unspecified,
+            ChecklistAnswer::Yes => proto::ChecklistAnswer::Yes,
+            ChecklistAnswer::No => proto::ChecklistAnswer::No,
+            ChecklistAnswer::Unknown => proto::ChecklistAnswer::Unknown,
+        }) as i32
+    };
+    proto::ForceReleaseChecklist {
+        holder_stopped: answer(v.holder_stopped),
+        double_run_acceptable: answer(v.double_run_acceptable),
+        statement: v.statement,
+    }
+}
+
+/// The checklist from the wire (absent: nothing answered), naming a bad answer's field.
+pub(crate) fn checklist_from_wire(
+    v: Option<proto::ForceReleaseChecklist>,
+    field: &str,
+) -> Result<Checklist, ConvertError> {
+    let Some(v) = v else {
+        return Ok(Checklist::default());
+    };
+    let answer = |value: i32, name: &str| -> Result<ChecklistAnswer, ConvertError> {
+        Ok(match proto::ChecklistAnswer::try_from(value) {
+            Ok(proto::ChecklistAnswer::Unspecified) => ChecklistAnswer::Unanswered,
+            Ok(proto::ChecklistAnswer::Yes) => ChecklistAnswer::Yes,
+            Ok(proto::ChecklistAnswer::No) => ChecklistAnswer::No,
+            Ok(proto::ChecklistAnswer::Unknown) => ChecklistAnswer::Unknown,
+            Err(_) => {
+                return Err(ConvertError::new(
+                    &format!("{field}.{name}"),
+                    format!("unknown answer {value} (yes 1, no 2, unknown 3)"),
+                ))
+            }
+        })
+    };
+    Ok(Checklist {
+        holder_stopped: answer(v.holder_stopped, "holder_stopped")?,
+        double_run_acceptable: answer(v.double_run_acceptable, "double_run_acceptable")?,
+        statement: v.statement,
+    })
+}
+
 impl From<ForceReleaseRequest> for proto::ForceReleaseInfo {
     fn from(v: ForceReleaseRequest) -> Self {
         proto::ForceReleaseInfo {
@@ -273,6 +325,9 @@ impl From<ForceReleaseRequest> for proto::ForceReleaseInfo {
             requester_roles: roles_to_wire(v.requester_roles),
             holder_changed: false,
             fenced_now: None,
+            checklist: checklist_to_wire(v.checklist),
+            holder_identity: (v.holder_identity != Identity::default())
+                .then(|| v.holder_identity.into()),
         }
     }
 }
@@ -290,6 +345,12 @@ impl TryFrom<proto::ForceReleaseInfo> for ForceReleaseRequest {
             requester_roles: roles_from_wire(v.requester_roles, "requester_roles")?,
             reason: v.reason,
             revoke_session: v.revoke_session,
+            checklist: checklist_from_wire(v.checklist, "checklist")?,
+            holder_identity: v
+                .holder_identity
+                .map(Identity::try_from)
+                .transpose()?
+                .unwrap_or_default(),
             // The statement is a function of the flag: derived, so it is always the current text.
             safety: ClassSpec::safety_statement(v.fenced),
             fenced: v.fenced,
@@ -428,6 +489,8 @@ impl From<AuditRecord> for proto::AuditRecord {
             permits: v.permits.map(|(_, permits)| permits),
             slot: v.slot,
             membership: v.membership,
+            checklist: v.checklist.map(checklist_message),
+            holder: v.holder.map(Into::into),
         }
     }
 }
@@ -456,6 +519,11 @@ impl TryFrom<proto::AuditRecord> for AuditRecord {
             permits: v.previous_permits.zip(v.permits),
             slot: v.slot,
             membership: v.membership,
+            checklist: v
+                .checklist
+                .map(|c| checklist_from_wire(Some(c), "checklist"))
+                .transpose()?,
+            holder: v.holder.map(Identity::try_from).transpose()?,
         })
     }
 }

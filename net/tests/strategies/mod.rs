@@ -184,10 +184,17 @@ pub fn command() -> impl Strategy<Value = Command> {
             text(),
             token(),
             option::of(session()),
-            (text(), any::<bool>())
+            (text(), any::<bool>(), checklist())
         )
             .prop_map(
-                |(actor, namespace, key, expected_token, holder, (reason, revoke_session))| {
+                |(
+                    actor,
+                    namespace,
+                    key,
+                    expected_token,
+                    holder,
+                    (reason, revoke_session, checklist),
+                )| {
                     Command::RequestForceRelease {
                         actor,
                         namespace,
@@ -196,6 +203,7 @@ pub fn command() -> impl Strategy<Value = Command> {
                         holder,
                         reason,
                         revoke_session,
+                        checklist,
                     }
                 }
             ),
@@ -378,6 +386,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
             option::of(any::<u32>()),
             text(),
         ),
+        (option::of(checklist()), option::of(identity())),
     )
         .prop_map(
             |(
@@ -387,6 +396,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                 (actor_roles, requester, requester_roles),
                 (floor, next, revoke_session),
                 (permits, slot, membership),
+                (checklist, holder),
             )| {
                 AuditRecord {
                     revision: Revision(revision),
@@ -409,6 +419,8 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     permits,
                     slot,
                     membership,
+                    checklist,
+                    holder,
                 }
             },
         )
@@ -419,12 +431,14 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
         (any::<u64>(), text(), text(), session(), token()),
         (text(), text(), any::<bool>(), any::<bool>()),
         (instant(), instant(), roles()),
+        (checklist(), identity()),
     )
         .prop_map(
             |(
                 (id, namespace, key, holder, token),
                 (requester, reason, revoke_session, fenced),
                 (requested_at, expires_at, requester_roles),
+                (checklist, holder_identity),
             )| ForceReleaseRequest {
                 id: ForceReleaseId(id),
                 namespace,
@@ -435,6 +449,8 @@ pub fn force_release() -> impl Strategy<Value = ForceReleaseRequest> {
                 requester_roles,
                 reason,
                 revoke_session,
+                checklist,
+                holder_identity,
                 fenced,
                 safety: ClassSpec::safety_statement(fenced),
                 requested_at,
@@ -890,4 +906,22 @@ pub mod paxos {
                 .prop_map(|(nonce, promised)| Message::FenceAck { nonce, promised }),
         ]
     }
+}
+
+/// A force-release checklist: every answer, with or without a statement.
+pub fn checklist() -> impl Strategy<Value = picket_core::locks::Checklist> {
+    use picket_core::locks::{Checklist, ChecklistAnswer};
+    let answer = prop_oneof![
+        Just(ChecklistAnswer::Unanswered),
+        Just(ChecklistAnswer::Yes),
+        Just(ChecklistAnswer::No),
+        Just(ChecklistAnswer::Unknown),
+    ];
+    (answer.clone(), answer, text()).prop_map(
+        |(holder_stopped, double_run_acceptable, statement)| Checklist {
+            holder_stopped,
+            double_run_acceptable,
+            statement,
+        },
+    )
 }

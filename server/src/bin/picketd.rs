@@ -80,6 +80,11 @@ mod real {
             /// `picketd dev-token` mints tokens with them.
             #[arg(long)]
             oidc: bool,
+            /// The Alertmanager the console reads Picket's firing alerts from (its overview
+            /// and verify pages), e.g. http://127.0.0.1:9093 (`[console] alertmanager_url` of a
+            /// real cluster). Without it those panels say the alert state is unknown here.
+            #[arg(long, value_name = "URL")]
+            alertmanager_url: Option<String>,
         },
         /// Start one more local replica that joins a running `picketd dev` cluster, to try
         /// membership changes (add it, promote it, remove it; docs/operations.md).
@@ -93,9 +98,11 @@ mod real {
             /// Its node id: 4..=9.
             #[arg(long)]
             id: u64,
-            /// The data directory of `picketd dev`.
-            #[arg(long, default_value = "./picket-dev-data")]
-            data_dir: PathBuf,
+            /// The data directory of `picketd dev` (its data goes in DATA_DIR/node-ID).
+            /// Default: the running dev cluster's, as member 1's /healthz names it, so the new
+            /// replica's data lands beside the cluster's wherever this is run from.
+            #[arg(long)]
+            data_dir: Option<PathBuf>,
             /// As `picketd dev --oidc`: verify admin calls' tokens from the dev issuer.
             #[arg(long)]
             oidc: bool,
@@ -154,8 +161,15 @@ mod real {
                     data_dir,
                     fresh,
                     oidc,
-                } => dev(data_dir, fresh, oidc).await,
-                Command::DevJoin { id, data_dir, oidc } => dev_join(data_dir, id, oidc).await,
+                    alertmanager_url,
+                } => dev(data_dir, fresh, oidc, alertmanager_url).await,
+                Command::DevJoin { id, data_dir, oidc } => {
+                    let data_dir = match data_dir {
+                        Some(dir) => dir,
+                        None => running_dev_data_dir().await?,
+                    };
+                    dev_join(data_dir, id, oidc).await
+                }
                 Command::DevToken {
                     data_dir,
                     principal,
@@ -258,14 +272,24 @@ mod real {
         Ok(())
     }
 
-    async fn dev(data_dir: PathBuf, fresh: bool, oidc: bool) -> Result<(), String> {
+    async fn dev(
+        data_dir: PathBuf,
+        fresh: bool,
+        oidc: bool,
+        alertmanager_url: Option<String>,
+    ) -> Result<(), String> {
+        if let Some(url) = &alertmanager_url {
+            picket_server::config::check_base_url("--alertmanager-url", url)
+                .map_err(|e| e.to_string())?;
+        }
         if fresh && data_dir.exists() {
             std::fs::remove_dir_all(&data_dir)
                 .map_err(|e| format!("--fresh: cannot remove {}: {e}", data_dir.display()))?;
         }
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
-        let options = dev_options(&data_dir, oidc)?;
+        let mut options = dev_options(&data_dir, oidc)?;
+        options.console.alertmanager_url = alertmanager_url;
         let oidc = options.oidc.is_some();
         let cluster = DevCluster::start_with(options)
             .await
@@ -294,6 +318,38 @@ mod real {
             oidc,
             ..DevOptions::default()
         })
+    }
+
+    /// The data directory of the `picketd dev` cluster running on this machine: member 1's
+    /// `/healthz` names its storage directory, `<data_dir>/node-1/replica-<generation>`.
+    async fn running_dev_data_dir() -> Result<PathBuf, String> {
+        let (_, _, http) = DevPorts::of_member(1);
+        let url = format!("http://127.0.0.1:{http}/healthz");
+        let cannot = |why: String| {
+            format!(
+                "no running `picketd dev` answered at {url} ({why}): start it first, or name its \
+                 data directory with --data-dir"
+            )
+        };
+        let text = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| cannot(e.to_string()))?
+            .text()
+            .await
+            .map_err(|e| cannot(e.to_string()))?;
+        let health: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| cannot(e.to_string()))?;
+        let storage = health["storage"]["generation_dir"]
+            .as_str()
+            .ok_or_else(|| cannot("its /healthz names no storage directory".to_owned()))?;
+        let data_dir = std::path::Path::new(storage)
+            .parent()
+            .and_then(std::path::Path::parent)
+            .ok_or_else(|| cannot(format!("{storage} is not <data_dir>/node-1/replica-N")))?;
+        Ok(data_dir.to_path_buf())
     }
 
     async fn dev_join(data_dir: PathBuf, id: u64, oidc: bool) -> Result<(), String> {
@@ -376,8 +432,10 @@ mod real {
         println!("  picketctl cluster status");
         println!("  picketd dev-join --id 4        # one more replica, to try membership changes");
         if !oidc {
-            println!("  picketctl --principal alice --roles on-call force-release request orders invoice/42 --token <TOKEN> --reason 'stuck, INC-7'");
-            println!("  picketctl --principal bob --roles on-call force-release approve <ID> --ack fenced");
+            println!("  picketctl --principal alice --roles picket-operator force-release request orders invoice/42 --token <TOKEN> --reason 'stuck, INC-7' --holder-stopped yes --double-run-acceptable no   # orders is advisory here: answer the checklist");
+            println!(
+                "  picketctl --principal bob --roles picket-operator force-release approve <ID>   # types the key's kind"
+            );
             println!("  picketctl audit");
         }
         println!();

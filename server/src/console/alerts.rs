@@ -169,7 +169,7 @@ mod tests {
     #[test]
     fn only_pickets_alerts_are_read_with_their_state_in_words() {
         let list = serde_json::json!([
-            {"labels": {"alertname": "PicketLongestHoldAboveClassMax", "namespace": "orders",
+            {"labels": {"alertname": "PicketHoldAboveClassMax", "namespace": "orders",
                         "key": "ledger/17", "severity": "page"},
              "annotations": {"summary": "Lock orders/ledger/17 has been held for 4m"},
              "startsAt": "2026-12-02T00:10:11.123456789Z",

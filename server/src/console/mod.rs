@@ -11,7 +11,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /console/` | overview: longest hold per namespace against its class, pending requests, the replicas |
+//! | `GET /console/` | overview: every hold over its class's max expected hold, the longest hold per namespace, pending requests, the replicas |
 //! | `GET /console/signin`, `POST` | sign-in: to the issuer with `[oidc.console]` ([`oidc`]); `picketd dev`: the insecure dev sign-in |
 //! | `GET /console/oidc/callback` | the issuer's answer: the code exchanged, the tokens verified, signed in |
 //! | `POST /console/signout` | sign-out |
@@ -60,7 +60,7 @@ use view::{key_href, ClassView, KeyView, PendingView};
 pub const DEV_ROLES: [(&str, &str); 3] = [
     (
         "picket-operator",
-        "on-call: request, approve and deny force-releases",
+        "operator (on-call): request, approve and deny force-releases",
     ),
     (
         "picket-incident-commander",
@@ -280,6 +280,8 @@ struct NamespaceView {
 struct OverviewPage {
     who: Option<Who>,
     revision: u64,
+    /// Every hold over its class's max expected hold, furthest over first: the ones that page.
+    overdue: Vec<NamespaceView>,
     namespaces: Vec<NamespaceView>,
     pending: Vec<PendingView>,
     replicas: Vec<ReplicaView>,
@@ -803,6 +805,7 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
     let mut page = OverviewPage {
         who: Some(Who::of(&user)),
         revision: 0,
+        overdue: Vec::new(),
         namespaces: Vec::new(),
         pending: Vec::new(),
         replicas,
@@ -817,25 +820,11 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
     match longest {
         Ok(answer) => {
             page.revision = answer.revision;
+            for hold in &answer.overdue {
+                page.overdue.push(hold_row(&user, hold).await);
+            }
             for hold in &answer.holds {
-                let inspected = inspect(&user, &hold.namespace, &hold.key).await.ok();
-                let holder = view::HolderView::of(hold);
-                page.namespaces.push(NamespaceView {
-                    namespace: hold.namespace.clone(),
-                    key: hold.key.clone(),
-                    href: key_href(&hold.namespace, &hold.key),
-                    holder: format!("{} on {} (pid {})", holder.name, holder.host, holder.pid),
-                    held_for: holder.held_for,
-                    threshold: ClassView::threshold_words(hold.hold_ms_max_expected),
-                    over: holder.over,
-                    queue_depth: inspected.as_ref().map_or(0, |k| k.queue_depth),
-                    kind: view::kind_word(
-                        inspected
-                            .as_ref()
-                            .and_then(|k| k.class.as_ref())
-                            .is_some_and(|c| c.fenced),
-                    ),
-                });
+                page.namespaces.push(hold_row(&user, hold).await);
             }
         }
         Err(error) => page.error = Some(Refused::of(&error)),
@@ -848,6 +837,29 @@ async fn overview(State(console): State<Console>, headers: HeaderMap) -> Respons
         page.pending = listed.requests.iter().map(PendingView::of).collect();
     }
     render(&page, StatusCode::OK)
+}
+
+/// One row of the overview's hold tables, with the key's class kind and queue from its
+/// inspection.
+async fn hold_row(user: &SignedIn, hold: &proto::HoldInfo) -> NamespaceView {
+    let inspected = inspect(user, &hold.namespace, &hold.key).await.ok();
+    let holder = view::HolderView::of(hold);
+    NamespaceView {
+        namespace: hold.namespace.clone(),
+        key: hold.key.clone(),
+        href: key_href(&hold.namespace, &hold.key),
+        holder: format!("{} on {} (pid {})", holder.name, holder.host, holder.pid),
+        held_for: holder.held_for,
+        threshold: ClassView::threshold_words(hold.hold_ms_max_expected),
+        over: holder.over,
+        queue_depth: inspected.as_ref().map_or(0, |k| k.queue_depth),
+        kind: view::kind_word(
+            inspected
+                .as_ref()
+                .and_then(|k| k.class.as_ref())
+                .is_some_and(|c| c.fenced),
+        ),
+    }
 }
 
 #[derive(Deserialize)]
@@ -906,6 +918,7 @@ struct RequestForm {
     revoke: bool,
     stopped: String,
     double_run: String,
+    statement: String,
 }
 
 async fn key_page(
@@ -1003,6 +1016,9 @@ struct RequestFields {
     /// Advisory checklist: `yes`, `no` or `unknown`.
     #[serde(default)]
     stopped: String,
+    /// Why the release is still right when the answers say a double run is unsafe.
+    #[serde(default)]
+    statement: String,
     #[serde(default)]
     double_run: String,
 }
@@ -1014,13 +1030,18 @@ fn recorded_reason(fields: &RequestFields, fenced: bool) -> String {
     if !fields.incident.trim().is_empty() {
         reason.push_str(&format!(" [incident {}]", fields.incident.trim()));
     }
-    if !fenced {
-        reason.push_str(&format!(
-            " [advisory checklist: holder stopped: {}; double run acceptable: {}]",
-            fields.stopped, fields.double_run
-        ));
-    }
+    let _ = fenced; // the checklist travels as its own fields (`proto::ForceReleaseChecklist`)
     reason
+}
+
+/// The form's checklist answer (`yes`, `no`, `unknown`; anything else: not answered).
+fn answer_of(text: &str) -> i32 {
+    (match text {
+        "yes" => proto::ChecklistAnswer::Yes,
+        "no" => proto::ChecklistAnswer::No,
+        "unknown" => proto::ChecklistAnswer::Unknown,
+        _ => proto::ChecklistAnswer::Unspecified,
+    }) as i32
 }
 
 async fn request(
@@ -1054,6 +1075,7 @@ async fn request(
         revoke: fields.revoke.is_some(),
         stopped: fields.stopped.clone(),
         double_run: fields.double_run.clone(),
+        statement: fields.statement.clone(),
     };
     let page = |k: KeyView, form: RequestForm, error: Refused, status: StatusCode| {
         render(&key_page_of(&user, k, form, Some(error)), status)
@@ -1105,6 +1127,14 @@ async fn request(
             reason,
             revoke_session: fields.revoke.is_some(),
             holder_session_id: session,
+            checklist: Some(proto::ForceReleaseChecklist {
+                holder_stopped: answer_of(&fields.stopped),
+                double_run_acceptable: answer_of(&fields.double_run),
+                statement: fields.statement.trim().to_owned(),
+            })
+            .filter(|c| {
+                c.holder_stopped != 0 || c.double_run_acceptable != 0 || !c.statement.is_empty()
+            }),
         })
         .await;
     match requested {
@@ -1307,14 +1337,18 @@ async fn approve(
         .await;
     match approved {
         Ok(answer) => {
-            let mut lines = vec![
+            let mut lines = vec![if answer.fenced {
                 format!(
-                    "Released token {} of this {} lock; the key's floor is now {}: every token below it is refused by a fencing resource.",
-                    answer.released_token,
-                    view::kind_word(answer.fenced).to_lowercase(),
-                    answer.floor
-                ),
-            ];
+                    "Released token {} of this fenced lock; the key's floor is now {}: every token below it is refused by the fencing resource.",
+                    answer.released_token, answer.floor
+                )
+            } else {
+                // An advisory lock's resource checks no token: claim no fencing.
+                format!(
+                    "Released token {} of this ADVISORY lock (the key's floor is now {}). Nothing refuses the old holder's writes: if it is still running, two writers may act at once. Confirm with the class owner that the old process is gone, and check the resource for a double write.",
+                    answer.released_token, answer.floor
+                )
+            }];
             match answer.next {
                 Some(next) => lines.push(format!(
                     "The next waiter, session {}, holds it now with token {}.",
@@ -1437,10 +1471,17 @@ mod tests {
             revoke: Some("on".into()),
             stopped: "yes".into(),
             double_run: "no".into(),
+            statement: String::new(),
         };
+        // The checklist travels as its own fields, not in the reason.
         assert_eq!(
             recorded_reason(&fields, false),
-            "worker wedged [incident INC-42] [advisory checklist: holder stopped: yes; double run acceptable: no]"
+            "worker wedged [incident INC-42]"
+        );
+        assert_eq!(answer_of("unknown"), proto::ChecklistAnswer::Unknown as i32);
+        assert_eq!(
+            answer_of("maybe"),
+            proto::ChecklistAnswer::Unspecified as i32
         );
         assert_eq!(
             recorded_reason(&fields, true),

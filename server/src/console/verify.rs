@@ -75,6 +75,8 @@ pub struct LogRow {
 /// The queue's depth after one revision of the key's log.
 pub struct QueuePoint {
     pub revision: u64,
+    /// Log time (ms since the Unix epoch) of the revision; the chart's x.
+    pub time_ms: u64,
     pub time: String,
     pub depth: u64,
     pub what: String,
@@ -233,7 +235,10 @@ async fn gather(
     );
     let (told, alerts) = tokio::join!(told, alerts);
     let events: Vec<&proto::Event> = log.events.iter().collect();
-    let chart = QueueChart::of(&events, log.complete, &k);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let chart = QueueChart::of(&events, log.complete, &k, now_ms);
     let rows = events.iter().rev().take(LOG_ROWS_SHOWN).rev();
     let key_alerts = alerts
         .of_key(namespace, key)
@@ -447,7 +452,7 @@ impl QueueChart {
     /// The queue's depth after each revision of `events` (oldest first): a `queued` event adds
     /// its session to the waiters, a grant or a removed wait takes it out. The last point is
     /// the key's queue as `Admin.Inspect` answers it now, `k`.
-    fn of(events: &[&proto::Event], complete: bool, k: &KeyView) -> QueueChart {
+    fn of(events: &[&proto::Event], complete: bool, k: &KeyView, now_ms: u64) -> QueueChart {
         use proto::event::Kind;
         let mut waiting = BTreeSet::new();
         let mut points: Vec<QueuePoint> = Vec::new();
@@ -485,6 +490,7 @@ impl QueueChart {
                 }
                 _ => points.push(QueuePoint {
                     revision: event.revision,
+                    time_ms: event.time_ms,
                     time: utc(event.time_ms),
                     depth,
                     what,
@@ -502,8 +508,10 @@ impl QueueChart {
         } else {
             String::new()
         };
+        let last_ms = points.last().map_or(0, |p| p.time_ms);
         points.push(QueuePoint {
             revision: k.revision,
+            time_ms: now_ms.max(last_ms),
             time: "now".to_owned(),
             depth: k.queue_depth,
             what: "the key as Admin.Inspect reads it now".to_owned(),
@@ -543,8 +551,22 @@ impl QueueChart {
 fn geometry(points: &[QueuePoint], depth_max: u64) -> (String, Vec<(u32, u32, String)>) {
     let plot_width = CHART_WIDTH - CHART_LEFT - 10;
     let plot_height = CHART_HEIGHT - CHART_TOP - CHART_BOTTOM;
-    let steps = u32::try_from(points.len().saturating_sub(1).max(1)).unwrap_or(u32::MAX);
-    let x = |i: usize| CHART_LEFT + plot_width * u32::try_from(i).unwrap_or(0) / steps;
+    // x is log time, so three stuck minutes look wider than six seconds; points all at one
+    // time fall back to even spacing.
+    let first_ms = points.first().map_or(0, |p| p.time_ms);
+    let span_ms = points
+        .last()
+        .map_or(0, |p| p.time_ms)
+        .saturating_sub(first_ms);
+    let steps = u64::try_from(points.len().saturating_sub(1).max(1)).unwrap_or(u64::MAX);
+    let x = |i: usize| {
+        let at = if span_ms == 0 {
+            u64::from(plot_width) * u64::try_from(i).unwrap_or(0) / steps
+        } else {
+            u64::from(plot_width) * points[i].time_ms.saturating_sub(first_ms) / span_ms
+        };
+        CHART_LEFT + u32::try_from(at).unwrap_or(plot_width)
+    };
     let y = |depth: u64| {
         let up = u64::from(plot_height) * depth.min(depth_max) / depth_max;
         CHART_TOP + plot_height - u32::try_from(up).unwrap_or(0)
@@ -556,7 +578,10 @@ fn geometry(points: &[QueuePoint], depth_max: u64) -> (String, Vec<(u32, u32, St
             line.push(format!("{},{}", x(i), y(points[i - 1].depth)));
         }
         line.push(format!("{},{}", x(i), y(point.depth)));
-        let label = format!("revision {}: {} waiting", point.revision, point.depth);
+        let label = format!(
+            "{}, revision {}: {} waiting",
+            point.time, point.revision, point.depth
+        );
         dots.push((x(i), y(point.depth), label));
     }
     (line.join(" "), dots)
@@ -741,7 +766,7 @@ mod tests {
             event(7, granted(3, 7)),
         ];
         let refs: Vec<&proto::Event> = events.iter().collect();
-        let chart = QueueChart::of(&refs, true, &key_now(8, 0));
+        let chart = QueueChart::of(&refs, true, &key_now(8, 0), 8_000);
         let depths: Vec<(u64, u64)> = chart.points.iter().map(|p| (p.revision, p.depth)).collect();
         assert_eq!(depths, [(3, 0), (4, 1), (5, 2), (6, 1), (7, 0), (8, 0)]);
         assert_eq!(chart.note, "");
@@ -753,12 +778,44 @@ mod tests {
         assert_eq!(release.next, "session 2 with token 6");
         assert!(release_of(&events, Some(8)).is_none());
         // A log that misses a waiter's arrival says so instead of drawing a false count.
-        let chart = QueueChart::of(&refs[4..], true, &key_now(8, 1));
+        let chart = QueueChart::of(&refs[4..], true, &key_now(8, 1), 8_000);
         assert!(
             chart.note.contains("differs from the queue now (1)"),
             "{}",
             chart.note
         );
+    }
+
+    /// The x-axis is log time: three stuck minutes look wider than six seconds.
+    #[test]
+    fn the_chart_plots_the_queue_over_time_not_over_revisions() {
+        use proto::event::Kind;
+        let queued = |session_id| {
+            Kind::Queued(proto::event::Queued {
+                session_id,
+                position: 1,
+                ..Default::default()
+            })
+        };
+        let mut events = vec![
+            event(3, queued(1)),
+            event(4, queued(2)),
+            event(5, queued(3)),
+        ];
+        events[0].time_ms = 0;
+        events[1].time_ms = 6_000; // six seconds later
+        events[2].time_ms = 186_000; // three minutes after that
+        let refs: Vec<&proto::Event> = events.iter().collect();
+        let chart = QueueChart::of(&refs, true, &key_now(6, 3), 186_000);
+        let xs: Vec<u32> = chart.dots.iter().map(|(x, _, _)| *x).collect();
+        assert_eq!(xs.len(), 4, "three events and now");
+        let (first, second, third) = (xs[0], xs[1], xs[2]);
+        assert!(
+            (third - second) > 20 * (second - first),
+            "3 minutes drawn wider than 6 s: {xs:?}"
+        );
+        assert_eq!(first, CHART_LEFT);
+        assert_eq!(xs[3], CHART_WIDTH - 10, "now at the right edge");
     }
 
     #[test]

@@ -169,11 +169,31 @@ pub struct PendingView {
     /// The class's kind now, when it is no longer the one of the request.
     pub kind_now_differs: bool,
     pub kind_now: &'static str,
+    /// The checklist answers as words ("not answered" when none was given).
+    pub holder_stopped: &'static str,
+    pub double_run_acceptable: &'static str,
+    pub statement: String,
+    /// Advisory, and the answers say a double run is unsafe: only an incident commander may
+    /// approve (docs/locks.md, "The advisory rule").
+    pub unsafe_advisory: bool,
+    /// Who the holder said it was at the request (`""`: not known).
+    pub holder_who: String,
+}
+
+/// A checklist answer as a word.
+pub fn answer_word(answer: i32) -> &'static str {
+    match proto::ChecklistAnswer::try_from(answer) {
+        Ok(proto::ChecklistAnswer::Yes) => "yes",
+        Ok(proto::ChecklistAnswer::No) => "no",
+        Ok(proto::ChecklistAnswer::Unknown) => "unknown",
+        _ => "not answered",
+    }
 }
 
 impl PendingView {
     pub fn of(request: &proto::ForceReleaseInfo) -> PendingView {
         let fenced_now = request.fenced_now.unwrap_or(request.fenced);
+        let checklist = request.checklist.clone().unwrap_or_default();
         PendingView {
             id: request.id,
             href: key_href(&request.namespace, &request.key),
@@ -194,6 +214,33 @@ impl PendingView {
             holder_changed: request.holder_changed,
             kind_now_differs: fenced_now != request.fenced,
             kind_now: kind_word(fenced_now),
+            holder_stopped: answer_word(checklist.holder_stopped),
+            double_run_acceptable: answer_word(checklist.double_run_acceptable),
+            statement: checklist.statement.clone(),
+            unsafe_advisory: !request.fenced && {
+                let yes = proto::ChecklistAnswer::Yes as i32;
+                let answered =
+                    checklist.holder_stopped != 0 || checklist.double_run_acceptable != 0;
+                answered
+                    && checklist.holder_stopped != yes
+                    && checklist.double_run_acceptable != yes
+            },
+            holder_who: request
+                .holder_identity
+                .as_ref()
+                .map_or_else(String::new, |i| {
+                    format!(
+                        "{} on {} (pid {}{})",
+                        i.name,
+                        i.host,
+                        i.pid,
+                        if i.principal.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", principal {}", i.principal)
+                        }
+                    )
+                }),
         }
     }
 }

@@ -6,10 +6,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use picket_core::locks::LockStateMachine;
+use picket_core::locks::{HoldInfo, LockStateMachine};
+use picket_core::node::{OVERDUE_HOLDS_MAX, OVERDUE_HOLDS_PER_NAMESPACE_MAX};
 use picket_core::time::Instant;
 
-use super::{LongestHold, NamespaceStats, NAMESPACES_MAX};
+use super::{NamespaceStats, PagedHold, NAMESPACES_MAX};
 
 /// Per namespace, at most this many held keys are inspected to sum their waiters; beyond it the
 /// `waiters` count is a lower bound. Keeps one refresh's work bounded (the driver's task runs it).
@@ -22,6 +23,9 @@ pub const WAITER_SCAN_KEYS_MAX: usize = 10_000;
 /// [`WAITER_SCAN_KEYS_MAX`] per namespace.
 pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceStats> {
     let mut stats = Vec::new();
+    let mut overdue = state.overdue_holds(now, OVERDUE_HOLDS_PER_NAMESPACE_MAX, OVERDUE_HOLDS_MAX);
+    // Grouped by namespace below, each group furthest over its threshold first.
+    overdue.sort_by(|a, b| a.namespace.cmp(&b.namespace));
     for oldest in state.longest_holds(now).into_iter().take(NAMESPACES_MAX) {
         let namespace = oldest.namespace.clone();
         let holds = state
@@ -44,26 +48,42 @@ pub fn namespace_stats(state: &LockStateMachine, now: Instant) -> Vec<NamespaceS
             };
             waiters += info.queue_depth;
             if is_oldest {
-                longest = Some(LongestHold {
-                    key: oldest.key.clone(),
-                    held_for: Duration::from_millis(oldest.held_for_ms),
-                    class: info.class.name.clone(),
-                    fenced: info.class.fenced,
-                    hold_max_expected: Duration::from_millis(info.class.hold_ms_max_expected),
-                    queue_depth: info.queue_depth,
-                    owner: info.class.owner.clone(),
-                    runbook_url: info.class.runbook_url.clone(),
-                });
+                longest = Some(paged_hold(&oldest, &info));
             }
         }
+        // A shared key's holders share its series: the one furthest over stands for it.
+        let mut overdue_keys: BTreeSet<&str> = BTreeSet::new();
+        let overdue_holds = overdue
+            .iter()
+            .filter(|hold| hold.namespace == namespace)
+            .filter(|hold| overdue_keys.insert(hold.key.as_str()))
+            .filter_map(|hold| {
+                let info = state.inspect(&namespace, &hold.key, now).ok()?;
+                Some(paged_hold(hold, &info))
+            })
+            .collect();
         stats.push(NamespaceStats {
             namespace,
             holds: holds.len(),
             waiters,
             longest_hold: longest,
+            overdue_holds,
         });
     }
     stats
+}
+
+fn paged_hold(hold: &HoldInfo, info: &picket_core::locks::KeyInfo) -> PagedHold {
+    PagedHold {
+        key: hold.key.clone(),
+        held_for: Duration::from_millis(hold.held_for_ms),
+        class: info.class.name.clone(),
+        fenced: info.class.fenced,
+        hold_max_expected: Duration::from_millis(info.class.hold_ms_max_expected),
+        queue_depth: info.queue_depth,
+        owner: info.class.owner.clone(),
+        runbook_url: info.class.runbook_url.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -215,7 +235,7 @@ mod tests {
         assert_eq!((orders.holds, orders.waiters), (2, 2));
         assert_eq!(
             orders.longest_hold,
-            Some(LongestHold {
+            Some(PagedHold {
                 key: "order/17".to_owned(),
                 held_for: Duration::from_secs(900),
                 class: "payments".to_owned(),
@@ -246,5 +266,133 @@ mod tests {
              fenced=\"true\"} 600.0\n"
         ));
         assert!(!text.contains("picket_longest_hold_threshold_seconds{namespace=\"billing\""));
+    }
+
+    fn put_class(sm: &mut LockStateMachine, ns: &str, name: &str, prefix: &str, hold_ms: u64) {
+        let mut class = ClassSpec::builtin_default(sm.config());
+        class.name = name.to_owned();
+        class.prefix = prefix.to_owned();
+        class.fenced = hold_ms > 0;
+        class.hold_ms_max_expected = hold_ms;
+        let put = sm.apply(
+            Instant::from_millis(1),
+            Command::PutClass {
+                actor: Actor::new("root", &[Role::ClassAdmin]),
+                namespace: ns.to_owned(),
+                class,
+            },
+        );
+        assert!(put.is_ok(), "{put:?}");
+    }
+
+    /// Issue 33: an older hold of a class without a threshold (a nightly job) hid a younger
+    /// fenced hold 7 minutes over its class's 30 s with a waiter queued. Every hold over its
+    /// threshold is exported on its own, whatever else its namespace holds.
+    #[test]
+    fn every_hold_over_its_class_threshold_is_exported_whatever_is_older() {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        put_class(&mut sm, "jobs", "batch", "nightly/", 0);
+        put_class(&mut sm, "jobs", "ledger", "ledger/", 30_000);
+        let [nightly, writer, second, waiter] =
+            ["nightly", "writer", "second", "waiter"].map(|name| session(&mut sm, 10, name));
+        acquire(&mut sm, 1_000, nightly, 1, "jobs", "nightly/run");
+        acquire(&mut sm, 60_000, writer, 1, "jobs", "ledger/a");
+        acquire(&mut sm, 61_000, waiter, 1, "jobs", "ledger/a"); // queued
+        acquire(&mut sm, 400_000, second, 1, "jobs", "ledger/b");
+        acquire(&mut sm, 470_000, second, 2, "jobs", "ledger/young"); // 20 s: under 30 s
+
+        let stats = namespace_stats(&sm, Instant::from_millis(490_000));
+        assert_eq!(stats.len(), 1);
+        let jobs = &stats[0];
+        assert_eq!(
+            jobs.longest_hold.as_ref().map(|h| h.key.as_str()),
+            Some("nightly/run"),
+            "the namespace's oldest hold, of a class without a threshold"
+        );
+        let overdue: Vec<(&str, u64, usize)> = jobs
+            .overdue_holds
+            .iter()
+            .map(|h| (h.key.as_str(), h.held_for.as_secs(), h.queue_depth))
+            .collect();
+        assert_eq!(
+            overdue,
+            [("ledger/a", 430, 1), ("ledger/b", 90, 0)],
+            "both holds over 30 s, furthest over first; nightly (no threshold) and ledger/young \
+             (under) are not"
+        );
+        assert!(jobs.overdue_holds.iter().all(|h| h.class == "ledger"
+            && h.fenced
+            && h.hold_max_expected == Duration::from_secs(30)));
+
+        let metrics = super::super::Metrics::with_external_url(Some("http://p:7480".to_owned()));
+        metrics.set_namespace_stats(&stats);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "picket_overdue_hold_seconds{namespace=\"jobs\",key=\"ledger/a\",\
+                 class=\"ledger\",fenced=\"true\",owner=\"\",\
+                 runbook_url=\"http://p:7480/runbooks/stuck-lock.md?namespace=jobs&key=ledger%2Fa\",\
+                 inspect_url=\"http://p:7480/v1/namespaces/jobs/locks/ledger%2Fa\",\
+                 console_url=\"http://p:7480/console/keys/jobs/ledger%2Fa\"} 430.0\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "picket_overdue_hold_threshold_seconds{namespace=\"jobs\",key=\"ledger/a\"} 30.0\n"
+        ));
+        assert!(text
+            .contains("picket_overdue_hold_queue_depth{namespace=\"jobs\",key=\"ledger/a\"} 1\n"));
+        assert!(text.contains("picket_overdue_hold_seconds{namespace=\"jobs\",key=\"ledger/b\","));
+        assert!(
+            !text.contains("picket_overdue_hold_seconds{namespace=\"jobs\",key=\"nightly/run\"")
+        );
+        assert!(!text.contains("key=\"ledger/young\""));
+
+        // Released: its series goes at the next refresh.
+        let token = sm
+            .inspect("jobs", "ledger/b", Instant::from_millis(491_000))
+            .unwrap()
+            .holder
+            .unwrap()
+            .token;
+        let released = sm.apply(
+            Instant::from_millis(491_000),
+            Command::Release {
+                session: second,
+                proof: SessionProof::legacy(),
+                request: RequestId(3),
+                namespace: "jobs".to_owned(),
+                key: "ledger/b".to_owned(),
+                token,
+            },
+        );
+        assert!(released.is_ok(), "{released:?}");
+        metrics.set_namespace_stats(&namespace_stats(&sm, Instant::from_millis(492_000)));
+        let text = metrics.encode();
+        assert!(!text.contains("key=\"ledger/b\""), "{text}");
+        assert!(text.contains("picket_overdue_hold_seconds{namespace=\"jobs\",key=\"ledger/a\","));
+    }
+
+    /// The bound: at most `OVERDUE_HOLDS_PER_NAMESPACE_MAX` per namespace, the furthest over.
+    #[test]
+    fn overdue_holds_are_bounded_per_namespace_furthest_over_first() {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        put_class(&mut sm, "jobs", "ledger", "", 1_000);
+        let n = OVERDUE_HOLDS_PER_NAMESPACE_MAX + 5;
+        for i in 0..n {
+            let s = session(&mut sm, 10, &format!("s{i}"));
+            acquire(&mut sm, 100 + i as u64, s, 1, "jobs", &format!("k{i:03}"));
+        }
+        let holds = sm.overdue_holds(
+            Instant::from_millis(60_000),
+            OVERDUE_HOLDS_PER_NAMESPACE_MAX,
+            OVERDUE_HOLDS_MAX,
+        );
+        assert_eq!(holds.len(), OVERDUE_HOLDS_PER_NAMESPACE_MAX);
+        let keys: Vec<String> = holds.iter().map(|h| h.key.clone()).collect();
+        let oldest: Vec<String> = (0..OVERDUE_HOLDS_PER_NAMESPACE_MAX)
+            .map(|i| format!("k{i:03}"))
+            .collect();
+        assert_eq!(keys, oldest);
     }
 }

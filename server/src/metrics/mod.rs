@@ -60,9 +60,10 @@ pub const NAMESPACES_MAX: usize = 10_000;
 /// caller probing random paths cannot grow the series without bound.
 pub const METHODS_MAX: usize = 128;
 
-/// The longest hold of a namespace.
+/// A hold with what a page about it needs: a namespace's longest hold, or a hold over its
+/// class's max expected hold.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LongestHold {
+pub struct PagedHold {
     pub key: String,
     pub held_for: Duration,
     /// The class of the key, its fenced flag and its max expected hold (zero: no threshold).
@@ -84,7 +85,10 @@ pub struct NamespaceStats {
     pub holds: usize,
     /// Waiters of all keys of the namespace.
     pub waiters: usize,
-    pub longest_hold: Option<LongestHold>,
+    pub longest_hold: Option<PagedHold>,
+    /// Every hold of the namespace over its class's max expected hold (one per key, the
+    /// furthest over first; at most `OVERDUE_HOLDS_PER_NAMESPACE_MAX`).
+    pub overdue_holds: Vec<PagedHold>,
 }
 
 /// The newest membership the log scheduled, as this replica knows it.
@@ -204,6 +208,9 @@ pub struct Metrics {
     longest_hold: Family<LongestHoldLabels, FloatGauge>,
     longest_hold_threshold: Family<ThresholdLabels, FloatGauge>,
     longest_hold_queue_depth: Family<KeyLabels, Gauge>,
+    overdue_hold: Family<LongestHoldLabels, FloatGauge>,
+    overdue_hold_threshold: Family<KeyLabels, FloatGauge>,
+    overdue_hold_queue_depth: Family<KeyLabels, Gauge>,
     holds: Family<NamespaceLabels, Gauge>,
     waiters: Family<NamespaceLabels, Gauge>,
     sessions: Gauge,
@@ -340,6 +347,24 @@ impl Metrics {
             "Waiters queued behind the namespace's oldest hold",
             longest_hold_queue_depth.clone(),
         );
+        let overdue_hold = Family::<LongestHoldLabels, FloatGauge>::default();
+        registry.register(
+            "picket_overdue_hold_seconds",
+            "Age of every hold older than its class's max expected hold (one series per key), with its class and links",
+            overdue_hold.clone(),
+        );
+        let overdue_hold_threshold = Family::<KeyLabels, FloatGauge>::default();
+        registry.register(
+            "picket_overdue_hold_threshold_seconds",
+            "Max expected hold of the class of each overdue hold (the alert threshold)",
+            overdue_hold_threshold.clone(),
+        );
+        let overdue_hold_queue_depth = Family::<KeyLabels, Gauge>::default();
+        registry.register(
+            "picket_overdue_hold_queue_depth",
+            "Waiters queued behind each overdue hold",
+            overdue_hold_queue_depth.clone(),
+        );
         let holds = Family::<NamespaceLabels, Gauge>::default();
         registry.register("picket_holds", "Keys held, per namespace", holds.clone());
         let waiters = Family::<NamespaceLabels, Gauge>::default();
@@ -448,6 +473,9 @@ impl Metrics {
             longest_hold,
             longest_hold_threshold,
             longest_hold_queue_depth,
+            overdue_hold,
+            overdue_hold_threshold,
+            overdue_hold_queue_depth,
             holds,
             waiters,
             sessions,
@@ -485,6 +513,9 @@ impl Metrics {
         self.longest_hold.clear();
         self.longest_hold_threshold.clear();
         self.longest_hold_queue_depth.clear();
+        self.overdue_hold.clear();
+        self.overdue_hold_threshold.clear();
+        self.overdue_hold_queue_depth.clear();
         self.holds.clear();
         self.waiters.clear();
         for ns in stats.iter().take(NAMESPACES_MAX) {
@@ -496,6 +527,21 @@ impl Metrics {
             self.waiters
                 .get_or_create(&labels)
                 .set(saturate(ns.waiters));
+            for hold in &ns.overdue_holds {
+                let key = KeyLabels {
+                    namespace: namespace.clone(),
+                    key: escape_label(&hold.key),
+                };
+                self.overdue_hold
+                    .get_or_create(&self.longest_hold_labels(&ns.namespace, hold))
+                    .set(hold.held_for.as_secs_f64());
+                self.overdue_hold_threshold
+                    .get_or_create(&key)
+                    .set(hold.hold_max_expected.as_secs_f64());
+                self.overdue_hold_queue_depth
+                    .get_or_create(&key)
+                    .set(saturate(hold.queue_depth));
+            }
             let Some(hold) = &ns.longest_hold else {
                 continue;
             };
@@ -522,10 +568,15 @@ impl Metrics {
         }
     }
 
-    fn longest_hold_labels(&self, namespace: &str, hold: &LongestHold) -> LongestHoldLabels {
+    fn longest_hold_labels(&self, namespace: &str, hold: &PagedHold) -> LongestHoldLabels {
         let runbook_url = match (&self.external_url, hold.runbook_url.is_empty()) {
             (_, false) => hold.runbook_url.clone(),
-            (Some(base), true) => format!("{base}/runbooks/stuck-lock.md"),
+            // Picket's runbook, served rendered with this hold's namespace and key filled in.
+            (Some(base), true) => format!(
+                "{base}/runbooks/stuck-lock.md?namespace={}&key={}",
+                percent_encode(namespace),
+                percent_encode(&hold.key)
+            ),
             (None, true) => String::new(),
         };
         let inspect_url = self.external_url.as_ref().map_or_else(String::new, |base| {

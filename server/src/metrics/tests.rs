@@ -5,7 +5,8 @@ fn orders(key: &str, held_s: u64, threshold_s: u64) -> NamespaceStats {
         namespace: "orders".to_owned(),
         holds: 3,
         waiters: 4,
-        longest_hold: Some(LongestHold {
+        overdue_holds: Vec::new(),
+        longest_hold: Some(PagedHold {
             key: key.to_owned(),
             held_for: Duration::from_millis(held_s * 1000 + 500),
             class: "payments".to_owned(),
@@ -95,7 +96,7 @@ fn the_longest_hold_carries_its_class_and_links_to_the_key() {
         [
             "picket_longest_hold_seconds{namespace=\"orders\",key=\"order/17 ü\",\
              class=\"payments\",fenced=\"true\",owner=\"team-orders\",\
-             runbook_url=\"https://picket.example.com/runbooks/stuck-lock.md\",\
+             runbook_url=\"https://picket.example.com/runbooks/stuck-lock.md?namespace=orders&key=order%2F17%20%C3%BC\",\
              inspect_url=\"https://picket.example.com/v1/namespaces/orders/locks/\
              order%2F17%20%C3%BC\",\
              console_url=\"https://picket.example.com/console/keys/orders/\

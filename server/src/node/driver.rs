@@ -205,10 +205,12 @@ impl NodeStatus {
                 id,
                 client_endpoint: endpoint_of(id).unwrap_or_default(),
                 voter: self.membership.is_voter(id),
-                slot_applied: if id == self.id {
-                    Some(self.slot_applied)
-                } else {
-                    self.members_applied.get(&id).copied()
+                // Answered by the leader only (admin.proto, `Member.slot_applied`): a
+                // follower knows no other member's progress, and fills in none, its own neither.
+                slot_applied: match (self.role, id == self.id) {
+                    (RoleKind::Leader, true) => Some(self.slot_applied),
+                    (RoleKind::Leader, false) => self.members_applied.get(&id).copied(),
+                    (_, _) => None,
                 },
             })
             .collect()

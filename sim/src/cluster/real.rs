@@ -571,6 +571,7 @@ async fn force_release(alice: &Client, bob: &Client, key: &str) -> Option<u64> {
             reason: "simulated incident: holder stuck".to_string(),
             revoke_session: false,
             holder_session_id: holder.session_id,
+            checklist: None,
         })
         .await
         .ok()?;

@@ -236,6 +236,9 @@ pub struct ErrorBody {
     pub code: String,
     /// The stable rule (`ErrorDetail.rule`), when the node gave one.
     pub rule: Option<String>,
+    /// For `invalid_argument`: the parameter at fault (`limit`, `stale`, `path`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     pub message: String,
     /// For `not_leader`: the leader's HTTP base URL, when known.
     pub leader_endpoint: Option<String>,

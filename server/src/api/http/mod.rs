@@ -6,7 +6,7 @@
 //! | `GET /v1/namespaces/{ns}/locks/{key}` | [`json::KeyInfoJson`]; linearizable, `?stale=true` for a local read |
 //! | `GET /v1/namespaces/{ns}/holds` | [`json::HoldsJson`], oldest first; `?limit=` (default 1 000, at most 10 000), `?stale=true` |
 //! | `GET /healthz` | [`Health`]: 200 when ready, 503 otherwise |
-//! | `GET /runbooks/{name}` | the runbooks of docs/runbooks (Markdown), the alerts' `runbook_url` |
+//! | `GET /runbooks/{name}` | the runbooks of docs/runbooks, the alerts' `runbook_url`: HTML with `$namespace`, `$key`, `$class`, `$fenced`, `$owner` filled in from the query string; Markdown as written with `?format=markdown` or `Accept: text/markdown` |
 //! | `GET /v1/sessions/{id}/told` | [`told::ToldJson`]: when this replica told the session's client of a loss ([`told`]) |
 //!
 //! With OIDC or client certificates on, the inspection routes need `Authorization: Bearer
@@ -25,7 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -37,11 +37,13 @@ use tonic::{Code, Status};
 use crate::auth::Authenticator;
 use crate::metrics::{self, Metrics};
 
+pub mod extract;
 pub mod forward;
 pub mod json;
 pub mod tls;
 pub mod told;
 
+use extract::{invalid_parameter, JsonQuery};
 pub use forward::{HttpCluster, HttpEndpoints};
 use forward::{Outcome, Stale};
 use json::{ErrorBody, ErrorJson, HoldJson, HoldsJson, KeyInfoJson};
@@ -257,7 +259,7 @@ async fn get_health(State(state): State<AppState>) -> Response {
 async fn get_lock(
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
-    Query(params): Query<ReadParams>,
+    JsonQuery(params): JsonQuery<ReadParams>,
     uri: Uri,
     headers: HeaderMap,
     extensions: Extensions,
@@ -285,7 +287,7 @@ async fn get_lock(
 async fn get_holds(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
-    Query(params): Query<ReadParams>,
+    JsonQuery(params): JsonQuery<ReadParams>,
     uri: Uri,
     headers: HeaderMap,
     extensions: Extensions,
@@ -296,12 +298,15 @@ async fn get_holds(
     let limit = match params.limit {
         None | Some(0) => HOLDS_LIMIT_DEFAULT,
         Some(n) if n <= HOLDS_LIMIT_MAX => n,
-        Some(n) => {
-            return error_response(
-                &Status::invalid_argument(format!("limit: {n} is above {HOLDS_LIMIT_MAX}")),
-                &state.cluster,
-            )
-        }
+        Some(n) => return error_response(
+            &invalid_parameter(
+                "limit",
+                format!(
+                    "limit: {n} is above {HOLDS_LIMIT_MAX} (0 or absent: {HOLDS_LIMIT_DEFAULT})"
+                ),
+            ),
+            &state.cluster,
+        ),
     };
     let outcome = forward::read_anywhere(
         &state.cluster,
@@ -364,11 +369,111 @@ const RUNBOOKS: [(&str, &str); 4] = [
     ),
 ];
 
-async fn get_runbook(Path(name): Path<String>) -> Response {
+/// The values a runbook link may fill in (`$namespace` ... in the page).
+#[derive(Debug, Default, Deserialize)]
+pub struct RunbookQuery {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub fenced: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// `markdown` for the runbook as written.
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
+/// A runbook as an HTML page: the Markdown rendered, then every `$name` the query gives
+/// replaced by its value (HTML-escaped), so the paged engineer reads the alert's own
+/// namespace and key.
+pub fn render_runbook(markdown: &str, query: &RunbookQuery) -> String {
+    let mut body = String::new();
+    pulldown_cmark::html::push_html(
+        &mut body,
+        pulldown_cmark::Parser::new_ext(markdown, pulldown_cmark::Options::ENABLE_TABLES),
+    );
+    let mut filled = Vec::new();
+    for (name, value) in [
+        ("$namespace", &query.namespace),
+        ("$key", &query.key),
+        ("$class", &query.class),
+        ("$fenced", &query.fenced),
+        ("$owner", &query.owner),
+    ] {
+        if let Some(value) = value {
+            let value = html_escape(value);
+            body = body.replace(name, &format!("<mark>{value}</mark>"));
+            filled.push(format!("{}: <code>{value}</code>", &name[1..]));
+        }
+    }
+    let title = markdown
+        .lines()
+        .next()
+        .unwrap_or("Runbook")
+        .trim_start_matches('#')
+        .trim();
+    let banner = if filled.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p class=\"filled\">Filled in from the alert's link: {}</p>\n",
+            filled.join(", ")
+        )
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><style>{RUNBOOK_CSS}</style></head>\n<body><main>\n{banner}{body}</main></body></html>\n",
+        html_escape(title)
+    )
+}
+
+const RUNBOOK_CSS: &str = "body{font-family:system-ui,sans-serif;line-height:1.5;margin:0;\
+background:#fafafa;color:#111}main{max-width:52rem;margin:0 auto;padding:1rem 1.5rem}\
+pre{background:#f0f0f0;padding:.75rem;overflow-x:auto}code{font-size:.95em}\
+mark{background:#ffe58a}.filled{background:#fff4cc;border:1px solid #e0c050;padding:.5rem}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem}";
+
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+async fn get_runbook(
+    Path(name): Path<String>,
+    JsonQuery(query): JsonQuery<RunbookQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let wants_markdown = query.format.as_deref() == Some("markdown")
+        || headers
+            .get(header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok())
+            .is_some_and(|accept| {
+                accept.contains("text/markdown") && !accept.contains("text/html")
+            });
     match RUNBOOKS.iter().find(|(file, _)| *file == name) {
-        Some((_, text)) => (
+        Some((_, text)) if wants_markdown => (
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
             *text,
+        )
+            .into_response(),
+        Some((_, text)) => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            render_runbook(text, &query),
         )
             .into_response(),
         None => {
@@ -420,6 +525,10 @@ pub fn error_response(status: &Status, cluster: &HttpCluster) -> Response {
         error: ErrorBody {
             code: code_snake(status.code()),
             rule: detail.as_ref().map(|d| d.rule.clone()),
+            field: detail
+                .as_ref()
+                .map(|d| d.field.clone())
+                .filter(|field| !field.is_empty()),
             message,
             leader_endpoint: leader_endpoint.clone(),
             leader_node_id,

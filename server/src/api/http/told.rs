@@ -3,14 +3,14 @@
 //! client certificates on: a bearer token or a verified certificate). The console's verify page
 //! reads it from every replica. Shape: docs/http.md.
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::{error_response, tls, HttpCluster};
+use super::{error_response, extract::JsonPath, tls, HttpCluster};
 use crate::api::told::{Told, ToldLog, TOLD_KEPT_MAX};
 use crate::auth::Authenticator;
 
@@ -45,7 +45,7 @@ pub fn router(told: ToldLog, auth: Authenticator, node_id: u64) -> Router {
 
 async fn get_told(
     State(state): State<ToldState>,
-    Path(session_id): Path<u64>,
+    JsonPath(session_id): JsonPath<u64>,
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Response {

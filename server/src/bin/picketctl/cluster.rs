@@ -11,11 +11,33 @@ use serde_json::{json, Value};
 use super::render::Report;
 use super::{ClusterAction, CtlError, Global};
 
-/// The configured members, as the first replica that answers knows them.
-pub async fn members(client: &Client) -> Result<Report, CtlError> {
-    let asked = client
+/// The configured members, as the leader knows them (it alone knows how far each member
+/// applied: a learner's progress); as the first replica that answers knows them when the leader
+/// does not answer.
+pub async fn members(global: &Global, client: &Client) -> Result<Report, CtlError> {
+    let first = client
         .get_replica_status(proto::GetReplicaStatusRequest {})
         .await?;
+    let leader_endpoint = first
+        .leader_node_id
+        .filter(|leader| *leader != first.node_id)
+        .and_then(|leader| first.members.iter().find(|m| m.node_id == leader))
+        .map(|m| m.client_endpoint.clone());
+    let asked = match leader_endpoint {
+        Some(endpoint) => {
+            let mut config = global.client_config(None);
+            config.endpoints = vec![endpoint];
+            config.retry_budget = Duration::ZERO;
+            match Client::new(config) {
+                Ok(leader) => leader
+                    .get_replica_status(proto::GetReplicaStatusRequest {})
+                    .await
+                    .unwrap_or(first),
+                Err(_) => first,
+            }
+        }
+        None => first,
+    };
     let mut human = format!(
         "cluster {}: {} members (as replica {} knows them; leader: {})\n",
         asked.cluster_id,
@@ -213,7 +235,7 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
                     "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {}",
                     member.node_id,
                     member.client_endpoint,
-                    s.role,
+                    role_word(member, s),
                     s.leader_node_id
                         .map_or_else(|| "-".to_owned(), |l| l.to_string()),
                     s.slot_applied,
@@ -248,6 +270,16 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
         "members": members,
     });
     (Report { json, human }, all_serving)
+}
+
+/// The role column: a learner (a non-voting member) is called one, whatever its replica role
+/// (it follows the log like a follower, but votes on nothing).
+fn role_word<'a>(member: &proto::Member, status: &'a proto::ReplicaStatus) -> &'a str {
+    if member.voter || status.role != "follower" {
+        &status.role
+    } else {
+        "learner"
+    }
 }
 
 fn sep(text: &str) -> &'static str {

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::confirm::Confirm;
 use super::render::{self, fenced_words, holder_learns, Report};
-use super::{Ack, ClassesAction, Command, CtlError, ForceRelease, SemaphoreAction};
+use super::{Ack, Answer, ClassesAction, Command, CtlError, ForceRelease, SemaphoreAction};
 
 pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlError> {
     match command {
@@ -240,6 +240,9 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             session,
             reason,
             revoke_session,
+            holder_stopped,
+            double_run_acceptable,
+            statement,
         } => {
             // Show what is being released first: holder, token, age, queue, fenced.
             let info = client
@@ -250,6 +253,26 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
                 })
                 .await?;
             let shown = render::key_info(&info);
+            let fenced = info.class.as_ref().is_some_and(|c| c.fenced);
+            // An advisory lock's old holder is refused by nothing: the checklist is required
+            // before anything is sent (the console asks the same two questions).
+            if !fenced && (holder_stopped.is_none() || double_run_acceptable.is_none()) {
+                return Err(CtlError::Refused(format!(
+                    "{}\n{namespace}/{key} is an ADVISORY lock: nothing will refuse the old holder's \
+                     writes once it is released. Answer the checklist first: --holder-stopped \
+                     yes|no|unknown (has its process stopped?) and --double-run-acceptable yes|no \
+                     (may the old holder and the next one both run?). Nothing was sent.",
+                    shown.human
+                )));
+            }
+            let checklist = (holder_stopped.is_some()
+                || double_run_acceptable.is_some()
+                || !statement.is_empty())
+            .then(|| proto::ForceReleaseChecklist {
+                holder_stopped: holder_stopped.map_or(0, Answer::to_wire),
+                double_run_acceptable: double_run_acceptable.map_or(0, Answer::to_wire),
+                statement,
+            });
             let response = client
                 .request_force_release(proto::RequestForceReleaseRequest {
                     namespace,
@@ -258,6 +281,7 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
                     reason,
                     revoke_session,
                     holder_session_id: session.unwrap_or(0),
+                    checklist,
                 })
                 .await?;
             let json = json!({
@@ -273,13 +297,12 @@ async fn force_release(client: &Client, step: ForceRelease) -> Result<Report, Ct
             let _ = writeln!(
                 human,
                 "\nforce-release request #{id} recorded.\n{}\n{}\n{}\nA different person must approve it: \
-                 picketctl force-release approve {id} (at a terminal: type `{kind}` when asked), \
-                 or in a script: picketctl force-release approve {id} --ack {kind}",
+                 picketctl force-release approve {id} (it shows the request and asks them to type \
+                 the class kind they checked; a script passes it with --ack)",
                 fenced_words(response.fenced),
                 response.safety,
                 holder_learns(revoke_session),
                 id = response.force_release_id,
-                kind = Ack::from_fenced(response.fenced).word()
             );
             Ok(Report { json, human })
         }
@@ -380,6 +403,8 @@ pub async fn approve_with(
             request.key
         )));
     }
+    // The prompt showed the key as it is; the outcome does not show it a second time.
+    let prompted = matches!(confirm, Confirm::Prompt { .. });
     confirm.acknowledge(request, &now.human)?;
     let response = client
         .approve_force_release(proto::ApproveForceReleaseRequest {
@@ -403,7 +428,7 @@ pub async fn approve_with(
         "holder_learns": holder_learns(session_revoked),
         "key_before": now.json,
     });
-    let mut human = now.human;
+    let mut human = if prompted { String::new() } else { now.human };
     let _ = write!(
         human,
         "\nforce-release #{id} approved: {}/{} token {} released; new floor {}\n{}\n{}\n{}\n",

@@ -55,18 +55,22 @@ impl Confirm<'_> {
                 None => "You did not type the class kind.".to_owned(),
             },
         };
+        // The refusal states the kind and why it matters; it does not hand over the flag to
+        // paste, which would turn "type the kind" into a rubber stamp.
         Err(CtlError::Refused(format!(
-            "force-release #{} of {}/{} (token {}), class kind {}:\n{}\n{said}\nNothing was \
-             done. Re-run with --ack {} (or at a terminal, and type `{}`) once you have checked \
-             this.",
+            "force-release #{} of {}/{} (token {}): the key's class is {}.\n{}\n{}\n{said}\n\
+             Nothing was done. Read the above and the key's inspection (picketctl inspect {} \
+             '{}'), then approve again at a terminal and type the class kind when asked, or pass \
+             --ack with the kind you checked.",
             request.id,
             request.namespace,
             request.key,
             request.token,
-            shown.word(),
+            shown.word().to_uppercase(),
             fenced_words(request.fenced),
-            shown.word(),
-            shown.word()
+            request.safety,
+            request.namespace,
+            request.key,
         )))
     }
 }
@@ -185,14 +189,16 @@ mod tests {
     fn the_wrong_kind_or_anything_else_refuses() {
         let message = refused(ask(true, "advisory\n").0);
         assert!(message.contains("You typed `advisory`"), "{message}");
-        assert!(message.contains("--ack fenced"), "{message}");
+        assert!(message.contains("class is FENCED"), "{message}");
+        // The refusal says the kind and why; it hands over no flag to paste.
+        assert!(!message.contains("--ack fenced"), "{message}");
         for typed in ["y\n", "yes\n", "\n", "", "fenced-ish\n"] {
             let message = refused(ask(true, typed).0);
             assert!(message.contains("did not type"), "{typed:?}: {message}");
         }
         let message = refused(ask(false, "fenced\n").0);
-        assert!(message.contains("ADVISORY"), "{message}");
-        assert!(message.contains("--ack advisory"), "{message}");
+        assert!(message.contains("class is ADVISORY"), "{message}");
+        assert!(!message.contains("--ack advisory"), "{message}");
     }
 
     #[test]
@@ -212,7 +218,11 @@ mod tests {
         );
         let message = refused(Confirm::Flag(None).acknowledge(&request(true), ""));
         assert!(message.contains("--ack was not given"), "{message}");
-        assert!(message.contains("Re-run with --ack fenced"), "{message}");
+        assert!(
+            !message.contains("--ack fenced"),
+            "no flag to paste: {message}"
+        );
+        assert!(message.contains("class is FENCED"), "{message}");
         let message = refused(Confirm::Flag(Some(Ack::Fenced)).acknowledge(&request(false), ""));
         assert!(message.contains("does not match"), "{message}");
     }

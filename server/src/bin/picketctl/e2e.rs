@@ -115,6 +115,7 @@ async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
             reason: "holder hung (test)".into(),
             revoke_session: true,
             holder_session_id: 0,
+            checklist: None,
         })
         .await
         .unwrap();
@@ -241,6 +242,7 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
             reason: "test: revoke the holder".into(),
             revoke_session: true,
             holder_session_id: 0,
+            checklist: None,
         })
         .await
         .unwrap();
@@ -340,6 +342,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
             reason: "test: no revocation".into(),
             revoke_session: false,
             holder_session_id: 0,
+            checklist: None,
         })
         .await
         .unwrap();
@@ -448,7 +451,9 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
     let (mut cluster, leader) = cluster().await;
     let command = cli(&cluster, &["cluster", "members"]);
     let client = Client::new(command.global.client_config(None)).unwrap();
-    let members = super::cluster::members(&client).await.unwrap();
+    let members = super::cluster::members(&command.global, &client)
+        .await
+        .unwrap();
     let listed = members.json["members"].as_array().unwrap().clone();
     assert_eq!(listed.len(), 3, "{}", members.human);
     for (i, member) in listed.iter().enumerate() {
@@ -461,6 +466,11 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
         "{}",
         members.human
     );
+    // Answered by the leader, whichever replica was asked first: every member's progress.
+    assert_eq!(members.json["answered_by"], leader_id, "{}", members.human);
+    for member in &listed {
+        assert!(member["slot_applied"].is_u64(), "{}", members.human);
+    }
 
     // Every member answers for itself and follows the same leader.
     let mut all_serve = false;

@@ -95,8 +95,8 @@ pub struct Global {
     /// Dev-mode principal (`picketd --insecure-dev-auth`), sent as x-picket-principal.
     #[arg(long, env = "PICKET_PRINCIPAL", global = true)]
     pub principal: Option<String>,
-    /// Dev-mode roles, comma-separated (on-call, incident-commander, class-admin), sent as
-    /// x-picket-roles.
+    /// Dev-mode roles, comma-separated (picket-operator, picket-incident-commander,
+    /// picket-admin; `:namespace` to scope one), sent as x-picket-roles.
     #[arg(long, env = "PICKET_ROLES", global = true)]
     pub roles: Option<String>,
     /// OIDC access token, sent as `authorization: Bearer ...` (the lock token of `unlock` and
@@ -393,6 +393,20 @@ pub enum ForceRelease {
         /// Also revoke the holder's session (its client fences itself when it learns it: pushed on its session stream, else at its next keepalive).
         #[arg(long)]
         revoke_session: bool,
+        /// Checklist: has the holder's process stopped? Required for an advisory class
+        /// (nothing refuses its old holder); recorded for a fenced one.
+        #[arg(long, value_enum, value_name = "yes|no|unknown")]
+        holder_stopped: Option<Answer>,
+        /// Checklist: would it be acceptable if the old holder and the next one both ran?
+        /// Required for an advisory class. With anything but `yes` while the holder is not
+        /// known to have stopped, the request needs --statement, and only an incident commander
+        /// may approve it (docs/locks.md, "The advisory rule").
+        #[arg(long, value_enum, value_name = "yes|no|unknown")]
+        double_run_acceptable: Option<Answer>,
+        /// Why the release is still right although a double run is unsafe (recorded in the
+        /// audit trail and shown to the approver first).
+        #[arg(long, default_value = "")]
+        statement: String,
     },
     /// Step two, by a different person: approve a pending request. Shows the class's fenced
     /// flag and safety statement and requires acknowledging the class kind: `--ack fenced` or
@@ -415,6 +429,24 @@ pub enum ForceRelease {
     },
     /// List pending requests.
     List,
+}
+
+/// A checklist answer (`--holder-stopped`, `--double-run-acceptable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Answer {
+    Yes,
+    No,
+    Unknown,
+}
+
+impl Answer {
+    pub fn to_wire(self) -> i32 {
+        (match self {
+            Answer::Yes => picket_net::proto::ChecklistAnswer::Yes,
+            Answer::No => picket_net::proto::ChecklistAnswer::No,
+            Answer::Unknown => picket_net::proto::ChecklistAnswer::Unknown,
+        }) as i32
+    }
 }
 
 /// The fenced flag an approver acknowledges having seen (`--ack fenced|advisory`).
@@ -643,7 +675,9 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             )
             .await
         }
-        Command::Cluster(ClusterAction::Members) => cluster::members(&client).await.map(out),
+        Command::Cluster(ClusterAction::Members) => {
+            cluster::members(&cli.global, &client).await.map(out)
+        }
         Command::Cluster(
             change @ (ClusterAction::Add { .. }
             | ClusterAction::Promote { .. }

@@ -403,8 +403,11 @@ async fn approving_a_fenced_release_without_acknowledging_is_refused_and_sends_n
     let CtlError::Refused(message) = &error else {
         panic!("not refused by picketctl: {error}");
     };
-    assert!(message.contains("FENCED"), "{message}");
-    assert!(message.contains("--ack fenced"), "{message}");
+    assert!(message.contains("class is FENCED"), "{message}");
+    assert!(
+        !message.contains("--ack fenced"),
+        "no flag to paste: {message}"
+    );
     // Acknowledging the wrong flag is refused the same way.
     let mismatch = approve(&client, 5, Some(Ack::Advisory)).await.unwrap_err();
     let CtlError::Refused(message) = &mismatch else {
@@ -601,7 +604,7 @@ fn the_listing_marks_stale_requests_and_says_who_asked_with_what_role() {
     };
     let report = render::force_release_list(&[request]);
     for part in [
-        "alice (on-call)",
+        "alice (picket-operator)",
         "STALE: the key's holder or token changed",
         "STALE: the class is advisory now (was fenced)",
         "expires 2025-12-01T10:04:05.000Z",
@@ -644,6 +647,8 @@ fn the_audit_text_shows_time_kind_people_roles_floor_next_and_revocation() {
         permits: None,
         slot: None,
         membership: String::new(),
+        checklist: None,
+        holder: None,
     };
     let report = render::audit(&proto::QueryAuditResponse {
         records: vec![record],
@@ -651,8 +656,8 @@ fn the_audit_text_shows_time_kind_people_roles_floor_next_and_revocation() {
     });
     for part in [
         "rev 50 2025-12-01T10:04:05.123Z force-release approved orders/invoice/42",
-        "by bob (incident-commander)",
-        "requested by alice (on-call)",
+        "by bob (picket-incident-commander)",
+        "requested by alice (picket-operator)",
         "token 31 of session 9",
         "advisory",
         "floor 50",
