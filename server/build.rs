@@ -54,14 +54,18 @@ fn git_commit() -> Option<String> {
         .map(PathBuf::from)
     };
     // A path that does not exist would make cargo re-run the script on every build.
-    for path in [git_path("HEAD"), git_path("packed-refs")].into_iter().flatten() {
+    for path in [git_path("HEAD"), git_path("packed-refs")]
+        .into_iter()
+        .flatten()
+    {
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
     // A packed branch has no file of its own until its next commit writes one: then watch the
     // directory it will appear in.
-    if let Some(branch) = git(&manifest, &["symbolic-ref", "-q", "HEAD"]).and_then(|b| git_path(&b)) {
+    if let Some(branch) = git(&manifest, &["symbolic-ref", "-q", "HEAD"]).and_then(|b| git_path(&b))
+    {
         if branch.exists() {
             println!("cargo:rerun-if-changed={}", branch.display());
         } else if let Some(parent) = branch.parent().filter(|p| p.exists()) {

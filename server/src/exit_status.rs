@@ -27,7 +27,7 @@ pub enum ExitStatus {
     /// not repair by itself.
     DataDirNeedsOperator,
     /// 70: a broken invariant (a panic in the replica's driver) stopped it. Restarted: it
-    /// recovers from its data directory; systemd's start limit stops a loop.
+    /// recovers from its data directory.
     Internal,
     /// 78: the configuration is invalid (the message names the field), or a TLS file is
     /// unusable.

@@ -79,7 +79,10 @@ pub fn run_if_asked(command: impl FnOnce() -> clap::Command) -> Option<ExitCode>
             Some(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("{name}: generate-docs {}: {error}", parsed.out_dir.display());
+            eprintln!(
+                "{name}: generate-docs {}: {error}",
+                parsed.out_dir.display()
+            );
             Some(ExitCode::FAILURE)
         }
     }

@@ -158,7 +158,8 @@ fn an_invalid_configuration_exits_78_from_run_and_check_config() {
     }
     let missing = run({
         let mut c = picketd();
-        c.args(["run", "--config"]).arg(dir.path().join("absent.toml"));
+        c.args(["run", "--config"])
+            .arg(dir.path().join("absent.toml"));
         c
     });
     assert_eq!(missing.status.code(), Some(78), "{missing:?}");
@@ -180,8 +181,7 @@ fn unit_values(unit: &str, key: &str) -> Vec<String> {
 
 #[test]
 fn the_unit_restarts_on_failure_except_where_a_restart_cannot_help() {
-    let unit =
-        std::fs::read_to_string(workspace().join("deploy/systemd/picketd.service")).unwrap();
+    let unit = std::fs::read_to_string(workspace().join("deploy/systemd/picketd.service")).unwrap();
     assert_eq!(unit_values(&unit, "Restart"), ["on-failure"]);
     let mut prevented: Vec<u8> = unit_values(&unit, "RestartPreventExitStatus")
         .iter()
@@ -202,8 +202,7 @@ fn the_unit_restarts_on_failure_except_where_a_restart_cannot_help() {
     assert_eq!(unit_values(&unit, "ReadWritePaths"), Vec::<String>::new());
     assert_eq!(unit_values(&unit, "NoNewPrivileges"), ["yes"]);
     // The data directory the unit makes writable is the one the shipped configuration names.
-    let example =
-        std::fs::read_to_string(workspace().join("server/picket.example.toml")).unwrap();
+    let example = std::fs::read_to_string(workspace().join("server/picket.example.toml")).unwrap();
     assert!(
         example
             .lines()
@@ -228,17 +227,21 @@ fn generate_docs_writes_man_pages_and_completions_of_visible_commands() {
         assert!(done.status.success(), "{done:?}");
         let page = std::fs::read_to_string(out.join("man").join(format!("{name}.1"))).unwrap();
         assert!(page.contains(".TH"), "{page}");
-        assert!(!page.contains("generate\\-docs"), "a hidden command is listed: {page}");
+        assert!(
+            !page.contains("generate\\-docs"),
+            "a hidden command is listed: {page}"
+        );
         let sub_page =
             std::fs::read_to_string(out.join("man").join(format!("{name}-{sub}.1"))).unwrap();
         assert!(sub_page.contains(".TH"), "{sub_page}");
         assert!(
-            !out.join("man").join(format!("{name}-generate-docs.1")).exists(),
+            !out.join("man")
+                .join(format!("{name}-generate-docs.1"))
+                .exists(),
             "a hidden command has a man page"
         );
         let bash =
-            std::fs::read_to_string(out.join("completions").join(format!("{name}.bash")))
-                .unwrap();
+            std::fs::read_to_string(out.join("completions").join(format!("{name}.bash"))).unwrap();
         assert!(bash.contains(sub), "{bash}");
         assert!(!bash.contains("generate-docs"), "{bash}");
         assert!(out.join("completions").join(format!("_{name}")).exists());
@@ -247,7 +250,6 @@ fn generate_docs_writes_man_pages_and_completions_of_visible_commands() {
             .join(format!("{name}.fish"))
             .exists());
     }
-    let run_page =
-        std::fs::read_to_string(dir.path().join("picketd/man/picketd-run.1")).unwrap();
+    let run_page = std::fs::read_to_string(dir.path().join("picketd/man/picketd-run.1")).unwrap();
     assert!(run_page.contains("\\-\\-init"), "{run_page}");
 }

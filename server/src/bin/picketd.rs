@@ -217,7 +217,6 @@ mod real {
         }
     }
 
-
     fn init_logging() {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
