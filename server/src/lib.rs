@@ -12,8 +12,11 @@
 //! - [`metrics`]: the Prometheus registry, fed by the driver and by the gRPC calls.
 //! - [`config`]: the `picketd` TOML configuration; [`server`]: one running replica, composed of
 //!   the above; [`dev`]: three replicas in one process (for `picketd dev` and tests).
-//! - [`error`]: why a replica did not start; [`shutdown`]: the shutdown signal every task
-//!   watches; [`tls`]: the TLS configurations of the three ports.
+//! - [`error`]: why a replica did not start; [`exit_status`]: what `picketd`'s exit status
+//!   says about it; [`shutdown`]: the shutdown signal every task watches; [`tls`]: the TLS
+//!   configurations of the three ports.
+//! - [`version`]: what `--version` prints (release, commit, format versions);
+//!   `package_docs`: the man pages and completions of the Debian package.
 //!
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
@@ -26,10 +29,13 @@ pub mod console;
 #[cfg(not(madsim))]
 pub mod dev;
 pub mod error;
+pub mod exit_status;
 pub mod metrics;
 pub mod node;
+pub mod package_docs;
 pub mod server;
 pub mod shutdown;
 #[cfg(not(madsim))]
 pub mod tls;
+pub mod version;
 pub mod wall_clock;

@@ -69,7 +69,12 @@ impl RunningNode {
             Ok(result) => result,
             Err(join) => {
                 tracing::error!(%join, "the driver task ended abnormally");
-                Ok(())
+                // A panic is a broken invariant: the process must not exit as if stopped.
+                if join.is_panic() {
+                    Err(DriverError::Panicked(join.to_string()))
+                } else {
+                    Ok(())
+                }
             }
         }
     }

@@ -10,11 +10,12 @@ mod real {
     use std::path::PathBuf;
     use std::time::Duration;
 
-    use clap::{Parser, Subcommand};
+    use clap::{CommandFactory, Parser, Subcommand};
     use picket_server::auth::dev::DevIssuer;
     use picket_server::auth::OidcSection;
     use picket_server::config::Config;
     use picket_server::dev::{joiner_config, DevCluster, DevOptions, DevPorts};
+    use picket_server::exit_status::ExitStatus;
     use picket_server::node::clock::SystemClock;
     use picket_server::node::durable::EmptyDataDir;
     use picket_storage::RealDisk;
@@ -23,7 +24,18 @@ mod real {
     ///
     /// Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=picket_server=debug) to change the level.
     #[derive(Parser, Debug)]
-    #[command(name = "picketd", version, about, long_about)]
+    #[command(
+        name = "picketd",
+        version = picket_server::version::short(),
+        long_version = picket_server::version::long(),
+        about,
+        long_about,
+        after_help = "Exit status: 0 stopped on request (or check-config: valid), 1 a failure a \
+            restart may cure (IO error, port in use, identity provider unreachable), 2 bad \
+            arguments, 65 the data directory needs the operator (empty without --init or \
+            --rejoin, or a damaged boot record), 70 a broken invariant, 78 an invalid \
+            configuration (docs/operations.md, \"Exit status\")."
+    )]
     struct Cli {
         #[command(subcommand)]
         command: Command,
@@ -122,14 +134,41 @@ mod real {
             #[arg(long, default_value_t = 3600)]
             ttl_s: u64,
         },
-        /// Check a configuration file and exit (0 if it is valid).
+        /// Check a configuration file and exit (0 if it is valid, 78 if not).
         CheckConfig {
             #[arg(long, short)]
             config: PathBuf,
         },
     }
 
+    /// Why a command failed: the line printed on stderr and the exit status.
+    struct Failure {
+        status: ExitStatus,
+        message: String,
+    }
+
+    impl Failure {
+        fn new(status: ExitStatus, message: impl ToString) -> Failure {
+            Failure {
+                status,
+                message: message.to_string(),
+            }
+        }
+    }
+
+    /// The development commands' errors: a failure a retry may cure.
+    impl From<String> for Failure {
+        fn from(message: String) -> Failure {
+            Failure::new(ExitStatus::Failure, message)
+        }
+    }
+
     pub fn main() -> std::process::ExitCode {
+        // `picketd generate-docs --out-dir DIR`: the Debian package's man pages and completions
+        // (not a command of `Cli`, so absent from its help, pages and completions).
+        if let Some(status) = picket_server::package_docs::run_if_asked(Cli::command) {
+            return status;
+        }
         let cli = Cli::parse();
         init_logging();
         let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -139,7 +178,7 @@ mod real {
             Ok(runtime) => runtime,
             Err(error) => {
                 eprintln!("picketd: cannot start the async runtime: {error}");
-                return std::process::ExitCode::FAILURE;
+                return ExitStatus::Failure.into();
             }
         };
         let result = runtime.block_on(async move {
@@ -162,30 +201,32 @@ mod real {
                     fresh,
                     oidc,
                     alertmanager_url,
-                } => dev(data_dir, fresh, oidc, alertmanager_url).await,
+                } => dev(data_dir, fresh, oidc, alertmanager_url)
+                    .await
+                    .map_err(Failure::from),
                 Command::DevJoin { id, data_dir, oidc } => {
                     let data_dir = match data_dir {
                         Some(dir) => dir,
-                        None => running_dev_data_dir().await?,
+                        None => running_dev_data_dir().await.map_err(Failure::from)?,
                     };
-                    dev_join(data_dir, id, oidc).await
+                    dev_join(data_dir, id, oidc).await.map_err(Failure::from)
                 }
                 Command::DevToken {
                     data_dir,
                     principal,
                     roles,
                     ttl_s,
-                } => dev_token(&data_dir, &principal, &roles, ttl_s),
+                } => dev_token(&data_dir, &principal, &roles, ttl_s).map_err(Failure::from),
                 Command::CheckConfig { config } => Config::load(&config)
                     .map(|c| println!("{}: valid (node {})", config.display(), c.node_id))
-                    .map_err(|e| e.to_string()),
+                    .map_err(|e| Failure::new(ExitStatus::of_config(&e), e)),
             }
         });
         match result {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("picketd: {message}");
-                std::process::ExitCode::FAILURE
+            Ok(()) => ExitStatus::Stopped.into(),
+            Err(failure) => {
+                eprintln!("picketd: {}", failure.message);
+                failure.status.into()
             }
         }
     }
@@ -204,18 +245,21 @@ mod real {
         path: PathBuf,
         insecure_dev_auth: bool,
         empty: EmptyDataDir,
-    ) -> Result<(), String> {
-        let mut config = Config::load(&path).map_err(|e| e.to_string())?;
+    ) -> Result<(), Failure> {
+        let mut config =
+            Config::load(&path).map_err(|e| Failure::new(ExitStatus::of_config(&e), e))?;
         config.insecure_dev_auth |= insecure_dev_auth;
         if config.insecure_dev_auth {
             tracing::warn!("insecure dev auth: callers' x-picket-principal / x-picket-roles metadata is believed");
         }
         let node = picket_server::server::start(&config, RealDisk, SystemClock::new(), empty)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failure::new(ExitStatus::of_start(&e), e))?;
         let reason = wait_for_stop(|| node.driver_finished()).await;
         tracing::info!(reason, "stopping");
-        node.shutdown().await.map_err(|e| e.to_string())?;
+        node.shutdown()
+            .await
+            .map_err(|e| Failure::new(ExitStatus::of_driver(&e), e))?;
         tracing::info!("stopped");
         Ok(())
     }

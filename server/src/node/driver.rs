@@ -455,6 +455,9 @@ pub enum DriverError {
     Step(#[from] paxos::StepError),
     #[error("the persist thread stopped: {0}")]
     PersistThread(String),
+    /// The driver task panicked (a broken invariant); the message is the panic's.
+    #[error("the node driver panicked: {0}")]
+    Panicked(String),
 }
 
 /// Everything needed to build a driver.

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
 
 /// The client endpoints of `picketd dev`.
@@ -50,7 +50,8 @@ pub const EXIT_TERMINATED: u8 = 143;
 #[derive(Debug, Parser)]
 #[command(
     name = "picketctl",
-    version,
+    version = picket_server::version::short(),
+    long_version = picket_server::version::long(),
     about = "Take locks and operate a Picket lock cluster",
     long_about = "Take locks and operate a Picket lock cluster.\n\n\
         With no flags picketctl talks to `picketd dev` (127.0.0.1:7401-7403). Any replica will do: \
@@ -570,6 +571,11 @@ fn hostname() -> String {
 
 /// Parses the arguments, runs the command, and answers the exit status.
 fn main() -> ExitCode {
+    // `picketctl generate-docs --out-dir DIR`: the Debian package's man pages and completions
+    // (not a command of `Cli`, so absent from its help, pages and completions).
+    if let Some(status) = picket_server::package_docs::run_if_asked(Cli::command) {
+        return status;
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
