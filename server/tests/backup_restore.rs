@@ -184,8 +184,8 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
     // Restore every replica from the OLDER backup, as a new cluster.
     let old_configs = cluster.configs.clone();
     let mut digests = Vec::new();
-    for i in 0..3 {
-        let config = rename_cluster(&old_configs[i], "e2e-restored");
+    for (i, old_config) in old_configs.iter().enumerate() {
+        let config = rename_cluster(old_config, "e2e-restored");
         let out = picketd(&[
             "restore",
             "--from",
