@@ -415,3 +415,47 @@ async fn scheduled_backups_are_written_checked_and_pruned() {
         assert!(status["revision"].as_u64().unwrap() >= 1);
     }
 }
+
+/// `picketd dev --restore FILE`'s path: a dev cluster's backup restored into a new dev cluster
+/// (cluster id `picket-dev-r<REVISION>`), whose grants are above every token of the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_cluster_restores_from_a_backup_of_another() {
+    use picket_server::dev::{restore_dev_data, restored_cluster_id, DevCluster, DevOptions};
+    let (cluster, _, at) = dev_cluster_with_leader().await;
+    let session = create_session(&at, "svc", 30_000).await;
+    let first = acquire(&at, session, 1, NS, "k", 0).await.unwrap();
+    let first = granted(&first).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev.pkbk");
+    let saved = Command::new(env!("CARGO_BIN_EXE_picketctl"))
+        .args(["--endpoints", &cluster.client_endpoints().join(","), "--principal", "alice", "--roles", "picket-admin", "snapshot", "save"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(saved.status.success(), "{}", text(&saved));
+    let later = acquire(&at, session, 2, NS, "other", 0).await.unwrap();
+    let later = granted(&later).unwrap();
+    cluster.shutdown().await;
+
+    let data = dir.path().join("restored");
+    let restored = restore_dev_data(&DevOptions::default(), &data, &file).unwrap();
+    assert_eq!(restored.cluster_id, format!("picket-dev-r{}", restored.revision.0));
+    assert_eq!(restored_cluster_id(&data), Some(restored.cluster_id.clone()));
+    assert_eq!((restored.sessions_ended, restored.holds_ended), (1, 1));
+    // A second restore into the same directory is refused (it holds the first one's data).
+    let again = restore_dev_data(&DevOptions::default(), &data, &file).unwrap_err();
+    assert!(again.contains("restore_data_dir_not_empty"), "{again}");
+
+    let options = DevOptions {
+        data_dir: Some(data.clone()),
+        cluster_id: restored_cluster_id(&data),
+        ..DevOptions::default()
+    };
+    let cluster = DevCluster::start_with(options).await.unwrap();
+    let leader = cluster.wait_for_leader(ELECTION).await.expect("a leader");
+    let at = cluster.client_endpoint(leader);
+    let session = create_session(&at, "svc", 30_000).await;
+    let token = granted(&acquire(&at, session, 1, NS, "k", 0).await.unwrap()).unwrap();
+    assert!(token > restored.revision.0 && token > later && later > first, "{token} {later} {first}");
+    cluster.shutdown().await;
+}
