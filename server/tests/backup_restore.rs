@@ -428,7 +428,16 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("dev.pkbk");
     let saved = Command::new(env!("CARGO_BIN_EXE_picketctl"))
-        .args(["--endpoints", &cluster.client_endpoints().join(","), "--principal", "alice", "--roles", "picket-admin", "snapshot", "save"])
+        .args([
+            "--endpoints",
+            &cluster.client_endpoints().join(","),
+            "--principal",
+            "alice",
+            "--roles",
+            "picket-admin",
+            "snapshot",
+            "save",
+        ])
         .arg(&file)
         .output()
         .unwrap();
@@ -439,8 +448,14 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
 
     let data = dir.path().join("restored");
     let restored = restore_dev_data(&DevOptions::default(), &data, &file).unwrap();
-    assert_eq!(restored.cluster_id, format!("picket-dev-r{}", restored.revision.0));
-    assert_eq!(restored_cluster_id(&data), Some(restored.cluster_id.clone()));
+    assert_eq!(
+        restored.cluster_id,
+        format!("picket-dev-r{}", restored.revision.0)
+    );
+    assert_eq!(
+        restored_cluster_id(&data),
+        Some(restored.cluster_id.clone())
+    );
     assert_eq!((restored.sessions_ended, restored.holds_ended), (1, 1));
     // A second restore into the same directory is refused (it holds the first one's data).
     let again = restore_dev_data(&DevOptions::default(), &data, &file).unwrap_err();
@@ -456,6 +471,9 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
     let at = cluster.client_endpoint(leader);
     let session = create_session(&at, "svc", 30_000).await;
     let token = granted(&acquire(&at, session, 1, NS, "k", 0).await.unwrap()).unwrap();
-    assert!(token > restored.revision.0 && token > later && later > first, "{token} {later} {first}");
+    assert!(
+        token > restored.revision.0 && token > later && later > first,
+        "{token} {later} {first}"
+    );
     cluster.shutdown().await;
 }
