@@ -36,12 +36,15 @@ pub async fn take_backup(api: &Api, stale: bool) -> Result<BackupBytes, Status> 
     };
     let header = header(&api.driver).await?;
     let revision = state.revision.0;
-    // Encoding is O(state): off the async workers (inline under the simulator).
-    let bytes = tokio::task::spawn_blocking(move || {
-        encode_backup(&header, Arc::<LockSnapshot>::unwrap_or_clone(state))
-    })
-    .await
-    .map_err(|e| Status::internal(format!("encoding the backup failed: {e}")))?;
+    let encode = move || encode_backup(&header, Arc::<LockSnapshot>::unwrap_or_clone(state));
+    // Encoding is O(state): off the async workers (inline under the simulator, which has no
+    // blocking pool).
+    #[cfg(not(madsim))]
+    let bytes = tokio::task::spawn_blocking(encode)
+        .await
+        .map_err(|e| Status::internal(format!("encoding the backup failed: {e}")))?;
+    #[cfg(madsim)]
+    let bytes = encode();
     Ok(BackupBytes { bytes, revision })
 }
 
