@@ -790,6 +790,20 @@ heartbeat_ms = 20
     }
 
     #[test]
+    fn a_backup_section_has_defaults_and_bounds() {
+        assert_eq!(Config::parse(GOOD).unwrap().backup, None);
+        let with = format!("{GOOD}[backup]\ndir = \"backups\"\n");
+        let backup = Config::parse(&with).unwrap().backup.unwrap();
+        assert_eq!((backup.interval_s, backup.keep), (3_600, 24));
+        let e = error_of(&format!("{with}interval_s = 0\n"));
+        assert!(e.starts_with("backup.interval_s: "), "{e}");
+        let e = error_of(&format!("{with}keep = 0\n"));
+        assert!(e.starts_with("backup.keep: "), "{e}");
+        let e = error_of(&format!("{GOOD}[backup]\ndir = \"\"\n"));
+        assert!(e.starts_with("backup.dir: "), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let e = error_of(&GOOD.replace("node_id = 2", "node_id = 9"));
         assert!(e.starts_with("node_id: "), "{e}");
