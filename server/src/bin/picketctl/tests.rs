@@ -839,3 +839,27 @@ async fn a_broken_backup_stream_writes_nothing_and_keeps_the_old_file() {
         .collect();
     assert_eq!(names.len(), 1, "a temp file was left: {names:?}");
 }
+
+/// Every `picketctl` command of the restore runbook parses as written (an outside test walks
+/// the runbook literally).
+#[test]
+fn the_restore_runbooks_picketctl_commands_parse() {
+    let runbook = include_str!("../../../../docs/runbooks/restore-from-backup.md");
+    let mut in_block = false;
+    let mut seen = 0;
+    for line in runbook.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block || !line.starts_with("picketctl ") {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Err(error) = Cli::try_parse_from(&words) {
+            panic!("`{line}` does not parse: {error}");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 6, "only {seen} picketctl commands found");
+}
