@@ -159,9 +159,14 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
     let accepted_max = *accepted.iter().max().unwrap();
     assert!(accepted_max > backup_revision);
 
-    // The whole cluster is lost: every replica and every byte of its data.
+    // The whole cluster is lost: every replica and every byte of its data, but for one old
+    // data directory that survived, moved aside (the restore reads it, read only).
     for i in 0..3 {
         cluster.kill(i);
+    }
+    let survivor = cluster.dir.path().join("node-1.old");
+    std::fs::rename(cluster.dir.path().join("node-1"), &survivor).unwrap();
+    for i in 1..3 {
         std::fs::remove_dir_all(cluster.dir.path().join(format!("node-{}", i + 1))).unwrap();
     }
 
@@ -181,7 +186,7 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
     );
     assert!(!cluster.dir.path().join("node-1").exists());
 
-    // Restore every replica from the OLDER backup, as a new cluster.
+    // Restore every replica from the OLDER backup, as a new cluster, offering the survivor.
     let old_configs = cluster.configs.clone();
     let mut digests = Vec::new();
     for (i, old_config) in old_configs.iter().enumerate() {
@@ -192,9 +197,20 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
             backup_arg,
             "--config",
             config.to_str().unwrap(),
+            "--floor-from",
+            survivor.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{}", text(&out));
         let said = text(&out);
+        assert!(said.contains("floor source: data directory"), "{said}");
+        // The survivor raised the floor above the backup's revision plus the bump.
+        let restored: u64 = said
+            .split("restored revision ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.trim_start_matches('r').parse().ok())
+            .unwrap_or_else(|| panic!("no restored revision in {said}"));
+        assert!(restored > backup_revision + (1 << 40), "{said}");
         let digest = said
             .split("state digest ")
             .nth(1)
