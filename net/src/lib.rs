@@ -36,6 +36,7 @@
 //! assert!(status.message().starts_with("acquire.namespace: "));
 //! ```
 
+pub mod backup;
 pub mod client;
 pub mod convert;
 pub mod error;

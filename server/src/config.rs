@@ -94,6 +94,36 @@ pub struct Config {
     /// `[console]`: the web console's options (docs/console.md).
     #[serde(default)]
     pub console: ConsoleSection,
+    /// `[backup]`: scheduled backups of this replica's applied state (docs/operations.md,
+    /// "Backups"); absent: none.
+    #[serde(default)]
+    pub backup: Option<BackupSection>,
+}
+
+/// `[backup]`: every `interval_s`, while it serves, the replica writes a backup file of its
+/// applied state (one revision, as `picketctl snapshot save` writes it) into `dir`, keeping the
+/// newest `keep` of its own.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackupSection {
+    /// Where the files go (created if missing): `picket-<cluster_id>-node<id>-<unix ms>.pkbk`.
+    pub dir: PathBuf,
+    /// Seconds between backups (1..=604800; default 3600). The first is taken one interval
+    /// after the start, or 60 s after it if that is sooner.
+    #[serde(default = "backup_interval_s_default")]
+    pub interval_s: u64,
+    /// Backup files of this replica kept in `dir` (1..=1000; default 24); older ones are removed
+    /// after each good backup.
+    #[serde(default = "backup_keep_default")]
+    pub keep: usize,
+}
+
+fn backup_interval_s_default() -> u64 {
+    3_600
+}
+
+fn backup_keep_default() -> usize {
+    24
 }
 
 /// `[console]`.
@@ -355,6 +385,9 @@ impl Config {
             }
         };
         fix(&mut self.data_dir);
+        if let Some(backup) = &mut self.backup {
+            fix(&mut backup.dir);
+        }
         if let Some(tls) = &mut self.tls {
             fix(&mut tls.cert);
             fix(&mut tls.key);
@@ -378,6 +411,20 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.cluster_id.is_empty() || self.cluster_id.len() > 64 {
             return Err(invalid("cluster_id", "must be 1..=64 bytes"));
+        }
+        if let Some(backup) = &self.backup {
+            if !(1..=604_800).contains(&backup.interval_s) {
+                return Err(invalid("backup.interval_s", "must be 1..=604800 seconds"));
+            }
+            if !(1..=1_000).contains(&backup.keep) {
+                return Err(invalid("backup.keep", "must be 1..=1000"));
+            }
+            if backup.dir.as_os_str().is_empty() {
+                return Err(invalid(
+                    "backup.dir",
+                    "required: the directory backups go to",
+                ));
+            }
         }
         let count = self.members.len();
         if self.join && !(2..=picket_core::paxos::MEMBERS_MAX).contains(&count) {
@@ -740,6 +787,20 @@ heartbeat_ms = 20
 
     fn error_of(text: &str) -> String {
         Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_backup_section_has_defaults_and_bounds() {
+        assert_eq!(Config::parse(GOOD).unwrap().backup, None);
+        let with = format!("{GOOD}[backup]\ndir = \"backups\"\n");
+        let backup = Config::parse(&with).unwrap().backup.unwrap();
+        assert_eq!((backup.interval_s, backup.keep), (3_600, 24));
+        let e = error_of(&format!("{with}interval_s = 0\n"));
+        assert!(e.starts_with("backup.interval_s: "), "{e}");
+        let e = error_of(&format!("{with}keep = 0\n"));
+        assert!(e.starts_with("backup.keep: "), "{e}");
+        let e = error_of(&format!("{GOOD}[backup]\ndir = \"\"\n"));
+        assert!(e.starts_with("backup.dir: "), "{e}");
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct DevOptions {
     pub oidc: Option<crate::auth::OidcSection>,
     /// `[console]` of every member (e.g. the Alertmanager the console reads alerts from).
     pub console: crate::config::ConsoleSection,
+    /// The cluster id (`None`: `picket-dev`; a dev cluster restored from a backup has another,
+    /// see [`restore_dev_data`]).
+    pub cluster_id: Option<String>,
 }
 
 /// Fixed ports of the three members.
@@ -77,6 +80,7 @@ impl Default for DevOptions {
             force_releases: ForceReleases::default(),
             oidc: None,
             console: Default::default(),
+            cluster_id: None,
         }
     }
 }
@@ -336,7 +340,10 @@ fn member_config(
         .as_deref()
         .and_then(|a| a.parse::<SocketAddr>().ok());
     Config {
-        cluster_id: "picket-dev".to_owned(),
+        cluster_id: options
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| DEV_CLUSTER_ID.to_owned()),
         node_id: me.id,
         data_dir: data_dir.join(format!("node-{}", me.id)),
         client_listen: None,
@@ -358,7 +365,46 @@ fn member_config(
         tls: None,
         auth: Default::default(),
         console: options.console.clone(),
+        backup: None,
     }
+}
+
+/// The cluster id of a dev cluster that was not restored from a backup.
+pub const DEV_CLUSTER_ID: &str = "picket-dev";
+
+/// The cluster id a dev cluster in `data_dir` was restored with (`None`: never restored, or no
+/// data yet), from its first member's data directory (`crate::backup::CLUSTER_ID_FILE`).
+pub fn restored_cluster_id(data_dir: &Path) -> Option<String> {
+    let path = data_dir.join("node-1").join(crate::backup::CLUSTER_ID_FILE);
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|id| id.trim().to_owned())
+}
+
+/// Writes the data directories of the three members of a dev cluster in `data_dir` (which must
+/// hold no member's data) as replicas of a new cluster restored from `backup_file`, with the
+/// default revision bump (`crate::backup::BUMP_REVISION_DEFAULT`). The new cluster id is
+/// `picket-dev-r<REVISION>`: another than the backup's. Returns what was restored (the same
+/// for every member).
+pub fn restore_dev_data(
+    options: &DevOptions,
+    data_dir: &Path,
+    backup_file: &Path,
+) -> Result<crate::backup::Restored, String> {
+    use crate::backup::{read_backup_file, restore_data_dir, restore_floor, BUMP_REVISION_DEFAULT};
+    let backup = read_backup_file(backup_file)?;
+    let floor = restore_floor(&backup, &[], BUMP_REVISION_DEFAULT)?;
+    let options = DevOptions {
+        cluster_id: Some(format!("picket-dev-r{}", floor.revision.0)),
+        ..options.clone()
+    };
+    let members = DevPorts::DEFAULT.members();
+    let mut restored = None;
+    for me in &members {
+        let config = member_config(&options, data_dir, &members, me, false);
+        restored = Some(restore_data_dir(&config, &backup, floor.revision)?);
+    }
+    Ok(restored.expect("three members"))
 }
 
 /// Most members a dev cluster grows to (ids 1..=9, as a cluster file may list).

@@ -23,6 +23,8 @@
 pub mod api;
 pub mod audit_report;
 pub mod auth;
+#[cfg(not(madsim))]
+pub mod backup;
 pub mod config;
 #[cfg(not(madsim))]
 pub mod console;

@@ -287,6 +287,16 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);
     #[cfg(not(madsim))]
     let told = api.told.clone();
+    #[cfg(not(madsim))]
+    if let Some(section) = config.backup.clone() {
+        tasks.push(tokio::spawn(crate::backup::run_schedule(
+            api.clone(),
+            section,
+            config.node_id,
+            metrics.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
     let admin = AdminServer::new(AdminService(api))
         .max_decoding_message_size(API_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(API_MESSAGE_BYTES_MAX);

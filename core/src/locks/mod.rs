@@ -44,6 +44,7 @@ mod lock;
 mod names;
 mod owner;
 mod query;
+mod restore;
 mod semaphore;
 mod session;
 mod snapshot;
@@ -76,6 +77,7 @@ pub use owner::{
     UNAUTHENTICATED_PRINCIPAL,
 };
 pub use query::{HoldInfo, KeyInfo, NamespaceHold, PendingForceRelease, SessionInfo, WaiterInfo};
+pub use restore::{RestoreError, RESTORED_REVISION_MAX, RESTORE_DROPPED_REQUEST};
 pub use semaphore::PERMITS_MAX;
 pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{

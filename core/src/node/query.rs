@@ -1,7 +1,9 @@
 //! Read-only queries through the Node: linearizable (read-index) or local (possibly stale).
 
+use std::sync::Arc;
+
 use crate::locks::{
-    AuditPage, AuditQuery, ClassSpec, HoldInfo, KeyInfo, LockError, LockStateMachine,
+    AuditPage, AuditQuery, ClassSpec, HoldInfo, KeyInfo, LockError, LockSnapshot, LockStateMachine,
     PendingForceRelease, SessionInfo,
 };
 use crate::time::Instant;
@@ -17,13 +19,23 @@ pub const OVERDUE_HOLDS_MAX: usize = 1_000;
 /// A question about the lock state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Query {
-    Inspect { namespace: String, key: String },
-    ListHolds { namespace: String, limit: usize },
+    Inspect {
+        namespace: String,
+        key: String,
+    },
+    ListHolds {
+        namespace: String,
+        limit: usize,
+    },
     LongestHolds,
     Sessions,
-    Classes { namespace: String },
+    Classes {
+        namespace: String,
+    },
     Audit(AuditQuery),
     ForceReleases,
+    /// The whole replicated state at one revision (a backup: `Admin.SaveSnapshot`).
+    Snapshot,
 }
 
 /// The answer, with the session's remaining TTL filled in from the leader's deadlines.
@@ -43,6 +55,8 @@ pub enum Answer {
     Audit(AuditPage),
     /// Still approvable at the read's time, oldest first.
     ForceReleases(Vec<PendingForceRelease>),
+    /// The whole state at the read's revision.
+    Snapshot(Arc<LockSnapshot>),
 }
 
 fn fill(hold: &mut HoldInfo, leases: &Leases, now: Instant) {
@@ -89,5 +103,6 @@ pub(crate) fn answer(
         Query::Classes { namespace } => Answer::Classes(sm.classes(namespace)),
         Query::Audit(query) => Answer::Audit(sm.audit(query)),
         Query::ForceReleases => Answer::ForceReleases(sm.force_releases_at(now)),
+        Query::Snapshot => Answer::Snapshot(Arc::new(sm.snapshot())),
     }
 }

@@ -117,6 +117,28 @@ impl Client {
         proto::ReplicaStatus
     );
 
+    /// `Admin.SaveSnapshot` (leader following and retries until the stream opens): the chunks of
+    /// a backup file, in order. The stream itself has no deadline (a large state takes a while);
+    /// read it to its end.
+    pub async fn save_snapshot(&self) -> Result<Streaming<proto::SnapshotChunk>, ClientError> {
+        let timeout = self.cluster.config.rpc_timeout;
+        self.cluster
+            .call(
+                "save_snapshot",
+                proto::SaveSnapshotRequest {},
+                timeout,
+                |channel, mut request| async move {
+                    request.metadata_mut().remove("grpc-timeout");
+                    AdminClient::new(channel)
+                        .max_decoding_message_size(crate::API_MESSAGE_BYTES_MAX)
+                        .save_snapshot(request)
+                        .await
+                },
+            )
+            .await
+            .map(|(stream, _)| stream)
+    }
+
     /// `Lock.Release` as given (any session, the caller's request id), with leader following
     /// and retries keeping the request id. For tools releasing a hold whose owner is gone; a
     /// [`super::LockGuard`] releases its own lock.

@@ -3,6 +3,7 @@
 //! and the HTTP port ([`http`]: `/metrics`, `/healthz`, JSON inspection read through
 //! [`inspect`]).
 
+pub mod backup;
 #[cfg(not(madsim))]
 pub mod error_detail;
 #[cfg(not(madsim))]

@@ -146,7 +146,11 @@ impl Api {
         })
     }
 
-    async fn read(&self, query: Query, stale: bool) -> Result<(Revision, Answer), Status> {
+    pub(crate) async fn read(
+        &self,
+        query: Query,
+        stale: bool,
+    ) -> Result<(Revision, Answer), Status> {
         self.driver
             .ask(|reply| DriverRequest::Read {
                 query,
@@ -608,6 +612,15 @@ impl proto::admin_server::Admin for AdminService {
         self.0
             .change_membership(request, membership::remove_request)
             .await
+    }
+
+    type SaveSnapshotStream = ChannelStream<Result<proto::SnapshotChunk, Status>>;
+
+    async fn save_snapshot(
+        &self,
+        request: Request<proto::SaveSnapshotRequest>,
+    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        crate::api::backup::save_snapshot(&self.0, request).await
     }
 
     async fn get_replica_status(

@@ -87,6 +87,12 @@ mod real {
             /// Delete the data directory first.
             #[arg(long)]
             fresh: bool,
+            /// Start the cluster from a backup file (`picketctl snapshot save`): a NEW cluster
+            /// (cluster id picket-dev-r<REVISION>) whose tokens are above every token of the
+            /// cluster the backup came from, as `picketd restore` makes it. Needs a data
+            /// directory without member data (add --fresh to wipe it first).
+            #[arg(long, value_name = "FILE")]
+            restore: Option<PathBuf>,
             /// Verify admin calls' OIDC bearer tokens instead of believing metadata: a dev
             /// issuer's signing key and JWKS are kept in DATA_DIR/dev-oidc, and
             /// `picketd dev-token` mints tokens with them.
@@ -133,6 +139,35 @@ mod real {
             /// Lifetime of the token in seconds.
             #[arg(long, default_value_t = 3600)]
             ttl_s: u64,
+        },
+        /// Make this replica's data directory the first state of a NEW cluster, restored from a
+        /// backup file (docs/runbooks/restore-from-backup.md). Run it once on every replica of
+        /// the new cluster with the same FILE, --bump-revision and --floor-from (each prints
+        /// the restored revision and state digest: they must agree), then start them with
+        /// `picketd run --config CONFIG`.
+        ///
+        /// The configuration must name a cluster_id other than the backup's (the old and new
+        /// replicas refuse each other) and an empty or missing data_dir. The new cluster
+        /// starts at revision R + N, R the highest revision of the backup, of every --floor-from
+        /// backup and of every --floor-from old data directory, N --bump-revision: every token
+        /// it grants is above every token the old cluster granted (docs/storage.md, "Restoring
+        /// a backup"). Sessions, holds and waiters do not survive; classes, semaphores and the
+        /// audit trail do; pending force-releases are dropped (audited).
+        Restore {
+            /// The backup file (`picketctl snapshot save`).
+            #[arg(long, value_name = "FILE")]
+            from: PathBuf,
+            /// This replica's configuration file in the NEW cluster.
+            #[arg(long, short)]
+            config: PathBuf,
+            /// Revisions added above the highest revision the old cluster is known to have
+            /// reached (default 2^40: docs/storage.md says why).
+            #[arg(long, value_name = "N", default_value_t = picket_server::backup::BUMP_REVISION_DEFAULT)]
+            bump_revision: u64,
+            /// A newer backup file, or an old replica's data directory that survived (read
+            /// only): the restored revision is raised above what it reached. Repeatable.
+            #[arg(long, value_name = "FILE_OR_DIR")]
+            floor_from: Vec<PathBuf>,
         },
         /// Check a configuration file and exit (0 if it is valid, 78 if not).
         CheckConfig {
@@ -199,11 +234,18 @@ mod real {
                 Command::Dev {
                     data_dir,
                     fresh,
+                    restore,
                     oidc,
                     alertmanager_url,
-                } => dev(data_dir, fresh, oidc, alertmanager_url)
+                } => dev(data_dir, fresh, restore, oidc, alertmanager_url)
                     .await
                     .map_err(Failure::from),
+                Command::Restore {
+                    from,
+                    config,
+                    bump_revision,
+                    floor_from,
+                } => restore(&from, &config, bump_revision, &floor_from).map_err(Failure::from),
                 Command::DevJoin { id, data_dir, oidc } => {
                     let data_dir = match data_dir {
                         Some(dir) => dir,
@@ -248,6 +290,7 @@ mod real {
     ) -> Result<(), Failure> {
         let mut config =
             Config::load(&path).map_err(|e| Failure::new(ExitStatus::of_config(&e), e))?;
+        picket_server::backup::check_cluster_id(&config).map_err(Failure::from)?;
         config.insecure_dev_auth |= insecure_dev_auth;
         if config.insecure_dev_auth {
             tracing::warn!("insecure dev auth: callers' x-picket-principal / x-picket-roles metadata is believed");
@@ -316,9 +359,62 @@ mod real {
         Ok(())
     }
 
+    fn restore(
+        from: &std::path::Path,
+        config: &std::path::Path,
+        bump: u64,
+        floor_from: &[PathBuf],
+    ) -> Result<(), String> {
+        use picket_server::backup::{read_backup_file, restore_data_dir, restore_floor};
+        let config = Config::load(config).map_err(|e| e.to_string())?;
+        let backup = read_backup_file(from)?;
+        let floor = restore_floor(&backup, floor_from, bump)?;
+        let restored = restore_data_dir(&config, &backup, floor.revision)?;
+        println!(
+            "restored {} from {} (cluster `{}`, revision {}, taken {}) as a replica of the NEW \
+             cluster `{}`",
+            restored.data_dir.display(),
+            from.display(),
+            backup.header.cluster_id,
+            backup.header.revision,
+            picket_server::wall_clock::utc(backup.header.taken_at_unix_ms),
+            restored.cluster_id
+        );
+        for source in &floor.sources {
+            println!("  floor source: {source}");
+        }
+        println!(
+            "  restored revision {} = {} + --bump-revision {bump}: every token of the new cluster \
+             is above it",
+            restored.revision, floor.old_revision_max
+        );
+        println!(
+            "  state digest {:016x} (every replica restored with the same file and flags prints \
+             the same)",
+            restored.digest
+        );
+        println!(
+            "  kept: {} classes, {} semaphores, {} audit records; ended: {} sessions, {} holds, \
+             {} waiters; dropped: {} pending force-releases",
+            restored.classes,
+            restored.semaphores,
+            restored.audit_records,
+            restored.sessions_ended,
+            restored.holds_ended,
+            restored.waiters_dropped,
+            restored.force_releases_dropped
+        );
+        println!(
+            "  next: restore every replica of the new cluster the same way, then start each with \
+             `picketd run --config CONFIG`"
+        );
+        Ok(())
+    }
+
     async fn dev(
         data_dir: PathBuf,
         fresh: bool,
+        restore: Option<PathBuf>,
         oidc: bool,
         alertmanager_url: Option<String>,
     ) -> Result<(), String> {
@@ -334,6 +430,18 @@ mod real {
             .map_err(|e| format!("--data-dir {}: {e}", data_dir.display()))?;
         let mut options = dev_options(&data_dir, oidc)?;
         options.console.alertmanager_url = alertmanager_url;
+        if let Some(file) = restore {
+            let restored = picket_server::dev::restore_dev_data(&options, &data_dir, &file)
+                .map_err(|e| format!("--restore {}: {e}", file.display()))?;
+            println!(
+                "Restored the dev cluster from {} as the NEW cluster `{}` at revision {} \
+                 (sessions and holds ended; every new token is above the old cluster's).",
+                file.display(),
+                restored.cluster_id,
+                restored.revision
+            );
+        }
+        options.cluster_id = picket_server::dev::restored_cluster_id(&data_dir);
         let oidc = options.oidc.is_some();
         let cluster = DevCluster::start_with(options)
             .await
@@ -360,6 +468,8 @@ mod real {
             data_dir: Some(data_dir.to_path_buf()),
             ports: Some(DevPorts::DEFAULT),
             oidc,
+            // A restored dev cluster keeps the cluster id its restore gave it.
+            cluster_id: picket_server::dev::restored_cluster_id(data_dir),
             ..DevOptions::default()
         })
     }

@@ -26,6 +26,9 @@
 //! | `picket_storage_durable_state_lost_seconds` | gauge | | same |
 //! | `picket_storage_compaction_seconds` | gauge (the last one) | | [`Metrics::set_compaction`] |
 //! | `picket_storage_snapshot_save_failures_total` | counter | | [`Metrics::inc_snapshot_save_failures`] |
+//! | `picket_backup_last_success_timestamp_seconds` | gauge (0: none yet) | | [`Metrics::observe_backup`] |
+//! | `picket_backup_interval_seconds` | gauge (0: no `[backup]`) | | [`Metrics::set_backup_interval`] |
+//! | `picket_backups_total` | counter | outcome (ok, failed, skipped) | [`Metrics::observe_backup`] |
 //! | `picket_grpc_requests_total` | counter | method, code | [`Metrics::observe_request`] |
 //! | `picket_grpc_request_duration_seconds` | histogram | method, code | same |
 //! | `picket_peer_*_total` (connects, accepts, handshakes_refused, dials_failed, connections_silent, flushes, messages_sent, messages_received, messages_dropped with `reason`) | counter | reason (the drops) | [`Metrics::add_counters`] from `crate::node::peer::PeerCounters` |
@@ -225,6 +228,7 @@ pub struct Metrics {
     slot_applied: Gauge,
     fsync: Histogram,
     storage: StorageMetrics,
+    backup: BackupMetrics,
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<RequestLabels, Histogram, LatencyHistogram>,
     /// The `method` label values seen so far (at most [`METHODS_MAX`]).
@@ -300,6 +304,39 @@ impl StorageMetrics {
             "picket_storage_snapshot_save_failures",
             "Background snapshot saves that failed (the log is kept; the replica goes on)",
             m.snapshot_save_failures.clone(),
+        );
+        m
+    }
+}
+
+/// Scheduled backups (`[backup]`, issue 37).
+struct BackupMetrics {
+    last_success: FloatGauge,
+    interval: FloatGauge,
+    runs: Family<OutcomeLabels, Counter>,
+}
+
+impl BackupMetrics {
+    fn register(registry: &mut Registry) -> BackupMetrics {
+        let m = BackupMetrics {
+            last_success: FloatGauge::default(),
+            interval: FloatGauge::default(),
+            runs: Family::default(),
+        };
+        registry.register(
+            "picket_backup_last_success_timestamp_seconds",
+            "Unix time of this replica's last good scheduled backup ([backup]; 0: none yet); its age is time() minus it",
+            m.last_success.clone(),
+        );
+        registry.register(
+            "picket_backup_interval_seconds",
+            "The [backup] interval of this replica (0: no scheduled backups)",
+            m.interval.clone(),
+        );
+        registry.register(
+            "picket_backups",
+            "Scheduled backups attempted by this replica, by outcome: ok, failed, skipped (not serving)",
+            m.runs.clone(),
         );
         m
     }
@@ -453,6 +490,7 @@ impl Metrics {
             fsync.clone(),
         );
         let storage = StorageMetrics::register(&mut registry);
+        let backup = BackupMetrics::register(&mut registry);
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "picket_grpc_requests",
@@ -490,6 +528,7 @@ impl Metrics {
             slot_applied,
             fsync,
             storage,
+            backup,
             requests,
             request_seconds,
             methods: Mutex::new(BTreeSet::new()),
@@ -684,6 +723,22 @@ impl Metrics {
     /// The last snapshot save and log compaction took `duration`.
     pub fn set_compaction(&self, duration: Duration) {
         self.storage.compaction_seconds.set(duration.as_secs_f64());
+    }
+
+    /// Scheduled backups run every `interval` (`[backup]`).
+    pub fn set_backup_interval(&self, interval: Duration) {
+        self.backup.interval.set(interval.as_secs_f64());
+    }
+
+    /// A scheduled backup ended: `ok`, `failed` or `skipped`; a good one at Unix time `at`.
+    pub fn observe_backup(&self, outcome: &'static str, at: Option<Duration>) {
+        self.backup
+            .runs
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        if let Some(at) = at {
+            self.backup.last_success.set(at.as_secs_f64());
+        }
     }
 
     /// A background snapshot save failed (the replica goes on; its log is kept).

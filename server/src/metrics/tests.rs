@@ -281,3 +281,37 @@ fn counters_kept_by_the_peer_transport_and_the_push_feed_are_read_at_every_scrap
         ["picket_session_pushes_dropped_total 0"]
     );
 }
+
+#[test]
+fn backups_export_their_interval_last_success_and_outcomes() {
+    let m = Metrics::new();
+    let text = m.encode();
+    assert!(
+        text.contains("picket_backup_interval_seconds 0.0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("picket_backup_last_success_timestamp_seconds 0.0\n"),
+        "{text}"
+    );
+    m.set_backup_interval(Duration::from_secs(3_600));
+    m.observe_backup("failed", None);
+    m.observe_backup("ok", Some(Duration::from_secs(1_700_000_000)));
+    let text = m.encode();
+    assert!(
+        text.contains("picket_backup_interval_seconds 3600.0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("picket_backup_last_success_timestamp_seconds 1700000000.0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("picket_backups_total{outcome=\"ok\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("picket_backups_total{outcome=\"failed\"} 1\n"),
+        "{text}"
+    );
+}

@@ -350,7 +350,7 @@ fn answer<T, J: Serialize>(
 
 /// The runbooks the shipped alert rules link to (`<external_url>/runbooks/<name>`), from
 /// docs/runbooks, as Markdown.
-const RUNBOOKS: [(&str, &str); 4] = [
+const RUNBOOKS: [(&str, &str); 5] = [
     (
         "stuck-lock.md",
         include_str!("../../../../docs/runbooks/stuck-lock.md"),
@@ -366,6 +366,10 @@ const RUNBOOKS: [(&str, &str); 4] = [
     (
         "replace-machine.md",
         include_str!("../../../../docs/runbooks/replace-machine.md"),
+    ),
+    (
+        "restore-from-backup.md",
+        include_str!("../../../../docs/runbooks/restore-from-backup.md"),
     ),
 ];
 

@@ -91,7 +91,8 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
         Command::Session { .. }
         | Command::Lock { .. }
         | Command::Watch { .. }
-        | Command::Cluster(_) => Err(CtlError::Io(
+        | Command::Cluster(_)
+        | Command::Snapshot(_) => Err(CtlError::Io(
             "internal: a command with its own runner reached one_shot".into(),
         )),
     }

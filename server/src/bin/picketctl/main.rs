@@ -13,6 +13,7 @@ mod confirm;
 mod e2e;
 mod render;
 mod run;
+mod snapshot;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 
@@ -253,6 +254,28 @@ pub enum Command {
     /// docs/runbooks/replace-machine.md.
     #[command(subcommand)]
     Cluster(ClusterAction),
+    /// Backups: save the whole replicated state at one revision to a file (role picket-admin,
+    /// logged by the leader), or verify a file offline (docs/runbooks/restore-from-backup.md).
+    #[command(subcommand)]
+    Snapshot(SnapshotAction),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotAction {
+    /// Stream a consistent snapshot from the leader and write it to FILE: checked whole, then
+    /// written atomically (a temp file beside FILE, fsync, rename; mode 0600: it holds
+    /// session-secret hashes and the audit trail). An existing FILE is replaced only by a
+    /// complete backup.
+    ///
+    /// Exit status: 0 saved, 1 refused (the rule is printed: missing_role, not_leader...) or
+    /// the file could not be written, 6 unreachable.
+    Save { file: PathBuf },
+    /// Verify FILE offline (format version, length, SHA-256, decoding) and print its header:
+    /// cluster id, revision, time, members, format version. Needs no cluster.
+    ///
+    /// Exit status: 0 the file is a good backup, 2 it is not (the rule is printed:
+    /// backup_empty, backup_truncated, backup_checksum, backup_format_version, ...).
+    Status { file: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
@@ -689,6 +712,10 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             | ClusterAction::Promote { .. }
             | ClusterAction::Remove { .. }),
         ) => cluster::change(&client, change).await.map(out),
+        Command::Snapshot(SnapshotAction::Save { file }) => {
+            snapshot::save(&client, &file).await.map(out)
+        }
+        Command::Snapshot(SnapshotAction::Status { file }) => snapshot::status(&file).map(out),
         Command::Cluster(ClusterAction::Status) => {
             let (report, all_serving) = cluster::status(&cli.global, &client).await?;
             report.print(json);

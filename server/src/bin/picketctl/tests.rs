@@ -327,6 +327,33 @@ impl Admin for FakeAdmin {
             }],
         }))
     }
+    type SaveSnapshotStream =
+        picket_server::api::stream::ChannelStream<Result<proto::SnapshotChunk, Status>>;
+    /// A good backup in 10-byte chunks, one of them left out (a broken stream).
+    async fn save_snapshot(
+        &self,
+        _: Request<proto::SaveSnapshotRequest>,
+    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        let state =
+            picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default())
+                .snapshot();
+        let bytes = picket_net::backup::encode_backup(&proto::BackupHeader::default(), state);
+        let (tx, rx) = tokio::sync::mpsc::channel(bytes.len() / 10 + 1);
+        for (i, data) in bytes.chunks(10).enumerate() {
+            if i == 2 {
+                continue;
+            }
+            let chunk = proto::SnapshotChunk {
+                data: data.to_vec(),
+                offset: (i * 10) as u64,
+                total_bytes: bytes.len() as u64,
+            };
+            tx.try_send(Ok(chunk)).unwrap();
+        }
+        Ok(Response::new(
+            picket_server::api::stream::ChannelStream::new(rx),
+        ))
+    }
     async fn get_replica_status(
         &self,
         _: Request<proto::GetReplicaStatusRequest>,
@@ -800,4 +827,44 @@ async fn lock_refuses_a_wait_timeout_the_server_would_not_take_before_any_call()
             "{error}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_broken_backup_stream_writes_nothing_and_keeps_the_old_file() {
+    let (client, _) = fake_admin(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backup.pkbk");
+    std::fs::write(&file, b"the previous backup").unwrap();
+    let error = super::snapshot::save(&client, &file).await.unwrap_err();
+    assert!(error.to_string().contains("nothing was written"), "{error}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"the previous backup");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "a temp file was left: {names:?}");
+}
+
+/// Every `picketctl` command of the restore runbook parses as written (an outside test walks
+/// the runbook literally).
+#[test]
+fn the_restore_runbooks_picketctl_commands_parse() {
+    let runbook = include_str!("../../../../docs/runbooks/restore-from-backup.md");
+    let mut in_block = false;
+    let mut seen = 0;
+    for line in runbook.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block || !line.starts_with("picketctl ") {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Err(error) = Cli::try_parse_from(&words) {
+            panic!("`{line}` does not parse: {error}");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 6, "only {seen} picketctl commands found");
 }
