@@ -67,13 +67,18 @@ pub struct Config {
     /// ([`Config::external_url`]). Must be the same on every replica.
     #[serde(default)]
     pub external_url: Option<String>,
-    /// Every replica, this one included: 3 or 5. With `join`: this replica and the members
-    /// of the running cluster it contacts (2..=9 entries).
+    /// Every replica of a new cluster, this one included: 3 or 5, the cluster's first
+    /// membership (`picketd run --init` records it in the data directory, with the
+    /// addresses). With `join`: this replica and 1 to 8 members of the running cluster it
+    /// contacts (any of them, the leader or not; one that answers is enough). Once the data
+    /// directory holds state, `members` is only whom to contact: the membership and every
+    /// member's address come from the data directory and the log.
     pub members: Vec<Member>,
-    /// This replica joins a running cluster as a learner, added first with `picketctl cluster
-    /// add` (docs/runbooks/replace-machine.md): the membership comes from the cluster's log,
-    /// not from `members`. Leave it on after the join (the membership is in the data directory
-    /// from then on; `members` only says whom to contact).
+    /// `members` is a contact list, not a membership: a replica that joins a running cluster
+    /// as a learner (added with `picketctl cluster add`, docs/runbooks/replace-machine.md), or
+    /// one that lost its disk and comes back with `--rejoin` and a short list. The membership
+    /// comes from the cluster. Leave it on afterwards (the membership is in the data directory
+    /// from then on).
     #[serde(default)]
     pub join: bool,
     #[serde(default)]
@@ -568,6 +573,65 @@ impl Config {
             .iter()
             .find(|m| m.id == self.node_id)
             .expect("validated: node_id is a member")
+    }
+
+    /// How the log records `member`: its ids and addresses (the HTTP one as
+    /// [`Self::http_address_of`] gives it, `""` for none).
+    pub fn member_address(&self, member: &Member) -> picket_core::paxos::MemberAddress {
+        picket_core::paxos::MemberAddress {
+            id: picket_core::paxos::NodeId(member.id),
+            peer: member.peer_address.clone(),
+            client: member.client_address.clone(),
+            http: self.http_address_of(member).unwrap_or_default(),
+        }
+    }
+
+    /// What `members` means for this file, in words (`picketd check-config`).
+    pub fn members_meaning(&self) -> String {
+        let others: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.node_id)
+            .map(|m| m.id.to_string())
+            .collect();
+        if self.join {
+            format!(
+                "join = true: members {} are only whom to contact; any one running member is \
+                 enough, the membership comes from the cluster",
+                others.join(", ")
+            )
+        } else {
+            format!(
+                "the first membership of a new cluster (picketd run --init): voters {}; once the \
+                 data directory holds state, members are only whom to contact",
+                self.members_sorted_ids().join(", ")
+            )
+        }
+    }
+
+    fn members_sorted_ids(&self) -> Vec<String> {
+        let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids.iter().map(u64::to_string).collect()
+    }
+
+    /// The cluster's first membership as this file gives it (`picketd run --init`): every
+    /// member a voter, with its addresses.
+    pub fn membership_first(&self) -> picket_core::paxos::Membership {
+        picket_core::paxos::Membership {
+            voters: self
+                .members
+                .iter()
+                .map(|m| picket_core::paxos::NodeId(m.id))
+                .collect(),
+            addresses: self
+                .members
+                .iter()
+                .map(|m| self.member_address(m))
+                .collect(),
+            ..picket_core::paxos::Membership::default()
+        }
+        .sorted()
     }
 
     /// The lock state machine's configuration.
