@@ -1055,6 +1055,20 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         self.update_view();
     }
 
+    /// Once per start: this replica was removed from the membership (its log or a member said so).
+    fn log_removed(&mut self) {
+        if self.removed_logged || self.node.role() != RoleKind::Removed {
+            return;
+        }
+        self.removed_logged = true;
+        let (membership, from) = self.node.replica().membership_latest();
+        tracing::warn!(node = %self.handle.id, newest = %membership, from_slot = from.0,
+            leader = ?self.node.leader().map(|l| l.0),
+            "REMOVED: this replica is not a member of the cluster's membership any more; it \
+             never campaigns and points clients at the leader. Stop it \
+             (docs/runbooks/replace-machine.md)");
+    }
+
     /// What this replica's refusals tell a dialer that is not a member (`MemberSet::view`).
     fn update_view(&self) {
         let Some(set) = &self.member_set else {
@@ -1096,9 +1110,9 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             },
         );
         assert!(stepped.is_ok(), "removed step failed: {stepped:?}");
-        let Some(removed_from) = self.node.replica().removed_from() else {
+        if !self.node.replica().is_removed() {
             return;
-        };
+        }
         // Reach the leader it named: client hints point there.
         if let Some(dialer) = &self.dialer {
             for address in &told.membership.addresses {
@@ -1110,14 +1124,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                     .insert(address.id, endpoint);
             }
         }
-        if before.is_none() && !self.removed_logged {
-            self.removed_logged = true;
-            tracing::warn!(node = %me, told_by = %from, membership = %told.membership,
-                from_slot = removed_from.0, leader = ?told.leader.map(|l| l.0),
-                "REMOVED: this replica is not a member of the cluster's newest membership; it \
-                 will not campaign and points clients at the leader. Stop it (docs/runbooks/\
-                 replace-machine.md)");
+        if let (None, Some(from_slot)) = (before, self.node.replica().removed_from()) {
+            tracing::info!(node = %me, told_by = %from, membership = %told.membership,
+                from_slot = from_slot.0,
+                "a member says a newer membership leaves this replica out");
         }
+        self.log_removed();
         self.update_view();
     }
 
@@ -1226,6 +1238,9 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                     Action::RoleChanged { role, leader } => {
                         tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
                             "role changed");
+                        if role == RoleKind::Removed {
+                            self.log_removed();
+                        }
                         self.update_view();
                         self.report_paxos();
                         self.report_membership();
