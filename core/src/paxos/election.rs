@@ -72,7 +72,10 @@ where
     /// A member said a membership from `from_slot` on leaves us out (`Input::Removed`).
     pub(super) fn on_removed(&mut self, from_slot: Slot, leader: Option<NodeId>) {
         let newer = from_slot > self.schedule.last_from();
-        // The same membership as our newest, which leaves us out too: only the leader is news.
+        // The same membership as our newest, which leaves us out: the teller has it in effect
+        // (it refuses us), so the slots before it are chosen and we vote on none after it.
+        // Only the commit point of the last of them has not reached us (nobody sends to us
+        // once the change is in effect), and we would campaign meanwhile.
         let same_without_us =
             from_slot == self.schedule.last_from() && !self.schedule.last().is_member(self.cfg.id);
         if self.membership_guessed || !(newer || same_without_us) {
@@ -81,9 +84,7 @@ where
             self.counters.dropped_stale += 1;
             return;
         }
-        if newer {
-            self.removed = Some(self.removed.map_or(from_slot, |r| r.max(from_slot)));
-        }
+        self.removed = Some(self.removed.map_or(from_slot, |r| r.max(from_slot)));
         let leader = leader.filter(|l| *l != self.cfg.id);
         if matches!(self.role, Role::Follower) {
             self.leader = leader;

@@ -946,3 +946,51 @@ fn a_replica_told_it_was_removed_never_campaigns_and_points_at_the_leader() {
         })
     );
 }
+
+#[test]
+fn a_replica_that_knows_its_removal_but_not_that_it_is_in_effect_stops_campaigning_when_told() {
+    // Replica 3 applied the change at slot 6 that removes it from slot 70 on, and no more:
+    // nobody sends it the commit point of slots 7..=69. A member that refuses it says the
+    // change is in effect there: it is removed (it would campaign for ever otherwise).
+    let schedule = Schedule::from_entries(vec![
+        (
+            Slot(1),
+            Membership::voters(vec![NodeId(1), NodeId(2), NodeId(3)]),
+        ),
+        (
+            Slot(70),
+            Membership::voters(vec![NodeId(1), NodeId(2), NodeId(4)]),
+        ),
+    ])
+    .unwrap();
+    let d: Durable<u32, Vec<u32>> = Durable {
+        snapshot: Some((Slot(6), vec![])),
+        schedule: Some(schedule),
+        ..Durable::default()
+    };
+    let mut r = R::new(config(3), d, Instant::ZERO).expect("valid");
+    assert_eq!(r.role(), RoleKind::Follower, "a voter up to slot 69");
+    drain(&mut r);
+    r.step(
+        T,
+        Input::Removed {
+            from_slot: Slot(70),
+            leader: Some(NodeId(4)),
+        },
+    )
+    .expect("step");
+    assert_eq!(r.role(), RoleKind::Removed);
+    assert_eq!(r.leader(), Some(NodeId(4)));
+    let deadline = r.poll_timeout().expect("deadline").max(T);
+    r.step(deadline, Input::Timeout).expect("timeout");
+    assert!(
+        !drain(&mut r).iter().any(|a| matches!(
+            a,
+            A::Send {
+                msg: Message::PreVote { .. },
+                ..
+            }
+        )),
+        "no pre-vote"
+    );
+}
