@@ -793,6 +793,53 @@ election_timeout_ms_max = 200
 heartbeat_ms = 20
 "#;
 
+    /// What docs/operations.md says a join file may hold ("What a join file holds"), and what
+    /// `picketd check-config` then says the file's members mean.
+    #[test]
+    fn a_join_file_lists_itself_and_one_to_eight_contacts() {
+        // Itself and one contact (node 3): valid, and said to be only whom to contact.
+        let one = GOOD
+            .replace("node_id = 2", "join = true\nnode_id = 2")
+            .replacen(
+                "[[members]]\nid = 1\npeer_address = \"127.0.0.1:7411\"\nclient_address = \"127.0.0.1:7401\"\n",
+                "",
+                1,
+            );
+        let config = Config::parse(&one).unwrap();
+        assert_eq!(config.members.len(), 2);
+        let said = config.members_meaning();
+        assert!(
+            said.starts_with("join = true: members 3 are only whom to contact"),
+            "{said}"
+        );
+        // Itself alone: refused, naming the rule.
+        let alone = one.replacen(
+            "[[members]]\nid = 3\npeer_address = \"127.0.0.1:7413\"\nclient_address = \"127.0.0.1:7403\"\n",
+            "",
+            1,
+        );
+        let e = error_of(&alone);
+        assert!(
+            e.starts_with("members: a joining replica lists itself and 1 to 8 members"),
+            "{e}"
+        );
+        // Its own entry is required (its addresses come from it).
+        let e = error_of(&one.replace("node_id = 2", "node_id = 4"));
+        assert!(e.starts_with("node_id: "), "{e}");
+        // Without join: 3 or 5, the first membership, recorded with the addresses by --init.
+        let first = Config::parse(GOOD).unwrap();
+        assert!(first.members_meaning().contains("voters 1, 2, 3"));
+        let m = first.membership_first();
+        assert_eq!(m.voters.len(), 3);
+        assert_eq!(m.addresses[2].peer, "127.0.0.1:7413");
+        assert_eq!(m.validate(), Ok(()));
+        let e = error_of(&alone.replace("join = true\n", ""));
+        assert!(
+            e.starts_with("members: a cluster has 3 or 5 members"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_good_file_parses_with_defaults() {
         let config = Config::parse(GOOD).unwrap();
