@@ -115,8 +115,9 @@ impl MemberSet {
 pub struct Refusal {
     pub rule: String,
     pub message: String,
-    /// With `peer_not_a_member`: what the listener knows of the membership.
-    pub told: Option<MembershipNotice>,
+    /// With `peer_not_a_member`: what the listener knows of the membership (boxed: a refusal
+    /// is an error value, kept small).
+    pub told: Option<Box<MembershipNotice>>,
 }
 
 impl fmt::Display for Refusal {
@@ -135,7 +136,7 @@ impl Refusal {
     }
 
     pub fn to_frame(&self) -> PeerFrame {
-        let told = self.told.as_ref();
+        let told = self.told.as_deref();
         frame(Kind::Refusal(proto::PeerRefusal {
             rule: self.rule.clone(),
             message: self.message.clone(),
@@ -151,10 +152,12 @@ impl Refusal {
             .membership
             .and_then(|m| membership_from_wire(m).ok())
             .filter(|_| r.membership_from_slot > 0)
-            .map(|membership| MembershipNotice {
-                membership,
-                from_slot: Slot(r.membership_from_slot),
-                leader: (r.leader_node_id != 0).then_some(NodeId(r.leader_node_id)),
+            .map(|membership| {
+                Box::new(MembershipNotice {
+                    membership,
+                    from_slot: Slot(r.membership_from_slot),
+                    leader: (r.leader_node_id != 0).then_some(NodeId(r.leader_node_id)),
+                })
             });
         Refusal {
             rule: r.rule,
@@ -192,7 +195,7 @@ pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, 
                 link.me.0
             ),
         );
-        refusal.told = link.members.view();
+        refusal.told = link.members.view().map(Box::new);
         return Err(refusal);
     }
     Ok(from)

@@ -72,7 +72,7 @@ pub async fn run_outbound(
                     PeerCounters::add(&counters.handshakes_refused, 1);
                     if let Some(told) = &refusal.told {
                         // The driver decides whether it says we were removed.
-                        link.members.notice(target.to, told.clone());
+                        link.members.notice(target.to, (**told).clone());
                     }
                     if refusal_logged.as_ref() != Some(refusal) {
                         tracing::warn!(to = %target.to, address = %target.address, rule = %refusal.rule,
