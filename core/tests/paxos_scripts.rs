@@ -128,6 +128,7 @@ fn role_name(r: RoleKind) -> &'static str {
         RoleKind::Candidate => "Candidate",
         RoleKind::Leader => "Leader",
         RoleKind::Recovering => "Recovering",
+        RoleKind::Removed => "Removed",
     }
 }
 

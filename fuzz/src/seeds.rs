@@ -268,6 +268,7 @@ fn record_decode() -> Vec<Vec<u8>> {
                 promised: ballot,
                 incarnations: [(NodeId(1), 2), (NodeId(3), 1)].into_iter().collect(),
                 lost: true,
+                membership_first: None,
             })
             .encode_to_vec(),
         ),

@@ -39,9 +39,10 @@ proptest! {
         promised in ballot(),
         lost in any::<bool>(),
         incarnations in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..5),
+        membership_first in proptest::option::of(strategies::paxos::membership()),
     ) {
         let incarnations = incarnations.into_iter().map(|(n, i)| (NodeId(n), i)).collect();
-        let state = HardState { promised, incarnations, lost };
+        let state = HardState { promised, incarnations, lost, membership_first };
         let bytes = proto::HardState::from(state.clone()).encode_to_vec();
         prop_assert_eq!(decode_hard_state(&bytes).unwrap(), state);
     }
@@ -163,6 +164,7 @@ fn hard_state_listing_a_node_twice_is_refused() {
                 incarnation: 3,
             },
         ],
+        membership_first: None,
     };
     let error = decode_hard_state(&wire.encode_to_vec()).unwrap_err();
     assert_eq!(
@@ -174,4 +176,33 @@ fn hard_state_listing_a_node_twice_is_refused() {
     missing.incarnations.clear();
     let error = decode_hard_state(&missing.encode_to_vec()).unwrap_err();
     assert_eq!(error.to_string(), "hard_state.promised: required");
+}
+
+/// A hard state written before the first membership was recorded (fields 1-3 only) reads with
+/// none: the config file's members stand in for it.
+#[test]
+fn a_hard_state_from_before_the_first_membership_reads_without_it() {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OldHardState {
+        #[prost(message, optional, tag = "1")]
+        promised: Option<proto::Ballot>,
+        #[prost(bool, tag = "2")]
+        lost: bool,
+        #[prost(message, repeated, tag = "3")]
+        incarnations: Vec<proto::Incarnation>,
+    }
+    let old = OldHardState {
+        promised: Some(proto::Ballot {
+            round: 4,
+            node_id: 2,
+        }),
+        lost: false,
+        incarnations: vec![proto::Incarnation {
+            node_id: 1,
+            incarnation: 2,
+        }],
+    };
+    let state = decode_hard_state(&old.encode_to_vec()).unwrap();
+    assert_eq!(state.membership_first, None);
+    assert_eq!(state.incarnations[&NodeId(1)], 2);
 }

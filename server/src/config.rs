@@ -67,13 +67,18 @@ pub struct Config {
     /// ([`Config::external_url`]). Must be the same on every replica.
     #[serde(default)]
     pub external_url: Option<String>,
-    /// Every replica, this one included: 3 or 5. With `join`: this replica and the members
-    /// of the running cluster it contacts (2..=9 entries).
+    /// Every replica of a new cluster, this one included: 3 or 5, the cluster's first
+    /// membership (`picketd run --init` records it in the data directory, with the
+    /// addresses). With `join`: this replica and 1 to 8 members of the running cluster it
+    /// contacts (any of them, the leader or not; one that answers is enough). Once the data
+    /// directory holds state, `members` is only whom to contact: the membership and every
+    /// member's address come from the data directory and the log.
     pub members: Vec<Member>,
-    /// This replica joins a running cluster as a learner, added first with `picketctl cluster
-    /// add` (docs/runbooks/replace-machine.md): the membership comes from the cluster's log,
-    /// not from `members`. Leave it on after the join (the membership is in the data directory
-    /// from then on; `members` only says whom to contact).
+    /// `members` is a contact list, not a membership: a replica that joins a running cluster
+    /// as a learner (added with `picketctl cluster add`, docs/runbooks/replace-machine.md), or
+    /// one that lost its disk and comes back with `--rejoin` and a short list. The membership
+    /// comes from the cluster. Leave it on afterwards (the membership is in the data directory
+    /// from then on).
     #[serde(default)]
     pub join: bool,
     #[serde(default)]
@@ -617,6 +622,65 @@ impl Config {
             .expect("validated: node_id is a member")
     }
 
+    /// How the log records `member`: its ids and addresses (the HTTP one as
+    /// [`Self::http_address_of`] gives it, `""` for none).
+    pub fn member_address(&self, member: &Member) -> picket_core::paxos::MemberAddress {
+        picket_core::paxos::MemberAddress {
+            id: picket_core::paxos::NodeId(member.id),
+            peer: member.peer_address.clone(),
+            client: member.client_address.clone(),
+            http: self.http_address_of(member).unwrap_or_default(),
+        }
+    }
+
+    /// What `members` means for this file, in words (`picketd check-config`).
+    pub fn members_meaning(&self) -> String {
+        let others: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.node_id)
+            .map(|m| m.id.to_string())
+            .collect();
+        if self.join {
+            format!(
+                "join = true: members {} are only whom to contact; any one running member is \
+                 enough, the membership comes from the cluster",
+                others.join(", ")
+            )
+        } else {
+            format!(
+                "the first membership of a new cluster (picketd run --init): voters {}; once the \
+                 data directory holds state, members are only whom to contact",
+                self.members_sorted_ids().join(", ")
+            )
+        }
+    }
+
+    fn members_sorted_ids(&self) -> Vec<String> {
+        let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids.iter().map(u64::to_string).collect()
+    }
+
+    /// The cluster's first membership as this file gives it (`picketd run --init`): every
+    /// member a voter, with its addresses.
+    pub fn membership_first(&self) -> picket_core::paxos::Membership {
+        picket_core::paxos::Membership {
+            voters: self
+                .members
+                .iter()
+                .map(|m| picket_core::paxos::NodeId(m.id))
+                .collect(),
+            addresses: self
+                .members
+                .iter()
+                .map(|m| self.member_address(m))
+                .collect(),
+            ..picket_core::paxos::Membership::default()
+        }
+        .sorted()
+    }
+
     /// The lock state machine's configuration.
     pub fn lock_config(&self) -> picket_core::locks::LockConfig {
         picket_core::locks::LockConfig {
@@ -775,6 +839,53 @@ election_timeout_ms_min = 100
 election_timeout_ms_max = 200
 heartbeat_ms = 20
 "#;
+
+    /// What docs/operations.md says a join file may hold ("What a join file holds"), and what
+    /// `picketd check-config` then says the file's members mean.
+    #[test]
+    fn a_join_file_lists_itself_and_one_to_eight_contacts() {
+        // Itself and one contact (node 3): valid, and said to be only whom to contact.
+        let one = GOOD
+            .replace("node_id = 2", "join = true\nnode_id = 2")
+            .replacen(
+                "[[members]]\nid = 1\npeer_address = \"127.0.0.1:7411\"\nclient_address = \"127.0.0.1:7401\"\n",
+                "",
+                1,
+            );
+        let config = Config::parse(&one).unwrap();
+        assert_eq!(config.members.len(), 2);
+        let said = config.members_meaning();
+        assert!(
+            said.starts_with("join = true: members 3 are only whom to contact"),
+            "{said}"
+        );
+        // Itself alone: refused, naming the rule.
+        let alone = one.replacen(
+            "[[members]]\nid = 3\npeer_address = \"127.0.0.1:7413\"\nclient_address = \"127.0.0.1:7403\"\n",
+            "",
+            1,
+        );
+        let e = error_of(&alone);
+        assert!(
+            e.starts_with("members: a joining replica lists itself and 1 to 8 members"),
+            "{e}"
+        );
+        // Its own entry is required (its addresses come from it).
+        let e = error_of(&one.replace("node_id = 2", "node_id = 4"));
+        assert!(e.starts_with("node_id: "), "{e}");
+        // Without join: 3 or 5, the first membership, recorded with the addresses by --init.
+        let first = Config::parse(GOOD).unwrap();
+        assert!(first.members_meaning().contains("voters 1, 2, 3"));
+        let m = first.membership_first();
+        assert_eq!(m.voters.len(), 3);
+        assert_eq!(m.addresses[2].peer, "127.0.0.1:7413");
+        assert_eq!(m.validate(), Ok(()));
+        let e = error_of(&alone.replace("join = true\n", ""));
+        assert!(
+            e.starts_with("members: a cluster has 3 or 5 members"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_good_file_parses_with_defaults() {

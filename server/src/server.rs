@@ -127,11 +127,13 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         },
         ..StorageConfig::default()
     };
-    let (store, recovered) = DurableStore::open_with(disk, &config.data_dir, storage_config, empty)
-        .map_err(|source| StartError::Store {
-            dir: config.data_dir.display().to_string(),
-            source,
-        })?;
+    let (mut store, mut recovered) =
+        DurableStore::open_with(disk, &config.data_dir, storage_config, empty).map_err(
+            |source| StartError::Store {
+                dir: config.data_dir.display().to_string(),
+                source,
+            },
+        )?;
     match (recovered.was_empty, empty) {
         (true, EmptyDataDir::Init) => tracing::info!(node = %id, dir = %config.data_dir.display(),
             "empty data directory: a new replica starts with empty state"),
@@ -144,6 +146,20 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         tracing::error!(node = %id, %reason, new_storage = %store.root().display(),
             "DURABLE STATE LOST: this replica starts amnesiac; it will not vote or accept until \
              it has re-learned its state from the other replicas (this needs all of them up)");
+    }
+    if recovered.was_empty && empty == EmptyDataDir::Init && !config.join {
+        // The first start of a new cluster's replica: the cluster's first membership, with the
+        // addresses of its members, goes into the data directory. From then on the membership
+        // (and whom this replica talks to) comes from there and the log, not from this file.
+        let first = config.membership_first();
+        tracing::info!(node = %id, membership = %first,
+            "recorded the cluster's first membership, with its members' addresses");
+        store
+            .record_membership_first(first, &mut recovered.durable)
+            .map_err(|source| StartError::Store {
+                dir: config.data_dir.display().to_string(),
+                source,
+            })?;
     }
     let storage_condition = StorageCondition::after(&recovered, store.root());
     tracing::info!(node = %id, boot = recovered.boot, promised = %recovered.durable.promised,
@@ -190,7 +206,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     metrics.set_recovery(recovered.outcome, recovered.duration, recovered.boot);
     let peer_counters = Arc::new(PeerCounters::default());
     let mut tasks = Vec::new();
-    let mut peers_out = BTreeMap::new();
+    let peers_out = BTreeMap::new();
     #[cfg(not(madsim))]
     let tls = crate::tls::TlsFiles::load(config.tls.as_ref())?;
     #[cfg(not(madsim))]
@@ -218,27 +234,14 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         me: id,
         members: MemberSet::new(config.members.iter().map(|m| NodeId(m.id))),
     };
-    for member in config.members.iter().filter(|m| m.id != config.node_id) {
-        let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
-        peers_out.insert(NodeId(member.id), tx);
-        let target = PeerTarget {
-            to: NodeId(member.id),
-            address: member.peer_address.clone(),
-            #[cfg(not(madsim))]
-            tls: match &peer_tls {
-                Some(tls) => Some(tls.client(&member.peer_address)?),
-                None => None,
-            },
-        };
-        tasks.push(tokio::spawn(peer::run_outbound(
-            peer_link.clone(),
-            target,
-            PeerTiming::default(),
-            rx,
-            peer_counters.clone(),
-            shutdown_rx.clone(),
-        )));
-    }
+    // Whom to dial is the driver's to say (`sync_members`): the members of the membership in
+    // the data directory and the log, and while that is unknown, the contacts of this file.
+    let contacts: BTreeMap<NodeId, MemberAddress> = config
+        .members
+        .iter()
+        .filter(|m| m.id != config.node_id)
+        .map(|m| (NodeId(m.id), config.member_address(m)))
+        .collect();
     let driver = Driver::new(DriverParts {
         node,
         store,
@@ -259,6 +262,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             shutdown: shutdown_rx.clone(),
             scheme,
             http_scheme: config.http_scheme(),
+            contacts,
             #[cfg(not(madsim))]
             tls: peer_tls.clone(),
         })),
@@ -487,6 +491,8 @@ struct Dialer {
     scheme: &'static str,
     /// `http` or `https`: how the members' HTTP ports serve.
     http_scheme: &'static str,
+    /// The config file's members, this replica aside.
+    contacts: BTreeMap<NodeId, MemberAddress>,
     #[cfg(not(madsim))]
     tls: Option<crate::tls::PeerTls>,
 }
@@ -528,6 +534,10 @@ impl crate::node::driver::PeerDialer for Dialer {
 
     fn http_endpoint(&self, address: &MemberAddress) -> Option<String> {
         (!address.http.is_empty()).then(|| format!("{}://{}", self.http_scheme, address.http))
+    }
+
+    fn contacts(&self) -> &BTreeMap<NodeId, MemberAddress> {
+        &self.contacts
     }
 }
 

@@ -529,3 +529,290 @@ async fn under_load_three_grow_to_five_one_is_replaced_the_leader_removed_and_ba
         assert!(token > fence[*key], "{key}: {token} after {}", fence[*key]);
     }
 }
+
+/// Waits until a leader other than `not` leads and serves; how long it took from `since`.
+async fn leader_other_than(
+    cluster: &Cluster,
+    not: Option<usize>,
+    since: tokio::time::Instant,
+    what: &str,
+) -> (usize, Duration) {
+    let deadline = since + Duration::from_secs(20);
+    loop {
+        for i in cluster.running() {
+            if Some(i) == not {
+                continue;
+            }
+            if let Some(status) = status_of(&cluster.endpoints[i]).await {
+                if status.role == "leader" && status.ready {
+                    let took = since.elapsed();
+                    eprintln!("{what}: node {} leads and serves {took:?} after", i + 1);
+                    return (i, took);
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within 20 s {what}; logs:\n{}",
+            cluster
+                .running()
+                .iter()
+                .map(|i| format!("--- node {}:\n{}", i + 1, cluster.log(*i)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The runbook's step 5: every replica but `removed` applied the slot the new membership
+/// governs from before the removed one is stopped.
+async fn in_effect_everywhere(cluster: &Cluster, removed: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    'wait: loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change is not in effect everywhere"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for i in cluster.running().into_iter().filter(|i| *i != removed) {
+            let Some(s) = status_of(&cluster.endpoints[i]).await else {
+                continue 'wait;
+            };
+            if s.members.iter().any(|m| m.node_id == removed as u64 + 1)
+                || s.slot_applied < s.membership_from_slot
+            {
+                continue 'wait;
+            }
+        }
+        return;
+    }
+}
+
+/// A removed replica says so (`/healthz` and `GetReplicaStatus` role `removed`, not ready),
+/// never campaigns, and sends clients to the leader.
+async fn says_removed(cluster: &Cluster, removed: usize, leader: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let status = status_of(&cluster.endpoints[removed]).await;
+        if let Some(s) = status.filter(|s| s.role == "removed") {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {} does not say it was removed; its log:\n{}",
+            removed + 1,
+            cluster.log(removed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.ready, "{status:?}");
+    assert!(
+        cluster.log(removed).contains("REMOVED"),
+        "no REMOVED line in its log"
+    );
+    // It keeps saying so for a few election timeouts: never a pre-candidate again.
+    for _ in 0..10 {
+        let s = status_of(&cluster.endpoints[removed]).await.unwrap();
+        assert_eq!(s.role, "removed", "{s:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A client that asks it is pointed at the leader.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let refused = support::try_create_session(&cluster.endpoints[removed], "lost", 10_000)
+            .await
+            .unwrap_err();
+        assert_eq!(support::rule(&refused), "not_leader", "{refused:?}");
+        let detail = picket_net::status::error_detail(&refused).expect("a detail");
+        if detail.leader_endpoint == cluster.endpoints[leader] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the removed replica does not point at the leader {}: {detail:?}",
+            cluster.endpoints[leader]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Replaces member `old` as docs/runbooks/replace-machine.md says, the new machine's file
+/// naming only `contact` (a running member that is not the leader); returns the new index and
+/// how long after the removal was answered a leader served.
+async fn replace_per_runbook(
+    cluster: &mut Cluster,
+    load: &Load,
+    old: usize,
+    contact: usize,
+) -> (usize, Duration) {
+    let (leader, _) = current_leader(cluster).await;
+    assert_ne!(contact, leader, "the contact is not the leader");
+    // 2. Start the new replica: `join = true`, itself and one running member.
+    let (new, peer, client) = cluster.start_joiner_with_contacts(&[contact]);
+    let id = new as u64 + 1;
+    // 3. Add it as a learner.
+    let added = change(cluster, Change::Add { id, peer, client }).await;
+    assert!(added.learners.contains(&id), "{added:?}");
+    // 4. Promote it once it follows.
+    caught_up(cluster, id).await;
+    let promoted = change(cluster, Change::Promote(id)).await;
+    assert!(promoted.voters.contains(&id), "{promoted:?}");
+    load.progress(20, "after the promotion").await;
+    // 5. Remove the old one.
+    let old_id = old as u64 + 1;
+    let removed = change(cluster, Change::Remove(old_id)).await;
+    assert!(!removed.voters.contains(&old_id), "{removed:?}");
+    let asked = tokio::time::Instant::now();
+    let (leader, took) = leader_other_than(
+        cluster,
+        Some(old),
+        asked,
+        &format!("after node {old_id} was removed"),
+    )
+    .await;
+    says_removed(cluster, old, leader).await;
+    in_effect_everywhere(cluster, old).await;
+    cluster.kill(old);
+    load.progress(20, "after the old member stopped").await;
+    (new, took)
+}
+
+/// Issue 34's "done when": docs/runbooks/replace-machine.md followed literally. Each new
+/// machine's file names one running member that is not the leader. The leader is replaced,
+/// then a follower, then every member restarts; a leader serves after each step, every member
+/// is ready after the restart, no acknowledged grant is lost and tokens rise. Then a replica
+/// whose disk is wiped after those changes rejoins with a one-member contact list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_machine_runbook_literally_with_one_contact_that_is_not_the_leader() {
+    let mut cluster = Cluster::start();
+    cluster.leader(Duration::from_secs(20)).await;
+    let load = Load::start(&cluster, 2);
+    load.progress(20, "before any change").await;
+    let mut took = Vec::new();
+
+    // The leader's machine is replaced.
+    let (leader, _) = current_leader(&cluster).await;
+    let contact = (0..3).find(|i| *i != leader).unwrap();
+    let (first_new, t) = replace_per_runbook(&mut cluster, &load, leader, contact).await;
+    took.push(("the leader replaced", t));
+
+    // Then a follower's: the contact is a running member that is not the leader (the replica
+    // that joined first, if it does not lead).
+    let (leader, _) = current_leader(&cluster).await;
+    let follower = cluster
+        .running()
+        .into_iter()
+        .find(|i| *i != leader && *i != first_new)
+        .unwrap();
+    let contact = if first_new != leader {
+        first_new
+    } else {
+        cluster
+            .running()
+            .into_iter()
+            .find(|i| *i != leader && *i != follower)
+            .unwrap()
+    };
+    let (second_new, t) = replace_per_runbook(&mut cluster, &load, follower, contact).await;
+    took.push(("a follower replaced", t));
+    let fence = load.stop().await;
+
+    // Every member restarts (their files: the first one's three original members, or one
+    // contact for the new ones; none names all of today's members).
+    let members = cluster.running();
+    assert_eq!(members.len(), 3);
+    assert!(members.contains(&first_new) && members.contains(&second_new));
+    for i in &members {
+        cluster.kill(*i);
+    }
+    let restarted = tokio::time::Instant::now();
+    for i in &members {
+        cluster.spawn_with(*i, &[]);
+    }
+    let (leader, t) = leader_other_than(&cluster, None, restarted, "after a full restart").await;
+    took.push(("every member restarted", t));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for i in &members {
+        loop {
+            let ready = status_of(&cluster.endpoints[*i])
+                .await
+                .is_some_and(|s| s.ready);
+            if ready {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {} is not ready after the restart; its log:\n{}",
+                i + 1,
+                cluster.log(*i)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!(
+        "every member ready {:?} after the restart",
+        restarted.elapsed()
+    );
+
+    // Nothing acknowledged was lost: the next grant of each key is above every token taken.
+    let session = create_session(&cluster.endpoints[leader], "after", 60_000).await;
+    let mut next = BTreeMap::new();
+    for (n, key) in LOAD_KEYS.iter().enumerate() {
+        let token = take_and_release(&cluster, session, 100 + 2 * n as u64, key).await;
+        assert!(token > fence[*key], "{key}: {token} after {}", fence[*key]);
+        next.insert(*key, token);
+    }
+
+    // A replica whose disk is wiped after the two changes (an original member, the one that
+    // is not the leader, or else the second new one) comes back with `--rejoin` and a file
+    // naming only one other member.
+    let wiped = members
+        .iter()
+        .copied()
+        .find(|i| *i != leader && *i < 3)
+        .unwrap_or(second_new);
+    let contact = members.iter().copied().find(|i| *i != wiped).unwrap();
+    cluster.kill(wiped);
+    std::fs::remove_dir_all(cluster.data_dir(wiped)).unwrap();
+    cluster.write_contact_file(wiped, &[contact]);
+    let rejoined = tokio::time::Instant::now();
+    cluster.spawn_with(wiped, &["--rejoin"]);
+    let deadline = rejoined + Duration::from_secs(60);
+    loop {
+        let status = status_of(&cluster.endpoints[wiped]).await;
+        let done = status.as_ref().is_some_and(|s| {
+            s.ready && s.storage.as_ref().is_some_and(|st| !st.durable_state_lost)
+        });
+        if done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {} did not rejoin with one contact: {status:?}; its log:\n{}",
+            wiped + 1,
+            cluster.log(wiped)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "node {} rejoined with one contact {:?} after its start",
+        wiped + 1,
+        rejoined.elapsed()
+    );
+    assert!(
+        cluster
+            .log(wiped)
+            .contains("learned the cluster's membership from a peer"),
+        "it says it learned the membership"
+    );
+    let (leader, _) = current_leader(&cluster).await;
+    let session = create_session(&cluster.endpoints[leader], "after-rejoin", 60_000).await;
+    for (n, key) in LOAD_KEYS.iter().enumerate() {
+        let token = take_and_release(&cluster, session, 200 + 2 * n as u64, key).await;
+        assert!(token > next[*key], "{key}: {token} after {}", next[*key]);
+    }
+    for (step, t) in &took {
+        eprintln!("leader serving after {step}: {t:?}");
+    }
+}

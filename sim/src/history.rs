@@ -261,8 +261,8 @@ pub struct History {
     /// Real-driver runs: how each start's storage recovery ended (`/healthz`'s
     /// `storage.recovery`: `clean`, `torn_tail_cut`, `durable_state_lost`).
     pub recoveries: Vec<RecoverySeen>,
-    /// Membership changes that did not complete within their bound after the faults healed
-    /// (checker 6), in words.
+    /// Membership changes that did not complete within their bound after the faults healed,
+    /// and members not ready within their bound after the full restart (checker 6), in words.
     pub membership_failures: Vec<String>,
 }
 

@@ -212,16 +212,27 @@ fn checkers_bite() {
         (Break::RequeueCancelled, Checker::WaitsEnd),
         (Break::LateExpiry, Checker::WaitsEnd),
         (Break::SlotBypass, Checker::Fencing),
+        (Break::PeersFromFile, Checker::Liveness),
     ];
     for (broken, checker) in cases {
-        let caught = (1..=SEEDS_MAX).find(|seed| {
-            let report = run_seed_on(*seed, Scenario::Mixed, Some(broken));
+        // Peers from the file again needs a membership change with a short contact list.
+        let scenario = match broken {
+            Break::PeersFromFile => Scenario::Membership,
+            _ => Scenario::Mixed,
+        };
+        // It bites only when the new replica's drawn contact list leaves the leader out.
+        let seeds_max = match broken {
+            Break::PeersFromFile => 2 * SEEDS_MAX,
+            _ => SEEDS_MAX,
+        };
+        let caught = (1..=seeds_max).find(|seed| {
+            let report = run_seed_on(*seed, scenario, Some(broken));
             println!("{} break={}", summary(*seed, &report), broken.name());
             report.violations.iter().any(|v| v.checker == checker)
         });
         assert!(
             caught.is_some(),
-            "{} was not caught by {} within {SEEDS_MAX} seeds",
+            "{} was not caught by {} within {seeds_max} seeds",
             broken.name(),
             checker.name()
         );

@@ -20,7 +20,10 @@ pub struct Config {
     /// The first membership's voters, 3 or 5 distinct ids, none of them 0; for a joining
     /// replica, the members it may hear from before it learns the membership.
     pub members: Vec<NodeId>,
-    /// A new replica joining a running cluster (not in `members`).
+    /// `members` is only a contact list (this replica not in it): a new replica joining a
+    /// running cluster, or one that lost its disk and rejoins with a short list. Until it has
+    /// learned the cluster's first membership from a contact (or restored it from storage) it
+    /// neither campaigns nor recovers.
     pub joining: bool,
     pub election_timeout_ms_min: u64,
     pub election_timeout_ms_max: u64,

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 
 use rand_chacha::rand_core::RngCore;
 
-use super::ballot::{Ballot, NodeId};
+use super::ballot::{Ballot, NodeId, Slot};
 use super::message::Message;
 use super::quorum::Votes;
 use super::replica::{Replica, Role};
@@ -22,6 +22,24 @@ where
             return;
         }
         if self.now < self.deadline_election {
+            return;
+        }
+        if self.membership_guessed || self.removed.is_some() {
+            // Not to act on a guessed membership (it may name too few voters, or none of
+            // ours); and a removed replica is nobody's voter. Neither campaigns nor recovers;
+            // the guesser asks a contact to catch it up, which brings the membership.
+            self.deadline_election = self.now.add_ms(self.election_timeout_ms_random());
+            if matches!(
+                self.role,
+                Role::PreCandidate { .. } | Role::Candidate { .. }
+            ) {
+                self.become_follower(self.leader);
+            }
+            if self.membership_guessed && !self.peers.is_empty() {
+                let i = (self.rng.next_u64() % self.peers.len() as u64) as usize;
+                let from = self.peers[i];
+                self.request_catchup(from);
+            }
             return;
         }
         if !self.amnesiac && !self.is_voter() {
@@ -48,6 +66,32 @@ where
             self.start_recovery();
         } else {
             self.start_pre_vote();
+        }
+    }
+
+    /// A member said a membership from `from_slot` on leaves us out (`Input::Removed`).
+    pub(super) fn on_removed(&mut self, from_slot: Slot, leader: Option<NodeId>) {
+        let newer = from_slot > self.schedule.last_from();
+        // The same membership as our newest, which leaves us out: the teller has it in effect
+        // (it refuses us), so the slots before it are chosen and we vote on none after it.
+        // Only the commit point of the last of them has not reached us (nobody sends to us
+        // once the change is in effect), and we would campaign meanwhile.
+        let same_without_us =
+            from_slot == self.schedule.last_from() && !self.schedule.last().is_member(self.cfg.id);
+        if self.membership_guessed || !(newer || same_without_us) {
+            // Ours is newer (it decides) or we cannot tell yet: a member that has not applied
+            // our addition does not name us either.
+            self.counters.dropped_stale += 1;
+            return;
+        }
+        self.removed = Some(self.removed.map_or(from_slot, |r| r.max(from_slot)));
+        let leader = leader.filter(|l| *l != self.cfg.id);
+        if matches!(self.role, Role::Follower) {
+            self.leader = leader;
+            self.report_role();
+        } else {
+            // A deposed leader, a candidate: step down.
+            self.become_follower(leader);
         }
     }
 

@@ -24,6 +24,15 @@ pub enum Input<C, S> {
     Timeout,
     /// The `Persist` action `id` and every earlier one are durable.
     Persisted { id: PersistId },
+    /// A member told us (the peer transport's refusal, `peer_not_a_member`) that the
+    /// membership it follows, which governs from `from_slot`, does not name us, and who it
+    /// knows as leader. Taken only if `from_slot` is beyond the newest membership we know: we
+    /// were removed and missed it. We then never campaign again (the role is `Removed`) and
+    /// point clients at `leader`. Hearsay is enough: campaigning is a matter of liveness only.
+    Removed {
+        from_slot: Slot,
+        leader: Option<NodeId>,
+    },
 }
 
 /// The replica's role, as reported by `Action::RoleChanged`.
@@ -38,6 +47,9 @@ pub enum RoleKind {
     Leader,
     /// Durable state was lost: neither promises nor accepts until re-learned from the others.
     Recovering,
+    /// A member said a membership newer than ours leaves us out (`Input::Removed`): never
+    /// campaigns again.
+    Removed,
 }
 
 /// A `Persist` action: make this durable, then step `Input::Persisted { id }`. Storage applies it as: set the
@@ -58,7 +70,10 @@ pub struct Persist<C, S> {
     pub accepted: Vec<AcceptedEntry<C>>,
     pub snapshot: Option<(Slot, S)>,
     /// With `snapshot`: the membership schedule as of its slot (`None`: the first
-    /// membership, `Config::members`, governs everything after it).
+    /// membership, `Config::members`, governs everything after it). Without a snapshot: the
+    /// cluster's first membership (one entry, from slot 1), learned by a replica that only
+    /// guessed it (a joining or rejoining one): storage keeps it beside the promise and gives
+    /// it back as `Durable::schedule` while it holds no snapshot.
     pub schedule: Option<Schedule>,
     /// The snapshot is a local compaction (`Replica::compact`, taken while not amnesiac):
     /// of values this replica applied, so what storage already holds covers it. `false`
@@ -101,7 +116,10 @@ pub struct Durable<C, S> {
     pub promised: Ballot,
     pub accepted: BTreeMap<Slot, (Ballot, Value<C>)>,
     pub snapshot: Option<(Slot, S)>,
-    /// The membership schedule recorded with `snapshot` (`None`: the first membership).
+    /// The membership schedule recorded with `snapshot`; without a snapshot, the cluster's
+    /// first membership as recorded (`picketd run --init` writes it, a joining replica records
+    /// it once learned). `None`: not recorded (data of a version before it, or a replica that
+    /// joins or lost its state): `Config::members` stands in for it.
     pub schedule: Option<Schedule>,
     /// Incarnation per replica (own and peers'); 0 when absent. Never decreases.
     pub incarnations: BTreeMap<NodeId, u64>,
@@ -169,6 +187,9 @@ impl<C: Clone, S: Clone> Durable<C, S> {
                 self.schedule = schedule.clone();
                 self.accepted = self.accepted.split_off(&slot.next());
             }
+        } else if schedule.is_some() && self.snapshot.is_none() {
+            // The first membership, learned.
+            self.schedule = schedule.clone();
         }
         if recovered {
             self.lost = false;

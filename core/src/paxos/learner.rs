@@ -108,6 +108,19 @@ where
         }
         if self.applied > before {
             self.slot_chosen_heard = self.slot_chosen_heard.max(self.applied);
+            if let Some(from) = self.removed {
+                // A membership at least as new as the one we were told of names us again.
+                let me = self.cfg.id;
+                let back = self
+                    .schedule
+                    .entries()
+                    .iter()
+                    .any(|(s, m)| *s >= from && m.is_member(me));
+                if back {
+                    self.removed = None;
+                    self.report_role();
+                }
+            }
             self.refresh_peers();
             self.step_down_if_removed();
             self.retire_proposals();
@@ -240,11 +253,16 @@ where
             }
             s = s.next();
         }
-        if snapshot.is_none() && entries.is_empty() {
+        // With a snapshot, the schedule as of it. Without one, from slot 1, our whole schedule
+        // (the cluster's first membership included) if we know it: the asker may have only
+        // guessed its first membership (a joining or rejoining replica).
+        let from_start = snapshot.is_none() && start == Slot(1) && self.snapshot.is_none();
+        let schedule = (snapshot.is_some() || (from_start && !self.membership_guessed))
+            .then(|| self.schedule.clone());
+        if snapshot.is_none() && entries.is_empty() && schedule.is_none() {
             self.counters.dropped_stale += 1;
             return;
         }
-        let schedule = snapshot.as_ref().map(|_| self.schedule.clone());
         self.send(
             from,
             Message::CatchupReply {
@@ -274,8 +292,19 @@ where
         }
         self.catchup_deadline = None;
         let entries_len = entries.len();
+        let installs = snapshot
+            .as_ref()
+            .is_some_and(|(slot, _)| *slot > self.applied);
+        if snapshot.is_none() {
+            if let Some(schedule) = &schedule {
+                self.learn_membership_first(schedule);
+            }
+        }
         if let Some((slot, snap)) = snapshot {
-            if slot > self.applied {
+            if installs {
+                if schedule.is_some() {
+                    self.membership_guessed = false;
+                }
                 self.schedule = schedule
                     .unwrap_or_else(|| Schedule::new(Membership::voters(self.cfg.members.clone())));
                 self.take_snapshot(slot, snap, true, false);
@@ -316,6 +345,34 @@ where
             }
         }
         self.fill_window();
+    }
+
+    /// A replica that guessed its first membership takes the one a peer that holds the log
+    /// from slot 1 sent, and records it (`Persist::schedule` without a snapshot). The guess
+    /// governed nothing this replica acted on: it neither campaigned nor recovered with it.
+    fn learn_membership_first(&mut self, schedule: &Schedule) {
+        let (first_from, first) = &schedule.entries()[0];
+        if !self.membership_guessed || self.snapshot.is_some() || *first_from != Slot(1) {
+            return;
+        }
+        if first.validate().is_err() {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
+        self.schedule.replace_first(first.clone());
+        self.membership_guessed = false;
+        self.refresh_peers();
+        self.persist_issued += 1;
+        self.actions.push_back(Action::Persist(super::io::Persist {
+            id: self.persist_issued,
+            promised: None,
+            accepted: Vec::new(),
+            snapshot: None,
+            schedule: Some(Schedule::new(first.clone())),
+            snapshot_local: false,
+            incarnation: None,
+            recovered: false,
+        }));
     }
 
     /// Whether the driver should compact now (`Replica::compact` at what its state machine

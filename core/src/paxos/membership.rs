@@ -259,6 +259,18 @@ impl Schedule {
         self.entries.push((from, membership));
     }
 
+    /// Replaces the first membership (a guess) with the one learned; the first entry must
+    /// govern from slot 1.
+    pub fn replace_first(&mut self, membership: Membership) {
+        assert_eq!(
+            self.entries[0].0,
+            Slot(1),
+            "the first membership replaced on a schedule that starts at {}",
+            self.entries[0].0
+        );
+        self.entries[0].1 = membership;
+    }
+
     /// Forgets the entries that govern no slot at or above `slot`.
     pub fn forget_below(&mut self, slot: Slot) {
         let keep_from = self.entries.partition_point(|(from, _)| *from <= slot);

@@ -63,7 +63,9 @@ pub enum Message<C, S> {
     CatchupRequest { slot_from: Slot },
     /// Chosen values, consecutive, starting right after the snapshot if there is one. With a
     /// snapshot, `schedule` is the membership schedule as of it (`None` from a replica of a
-    /// version without membership changes: the first membership).
+    /// version without membership changes: the first membership). Without one, entries from
+    /// slot 1 (possibly none) come with the sender's whole schedule, the cluster's first
+    /// membership included, when it knows it (`None` otherwise, and from older versions).
     CatchupReply {
         snapshot: Option<(Slot, S)>,
         schedule: Option<Schedule>,

@@ -70,6 +70,18 @@ pub struct Replica<C, S> {
     /// Which membership governs which slots; complete up to `applied + α` (every change
     /// chosen at or below `applied` is in it).
     pub(super) schedule: Schedule,
+    /// The first membership in `schedule` is a guess from `Config::members` (the contacts of a
+    /// `joining` replica that has recorded no membership yet): not to be acted on. While it is, the
+    /// replica neither campaigns nor recovers; it asks its contacts to catch it up, and the
+    /// first answer that carries the membership (a snapshot's schedule, or the schedule of a
+    /// replica that holds the log from slot 1) replaces the guess.
+    pub(super) membership_guessed: bool,
+    /// A member told us a membership from this slot on leaves us out (`Input::Removed`), and
+    /// we knew of none so new: we were removed. Never campaigns while set.
+    pub(super) removed: Option<Slot>,
+    /// A membership this replica knew of named it (since it started): with none that governs
+    /// a slot from the next one to apply on naming it any more, it was removed.
+    pub(super) was_member: bool,
     /// Everyone but us in a membership that governs a slot in `applied + 1 ..= applied + α`:
     /// whom broadcasts go to (kept by `refresh_peers`).
     pub(super) peers: Vec<NodeId>,
@@ -163,6 +175,11 @@ where
             incarnations,
             lost,
         } = restored;
+        // Without a recorded membership, `Config::members` stands in for the first one: the
+        // truth when it is the first membership (a new cluster's, or data of a version before
+        // it was recorded), a guess when it is only a contact list (`joining`: a replica that
+        // joins, or one that lost its disk and came back with a short list).
+        let membership_guessed = schedule.is_none() && cfg.joining;
         let schedule =
             schedule.unwrap_or_else(|| Schedule::new(Membership::voters(cfg.members.clone())));
         // Lost state is not trusted, except the incarnations: storage that lost or damaged its
@@ -193,6 +210,9 @@ where
         let mut r = Replica {
             cfg,
             schedule,
+            membership_guessed,
+            removed: None,
+            was_member: false,
             peers: Vec::new(),
             rng,
             now,
@@ -256,6 +276,7 @@ where
                 }
             }
             Input::Timeout => self.on_timeout(),
+            Input::Removed { from_slot, leader } => self.on_removed(from_slot, leader),
             Input::Persisted { id } => {
                 if id > self.persist_issued {
                     return Err(StepError::PersistedUnknown {
@@ -414,6 +435,9 @@ where
     }
 
     pub fn role(&self) -> RoleKind {
+        if !matches!(self.role, Role::Leader(_)) && self.is_removed() {
+            return RoleKind::Removed;
+        }
         match &self.role {
             Role::Follower if self.amnesiac => RoleKind::Recovering,
             Role::Follower => RoleKind::Follower,
@@ -449,6 +473,35 @@ where
 
     pub fn is_amnesiac(&self) -> bool {
         self.amnesiac
+    }
+
+    /// Whether the first membership is still a guess from `Config::members` (see
+    /// `membership_guessed`): the transport then also talks to the configured contacts.
+    pub fn membership_guessed(&self) -> bool {
+        self.membership_guessed
+    }
+
+    /// The first slot of the membership that a member said leaves us out, if we were removed.
+    pub fn removed_from(&self) -> Option<Slot> {
+        self.removed
+    }
+
+    /// Removed: a member told us so (`Input::Removed`), or our own log did: we were a member
+    /// of a membership we know, and none that governs a slot from the next one to apply on
+    /// names us. (A learner catching up to its addition is in none of the memberships it has
+    /// applied yet, but it never was in one either.)
+    pub fn is_removed(&self) -> bool {
+        if self.removed.is_some() {
+            return true;
+        }
+        if self.membership_guessed || !self.was_member {
+            return false;
+        }
+        let me = self.cfg.id;
+        !self
+            .schedule
+            .over(self.applied.next(), Slot(u64::MAX))
+            .any(|m| m.is_member(me))
     }
 
     pub fn counters(&self) -> &Counters {
@@ -637,6 +690,9 @@ where
     /// Recomputes `peers` (after `applied`, the schedule or amnesia moved). An amnesiac
     /// replica proposes again from its snapshot on: the memberships of those slots count too.
     pub(super) fn refresh_peers(&mut self) {
+        if !self.membership_guessed && self.schedule.knows(self.cfg.id) {
+            self.was_member = true;
+        }
         let (lo, hi) = (self.phase1_base().next(), self.slot_known_max());
         let mut peers: Vec<NodeId> = self
             .schedule

@@ -743,3 +743,254 @@ fn a_new_replica_first_listens_for_a_full_election_timeout_from_the_time_it_is_b
     r.step(deadline, Input::Timeout).expect("timeout");
     assert_eq!(r.role(), RoleKind::PreCandidate);
 }
+
+/// The first membership of `config`'s cluster, with addresses (as `picketd run --init` writes it).
+fn addressed_first() -> Membership {
+    let mut m = Membership::voters(vec![NodeId(1), NodeId(2), NodeId(3)]);
+    m.addresses = (1..=3)
+        .map(|i| MemberAddress {
+            id: NodeId(i),
+            peer: format!("10.0.0.{i}:7000"),
+            client: format!("10.0.0.{i}:7001"),
+            http: String::new(),
+        })
+        .collect();
+    m
+}
+
+/// A replica joining with a one-member contact list (member 3) that is not the leader.
+fn joiner_with_contact_3() -> R {
+    let mut cfg = Config::new(NodeId(4), vec![NodeId(3)], 7);
+    cfg.joining = true;
+    Replica::new(cfg, Durable::default(), Instant::ZERO).expect("valid")
+}
+
+#[test]
+fn a_joiner_learns_the_first_membership_with_addresses_from_a_contact_and_records_it() {
+    let mut j = joiner_with_contact_3();
+    assert!(j.membership_guessed());
+    // It neither campaigns nor recovers on its guess: each timeout asks its contact instead.
+    let deadline = j.poll_timeout().expect("deadline");
+    j.step(deadline, Input::Timeout).expect("timeout");
+    assert_eq!(
+        drain(&mut j),
+        vec![send(3, Message::CatchupRequest { slot_from: Slot(1) })]
+    );
+    assert_eq!(j.role(), RoleKind::Follower);
+
+    // The contact holds the log from slot 1 (no snapshot) and knows its membership: it sends
+    // its schedule beside the entries, even with no entry to send.
+    let first = Schedule::new(addressed_first());
+    let durable = Durable {
+        schedule: Some(first.clone()),
+        ..Durable::default()
+    };
+    let mut contact = Replica::new(config(3), durable, Instant::ZERO).expect("valid");
+    let reply = deliver(
+        &mut contact,
+        4,
+        Message::CatchupRequest { slot_from: Slot(1) },
+    );
+    let expected = Message::CatchupReply {
+        snapshot: None,
+        schedule: Some(first.clone()),
+        entries: vec![],
+    };
+    assert_eq!(reply, vec![send(4, expected.clone())]);
+    // A replica that only guessed its membership does not pass the guess on.
+    let reply = deliver(&mut j, 5, Message::CatchupRequest { slot_from: Slot(1) });
+    assert_eq!(reply, vec![]);
+
+    // The joiner takes it, records it (a schedule without a snapshot) and now reaches 1 and 2.
+    let out = deliver(&mut j, 3, expected);
+    assert_eq!(
+        out,
+        vec![A::Persist(Persist {
+            id: 1,
+            promised: None,
+            accepted: vec![],
+            snapshot: None,
+            schedule: Some(first.clone()),
+            snapshot_local: false,
+            incarnation: None,
+            recovered: false,
+        })]
+    );
+    assert!(!j.membership_guessed());
+    assert_eq!(j.schedule(), &first);
+    assert_eq!(
+        j.membership().address_of(NodeId(2)).unwrap().peer,
+        "10.0.0.2:7000"
+    );
+
+    // Storage gives it back at restart: the replica is not guessing any more.
+    let mut d: Durable<u32, Vec<u32>> = Durable::default();
+    if let A::Persist(p) = &out[0] {
+        d.apply_persist(p);
+    }
+    let mut cfg = Config::new(NodeId(4), vec![NodeId(3)], 7);
+    cfg.joining = true;
+    let restarted = R::new(cfg, d, Instant::ZERO).expect("valid");
+    assert!(!restarted.membership_guessed());
+    assert_eq!(restarted.schedule(), &first);
+}
+
+#[test]
+fn a_guessing_rejoiner_does_not_recover_on_its_guess() {
+    // Disk lost, a one-member contact list: no RecoverQuery (the guess could name too few
+    // voters), only a catch-up request to the contact.
+    let mut cfg = Config::new(NodeId(2), vec![NodeId(3)], 7);
+    cfg.joining = true;
+    let d: Durable<u32, Vec<u32>> = Durable {
+        lost: true,
+        ..Durable::default()
+    };
+    let mut r = R::new(cfg, d, Instant::ZERO).expect("valid");
+    for _ in 0..3 {
+        let deadline = r.poll_timeout().expect("deadline");
+        r.step(deadline, Input::Timeout).expect("timeout");
+        let out = drain(&mut r);
+        assert!(
+            out.iter().all(|a| matches!(
+                a,
+                A::Send {
+                    to: NodeId(3),
+                    msg: Message::CatchupRequest { .. }
+                }
+            )),
+            "{out:?}"
+        );
+    }
+    // Once it has the membership, recovery asks every other member.
+    let learned = Message::CatchupReply {
+        snapshot: None,
+        schedule: Some(Schedule::new(addressed_first())),
+        entries: vec![],
+    };
+    deliver(&mut r, 3, learned);
+    let deadline = r.poll_timeout().expect("deadline");
+    r.step(deadline, Input::Timeout).expect("timeout");
+    let asked: Vec<NodeId> = drain(&mut r)
+        .into_iter()
+        .filter_map(|a| match a {
+            A::Send {
+                to,
+                msg: Message::RecoverQuery { .. },
+            } => Some(to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, vec![NodeId(1), NodeId(3)]);
+}
+
+#[test]
+fn a_replica_told_it_was_removed_never_campaigns_and_points_at_the_leader() {
+    let mut r = replica(3);
+    // Told of a membership no newer than its own: ignored.
+    r.step(
+        T,
+        Input::Removed {
+            from_slot: Slot(1),
+            leader: Some(NodeId(5)),
+        },
+    )
+    .expect("step");
+    assert_eq!(r.removed_from(), None);
+    // Campaigning (pre-vote), then told of a newer membership that leaves it out.
+    let deadline = r.poll_timeout().expect("deadline");
+    r.step(deadline, Input::Timeout).expect("timeout");
+    assert_eq!(r.role(), RoleKind::PreCandidate);
+    drain(&mut r);
+    r.step(
+        deadline,
+        Input::Removed {
+            from_slot: Slot(70),
+            leader: Some(NodeId(5)),
+        },
+    )
+    .expect("step");
+    assert_eq!(r.role(), RoleKind::Removed);
+    assert_eq!(r.leader(), Some(NodeId(5)));
+    assert_eq!(r.removed_from(), Some(Slot(70)));
+    let out = drain(&mut r);
+    assert!(
+        out.contains(&A::RoleChanged {
+            role: RoleKind::Removed,
+            ballot: r.ballot_promised(),
+            leader: Some(NodeId(5)),
+        }),
+        "{out:?}"
+    );
+    // Timeouts come and go: no pre-vote, no ballot.
+    let mut now = deadline;
+    for _ in 0..5 {
+        now = r.poll_timeout().expect("deadline").max(now);
+        r.step(now, Input::Timeout).expect("timeout");
+        let out = drain(&mut r);
+        assert!(
+            !out.iter().any(|a| matches!(
+                a,
+                A::Send {
+                    msg: Message::PreVote { .. } | Message::Prepare { .. },
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        assert_eq!(r.role(), RoleKind::Removed);
+    }
+    assert_eq!(
+        r.propose(now, 1),
+        Err(ProposeError::NotLeader {
+            leader_hint: Some(NodeId(5))
+        })
+    );
+}
+
+#[test]
+fn a_replica_that_knows_its_removal_but_not_that_it_is_in_effect_stops_campaigning_when_told() {
+    // Replica 3 applied the change at slot 6 that removes it from slot 70 on, and no more:
+    // nobody sends it the commit point of slots 7..=69. A member that refuses it says the
+    // change is in effect there: it is removed (it would campaign for ever otherwise).
+    let schedule = Schedule::from_entries(vec![
+        (
+            Slot(1),
+            Membership::voters(vec![NodeId(1), NodeId(2), NodeId(3)]),
+        ),
+        (
+            Slot(70),
+            Membership::voters(vec![NodeId(1), NodeId(2), NodeId(4)]),
+        ),
+    ])
+    .unwrap();
+    let d: Durable<u32, Vec<u32>> = Durable {
+        snapshot: Some((Slot(6), vec![])),
+        schedule: Some(schedule),
+        ..Durable::default()
+    };
+    let mut r = R::new(config(3), d, Instant::ZERO).expect("valid");
+    assert_eq!(r.role(), RoleKind::Follower, "a voter up to slot 69");
+    drain(&mut r);
+    r.step(
+        T,
+        Input::Removed {
+            from_slot: Slot(70),
+            leader: Some(NodeId(4)),
+        },
+    )
+    .expect("step");
+    assert_eq!(r.role(), RoleKind::Removed);
+    assert_eq!(r.leader(), Some(NodeId(4)));
+    let deadline = r.poll_timeout().expect("deadline").max(T);
+    r.step(deadline, Input::Timeout).expect("timeout");
+    assert!(
+        !drain(&mut r).iter().any(|a| matches!(
+            a,
+            A::Send {
+                msg: Message::PreVote { .. },
+                ..
+            }
+        )),
+        "no pre-vote"
+    );
+}

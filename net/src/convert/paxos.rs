@@ -14,7 +14,8 @@ use picket_core::paxos::{Ballot, Message, NodeId, Slot, Value};
 use picket_core::time::Instant;
 
 use super::records::{
-    log_entry_from_wire, log_entry_to_wire, snapshot_from_wire, snapshot_to_wire,
+    log_entry_from_wire, log_entry_to_wire, schedule_from_wire, schedule_to_wire,
+    snapshot_from_wire, snapshot_to_wire,
 };
 use super::{each, nested, required};
 use crate::error::{ConvertError, DecodeError};
@@ -194,6 +195,11 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
             schedule,
             entries,
         } => pm::Kind::CatchupReply(pm::CatchupReply {
+            // With a snapshot the schedule travels inside it, as on disk; without, beside.
+            schedule: match &snapshot {
+                None => schedule.as_ref().map(schedule_to_wire),
+                Some(_) => None,
+            },
             snapshot: snapshot.map(|snap| snapshot_to_wire(snap, schedule.as_ref())),
             entries: entries
                 .into_iter()
@@ -285,9 +291,14 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
                 .map(snapshot_from_wire)
                 .transpose()
                 .map_err(in_("catchup_reply.snapshot"))?;
+            let beside = m
+                .schedule
+                .map(schedule_from_wire)
+                .transpose()
+                .map_err(in_("catchup_reply.schedule"))?;
             let (snapshot, schedule) = match snapshot {
                 Some((slot, state, schedule)) => (Some((slot, state)), schedule),
-                None => (None, None),
+                None => (None, beside),
             };
             Message::CatchupReply {
                 snapshot,

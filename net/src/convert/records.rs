@@ -53,6 +53,10 @@ pub struct HardState {
     pub incarnations: BTreeMap<NodeId, u64>,
     /// Acknowledged state was lost and not yet re-learned from a quorum.
     pub lost: bool,
+    /// The cluster's first membership, with its members' addresses: written by
+    /// `picketd run --init`, or learned by a replica that joined or lost its state. `None` in
+    /// records written before it (the config file's members stand in for it).
+    pub membership_first: Option<Membership>,
 }
 
 impl From<HardState> for proto::HardState {
@@ -60,6 +64,7 @@ impl From<HardState> for proto::HardState {
         proto::HardState {
             promised: Some(v.promised.into()),
             lost: v.lost,
+            membership_first: v.membership_first.as_ref().map(membership_to_wire),
             // A BTreeMap iterates by node id: the encoding is canonical.
             incarnations: v
                 .incarnations
@@ -88,10 +93,16 @@ impl TryFrom<proto::HardState> for HardState {
                 ));
             }
         }
+        let membership_first = v
+            .membership_first
+            .map(membership_from_wire)
+            .transpose()
+            .map_err(|e| e.within("membership_first"))?;
         Ok(HardState {
             promised: ballot(v.promised, "promised")?,
             incarnations,
             lost: v.lost,
+            membership_first,
         })
     }
 }

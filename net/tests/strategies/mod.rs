@@ -879,12 +879,14 @@ pub mod paxos {
             slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
             (
                 option::of((slot(), super::snapshot(), option::of(schedule()))),
+                option::of(schedule()),
                 vec((slot(), value()), 0..3)
             )
-                .prop_map(|(snapshot, entries)| {
+                .prop_map(|(snapshot, beside, entries)| {
+                    // Without a snapshot, the schedule travels beside the entries.
                     let (snapshot, schedule) = match snapshot {
                         Some((slot, state, schedule)) => (Some((slot, state)), schedule),
-                        None => (None, None),
+                        None => (None, beside),
                     };
                     Message::CatchupReply {
                         snapshot,

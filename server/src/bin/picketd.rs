@@ -260,7 +260,14 @@ mod real {
                     ttl_s,
                 } => dev_token(&data_dir, &principal, &roles, ttl_s).map_err(Failure::from),
                 Command::CheckConfig { config } => Config::load(&config)
-                    .map(|c| println!("{}: valid (node {})", config.display(), c.node_id))
+                    .map(|c| {
+                        println!(
+                            "{}: valid (node {}; {})",
+                            config.display(),
+                            c.node_id,
+                            c.members_meaning()
+                        )
+                    })
                     .map_err(|e| Failure::new(ExitStatus::of_config(&e), e)),
             }
         });

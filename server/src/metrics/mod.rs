@@ -187,12 +187,13 @@ impl MetricConstructor<Histogram> for LatencyHistogram {
     }
 }
 
-const ROLES: [(RoleKind, &str); 5] = [
+const ROLES: [(RoleKind, &str); 6] = [
     (RoleKind::Follower, "follower"),
     (RoleKind::PreCandidate, "pre_candidate"),
     (RoleKind::Candidate, "candidate"),
     (RoleKind::Leader, "leader"),
     (RoleKind::Recovering, "recovering"),
+    (RoleKind::Removed, "removed"),
 ];
 
 /// The `role` label value of a Paxos role (also `/healthz`'s `role`).

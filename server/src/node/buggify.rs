@@ -19,6 +19,20 @@ use madsim::rand::Rng;
 thread_local! {
     static ON: Cell<bool> = const { Cell::new(false) };
     static SLOW_FSYNCS: Cell<u64> = const { Cell::new(0) };
+    static PEERS_FROM_FILE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A planted bug for the checkers' bite test (not a buggify point): the transport takes its
+/// peers from the config file again, as before issue 34 (the first membership's members are
+/// dialed and accepted only if the file names them; only members added by a change are reached
+/// at the log's addresses), so a replica that joined with a short contact list never reaches
+/// the members its file leaves out.
+pub fn set_peers_from_file(on: bool) {
+    PEERS_FROM_FILE.with(|p| p.set(on));
+}
+
+pub(crate) fn peers_from_file() -> bool {
+    PEERS_FROM_FILE.with(Cell::get)
 }
 
 /// How long a slow fsync takes (a disk busy with something else, a RAID controller flushing).

@@ -130,13 +130,17 @@ pub enum Request {
     },
 }
 
-/// How the driver reaches the members the log adds: a queue into a new outbound connection to
-/// an address, and the client endpoint of one (`server.rs`: the peer transport).
+/// How the driver reaches the members: a queue into a new outbound connection to an address,
+/// the client endpoint of one (`server.rs`: the peer transport), and the config file's
+/// `[[members]]`, a contact list (the addresses of members whose membership in the log carries
+/// none, as one written before addresses were recorded for every member).
 pub trait PeerDialer: Send {
     fn dial(&mut self, address: &MemberAddress) -> mpsc::Sender<NodeMessage>;
     fn endpoint(&self, address: &MemberAddress) -> String;
     /// The HTTP base URL of one (`None`: it has no HTTP address).
     fn http_endpoint(&self, address: &MemberAddress) -> Option<String>;
+    /// The config file's members (this replica aside), with their addresses.
+    fn contacts(&self) -> &BTreeMap<NodeId, MemberAddress>;
 }
 
 /// `http://host:port` of each member's HTTP listener, by node id: the config file's
@@ -233,6 +237,9 @@ impl NodeStatus {
         match (self.role, self.leader) {
             (RoleKind::Recovering, _) => {
                 Some("recovering: re-learning its state from the other replicas")
+            }
+            (RoleKind::Removed, _) => {
+                Some("removed: not a member of the cluster's newest membership (stop this replica)")
             }
             (_, None) => Some("no leader known"),
             _ => None,
@@ -438,8 +445,11 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     lost_for: Option<std::time::Duration>,
     /// The membership change this leader proposed and the caller waiting for it to be chosen.
     membership_wait: Option<(Membership, Reply1<MembershipChanged>)>,
-    /// The schedule the transport follows (`sync_members`).
-    schedule_seen: Option<Schedule>,
+    /// What the transport follows (`sync_members`): the schedule, whether its first membership
+    /// is a guess, and the first slot of the membership that governs the next slot to apply.
+    schedule_seen: Option<(Schedule, bool, paxos::Slot)>,
+    /// A member told us we were removed (`Input::Removed`): logged once.
+    removed_logged: bool,
     dialer: Option<Box<dyn PeerDialer>>,
     member_set: Option<MemberSet>,
     /// The members of this replica's config file (always talked to).
@@ -529,6 +539,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             lost_for: None,
             membership_wait: None,
             schedule_seen: None,
+            removed_logged: false,
             dialer: parts.dialer,
             member_set: parts.member_set,
             configured,
@@ -790,6 +801,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             let stepped = self.node.step(now, Input::Timeout);
             assert!(stepped.is_ok(), "timeout step failed: {stepped:?}");
         }
+        self.take_membership_notice();
+        self.sync_members();
         self.report_stats(now);
     }
 
@@ -945,47 +958,204 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 )));
             }
         }
-        if self.schedule_seen.as_ref() == Some(schedule) {
+        let replica = self.node.replica();
+        let guessed = replica.membership_guessed();
+        let applied = replica.slot_applied();
+        let governing_from = schedule
+            .entries()
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= applied.next())
+            .map_or(paxos::Slot(1), |(from, _)| *from);
+        if self
+            .schedule_seen
+            .as_ref()
+            .is_some_and(|(s, g, f)| s == schedule && *g == guessed && *f == governing_from)
+        {
             return;
         }
         let schedule = schedule.clone();
         let me = self.handle.id;
-        let mut known: BTreeSet<NodeId> = self.configured.clone();
-        for (_, m) in schedule.entries() {
-            known.extend(m.members());
-            for address in &m.addresses {
-                if address.id == me {
-                    continue;
-                }
-                if let Some(dialer) = &mut self.dialer {
-                    if let std::collections::btree_map::Entry::Vacant(queue) =
-                        self.peers_out.entry(address.id)
-                    {
-                        tracing::info!(node = %me, peer = %address.id, address = %address.peer,
-                            "connecting to a member the log added");
-                        queue.insert(dialer.dial(address));
-                    }
-                    let endpoint = dialer.endpoint(address);
-                    self.handle
-                        .endpoints
-                        .write()
-                        .expect("endpoints poisoned")
-                        .insert(address.id, endpoint);
-                    if let Some(http) = dialer.http_endpoint(address) {
-                        self.handle.http_endpoints.insert(address.id.0, http);
-                    }
-                }
+        let was_guessed = self.schedule_seen.as_ref().is_some_and(|(_, g, _)| *g);
+        if was_guessed && !guessed {
+            tracing::info!(node = %me, membership = %schedule.entries()[0].1,
+                newest = %schedule.last(), from_slot = schedule.last_from().0,
+                "learned the cluster's membership from a peer (the config file's members were \
+                 only whom to contact)");
+        }
+        let Some(dialer) = &mut self.dialer else {
+            // Tests without a transport: the members are whom `peers_out` reaches.
+            let mut known: BTreeSet<NodeId> = self.configured.clone();
+            for (_, m) in schedule.entries() {
+                known.extend(m.members());
+            }
+            if let Some(set) = &self.member_set {
+                set.replace(known);
+            }
+            self.schedule_seen = Some((schedule, guessed, governing_from));
+            return;
+        };
+        // Exactly the members of the memberships that govern the slots from the next one to
+        // apply on; while the first membership is a guess, the contacts too (whom to learn from).
+        let mut known: BTreeSet<NodeId> = BTreeSet::from([me]);
+        #[cfg(madsim)]
+        let planted = crate::node::buggify::peers_from_file();
+        #[cfg(not(madsim))]
+        let planted = false;
+        if planted {
+            // The planted bug (the code before issue 34): every id of the log and the file
+            // is accepted, but only the file's members and those a change added are dialed.
+            known.extend(dialer.contacts().keys().copied());
+            for (_, m) in schedule.entries() {
+                known.extend(m.members());
             }
         }
-        // Members no membership of the log names any more (and no config file): their
-        // connections end when their queues are dropped.
-        if self.dialer.is_some() {
-            self.peers_out.retain(|id, _| known.contains(id));
+        for (from, m) in schedule.entries() {
+            if planted {
+                break;
+            }
+            let governs_later = schedule
+                .entries()
+                .iter()
+                .find(|(f, _)| f > from)
+                .is_none_or(|(next, _)| *next > applied.next());
+            if governs_later {
+                known.extend(m.members());
+            }
         }
+        if guessed {
+            known.extend(dialer.contacts().keys().copied());
+        }
+        for &id in &known {
+            if id == me {
+                continue;
+            }
+            let added = schedule.entries().iter().any(|(_, m)| m.is_learner(id))
+                || !schedule.entries()[0].1.is_voter(id);
+            if planted && !dialer.contacts().contains_key(&id) && !added {
+                continue;
+            }
+            // The newest address the log gives; else the config file's (a membership written
+            // before every member's address was recorded).
+            let address = schedule
+                .entries()
+                .iter()
+                .rev()
+                .find_map(|(_, m)| m.address_of(id).cloned())
+                .or_else(|| dialer.contacts().get(&id).cloned());
+            let Some(address) = address else {
+                tracing::warn!(node = %me, peer = %id,
+                    "no address known for a member (not in the log, not in the config file): \
+                     it is not dialed");
+                continue;
+            };
+            if let std::collections::btree_map::Entry::Vacant(queue) = self.peers_out.entry(id) {
+                tracing::info!(node = %me, peer = %id, address = %address.peer,
+                    "connecting to a member");
+                queue.insert(dialer.dial(&address));
+            }
+            let endpoint = dialer.endpoint(&address);
+            self.handle
+                .endpoints
+                .write()
+                .expect("endpoints poisoned")
+                .insert(id, endpoint);
+            if let Some(http) = dialer.http_endpoint(&address) {
+                self.handle.http_endpoints.insert(id.0, http);
+            }
+        }
+        // Members no membership in effect names any more: their connections end when their
+        // queues are dropped.
+        self.peers_out.retain(|id, _| {
+            let keep = known.contains(id);
+            if !keep {
+                tracing::info!(node = %me, peer = %id, "no longer a member: disconnecting");
+            }
+            keep
+        });
         if let Some(set) = &self.member_set {
             set.replace(known);
         }
-        self.schedule_seen = Some(schedule);
+        self.schedule_seen = Some((schedule, guessed, governing_from));
+        self.update_view();
+    }
+
+    /// Once per start: this replica was removed from the membership (its log or a member said so).
+    fn log_removed(&mut self) {
+        if self.removed_logged || self.node.role() != RoleKind::Removed {
+            return;
+        }
+        self.removed_logged = true;
+        let (membership, from) = self.node.replica().membership_latest();
+        tracing::warn!(node = %self.handle.id, newest = %membership, from_slot = from.0,
+            leader = ?self.node.leader().map(|l| l.0),
+            "REMOVED: this replica is not a member of the cluster's membership any more; it \
+             never campaigns and points clients at the leader. Stop it \
+             (docs/runbooks/replace-machine.md)");
+    }
+
+    /// What this replica's refusals tell a dialer that is not a member (`MemberSet::view`).
+    fn update_view(&self) {
+        let Some(set) = &self.member_set else {
+            return;
+        };
+        let replica = self.node.replica();
+        if replica.membership_guessed() || replica.removed_from().is_some() {
+            set.set_view(None);
+            return;
+        }
+        let (membership, from) = replica.membership_latest();
+        set.set_view(Some(crate::node::peer::MembershipNotice {
+            membership: membership.clone(),
+            from_slot: from,
+            leader: self.node.leader(),
+        }));
+    }
+
+    /// A peer refused us as a non-member and told what it knows: if its newest membership is
+    /// newer than ours and leaves us out, we were removed (`Input::Removed`).
+    fn take_membership_notice(&mut self) {
+        let Some((from, told)) = self
+            .member_set
+            .as_ref()
+            .and_then(crate::node::peer::MemberSet::take_notice)
+        else {
+            return;
+        };
+        let me = self.handle.id;
+        if told.membership.is_member(me) {
+            return;
+        }
+        let before = self.node.replica().removed_from();
+        let stepped = self.node.step(
+            self.clock.now(),
+            Input::Removed {
+                from_slot: told.from_slot,
+                leader: told.leader,
+            },
+        );
+        assert!(stepped.is_ok(), "removed step failed: {stepped:?}");
+        if !self.node.replica().is_removed() {
+            return;
+        }
+        // Reach the leader it named: client hints point there.
+        if let Some(dialer) = &self.dialer {
+            for address in &told.membership.addresses {
+                let endpoint = dialer.endpoint(address);
+                self.handle
+                    .endpoints
+                    .write()
+                    .expect("endpoints poisoned")
+                    .insert(address.id, endpoint);
+            }
+        }
+        if let (None, Some(from_slot)) = (before, self.node.replica().removed_from()) {
+            tracing::info!(node = %me, told_by = %from, membership = %told.membership,
+                from_slot = from_slot.0,
+                "a member says a newer membership leaves this replica out");
+        }
+        self.log_removed();
+        self.update_view();
     }
 
     fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Reply1<Answered>) {
@@ -1093,6 +1263,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                     Action::RoleChanged { role, leader } => {
                         tracing::info!(node = %self.handle.id, ?role, leader = ?leader.map(|l| l.0),
                             "role changed");
+                        if role == RoleKind::Removed {
+                            self.log_removed();
+                        }
+                        self.update_view();
                         self.report_paxos();
                         self.report_membership();
                         self.report_storage();

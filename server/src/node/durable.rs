@@ -7,7 +7,7 @@
 //! <data>/boot/hardstate            boot counter and storage generation (atomic replace)
 //! <data>/replica-<generation>/     the replica's storage (picket-storage layout):
 //!     log/*.seg                    one `LogEntry` record per accepted (slot, ballot, value)
-//!     hardstate                    `HardState`: promised ballot, lost flag, incarnations
+//!     hardstate                    `HardState`: promised ballot, lost flag, incarnations, first membership
 //!     snapshots/<slot>.snap        `SnapshotRecord`s, named by their slot
 //! ```
 //!
@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use picket_core::node::{NodeCommand, NodeDurable, NodePersist, NodeSnapshot};
-use picket_core::paxos::{Schedule, Slot};
+use picket_core::paxos::{Membership, Schedule, Slot};
 use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
@@ -547,9 +547,10 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         if let Some(b) = promised_min.filter(|b| *b > store.hard.promised) {
             store.hard.promised = b;
         }
+        // Without a snapshot, the first membership the hard state recorded (if any).
         let (snapshot, schedule) = match snapshot {
             Some((slot, state, schedule)) => (Some((slot, state)), schedule),
-            None => (None, None),
+            None => (None, store.hard.membership_first.clone().map(Schedule::new)),
         };
         let durable = NodeDurable {
             promised: store.hard.promised,
@@ -608,6 +609,12 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             }
             for entry in &op.accepted {
                 records.push((entry.0, log_entry_to_wire(entry.clone()).encode_to_vec()));
+            }
+            if op.snapshot.is_none() {
+                if let Some(first) = op.schedule.take() {
+                    // The first membership, learned (`Persist::schedule` without a snapshot).
+                    hard.membership_first = Some(first.entries()[0].1.clone());
+                }
             }
             if let Some((slot, state)) = op.snapshot.take() {
                 snapshot_sync |= !op.snapshot_local;
@@ -772,6 +779,24 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         let below = self.compact_next.min(needed);
         self.counters.segments_dropped += self.log.drop_below(below)? as u64;
         self.compact_next = needed;
+        Ok(())
+    }
+
+    /// Records the cluster's first membership (`picketd run --init` on an empty data
+    /// directory: the config file's members with their addresses), durably, before the
+    /// replica starts; `durable.schedule` is set to it.
+    pub fn record_membership_first(
+        &mut self,
+        membership: Membership,
+        durable: &mut NodeDurable,
+    ) -> Result<(), StoreError> {
+        assert!(
+            durable.snapshot.is_none() && durable.schedule.is_none(),
+            "the first membership recorded over a recorded one"
+        );
+        self.hard.membership_first = Some(membership.clone());
+        self.save_hard_state()?;
+        durable.schedule = Some(Schedule::new(membership));
         Ok(())
     }
 

@@ -701,3 +701,78 @@ fn the_default_runner_saves_on_another_thread() {
     disk.crash();
     assert_eq!(reopen(&disk).durable, reference(&ops));
 }
+
+fn addressed(ids: &[u64]) -> picket_core::paxos::Membership {
+    let mut m = picket_core::paxos::Membership::voters(ids.iter().copied().map(NodeId).collect());
+    m.addresses = ids
+        .iter()
+        .map(|i| picket_core::paxos::MemberAddress {
+            id: NodeId(*i),
+            peer: format!("10.0.0.{i}:7000"),
+            client: format!("10.0.0.{i}:7001"),
+            http: String::new(),
+        })
+        .collect();
+    m
+}
+
+/// Issue 34: `--init` records the first membership with its addresses in the hard state, and a
+/// joining replica records the one it learned (`Persist::schedule` without a snapshot); both
+/// come back at restart as the schedule, until a snapshot's schedule takes over.
+#[test]
+fn the_first_membership_recorded_or_learned_comes_back_at_restart() {
+    let disk = SimDisk::new(21);
+    let first = addressed(&[1, 2, 3]);
+    {
+        let (mut store, mut recovered) =
+            DurableStore::open_with(disk.clone(), Path::new(DATA), config(), EmptyDataDir::Init)
+                .unwrap();
+        assert_eq!(recovered.durable.schedule, None);
+        store
+            .record_membership_first(first.clone(), &mut recovered.durable)
+            .unwrap();
+        assert_eq!(
+            recovered.durable.schedule,
+            Some(Schedule::new(first.clone()))
+        );
+        store.persist(&[op(1, Some(2), &[(1, 2)])]).unwrap();
+    }
+    let (_, again) = DurableStore::open(disk.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(again.durable.schedule, Some(Schedule::new(first.clone())));
+
+    // A joiner learns it: the persist carries the schedule and no snapshot.
+    let joiner = SimDisk::new(22);
+    {
+        let (mut store, fresh) =
+            DurableStore::open(joiner.clone(), Path::new(DATA), config()).unwrap();
+        assert_eq!(fresh.durable.schedule, None);
+        let mut learned = op(1, None, &[]);
+        learned.schedule = Some(Schedule::new(first.clone()));
+        store.persist(&[learned.clone()]).unwrap();
+        assert_eq!(
+            reference(&[learned]).schedule,
+            Some(Schedule::new(first.clone()))
+        );
+    }
+    let (mut store, again) = DurableStore::open(joiner.clone(), Path::new(DATA), config()).unwrap();
+    assert_eq!(again.durable.schedule, Some(Schedule::new(first.clone())));
+
+    // A snapshot's schedule counts once there is one.
+    let later = Schedule::from_entries(vec![
+        (Slot(1), first.clone()),
+        (Slot(70), addressed(&[1, 2, 4])),
+    ])
+    .unwrap();
+    let sm = picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default());
+    store
+        .persist(&[NodePersist {
+            id: 2,
+            snapshot: Some((Slot(80), sm.snapshot().into())),
+            schedule: Some(later.clone()),
+            ..op(2, None, &[])
+        }])
+        .unwrap();
+    drop(store);
+    let (_, again) = DurableStore::open(joiner, Path::new(DATA), config()).unwrap();
+    assert_eq!(again.durable.schedule, Some(later));
+}

@@ -23,6 +23,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub configs: Vec<PathBuf>,
     pub endpoints: Vec<String>,
+    /// Each replica's own `[[members]]` entry, by index.
+    pub entries: Vec<String>,
     procs: Vec<Option<Child>>,
 }
 
@@ -59,11 +61,14 @@ impl Cluster {
         let free = free_ports(6).unwrap();
         let ports: Vec<(u16, u16)> = (0..3).map(|i| (free[2 * i], free[2 * i + 1])).collect();
         let mut members = String::new();
+        let mut entries = Vec::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
-            members.push_str(&format!(
+            let entry = format!(
                 "[[members]]\nid = {}\npeer_address = \"127.0.0.1:{peer}\"\nclient_address = \"127.0.0.1:{client}\"\n",
                 i + 1
-            ));
+            );
+            members.push_str(&entry);
+            entries.push(entry);
         }
         let tls_section = if tls {
             let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
@@ -97,6 +102,7 @@ impl Cluster {
             dir,
             configs,
             endpoints,
+            entries,
             procs: vec![None, None, None],
         };
         for i in 0..3 {
@@ -109,34 +115,54 @@ impl Cluster {
     /// cluster (`join = true`, listing itself and the first three members) on free ports, and
     /// starts it with `--init`. Returns its index and its peer and client `host:port`.
     pub fn start_joiner(&mut self) -> (usize, String, String) {
+        self.start_joiner_with_contacts(&[0, 1, 2])
+    }
+
+    /// [`Cluster::start_joiner`] with a file that lists itself and only the replicas of
+    /// index `contacts` (docs/runbooks/replace-machine.md: "any of the running ones").
+    pub fn start_joiner_with_contacts(&mut self, contacts: &[usize]) -> (usize, String, String) {
         let i = self.configs.len();
         let free = free_ports(2).unwrap();
         let (client, peer) = (
             format!("127.0.0.1:{}", free[0]),
             format!("127.0.0.1:{}", free[1]),
         );
-        let first = std::fs::read_to_string(&self.configs[0]).unwrap();
-        let members_at = first.find("[[members]]").unwrap();
-        let timing_at = first.find("[timing]").unwrap();
         let me = format!(
             "[[members]]\nid = {}\npeer_address = \"{peer}\"\nclient_address = \"{client}\"\n",
             i + 1
         );
-        let text = format!(
-            "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\njoin = true\n{}{me}\n{}",
-            i + 1,
-            i + 1,
-            &first[members_at..timing_at],
-            &first[timing_at..]
-        );
+        self.entries.push(me);
         let path = self.dir.path().join(format!("node-{}.toml", i + 1));
-        std::fs::write(&path, text).unwrap();
         self.configs.push(path);
+        self.write_contact_file(i, contacts);
         self.endpoints.push(format!("http://{client}"));
         register_cluster(&self.endpoints);
         self.procs.push(None);
         self.spawn(i);
         (i, peer, client)
+    }
+
+    /// Rewrites replica `i`'s file as a contact list: `join = true`, its own entry and those
+    /// of the replicas of index `contacts`; the rest (timing, storage) as the first file's.
+    pub fn write_contact_file(&self, i: usize, contacts: &[usize]) {
+        let first = std::fs::read_to_string(&self.configs[0]).unwrap();
+        let timing_at = first.find("[timing]").unwrap();
+        let mut members = self.entries[i].clone();
+        for c in contacts {
+            members.push_str(&self.entries[*c]);
+        }
+        let text = format!(
+            "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\njoin = true\n{members}\n{}",
+            i + 1,
+            i + 1,
+            &first[timing_at..]
+        );
+        std::fs::write(&self.configs[i], text).unwrap();
+    }
+
+    /// The data directory of replica `i`.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("node-{}", i + 1))
     }
 
     /// Starts replica `i` (`--init`: a new cluster on the first start, ignored on restarts).

@@ -75,6 +75,8 @@ struct Cluster {
     seed: u64,
     /// The id the next replica a membership change adds takes.
     next_id: u64,
+    /// The members before the last membership change (a stale contact list).
+    members_before: Vec<NodeId>,
 }
 
 /// How long a membership change ([`Fault::ReplaceMember`]) may take, faults healed, before the
@@ -165,6 +167,7 @@ fn set_core_faults(broken: Option<Break>) {
         late_wait_expiry: broken == Some(Break::LateExpiry),
     });
     picket_storage::recovery::fault_injection::set_old_tail_rule(broken == Some(Break::CutSynced));
+    picket_server::node::buggify::set_peers_from_file(broken == Some(Break::PeersFromFile));
 }
 
 impl Cluster {
@@ -241,6 +244,7 @@ impl Cluster {
                 .build();
         }
         let next_id = plan_replicas_next(&members);
+        let members_start = members.clone();
         Cluster {
             handle,
             net,
@@ -254,6 +258,7 @@ impl Cluster {
             wiped: BTreeSet::new(),
             seed,
             next_id,
+            members_before: members_start,
         }
     }
 
@@ -272,6 +277,9 @@ impl Cluster {
     /// `corrupt` also damages a log segment header (media damage recovery must detect).
     fn kill_replica(&mut self, index: usize, corrupt: bool) {
         self.handle.kill(self.replicas[index].id());
+        if corrupt {
+            self.contacts_reachable(index);
+        }
         let disk = &self.disks[index];
         disk.fail_next_syncs(0);
         disk.crash();
@@ -299,7 +307,33 @@ impl Cluster {
 
     /// Damages the last synced record of replica `index`'s log (its newest generation) while it
     /// is down, and records that the start that follows must find it (checker 4).
+    /// A replica whose disk is lost rejoins through its file's contacts: if its file (a
+    /// contact list) names no member that runs today, the operator points it at one, as
+    /// docs/runbooks/replace-machine.md says ("as long as one member it lists runs today").
+    fn contacts_reachable(&mut self, index: usize) {
+        let id = self.members[index];
+        let mut s = lock(&self.shared);
+        let Some(contacts) = s.contacts.get(&id) else {
+            return;
+        };
+        if contacts
+            .iter()
+            .any(|c| *c != id && self.members.contains(c))
+        {
+            return;
+        }
+        let Some(other) = self.members.iter().copied().find(|m| *m != id) else {
+            return;
+        };
+        s.trace(&format!(
+            "the operator points replica {}'s contact list at replica {} (it named none that runs)",
+            id.0, other.0
+        ));
+        s.contacts.insert(id, vec![id, other]);
+    }
+
     fn damage_synced_record(&mut self, index: usize) {
+        self.contacts_reachable(index);
         let disk = &self.disks[index];
         let generation = disk
             .paths()
@@ -419,6 +453,7 @@ impl Cluster {
     /// ([`Cluster::rejoin_replica`] asserts it at the heal).
     fn wipe_replica(&mut self, index: usize) {
         self.kill_replica(index, false);
+        self.contacts_reachable(index);
         let disk = &self.disks[index];
         let files = disk.paths();
         let dirs: BTreeSet<PathBuf> = files
@@ -466,6 +501,19 @@ impl Cluster {
             "the refused start of replica {} wrote {left:?}",
             id.0
         );
+        // Half the time its file is a one-member contact list (`join = true`, itself and one
+        // other member, drawn from the seed), as an operator writes one after a disk loss.
+        let draw = mix(self.seed, id.0 ^ 0x5eed);
+        let others: Vec<NodeId> = self.members.iter().copied().filter(|m| *m != id).collect();
+        if draw % 2 == 1 && !others.is_empty() {
+            let contact = others[(draw / 2) as usize % others.len()];
+            self.trace(&format!(
+                "replica {} rejoins with one contact, replica {}",
+                id.0, contact.0
+            ));
+            lock(&self.shared).contacts.insert(id, vec![id, contact]);
+            lock(&self.shared).count("rejoined-one-contact");
+        }
         self.trace(&format!("replica {} rejoins", id.0));
         lock(&self.shared).count("rejoined");
         self.handle.kill(self.replicas[index].id());
@@ -486,11 +534,18 @@ impl Cluster {
         self.next_id += 1;
         self.trace(&format!("replace replica {} by replica {}", old.0, new.0));
         let disk = SimDisk::new(self.seed ^ (new.0 * 0x9e37_79b9));
-        let mut seeds = self.members.clone();
-        seeds.push(new);
+        let mut contacts = self.draw_contacts(old, new);
+        self.trace(&format!(
+            "replica {} contacts {:?}",
+            new.0,
+            contacts.iter().map(|c| c.0).collect::<Vec<_>>()
+        ));
+        contacts.push(new);
+        // Its file, for every start (`Shared::contacts`).
+        lock(&self.shared).contacts.insert(new, contacts.clone());
         let ctx = ReplicaCtx {
             id: new,
-            members: seeds,
+            members: contacts,
             disk: disk.clone(),
             clock: DriftClock {
                 ppm: self.plan.drift_ppm[index],
@@ -550,6 +605,7 @@ impl Cluster {
             return;
         }
         self.kill_replica(index, false);
+        self.members_before = self.members.clone();
         self.replicas[index] = node;
         self.members[index] = new;
         self.disks[index] = disk;
@@ -561,6 +617,23 @@ impl Cluster {
             "replica {} replaced replica {} (stopped for good)",
             new.0, old.0
         ));
+    }
+
+    /// The contact list of a new replica, the way operators write one (issue 34), drawn from
+    /// the seed: one running member, the list from before the last change (stale: it may name
+    /// a member removed since), or only the member being replaced.
+    fn draw_contacts(&mut self, old: NodeId, new: NodeId) -> Vec<NodeId> {
+        let draw = mix(self.seed, new.0);
+        let (kind, contacts) = match draw % 3 {
+            0 => {
+                let one = self.members[(draw / 3) as usize % self.members.len()];
+                ("contacts-single", vec![one])
+            }
+            1 => ("contacts-stale", self.members_before.clone()),
+            _ => ("contacts-replaced", vec![old]),
+        };
+        lock(&self.shared).count(kind);
+        contacts
     }
 
     /// Runs a probe acquire on a fresh node; `Some((token, granted_at_ms))` if granted in time.
@@ -590,10 +663,12 @@ impl Cluster {
     /// After the final restart: a probe shows a leader applied everything chosen before; then
     /// every replica that catches up to the probe's grant reports what it holds (checker 4).
     async fn collect_final(&mut self) {
+        let restarted_at = lock(&self.shared).now_ms();
         let Some((token, _)) = self.probe(60_000).await else {
             self.trace("final probe not granted");
             return;
         };
+        self.every_member_ready(restarted_at).await;
         for _ in 0..200 {
             let all_caught_up = {
                 let s = lock(&self.shared);
@@ -626,6 +701,54 @@ impl Cluster {
             );
         }
     }
+}
+
+impl Cluster {
+    /// The liveness checker's second half: after the full restart every member serves (its
+    /// status is ready: it is the leader or knows one, and is neither recovering nor removed)
+    /// within [`RESTART_READY_BOUND_MS`]; a member that does not is a liveness violation.
+    async fn every_member_ready(&mut self, restarted_at: u64) {
+        let deadline = restarted_at + RESTART_READY_BOUND_MS;
+        loop {
+            let (now, waiting): (u64, Vec<u64>) = {
+                let s = lock(&self.shared);
+                let waiting = self
+                    .members
+                    .iter()
+                    .filter(|m| !s.ready.get(*m).copied().unwrap_or(false))
+                    .map(|m| m.0)
+                    .collect();
+                (s.now_ms(), waiting)
+            };
+            if waiting.is_empty() {
+                self.trace("every member ready after the full restart");
+                return;
+            }
+            if now >= deadline {
+                let mut s = lock(&self.shared);
+                let failure = format!(
+                    "replicas {waiting:?} not ready {RESTART_READY_BOUND_MS} ms after every \
+                     member restarted"
+                );
+                s.trace(&failure);
+                s.history.membership_failures.push(failure);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// How long after a full restart every member must serve (the liveness checker).
+pub const RESTART_READY_BOUND_MS: u64 = 30_000;
+
+/// A number drawn from the seed for `what` (deterministic, independent of the simulator's RNG).
+fn mix(seed: u64, what: u64) -> u64 {
+    let mut x = seed ^ what.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    x
 }
 
 /// Replica `m` applied the probe's grant `token` and its watcher read past it.

@@ -60,8 +60,8 @@ pub struct ReplicaCtx {
     pub disk: SimDisk,
     pub clock: DriftClock,
     pub shared: SharedRef,
-    /// A replica a membership change adds: `join = true`, `members` are the seeds it reaches
-    /// the cluster by (itself included).
+    /// A replica a membership change adds: `join = true`, `members` are the contacts it
+    /// reaches the cluster by (itself included), drawn the way operators write them.
     pub join: bool,
 }
 
@@ -149,6 +149,7 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
             EmptyDataDir::Refuse
         });
         s.applied.insert(ctx.id, 0);
+        s.ready.insert(ctx.id, false);
         s.boot_events.insert(
             ctx.id,
             BootEvents {
@@ -161,6 +162,17 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
             ctx.id.0
         ));
         (boot, empty)
+    };
+    // A replica whose disk was wiped may come back with a contact list as its file
+    // (`join = true`, itself and one member), as an operator writes it (issue 34).
+    let contacts = lock(&ctx.shared).contacts.get(&ctx.id).cloned();
+    let ctx = match contacts {
+        Some(contacts) => ReplicaCtx {
+            members: contacts,
+            join: true,
+            ..ctx
+        },
+        None => ctx,
     };
     let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms))
         .expect("the simulated replica's configuration is valid");
@@ -221,6 +233,8 @@ async fn serve_replica<D: Disk + Clone + 'static>(
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
             s.applied.insert(ctx.id, status.revision.0);
+            s.ready
+                .insert(ctx.id, status.not_serving_because().is_none());
             let seen = s
                 .history
                 .recoveries

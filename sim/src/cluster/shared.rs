@@ -47,10 +47,15 @@ pub enum Break {
     /// ignore the lost-lock signal (they write again in their slot with their old token after
     /// release): checker 2, per slot.
     SlotBypass,
+    /// The transport takes its peers from the config file again, as before issue 34
+    /// (`picket_server::node::buggify::set_peers_from_file`): a replica that joined with a
+    /// contact list not naming the leader is never promoted, one that leads never reaches the
+    /// voters its file leaves out: checker 6 (liveness). Membership scenario.
+    PeersFromFile,
 }
 
 impl Break {
-    pub const ALL: [Break; 11] = [
+    pub const ALL: [Break; 12] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -62,6 +67,7 @@ impl Break {
         Break::RequeueCancelled,
         Break::LateExpiry,
         Break::SlotBypass,
+        Break::PeersFromFile,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +83,7 @@ impl Break {
             Break::RequeueCancelled => "requeue-cancelled",
             Break::LateExpiry => "late-expiry",
             Break::SlotBypass => "slot-bypass",
+            Break::PeersFromFile => "peers-from-file",
         }
     }
 
@@ -115,6 +122,11 @@ pub struct Shared {
     pub refused: BTreeMap<NodeId, u64>,
     /// Clients stop their workload (and abandon their sessions).
     pub clients_stop: bool,
+    /// A replica's contact list (itself included) for its next starts: it starts with
+    /// `join = true` and these members only (set for a wiped disk that rejoins with one).
+    pub contacts: BTreeMap<NodeId, Vec<NodeId>>,
+    /// Whether each replica served at its last status poll (`/healthz` ready).
+    pub ready: BTreeMap<NodeId, bool>,
     /// Counters for the summary.
     pub counters: BTreeMap<&'static str, u64>,
     /// The run's semaphores (key in [`super::real::NAMESPACE`], N permits), drawn from the
@@ -141,6 +153,8 @@ impl Shared {
             start_as: BTreeMap::new(),
             refused: BTreeMap::new(),
             clients_stop: false,
+            contacts: BTreeMap::new(),
+            ready: BTreeMap::new(),
             counters: BTreeMap::new(),
             semaphores: Vec::new(),
         }))

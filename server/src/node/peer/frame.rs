@@ -4,10 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{BufMut, BytesMut};
-use picket_core::paxos::NodeId;
+use picket_core::paxos::{Membership, NodeId, Slot};
+use picket_net::convert::records::{membership_from_wire, membership_to_wire};
 use picket_net::proto::peer_frame::Kind;
 use picket_net::proto::{self, PeerFrame};
 use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION};
@@ -31,24 +33,48 @@ pub struct PeerLink {
     pub members: MemberSet,
 }
 
-/// The ids a replica talks to: the members of its config file and of every membership its log
-/// schedules, updated by the driver as membership changes are applied. Cheap to clone: one
-/// set, shared.
+/// The ids a replica talks to: the members of the memberships its log schedules from the slot
+/// it applies next on (and, while its first membership is a guess, the contacts of its config
+/// file), updated by the driver as changes are applied; with what a refusal tells a dialer
+/// that is not among them, and the last such thing a refusal told this replica. Cheap to
+/// clone: one set, shared.
 #[derive(Clone, Debug, Default)]
-pub struct MemberSet(Arc<RwLock<BTreeSet<NodeId>>>);
+pub struct MemberSet(Arc<MemberSetInner>);
+
+#[derive(Debug, Default)]
+struct MemberSetInner {
+    ids: RwLock<BTreeSet<NodeId>>,
+    /// What this replica's refusals carry (`None`: it does not know its membership yet).
+    view: RwLock<Option<MembershipNotice>>,
+    /// The last refusal that told this replica it is not a member, and who refused.
+    notice: Mutex<Option<(NodeId, MembershipNotice)>>,
+    noticed: AtomicBool,
+}
+
+/// What a listener that refuses a non-member tells it (`PeerRefusal` fields 3-5): its newest
+/// membership, the first slot that governs, and its leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipNotice {
+    pub membership: Membership,
+    pub from_slot: Slot,
+    pub leader: Option<NodeId>,
+}
 
 impl MemberSet {
     pub fn new(ids: impl IntoIterator<Item = NodeId>) -> MemberSet {
-        MemberSet(Arc::new(RwLock::new(ids.into_iter().collect())))
+        let set = MemberSet::default();
+        set.replace(ids.into_iter().collect());
+        set
     }
 
     pub fn contains(&self, id: &NodeId) -> bool {
-        self.0.read().expect("member set poisoned").contains(id)
+        self.0.ids.read().expect("member set poisoned").contains(id)
     }
 
     /// The ids, ascending.
     pub fn ids(&self) -> Vec<NodeId> {
         self.0
+            .ids
             .read()
             .expect("member set poisoned")
             .iter()
@@ -57,7 +83,30 @@ impl MemberSet {
     }
 
     pub fn replace(&self, ids: BTreeSet<NodeId>) {
-        *self.0.write().expect("member set poisoned") = ids;
+        *self.0.ids.write().expect("member set poisoned") = ids;
+    }
+
+    /// Sets what this replica's refusals of non-members tell them.
+    pub fn set_view(&self, view: Option<MembershipNotice>) {
+        *self.0.view.write().expect("member set poisoned") = view;
+    }
+
+    pub fn view(&self) -> Option<MembershipNotice> {
+        self.0.view.read().expect("member set poisoned").clone()
+    }
+
+    /// A peer refused us as a non-member and said what it knows (the outbound side).
+    pub fn notice(&self, from: NodeId, notice: MembershipNotice) {
+        *self.0.notice.lock().expect("member set poisoned") = Some((from, notice));
+        self.0.noticed.store(true, Ordering::Release);
+    }
+
+    /// The last notice not taken yet (the driver, once per turn: one atomic load when none).
+    pub fn take_notice(&self) -> Option<(NodeId, MembershipNotice)> {
+        if !self.0.noticed.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.0.notice.lock().expect("member set poisoned").take()
     }
 }
 
@@ -66,6 +115,9 @@ impl MemberSet {
 pub struct Refusal {
     pub rule: String,
     pub message: String,
+    /// With `peer_not_a_member`: what the listener knows of the membership (boxed: a refusal
+    /// is an error value, kept small).
+    pub told: Option<Box<MembershipNotice>>,
 }
 
 impl fmt::Display for Refusal {
@@ -75,18 +127,43 @@ impl fmt::Display for Refusal {
 }
 
 impl Refusal {
-    fn new(rule: &str, message: String) -> Refusal {
+    pub fn new(rule: &str, message: String) -> Refusal {
         Refusal {
             rule: rule.to_owned(),
             message,
+            told: None,
         }
     }
 
     pub fn to_frame(&self) -> PeerFrame {
+        let told = self.told.as_deref();
         frame(Kind::Refusal(proto::PeerRefusal {
             rule: self.rule.clone(),
             message: self.message.clone(),
+            membership: told.map(|t| membership_to_wire(&t.membership)),
+            membership_from_slot: told.map_or(0, |t| t.from_slot.0),
+            leader_node_id: told.and_then(|t| t.leader).map_or(0, |l| l.0),
         }))
+    }
+
+    /// A refusal as the wire carried it; a membership that does not decode teaches nothing.
+    pub fn from_wire(r: proto::PeerRefusal) -> Refusal {
+        let told = r
+            .membership
+            .and_then(|m| membership_from_wire(m).ok())
+            .filter(|_| r.membership_from_slot > 0)
+            .map(|membership| {
+                Box::new(MembershipNotice {
+                    membership,
+                    from_slot: Slot(r.membership_from_slot),
+                    leader: (r.leader_node_id != 0).then_some(NodeId(r.leader_node_id)),
+                })
+            });
+        Refusal {
+            rule: r.rule,
+            message: r.message,
+            told,
+        }
     }
 }
 
@@ -109,7 +186,7 @@ pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, 
     check_common(hello, link)?;
     let from = NodeId(hello.from_node_id);
     if from == link.me || !link.members.contains(&from) {
-        return Err(Refusal::new(
+        let mut refusal = Refusal::new(
             "peer_not_a_member",
             format!(
                 "node {} is not another member of this cluster (members {:?}, this replica {})",
@@ -117,7 +194,9 @@ pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, 
                 link.members.ids().iter().map(|m| m.0).collect::<Vec<_>>(),
                 link.me.0
             ),
-        ));
+        );
+        refusal.told = link.members.view().map(Box::new);
+        return Err(refusal);
     }
     Ok(from)
 }

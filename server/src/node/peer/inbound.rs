@@ -119,7 +119,17 @@ async fn serve(
     #[cfg(madsim)]
     let mut faults = super::faults::FrameFaults::default();
     let counters = &inbound.counters;
+    let link = &inbound.link;
     let ended = conn::run(conn, None, &timing, counters, &mut shutdown, |kind| {
+        if !link.members.contains(&from) {
+            // No membership in effect names it any more (it was removed): the connection is
+            // closed, and its next dial is refused with what this replica knows, from which
+            // it learns it was removed.
+            return Err(Ended::Refused(Refusal::new(
+                "peer_not_a_member",
+                format!("node {} is no longer a member", from.0),
+            )));
+        }
         match kind {
             Kind::Message(wire) => match message_from_wire::<NodeCommand, NodeSnapshot>(wire) {
                 Ok(msg) => {
@@ -199,11 +209,11 @@ async fn handshake(
 }
 
 fn not_a_hello(what: &str) -> Refusal {
-    Refusal {
-        rule: "peer_handshake_first".to_owned(),
-        message: format!(
+    Refusal::new(
+        "peer_handshake_first",
+        format!(
             "the first frame must be a hello, got {what} (a replica of a version before peer \
              wire version 1 dials with gRPC)"
         ),
-    }
+    )
 }

@@ -70,6 +70,10 @@ pub async fn run_outbound(
             Err(error) => {
                 if let DialError::Refused(refusal) = &error {
                     PeerCounters::add(&counters.handshakes_refused, 1);
+                    if let Some(told) = &refusal.told {
+                        // The driver decides whether it says we were removed.
+                        link.members.notice(target.to, (**told).clone());
+                    }
                     if refusal_logged.as_ref() != Some(refusal) {
                         tracing::warn!(to = %target.to, address = %target.address, rule = %refusal.rule,
                             "the peer refused the connection: {}", refusal.message);
@@ -114,10 +118,7 @@ pub async fn run_outbound(
             &mut shutdown,
             |kind| match kind {
                 Kind::Ping(_) => Ok(()),
-                Kind::Refusal(r) => Err(Ended::Refused(Refusal {
-                    rule: r.rule,
-                    message: r.message,
-                })),
+                Kind::Refusal(r) => Err(Ended::Refused(Refusal::from_wire(r))),
                 Kind::Hello(_) | Kind::Message(_) => {
                     PeerCounters::add(&counters.messages_dropped_malformed, 1);
                     Ok(())
@@ -161,10 +162,7 @@ async fn dial(link: &PeerLink, target: &PeerTarget) -> Result<Conn, DialError> {
             frame::check_answer(&hello, link, target.to).map_err(DialError::Refused)?;
             Ok(conn)
         }
-        Ok(Kind::Refusal(r)) => Err(DialError::Refused(Refusal {
-            rule: r.rule,
-            message: r.message,
-        })),
+        Ok(Kind::Refusal(r)) => Err(DialError::Refused(Refusal::from_wire(r))),
         Ok(_) | Err(_) => Err(DialError::Protocol),
     }
 }
