@@ -74,20 +74,41 @@ fn runtime() -> &'static Runtime {
 
 /// A value dropped inside the runtime: the client library spawns its background close or
 /// release from `Drop`, which needs a runtime context (Python drops objects on its own threads).
-struct InRuntime<T>(Option<T>);
+/// In a forked child the value is forgotten instead: its session belongs to the parent, which
+/// still holds it; the child must not close it or release its locks.
+struct InRuntime<T> {
+    value: Option<T>,
+    pid: u32,
+}
 
 impl<T> InRuntime<T> {
+    fn new(value: T) -> InRuntime<T> {
+        InRuntime {
+            value: Some(value),
+            pid: std::process::id(),
+        }
+    }
+
     fn get(&self) -> &T {
-        self.0.as_ref().expect("present until dropped")
+        self.value.as_ref().expect("present until dropped")
+    }
+
+    fn take(&mut self) -> T {
+        self.value.take().expect("present until dropped")
     }
 }
 
 impl<T> Drop for InRuntime<T> {
     fn drop(&mut self) {
-        if let Some(value) = self.0.take() {
-            let _entered = runtime().enter();
-            drop(value);
+        let Some(value) = self.value.take() else {
+            return;
+        };
+        if self.pid != std::process::id() {
+            std::mem::forget(value);
+            return;
         }
+        let _entered = runtime().enter();
+        drop(value);
     }
 }
 
@@ -109,7 +130,7 @@ fn check_pid(pid: u32) -> PyResult<()> {
 
 /// Runs `callback(args)` on a blocking thread (never on a runtime worker, which must not wait
 /// for the GIL), unless the interpreter is exiting.
-fn call_python<F>(callback: Py<PyAny>, build: F)
+fn call_python<F>(callback: Arc<Py<PyAny>>, build: F)
 where
     F: for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send + 'static,
 {
@@ -145,7 +166,7 @@ enum Outcome {
 struct PendingInner {
     done: bool,
     outcome: Option<Outcome>,
-    callback: Option<Py<PyAny>>,
+    callback: Option<Arc<Py<PyAny>>>,
     abort: Option<AbortHandle>,
 }
 
@@ -265,7 +286,7 @@ impl Pending {
         if inner.done {
             return true;
         }
-        inner.callback = Some(callback);
+        inner.callback = Some(Arc::new(callback));
         false
     }
 
@@ -662,7 +683,7 @@ impl CoreClient {
         let _entered = runtime().enter();
         let client = pc::Client::new(config).map_err(|e| client_error(py, &e))?;
         Ok(CoreClient {
-            client: InRuntime(Some(client)),
+            client: InRuntime::new(client),
             pid: std::process::id(),
         })
     }
@@ -681,7 +702,7 @@ impl CoreClient {
         Ok(spawn(async move {
             let session = client.create_session().await?;
             let core = CoreSession {
-                session: InRuntime(Some(session)),
+                session: InRuntime::new(session),
                 pid,
             };
             Ok(Box::new(move |py: Python<'_>| Ok(Py::new(py, core)?.into_any())) as Convert)
@@ -742,7 +763,7 @@ impl CoreClient {
             client.watch(namespace.as_deref(), &key_prefix, from_revision)
         };
         Ok(CoreWatcher {
-            watcher: Arc::new(tokio::sync::Mutex::new(InRuntime(Some(watcher)))),
+            watcher: Arc::new(tokio::sync::Mutex::new(InRuntime::new(watcher))),
             pid: self.pid,
         })
     }
@@ -803,12 +824,12 @@ impl CoreSession {
         let session = self.session.get();
         let mut events = session.events();
         let mut lost = session.lost_signal();
-        let on_lost = Python::attach(|py| on_event.clone_ref(py));
+        let on_event = Arc::new(on_event);
+        let on_lost = on_event.clone();
         let rt = runtime();
         rt.spawn(async move {
             while let Some(event) = events.next().await {
-                let callback = Python::attach(|py| on_event.clone_ref(py));
-                call_python(callback, move |py| {
+                call_python(on_event.clone(), move |py| {
                     let d = match &event {
                         SessionEvent::State(state) => {
                             let d = session_state(py, state)?;
@@ -897,7 +918,7 @@ impl CoreSession {
                 slot: guard.slot(),
                 session_id: guard.session_id(),
                 lost: guard.lost_signal(),
-                guard: Mutex::new(Some(InRuntime(Some(guard)))),
+                guard: Mutex::new(Some(InRuntime::new(guard))),
                 watcher: Mutex::new(None),
                 pid,
             };
@@ -995,6 +1016,7 @@ impl CoreLock {
     fn subscribe(&self, on_lost: Py<PyAny>) -> PyResult<()> {
         check_pid(self.pid)?;
         let mut lost = self.lost.clone();
+        let on_lost = Arc::new(on_lost);
         let handle = runtime().spawn(async move {
             let reason = match lost.wait_for(Option::is_some).await {
                 Ok(reason) => reason.clone(),
@@ -1032,7 +1054,7 @@ impl CoreLock {
                 PyDict::new(py),
             ));
         };
-        let guard = guard.0.take().expect("present until dropped");
+        let guard = guard.take();
         Ok(spawn(async move {
             guard.release().await?;
             Ok(value(()))
@@ -1058,7 +1080,7 @@ impl CoreWatcher {
         Ok(spawn(async move {
             let mut watcher = watcher.lock().await;
             let page = watcher
-                .0
+                .value
                 .as_mut()
                 .expect("present until dropped")
                 .next_page()

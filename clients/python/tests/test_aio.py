@@ -79,16 +79,23 @@ def test_task_cancellation_leaves_no_waiter(cluster, client, key):
 
 
 def test_a_thousand_tasks_share_one_client(cluster):
+    """1,000 tasks on one client: 50 sessions, each task one lock of 20 keys that 50 sessions
+    contend for (a session never asks twice for a key at once)."""
     async def main():
         client = cluster.aio_client()
         gate = picket.FencingGate(100)
-        async with client.session() as session:
-            async def one(i):
-                async with session.lock(NS, f"tasks/{i % 50}") as lock:
-                    gate.check(f"tasks/{i % 50}", lock.token)
-                    return lock.token
+        sessions = await asyncio.gather(*(client.session() for _ in range(50)))
 
-            tokens = await asyncio.gather(*(one(i) for i in range(1000)))
+        async def one(i):
+            key = f"tasks/{i // 50}"
+            async with sessions[i % 50].lock(NS, key) as lock:
+                gate.check(key, lock.token)
+                await asyncio.sleep(0)
+                return lock.token
+
+        tokens = await asyncio.gather(*(one(i) for i in range(1000)))
+        for session in sessions:
+            await session.close()
         assert len(tokens) == 1000 and len(set(tokens)) == 1000
 
     run(main())
