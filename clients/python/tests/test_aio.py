@@ -104,7 +104,7 @@ def test_a_thousand_tasks_share_one_client(cluster):
 def test_async_watch_and_admin(cluster, key):
     async def main():
         client = cluster.aio_client()
-        watch = client.watch(NS, key)
+        watch = await client.watch(NS, key).started()
         async with client.session() as session:
             async with session.lock(NS, key) as lock:
                 info = await client.inspect(NS, key)

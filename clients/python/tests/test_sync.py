@@ -235,7 +235,7 @@ def test_admin_calls(cluster, operators, key):
         assert any(h["token"] == lock.token for h in client.holds(NS)["holds"])
         assert client.longest_holds()["holds"]
         requested = alice.request_force_release(NS, key, lock.token, "pytest: deny me")
-        pending = [r["force_release_id"] for r in bob.force_releases()["requests"]]
+        pending = [r["id"] for r in bob.force_releases()["requests"]]
         assert requested["force_release_id"] in pending
         with pytest.raises(picket.RefusedError) as raised:
             alice.approve_force_release(requested["force_release_id"],
@@ -245,7 +245,9 @@ def test_admin_calls(cluster, operators, key):
         bob.deny_force_release(requested["force_release_id"], "pytest: not stuck")
         assert lock.is_held()
     prefix = key + "/"
-    replaced = alice.put_class(NS, {"name": "pytest-class", "prefix": prefix, "fenced": True})
+    replaced = alice.put_class(NS, {"name": "pytest-class", "prefix": prefix, "fenced": True,
+                                   "session_ttl_ms_default": 10_000,
+                                   "session_ttl_ms_max": 60_000})
     assert replaced == {"replaced": False}
     assert any(c["prefix"] == prefix for c in client.classes(NS)["classes"])
     alice.remove_class(NS, prefix)

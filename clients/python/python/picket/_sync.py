@@ -186,9 +186,13 @@ class Watch:
     resumes a broken stream by itself; `resume_from` is the revision the next page starts at.
     Iterating blocks (GIL released; ctrl-c ends it)."""
 
-    def __init__(self, core: "_picket.CoreWatcher"):
+    def __init__(self, core: "_picket.CoreWatcher", from_now: bool):
         self._core = core
         self._page: List[Dict[str, Any]] = []
+        if from_now:
+            # "From now" is from this call: the stream opens here (its first page is empty and
+            # says where it starts), not at the first read.
+            self._page = _admin.answer(_block(self._core.next_page()))
 
     def __iter__(self) -> "Watch":
         return self
@@ -364,9 +368,10 @@ class Client:
     def watch(self, namespace: Optional[str] = None, key_prefix: str = "", *,
               from_revision: Optional[int] = None) -> Watch:
         """Follows the lock log of `namespace` (None: all) under `key_prefix`: from
-        `from_revision` (0: the oldest retained), or, by default, from now on."""
+        `from_revision` (0: the oldest retained), or, by default, from now on (the stream opens
+        before this returns, so everything after the call is seen)."""
         args = _admin.watch_args(namespace, key_prefix, from_revision)
-        return Watch(self._core.watch(*args))
+        return Watch(self._core.watch(*args), from_now=args[3])
 
     def __repr__(self) -> str:
         return f"<picket.Client leader={self.leader}>"

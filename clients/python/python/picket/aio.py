@@ -216,19 +216,31 @@ class _Creating:
 class Watch:
     """The lock log as an async iterator of events (see `picket.Watch`)."""
 
-    def __init__(self, core: "_picket.CoreWatcher"):
+    def __init__(self, core: "_picket.CoreWatcher", from_now: bool):
         self._core = core
         self._page: List[Dict[str, Any]] = []
+        # From now: the stream starts opening here; `await watch.started()` waits until it is
+        # open (everything after that is seen).
+        self._opening: Optional["_picket.Pending"] = core.next_page() if from_now else None
+
+    async def started(self) -> "Watch":
+        """Waits until the stream is open (for a watch from now): events after this are seen."""
+        if self._opening is not None:
+            opening, self._opening = self._opening, None
+            self._page = _admin.answer(await _await(opening)) + self._page
+        return self
 
     def __aiter__(self) -> "Watch":
         return self
 
     async def __anext__(self) -> Dict[str, Any]:
+        await self.started()
         while not self._page:
             self._page = _admin.answer(await _await(self._core.next_page()))
         return self._page.pop(0)
 
     async def next_page(self) -> List[Dict[str, Any]]:
+        await self.started()
         if self._page:
             page, self._page = self._page, []
             return page
@@ -330,5 +342,8 @@ class Client:
 
     def watch(self, namespace: Optional[str] = None, key_prefix: str = "", *,
               from_revision: Optional[int] = None) -> Watch:
-        """`async for event in client.watch("orders")`: from now on, or from `from_revision`."""
-        return Watch(self._core.watch(*_admin.watch_args(namespace, key_prefix, from_revision)))
+        """`async for event in client.watch("orders")`: from now on, or from `from_revision`.
+        A watch from now starts opening its stream here; `await watch.started()` waits until it
+        is open."""
+        args = _admin.watch_args(namespace, key_prefix, from_revision)
+        return Watch(self._core.watch(*args), from_now=args[3])
