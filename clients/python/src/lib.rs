@@ -156,6 +156,17 @@ where
 /// Turns a finished call's value into a Python object (with the GIL, on the waiting thread).
 type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
+/// A call that has not run yet.
+type CallFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<Convert, ClientError>> + Send + 'static>>;
+
+fn outcome_of(result: Result<Convert, ClientError>) -> Outcome {
+    match result {
+        Ok(convert) => Outcome::Value(convert),
+        Err(error) => Outcome::Failed(error),
+    }
+}
+
 enum Outcome {
     Value(Convert),
     Failed(ClientError),
@@ -164,6 +175,9 @@ enum Outcome {
 
 #[derive(Default)]
 struct PendingInner {
+    /// The call, until it runs: a blocking caller drives it on its own thread, an asyncio one
+    /// starts it as a task on the runtime.
+    future: Option<CallFuture>,
     done: bool,
     outcome: Option<Outcome>,
     callback: Option<Arc<Py<PyAny>>>,
@@ -206,10 +220,14 @@ impl Drop for PendingState {
     fn drop(&mut self) {
         // An answer nobody took (a KeyboardInterrupt raced the grant): its guard or session is
         // dropped inside the runtime, so the library releases or closes it in the background.
-        let outcome = self.lock().outcome.take();
-        if outcome.is_some() {
+        let (outcome, future) = {
+            let mut inner = self.lock();
+            (inner.outcome.take(), inner.future.take())
+        };
+        if outcome.is_some() || future.is_some() {
             let _entered = runtime().enter();
             drop(outcome);
+            drop(future);
         }
     }
 }
@@ -226,20 +244,26 @@ where
     F: Future<Output = Result<Convert, ClientError>> + Send + 'static,
 {
     let state = Arc::new(PendingState::default());
-    let finisher = state.clone();
-    let handle = runtime().spawn(async move {
-        let outcome = match future.await {
-            Ok(convert) => Outcome::Value(convert),
-            Err(error) => Outcome::Failed(error),
-        };
-        finisher.finish(outcome);
-    });
-    let mut inner = state.lock();
-    if !inner.done {
-        inner.abort = Some(handle.abort_handle());
-    }
-    drop(inner);
+    state.lock().future = Some(Box::pin(future));
     Pending { state }
+}
+
+impl Pending {
+    /// Runs the call as a task on the runtime, if it has not run yet.
+    fn start(&self) {
+        let Some(future) = self.state.lock().future.take() else {
+            return;
+        };
+        let finisher = self.state.clone();
+        let handle = runtime().spawn(async move {
+            let outcome = outcome_of(future.await);
+            finisher.finish(outcome);
+        });
+        let mut inner = self.state.lock();
+        if !inner.done {
+            inner.abort = Some(handle.abort_handle());
+        }
+    }
 }
 
 fn value<T>(value: T) -> Convert
@@ -254,6 +278,42 @@ impl Pending {
     /// Waits until the call is answered, with the GIL released; runs signal handlers every
     /// 50 ms. If one raises (`KeyboardInterrupt`), the call is cancelled and that error raised.
     fn block(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        // On this thread (one thread wake-up less per call than a task on a worker), unless
+        // this thread is one of the runtime's own (a callback calling back in): then as a task.
+        let own = if tokio::runtime::Handle::try_current().is_ok() {
+            None
+        } else {
+            self.state.lock().future.take()
+        };
+        if let Some(mut future) = own {
+            let runtime = runtime();
+            loop {
+                let (back, answer) = py.detach(move || {
+                    let answer = runtime.block_on(async {
+                        tokio::time::timeout(Duration::from_millis(50), &mut future)
+                            .await
+                            .ok()
+                    });
+                    (future, answer)
+                });
+                future = back;
+                if let Some(answer) = answer {
+                    self.state.finish(outcome_of(answer));
+                    return self.result(py);
+                }
+                if let Err(error) = py.check_signals() {
+                    // Dropped inside the runtime: a waiting lock leaves the queue (CancelWait
+                    // in the background), as a cancelled task's does.
+                    {
+                        let _entered = runtime.enter();
+                        drop(future);
+                    }
+                    self.state.finish(Outcome::Cancelled);
+                    return Err(error);
+                }
+            }
+        }
+        self.start();
         loop {
             let state = self.state.clone();
             let done = py.detach(move || {
@@ -282,24 +342,31 @@ impl Pending {
     /// Calls `callback(None)` from a background thread once the call is answered. Answers
     /// `True` (and keeps nothing) if it is answered already.
     fn on_done(&self, callback: Py<PyAny>) -> bool {
-        let mut inner = self.state.lock();
-        if inner.done {
-            return true;
+        {
+            let mut inner = self.state.lock();
+            if inner.done {
+                return true;
+            }
+            inner.callback = Some(Arc::new(callback));
         }
-        inner.callback = Some(Arc::new(callback));
+        self.start();
         false
     }
 
     /// Cancels the call: its task is aborted (a waiting lock leaves the queue in the
     /// background). Nothing if it is answered already.
     fn cancel(&self) {
-        let abort = {
+        let (abort, future) = {
             let mut inner = self.state.lock();
             inner.callback = None;
-            inner.abort.take()
+            (inner.abort.take(), inner.future.take())
         };
         if let Some(abort) = abort {
             abort.abort();
+        }
+        if future.is_some() {
+            let _entered = runtime().enter();
+            drop(future);
         }
         self.state.finish(Outcome::Cancelled);
     }
