@@ -87,14 +87,19 @@ impl SessionInner {
         error
     }
 
-    /// `Release` with a fresh request id, retried with that same id.
+    /// `Release` with a fresh request id, retried with that same id. A `request_too_old`
+    /// answer means another request of this session, drawn a later id, reached the server first
+    /// (calls of one session run concurrently: the server applies ids in the order they arrive
+    /// and refuses an earlier one it does not remember): the release is sent again under a new
+    /// id. That is safe because a release names its grant's token: it can only ever end that
+    /// one hold.
     pub(crate) async fn release(
         &self,
         namespace: &str,
         key: &str,
         token: Token,
     ) -> Result<proto::ReleaseResponse, ClientError> {
-        let request = proto::ReleaseRequest {
+        let mut request = proto::ReleaseRequest {
             session_id: self.id,
             request_id: self.next_request_id(),
             namespace: namespace.to_owned(),
@@ -103,21 +108,41 @@ impl SessionInner {
             session_secret: self.secret.as_bytes().to_vec(),
         };
         let timeout = self.cluster.config.rpc_timeout;
-        let answer = self
-            .cluster
-            .lock_call(
-                "release",
-                request,
-                timeout,
-                stream::RELEASE,
-                |channel, request| async move { LockClient::new(channel).release(request).await },
-            )
-            .await;
-        answer
-            .map(|(response, _)| response)
-            .map_err(|e| self.note(e))
+        let mut overtaken = 0;
+        loop {
+            let answer =
+                self.cluster
+                    .lock_call(
+                        "release",
+                        request.clone(),
+                        timeout,
+                        stream::RELEASE,
+                        |channel, request| async move {
+                            LockClient::new(channel).release(request).await
+                        },
+                    )
+                    .await;
+            match answer {
+                Err(error)
+                    if error.rule() == Some(REQUEST_TOO_OLD)
+                        && overtaken < RELEASE_OVERTAKEN_MAX =>
+                {
+                    overtaken += 1;
+                    request.request_id = self.next_request_id();
+                }
+                answer => {
+                    return answer
+                        .map(|(response, _)| response)
+                        .map_err(|e| self.note(e))
+                }
+            }
+        }
     }
 }
+
+/// How many times a release is sent again under a new request id because later requests of
+/// its session overtook it (`request_too_old`) before the refusal is handed to the caller.
+const RELEASE_OVERTAKEN_MAX: u32 = 16;
 
 impl SessionInner {
     /// Waits until no background `CancelWait` of `namespace`/`key` is in flight. `CancelWait`

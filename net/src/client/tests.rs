@@ -408,6 +408,36 @@ async fn an_unreachable_cluster_is_a_typed_error_within_the_budget() {
 }
 
 #[tokio::test]
+async fn a_release_overtaken_by_a_later_request_is_sent_again_under_a_new_id() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    state.lock().unwrap().releases_overtaken = 2;
+    guard.release().await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.holders.is_empty(), "released");
+    let ids: Vec<u64> = state.releases.iter().map(|r| r.1).collect();
+    assert_eq!(ids.len(), 3, "two refusals, then the release: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "a new, higher id each time: {ids:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_overtaken_too_often_is_refused() {
+    let (state, endpoints) = fake::start(1, 0).await;
+    let client = Client::new(config(&endpoints)).unwrap();
+    let session = client.create_session().await.unwrap();
+    let guard = session.lock("orders", "a").await.unwrap();
+    state.lock().unwrap().releases_overtaken = 100;
+    let error = guard.release().await.unwrap_err();
+    assert_eq!(error.rule(), Some("request_too_old"));
+    assert_eq!(state.lock().unwrap().releases.len(), 17);
+}
+
+#[tokio::test]
 async fn dropping_a_guard_releases_it_in_the_background() {
     let (state, endpoints) = fake::start(1, 0).await;
     let client = Client::new(config(&endpoints)).unwrap();

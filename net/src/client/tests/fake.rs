@@ -75,6 +75,9 @@ pub struct State {
     /// Streams numbered below this never answer again (a stuck connection to a leader that is
     /// gone); streams opened later answer as `keepalive_mode` says.
     pub keepalive_streams_stalled_below: u64,
+    /// The next N releases are refused with `request_too_old` (a later request of the session
+    /// overtook them), without being applied.
+    pub releases_overtaken: u32,
 }
 
 impl State {
@@ -504,6 +507,10 @@ impl Lock for Replica {
         state
             .releases
             .push((request.session_id, request.request_id, request.token));
+        if state.releases_overtaken > 0 {
+            state.releases_overtaken -= 1;
+            return Err(refusal(tonic::Code::FailedPrecondition, "request_too_old"));
+        }
         let next = state.release(&request.key, request.session_id, request.token)?;
         Ok(Response::new(proto::ReleaseResponse {
             token: request.token,
