@@ -298,15 +298,17 @@ async fn get_holds(
     let limit = match params.limit {
         None | Some(0) => HOLDS_LIMIT_DEFAULT,
         Some(n) if n <= HOLDS_LIMIT_MAX => n,
-        Some(n) => return error_response(
-            &invalid_parameter(
-                "limit",
-                format!(
+        Some(n) => {
+            return error_response(
+                &invalid_parameter(
+                    "limit",
+                    format!(
                     "limit: {n} is above {HOLDS_LIMIT_MAX} (0 or absent: {HOLDS_LIMIT_DEFAULT})"
                 ),
-            ),
-            &state.cluster,
-        ),
+                ),
+                &state.cluster,
+            )
+        }
     };
     let outcome = forward::read_anywhere(
         &state.cluster,
