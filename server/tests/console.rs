@@ -581,7 +581,8 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
         "force-release requested",
         "href=\"/console/keys/orders/report/daily\"",
         "<td>alice (picket-operator)</td>",
-        "job hung [advisory checklist",
+        "checklist: holder stopped yes, double run acceptable no",
+        "holder report-job on ",
         "href=\"/console/audit?namespace=orders&#38;format=csv\"",
     ] {
         assert!(page.body.contains(part), "lacks {part:?}:\n{}", page.body);
@@ -618,7 +619,7 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
         "{csv}"
     );
     assert!(
-        lines[1].ends_with(",3,\"'=cmd|' /C calc'!A0, three workers\","),
+        lines[1].ends_with(",3,\"'=cmd|' /C calc'!A0, three workers\",,,,,"),
         "a formula is defused and a comma quoted: {csv}"
     );
     assert!(
@@ -650,6 +651,8 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
     assert_eq!(records[0]["permits"], 3);
     assert_eq!(records[1]["action"], "force-release requested");
     assert_eq!(records[1]["token"], held.token().0);
+    assert_eq!(records[1]["checklist"]["holder_stopped"], "yes", "{json}");
+    assert_eq!(records[1]["holder"]["name"], "report-job", "{json}");
     assert!(json["next_from"].is_null(), "nothing was cut: {json}");
 
     let page = alice.get("/console/audit?format=xml").await;

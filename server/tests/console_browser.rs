@@ -1140,7 +1140,9 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
     // Its own session: the fenced release below revokes `stuck`'s.
     let cacher = service(&cluster, "cache-writer").await;
     let _cached = cacher.lock(NS, "cache/7").await.unwrap();
-    let _cached_too = cacher.lock(NS, "cache/8").await.unwrap();
+    // Another session: cache/7's release (revocation on by default) ends `cacher`'s.
+    let cacher_8 = service(&cluster, "cache-writer-8").await;
+    let _cached_too = cacher_8.lock(NS, "cache/8").await.unwrap();
     let waiter = service(&cluster, "ledger-writer-2").await;
     let next = tokio::spawn(async move {
         let guard = waiter.lock(NS, KEY).await.unwrap();

@@ -213,11 +213,11 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
         })
         .collect();
     assert!(
-        actors.contains(&("force-release requested", "alice", "on-call")),
+        actors.contains(&("force-release requested", "alice", "picket-operator")),
         "{actors:?}"
     );
     assert!(
-        actors.contains(&("force-release approved", "dana", "incident-commander")),
+        actors.contains(&("force-release approved", "dana", "picket-incident-commander")),
         "{actors:?}"
     );
     assert!(

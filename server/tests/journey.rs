@@ -902,7 +902,7 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
         .ok();
     let first = listed["requests"][0]["id"].as_u64().unwrap();
     assert_eq!(
-        listed["requests"][0]["requester_roles"], "on-call",
+        listed["requests"][0]["requester_roles"], "picket-operator",
         "{listed}"
     );
     // A second request for the same hold is refused, naming the pending one.

@@ -294,7 +294,7 @@ pub(crate) fn checklist_from_wire(
             Ok(proto::ChecklistAnswer::Unknown) => ChecklistAnswer::Unknown,
             Err(_) => {
                 return Err(ConvertError::new(
-                    &format!("{field}.{name}"),
+                    format!("{field}.{name}"),
                     format!("unknown answer {value} (yes 1, no 2, unknown 3)"),
                 ))
             }

@@ -560,11 +560,9 @@ fn geometry(points: &[QueuePoint], depth_max: u64) -> (String, Vec<(u32, u32, St
         .saturating_sub(first_ms);
     let steps = u64::try_from(points.len().saturating_sub(1).max(1)).unwrap_or(u64::MAX);
     let x = |i: usize| {
-        let at = if span_ms == 0 {
-            u64::from(plot_width) * u64::try_from(i).unwrap_or(0) / steps
-        } else {
-            u64::from(plot_width) * points[i].time_ms.saturating_sub(first_ms) / span_ms
-        };
+        let at = (u64::from(plot_width) * points[i].time_ms.saturating_sub(first_ms))
+            .checked_div(span_ms)
+            .unwrap_or_else(|| u64::from(plot_width) * u64::try_from(i).unwrap_or(0) / steps);
         CHART_LEFT + u32::try_from(at).unwrap_or(plot_width)
     };
     let y = |depth: u64| {
@@ -794,10 +792,9 @@ mod tests {
             Kind::Queued(proto::event::Queued {
                 session_id,
                 position: 1,
-                ..Default::default()
             })
         };
-        let mut events = vec![
+        let mut events = [
             event(3, queued(1)),
             event(4, queued(2)),
             event(5, queued(3)),
