@@ -217,7 +217,11 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
         "{actors:?}"
     );
     assert!(
-        actors.contains(&("force-release approved", "dana", "picket-incident-commander")),
+        actors.contains(&(
+            "force-release approved",
+            "dana",
+            "picket-incident-commander"
+        )),
         "{actors:?}"
     );
     assert!(

@@ -953,8 +953,14 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
         .picketctl_text(Some(&bob), &["force-release", "list"])
         .await;
     assert!(text.contains("STALE: the class is advisory now"), "{text}");
-    // A new request (the stale one does not block it) shows the new kind.
-    let requested = cluster.picketctl(Some(&alice), &request).await.ok();
+    // A new request (the stale one does not block it) shows the new kind; the class is advisory
+    // now, so it answers the checklist.
+    let mut advisory_request = request.to_vec();
+    advisory_request.extend(["--holder-stopped", "yes", "--double-run-acceptable", "no"]);
+    let requested = cluster
+        .picketctl(Some(&alice), &advisory_request)
+        .await
+        .ok();
     assert_eq!(requested["fenced"], false, "{requested}");
     let second = requested["force_release_id"].as_u64().unwrap().to_string();
     let approved = cluster
