@@ -1025,12 +1025,13 @@ struct RequestFields {
 
 /// The reason as recorded: the operator's words, the incident id and, for an advisory lock, the
 /// checklist's answers, so the audit keeps what the requester knew.
-fn recorded_reason(fields: &RequestFields, fenced: bool) -> String {
+/// The reason as recorded: as typed, and the incident id. The checklist travels as its own
+/// fields (`proto::ForceReleaseChecklist`), not in the reason.
+fn recorded_reason(fields: &RequestFields) -> String {
     let mut reason = fields.reason.trim().to_owned();
     if !fields.incident.trim().is_empty() {
         reason.push_str(&format!(" [incident {}]", fields.incident.trim()));
     }
-    let _ = fenced; // the checklist travels as its own fields (`proto::ForceReleaseChecklist`)
     reason
 }
 
@@ -1110,7 +1111,7 @@ async fn request(
         );
         return page(k, form, refusal, StatusCode::BAD_REQUEST);
     }
-    let reason = recorded_reason(&fields, fenced);
+    let reason = recorded_reason(&fields);
     if fields.reason.trim().is_empty() || reason.len() > REASON_LEN_MAX {
         let refusal = Refused::console(
             "bad_reason",
@@ -1461,7 +1462,7 @@ mod tests {
     }
 
     #[test]
-    fn an_advisory_reason_records_the_checklist() {
+    fn the_reason_keeps_the_incident_and_the_checklist_is_its_own_fields() {
         let fields = RequestFields {
             csrf: String::new(),
             token: "7".into(),
@@ -1474,18 +1475,11 @@ mod tests {
             statement: String::new(),
         };
         // The checklist travels as its own fields, not in the reason.
-        assert_eq!(
-            recorded_reason(&fields, false),
-            "worker wedged [incident INC-42]"
-        );
+        assert_eq!(recorded_reason(&fields), "worker wedged [incident INC-42]");
         assert_eq!(answer_of("unknown"), proto::ChecklistAnswer::Unknown as i32);
         assert_eq!(
             answer_of("maybe"),
             proto::ChecklistAnswer::Unspecified as i32
-        );
-        assert_eq!(
-            recorded_reason(&fields, true),
-            "worker wedged [incident INC-42]"
         );
     }
 }
