@@ -290,7 +290,6 @@ where
             self.counters.dropped_malformed += 1;
             return;
         }
-        self.catchup_deadline = None;
         let entries_len = entries.len();
         let installs = snapshot
             .as_ref()
@@ -329,15 +328,23 @@ where
         let full = entries_len == CATCHUP_ENTRIES_MAX;
         let before = self.applied;
         self.apply_ready();
+        let progress = self.applied > before || installs;
+        if progress || self.applied >= self.slot_chosen_heard {
+            // The request is answered: the next one may go at once.
+            self.catchup_deadline = None;
+        }
         if full && self.applied > before && self.applied >= self.slot_chosen_heard {
             // A full reply: it may well have more than it said.
             self.request_catchup(from);
         } else if self.applied < self.slot_chosen_heard {
-            // More from the same peer while it helps; else from another.
+            // More from the same peer while it helps. A reply that brought nothing leaves the
+            // request's deadline standing: `retry_catchup_if_due` asks another peer when it
+            // passes. Asking at once would spin (fuzz finding `crash-catchup-spin`: peers
+            // that answer with only the schedule, at zero network delay, forever).
             if self.applied > before {
                 self.request_catchup(from);
             } else {
-                self.request_catchup_elsewhere(Some(from));
+                self.catchup_source = Some(from);
             }
         } else if let Some(source) = self.snapshot_source() {
             if source != from {

@@ -994,3 +994,50 @@ fn a_replica_that_knows_its_removal_but_not_that_it_is_in_effect_stops_campaigni
         "no pre-vote"
     );
 }
+
+/// Fuzz finding `crash-catchup-spin`: a replica behind the chosen point asked a peer for what
+/// it misses, got an answer that brought nothing (only the schedule), and asked the next peer at
+/// once, forever at zero network delay. A reply that brings nothing now waits for the request's
+/// deadline before another peer is asked.
+#[test]
+fn a_catchup_reply_that_brings_nothing_does_not_ask_again_at_once() {
+    let mut r = replica(2);
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(2),
+        seq: 0,
+        incarnation: 0,
+    };
+    let out = deliver(&mut r, 1, hb);
+    assert_eq!(
+        out[2..],
+        [send(1, Message::CatchupRequest { slot_from: Slot(1) })]
+    );
+    let nothing = Message::CatchupReply {
+        snapshot: None,
+        schedule: Some(first_schedule()),
+        entries: vec![],
+    };
+    assert_eq!(deliver(&mut r, 1, nothing.clone()), vec![]);
+    assert_eq!(deliver(&mut r, 1, nothing), vec![]);
+    assert_eq!(r.slot_applied(), Slot::ZERO);
+    // At the request's deadline (two heartbeats), the retry goes to another peer.
+    let deadline = T.add_ms(r.cfg.heartbeat_ms * 2);
+    r.step(deadline, Input::Timeout).expect("timeout");
+    let retried: Vec<A> = drain(&mut r)
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Send {
+                    msg: Message::CatchupRequest { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(
+        retried,
+        [send(3, Message::CatchupRequest { slot_from: Slot(1) })]
+    );
+}
