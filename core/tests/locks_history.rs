@@ -381,3 +381,56 @@ fn audit_is_bounded_and_queryable_by_key_and_revision() {
     });
     assert_eq!(limited.records.len(), 2);
 }
+
+/// Issue 33: the three membership changes of a `dev-join` walk were recorded with one revision
+/// and the log time of the command before them (from before the new replica started), and
+/// without the roles they were asked with. A stamped change takes a revision of its own at its
+/// stamp; an unstamped one (an older release's log) replays as it was acknowledged.
+#[test]
+fn a_stamped_membership_change_takes_its_own_revision_and_time() {
+    let mut sm = LockStateMachine::new(LockConfig::default());
+    create(&mut sm);
+    let before = sm.revision();
+    let roles: std::collections::BTreeSet<Role> = [Role::ClassAdmin].into();
+    sm.record_membership_change(None, "old", roles.clone(), "r0", "voters n1".into());
+    assert_eq!(
+        sm.revision(),
+        before,
+        "an unstamped change takes no revision"
+    );
+    for (i, stamp) in [5_000u64, 5_000, 7_000].into_iter().enumerate() {
+        sm.record_membership_change(
+            Some(Instant::from_millis(stamp)),
+            "alice",
+            roles.clone(),
+            &format!("r{}", i + 1),
+            format!("voters n1 learners n{}", i + 2),
+        );
+    }
+    assert_eq!(sm.revision(), Revision(before.0 + 3));
+    assert_eq!(sm.time(), Instant::from_millis(7_000));
+    let page = sm.audit(&AuditQuery::default());
+    let changes: Vec<(u64, u64, &str)> = page
+        .records
+        .iter()
+        .filter(|r| r.action == AuditAction::MembershipChanged)
+        .map(|r| (r.revision.0, r.time.as_millis(), r.reason.as_str()))
+        .collect();
+    let b = before.0;
+    assert_eq!(
+        changes,
+        [
+            (b, 5, "r0"),
+            (b + 1, 5_000, "r1"),
+            (b + 2, 5_000, "r2"),
+            (b + 3, 7_000, "r3"),
+        ]
+    );
+    assert!(page
+        .records
+        .iter()
+        .all(|r| r.action != AuditAction::MembershipChanged || r.actor_roles == roles));
+    // A command after them goes on from their revision.
+    create(&mut sm);
+    assert_eq!(sm.revision(), Revision(b + 4));
+}

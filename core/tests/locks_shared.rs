@@ -454,7 +454,12 @@ fn force_release_names_one_shared_holder() {
     assert_eq!(next, None, "b still reads: the writer waits");
     assert_eq!(floor, Revision(r.0), "the floor stays while b holds");
     assert_eq!(w.holders(), vec![(b, r)]);
-    assert_eq!(w.sm.holds_lost(a).len(), 1, "a is told it lost the hold");
+    let lost = w.sm.holds_lost(a);
+    assert_eq!(lost.len(), 1, "a is told it lost the hold");
+    // Issue 33: LostHold.revision is the approval's revision; while b holds on, the floor stays
+    // below it (as LostHold's docs now say).
+    assert_eq!(lost[0].revision, w.sm.revision());
+    assert!(floor < lost[0].revision);
     let t2 = Token(w.sm.revision().0 + 1);
     assert_eq!(w.release(b, r), Some((writer2, t2)));
     assert!(t2.is_above(Revision(r.0)), "the writer fences both readers");

@@ -61,6 +61,10 @@ async fn status_of(endpoint: &str) -> Option<proto::ReplicaStatus> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed() {
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let mut cluster = Cluster::start();
     let leader = cluster.leader(Duration::from_secs(20)).await;
     let session = create_session(&cluster.endpoints[leader], "svc", 60_000).await;
@@ -200,17 +204,64 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
         .await
         .unwrap()
         .into_inner();
-    let changes: Vec<(String, String, String)> = audit
+    let records: Vec<&proto::AuditRecord> = audit
         .records
         .iter()
         .filter(|r| r.action == proto::AuditAction::MembershipChanged as i32)
+        .collect();
+    let changes: Vec<(String, String, String)> = records
+        .iter()
         .map(|r| (r.actor.clone(), r.reason.clone(), r.membership.clone()))
         .collect();
     assert_eq!(changes.len(), 3, "{changes:?}");
     assert_eq!(changes[0].0, "alice");
     assert_eq!(changes[0].1, "replace the machine of n1");
-    assert_eq!(changes[0].2, "voters n1,n2,n3 learners n4");
+    assert_eq!(
+        changes[0].2,
+        "voters n1,n2,n3 learners n4 (n4 added as a learner)"
+    );
+    assert_eq!(
+        changes[1].2, "voters n1,n2,n3,n4 (n4 promoted to voter)",
+        "{changes:?}"
+    );
+    assert!(
+        changes[2].2.ends_with(&format!(
+            "(n{leader_id} removed (was a voter); its id is never reused)"
+        )),
+        "{changes:?}"
+    );
     assert_eq!(changes[2].1, "machine retired");
+    // Each change has a revision and a time of its own (issue 33: all three carried one
+    // revision and a time from before the new replica started), and the roles it was asked with.
+    for pair in records.windows(2) {
+        assert!(pair[1].revision > pair[0].revision, "{records:?}");
+        assert!(pair[1].time_ms >= pair[0].time_ms, "{records:?}");
+    }
+    for r in &records {
+        assert_eq!(r.actor_roles, vec![proto::Role::ClassAdmin as i32], "{r:?}");
+        assert!(
+            r.time_ms >= started_ms,
+            "{r:?} is older than the test ({started_ms})"
+        );
+    }
+
+    // A removed member's id is never a member again.
+    let admin = admin_client(&cluster);
+    let again = admin
+        .add_member(proto::AddMemberRequest {
+            node_id: leader as u64 + 1,
+            peer_address: "127.0.0.1:9".into(),
+            client_address: "127.0.0.1:9".into(),
+            http_address: String::new(),
+            reason: "the old machine is back".into(),
+        })
+        .await;
+    match again {
+        Err(ClientError::Refused { refusal, .. }) => {
+            assert_eq!(refusal.rule, "member_id_retired", "{refusal:?}")
+        }
+        other => panic!("re-adding a removed id: {other:?}"),
+    }
 }
 
 /// An admin client (dev auth: `alice`, `class-admin`) of every replica running now.

@@ -229,6 +229,36 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         .unwrap();
     assert_eq!(lowered.previous_permits, 2);
     assert!(lowered.revision > 0);
+    // Issue 33: a missing reason was refused in the log (`text_empty`, a revision taken); it is
+    // refused at the edge, as api.md says, and changes nothing.
+    let unexplained = admin
+        .set_semaphore(proto::SetSemaphoreRequest {
+            namespace: NS.into(),
+            key: KEY.into(),
+            permits: 3,
+            reason: " ".into(),
+        })
+        .await;
+    match unexplained {
+        Err(ClientError::Refused { refusal, .. }) => {
+            assert_eq!(
+                (refusal.rule.as_str(), refusal.field.as_str()),
+                ("invalid_argument", "set_semaphore.reason"),
+                "{refusal:?}"
+            );
+        }
+        other => panic!("a SetSemaphore without a reason: {other:?}"),
+    }
+    let unchanged = admin
+        .set_semaphore(proto::SetSemaphoreRequest {
+            namespace: NS.into(),
+            key: KEY.into(),
+            permits: 1,
+            reason: "one GPU left".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(unchanged.previous_permits, 1, "the refusal changed nothing");
     let d = session(&cluster, "worker-d").await;
     let d_waiting = tokio::spawn({
         let d = d.clone();

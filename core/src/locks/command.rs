@@ -30,6 +30,25 @@ pub enum Role {
     ClassAdmin,
 }
 
+impl Role {
+    /// The role's name in the core and the log (`on-call`, `incident-commander`,
+    /// `class-admin`; the server's claim names are `picket-...`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::OnCall => "on-call",
+            Role::IncidentCommander => "incident-commander",
+            Role::ClassAdmin => "class-admin",
+        }
+    }
+
+    /// The role named `name` by `as_str`, if any.
+    pub fn from_name(name: &str) -> Option<Role> {
+        [Role::OnCall, Role::IncidentCommander, Role::ClassAdmin]
+            .into_iter()
+            .find(|r| r.as_str() == name)
+    }
+}
+
 /// The operator behind an admin command: an authenticated principal and its roles.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Actor {

@@ -157,13 +157,38 @@ impl LockStateMachine {
         self.time
     }
 
-    /// Records, in the audit log, a membership change the log chose: who asked for it, why,
-    /// and the members it asked for. Not a command: it changes no lock and no revision (the
-    /// record carries the revision of the command before it).
-    pub fn record_membership_change(&mut self, actor: &str, reason: &str, membership: String) {
+    /// Records, in the audit log, a membership change the log chose: who asked for it (and
+    /// their roles), why, and what the membership became (with what the change did).
+    ///
+    /// A change the leader stamped (`stamp`: every change since 0.2.0) takes a revision of its
+    /// own, like a command, at log time `max(previous, stamp)`: its record has its own revision
+    /// and time, and the housekeeping every command does (expired force-release requests) runs
+    /// first. A change without a stamp (written by an older release) takes none, as it did then
+    /// (its record carries the revision and log time of the command before it), so an old log
+    /// replays to the revisions it was acknowledged with.
+    pub fn record_membership_change(
+        &mut self,
+        stamp: Option<Instant>,
+        actor: &str,
+        actor_roles: BTreeSet<Role>,
+        reason: &str,
+        membership: String,
+    ) {
+        if let Some(stamp) = stamp {
+            self.time = self.time.max(stamp);
+            self.revision = Revision(
+                self.revision
+                    .0
+                    .checked_add(1)
+                    .expect("revision overflow after 2^64 commands"),
+            );
+            self.wait_ends.0.clear();
+            self.sweep_force_releases();
+        }
         self.audit.push(AuditRecord {
             reason: reason.to_owned(),
             membership,
+            actor_roles,
             ..AuditRecord::new(
                 self.revision,
                 self.time,
@@ -173,6 +198,7 @@ impl LockStateMachine {
                 String::new(),
             )
         });
+        self.check_invariants_cheap();
     }
 
     /// Applies one batch of the log: every command at log time `max(previous, stamp)`.

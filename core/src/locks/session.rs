@@ -33,7 +33,9 @@ pub struct LostHold {
     pub key: Arc<str>,
     /// The token of the hold that was released.
     pub token: Token,
-    /// The revision of the release (the key's new floor).
+    /// The revision of the release: the key's new floor, unless other shared holders of the key
+    /// hold on (the floor then stays, so their tokens stay valid; the next exclusive grant is
+    /// above this revision all the same).
     pub revision: Revision,
     pub request: ForceReleaseId,
 }

@@ -691,9 +691,20 @@ impl Node {
         let (stamp, commands) = match value {
             Value::Batch { stamp, commands } => (stamp, commands),
             Value::Reconfig(m) => {
-                // The audit shows the members (Display leaves addresses, actor and reason out).
+                // The audit shows the members (Display leaves addresses, actor and reason out)
+                // and what the change did.
+                let roles = m
+                    .actor_roles
+                    .iter()
+                    .filter_map(|r| crate::locks::Role::from_name(r))
+                    .collect();
+                let membership = if m.change.is_empty() {
+                    m.to_string()
+                } else {
+                    format!("{m} ({})", m.change)
+                };
                 self.sm
-                    .record_membership_change(&m.actor, &m.reason, m.to_string());
+                    .record_membership_change(m.stamp, &m.actor, roles, &m.reason, membership);
                 self.actions.push_back(Action::Applied {
                     revision: self.sm.revision(),
                 });

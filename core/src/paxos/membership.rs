@@ -11,6 +11,7 @@ use std::fmt;
 use thiserror::Error;
 
 use super::ballot::{NodeId, Slot};
+use crate::time::Instant;
 
 /// Voters and learners at most, together.
 pub const MEMBERS_MAX: usize = 9;
@@ -23,6 +24,16 @@ pub const ACTOR_MAX: usize = 255;
 
 /// Longest reason a membership carries, in bytes.
 pub const REASON_MAX: usize = 1024;
+
+/// Longest description of a change a membership carries, in bytes.
+pub const CHANGE_MAX: usize = 1024;
+
+/// At most this many role names of the actor are carried.
+pub const ACTOR_ROLES_MAX: usize = 8;
+
+/// Retired ids kept: the highest this many (a cluster that removed more members than this in
+/// its life could reuse the lowest of them).
+pub const RETIRED_MAX: usize = 1024;
 
 /// How replicas and clients reach one member, as the operator who added it gave it. The
 /// replica carries it through the log and snapshots and never reads it: the transport does.
@@ -53,6 +64,19 @@ pub struct Membership {
     /// The principal who asked for this membership (`""`: the cluster's first one).
     pub actor: String,
     pub reason: String,
+    /// The actor's roles when they asked, by their core names (`Role::as_str`; empty: none,
+    /// or a membership written before roles were kept).
+    pub actor_roles: Vec<String>,
+    /// What the change did, in words (`"n4 added as a learner"`; `""`: the first membership, or
+    /// written before changes were described).
+    pub change: String,
+    /// When the leader proposed the change, on its clock (`None`: the first membership, or a
+    /// change written before changes were stamped). A stamped change takes a revision of its
+    /// own when it is applied (docs/locks.md, "The audit trail").
+    pub stamp: Option<Instant>,
+    /// Every id that was a member and was removed, ascending: never a member again (the highest
+    /// `RETIRED_MAX`; empty in memberships written before ids were retired).
+    pub retired: Vec<NodeId>,
 }
 
 /// A membership the replica refuses, naming the rule broken.
@@ -70,6 +94,8 @@ pub enum MembershipError {
     Invalid(NodeId),
     #[error("the address of {0} is given twice, or {0} is not a member")]
     Address(NodeId),
+    #[error("{0} was removed from this cluster and is a member again: ids are never reused")]
+    Retired(NodeId),
     #[error("{field} is {len} bytes, longer than {max}")]
     TooLong {
         field: &'static str,
@@ -104,6 +130,8 @@ impl Membership {
         self.voters.sort_unstable();
         self.learners.sort_unstable();
         self.addresses.sort_by_key(|a| a.id);
+        self.retired.sort_unstable();
+        self.retired.dedup();
         self
     }
 
@@ -143,7 +171,46 @@ impl Membership {
             }
         }
         check_len("actor", &self.actor, ACTOR_MAX)?;
-        check_len("reason", &self.reason, REASON_MAX)
+        check_len("reason", &self.reason, REASON_MAX)?;
+        check_len("change", &self.change, CHANGE_MAX)?;
+        if self.actor_roles.len() > ACTOR_ROLES_MAX {
+            return Err(MembershipError::TooLong {
+                field: "actor_roles",
+                len: self.actor_roles.len(),
+                max: ACTOR_ROLES_MAX,
+            });
+        }
+        for role in &self.actor_roles {
+            check_len("actor_roles", role, ACTOR_MAX)?;
+        }
+        if self.retired.len() > RETIRED_MAX {
+            return Err(MembershipError::TooLong {
+                field: "retired",
+                len: self.retired.len(),
+                max: RETIRED_MAX,
+            });
+        }
+        if let Some(id) = self.retired.iter().find(|id| self.is_member(**id)) {
+            return Err(MembershipError::Retired(*id));
+        }
+        Ok(())
+    }
+
+    /// Whether `id` was a member once and was removed (it is never a member again).
+    pub fn is_retired(&self, id: NodeId) -> bool {
+        self.retired.contains(&id)
+    }
+
+    /// Records that `id` left: it is never a member again (the lowest retired ids beyond
+    /// `RETIRED_MAX` are forgotten).
+    pub fn retire(&mut self, id: NodeId) {
+        if !self.retired.contains(&id) {
+            self.retired.push(id);
+            self.retired.sort_unstable();
+        }
+        while self.retired.len() > RETIRED_MAX {
+            self.retired.remove(0);
+        }
     }
 
     /// Votes needed: a strict majority of the voters.

@@ -405,11 +405,13 @@ impl proto::PutClassRequest {
 }
 
 impl proto::SetSemaphoreRequest {
-    /// The command; N's bounds and the reason are the state machine's rules (one place for
-    /// them, named in its errors).
+    /// The command. A missing or too long reason is refused here, like every other reason
+    /// (bad input never reaches the log, where a refusal would still take a revision); N's
+    /// bounds are the state machine's rule (`permits_out_of_bounds`).
     pub fn into_command(self, actor: Actor) -> Result<Command, ConvertError> {
         namespace(&self.namespace, "set_semaphore.namespace")?;
         key(&self.key, "set_semaphore.key")?;
+        reason(&self.reason, "set_semaphore.reason")?;
         Ok(Command::SetSemaphore {
             actor,
             namespace: self.namespace,

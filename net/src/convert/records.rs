@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use picket_core::paxos::{
     AcceptedEntry, Ballot, MemberAddress, Membership, MembershipError, NodeId, Schedule, Slot,
 };
+use picket_core::time::Instant;
 
 use super::nested;
 use super::paxos::{ballot, protobuf, value_from_wire, value_to_wire, WireCommand, WireSnapshot};
@@ -136,6 +137,10 @@ pub fn membership_to_wire(m: &Membership) -> proto::Membership {
             .collect(),
         actor: m.actor.clone(),
         reason: m.reason.clone(),
+        actor_roles: m.actor_roles.clone(),
+        change: m.change.clone(),
+        stamp_ms: m.stamp.map(|t| t.as_millis()),
+        retired: m.retired.iter().map(|n| n.0).collect(),
     }
 }
 
@@ -156,10 +161,15 @@ pub fn membership_from_wire(m: proto::Membership) -> Result<Membership, ConvertE
             .collect(),
         actor: m.actor,
         reason: m.reason,
+        actor_roles: m.actor_roles,
+        change: m.change,
+        stamp: m.stamp_ms.map(Instant::from_millis),
+        retired: m.retired.into_iter().map(NodeId).collect(),
     };
     m.validate().map_err(|e| {
         let field = match e {
             MembershipError::Address(_) => "addresses",
+            MembershipError::Retired(_) => "retired",
             MembershipError::TooLong { field, .. } => field,
             _ => "voters",
         };

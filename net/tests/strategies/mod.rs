@@ -780,32 +780,43 @@ pub mod paxos {
                 any::<u16>(),
                 super::text(),
                 super::text(),
+                (
+                    proptest::option::of(super::instant()),
+                    super::text(),
+                    vec(10..20u64, 0..3),
+                ),
             )
-                .prop_map(|(ids, voters, addressed, actor, reason)| {
-                    let addresses = ids
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| addressed & (1 << i) != 0)
-                        .map(|(_, id)| MemberAddress {
-                            id: NodeId(*id),
-                            peer: format!("10.0.0.{id}:7000"),
-                            client: format!("10.0.0.{id}:7001"),
-                            http: if id % 2 == 0 {
-                                format!("10.0.0.{id}:7002")
-                            } else {
-                                String::new()
-                            },
-                        })
-                        .collect();
-                    Membership {
-                        voters: ids[..voters].iter().copied().map(NodeId).collect(),
-                        learners: ids[voters..].iter().copied().map(NodeId).collect(),
-                        addresses,
-                        actor,
-                        reason,
-                    }
-                    .sorted()
-                })
+                .prop_map(
+                    |(ids, voters, addressed, actor, reason, (stamp, change, retired))| {
+                        let addresses = ids
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| addressed & (1 << i) != 0)
+                            .map(|(_, id)| MemberAddress {
+                                id: NodeId(*id),
+                                peer: format!("10.0.0.{id}:7000"),
+                                client: format!("10.0.0.{id}:7001"),
+                                http: if id % 2 == 0 {
+                                    format!("10.0.0.{id}:7002")
+                                } else {
+                                    String::new()
+                                },
+                            })
+                            .collect();
+                        Membership {
+                            voters: ids[..voters].iter().copied().map(NodeId).collect(),
+                            learners: ids[voters..].iter().copied().map(NodeId).collect(),
+                            addresses,
+                            actor,
+                            reason,
+                            actor_roles: vec!["class-admin".to_owned()],
+                            change,
+                            stamp,
+                            retired: retired.into_iter().map(NodeId).collect(),
+                        }
+                        .sorted()
+                    },
+                )
         })
     }
 

@@ -20,6 +20,7 @@ pub fn add_request(r: proto::AddMemberRequest, actor: String) -> Result<ChangeRe
     Ok(ChangeRequest {
         change: MemberChange::Add(address),
         actor,
+        actor_roles: Vec::new(),
         reason: reason(r.reason, "add_member.reason")?,
         // Adding a learner changes no quorum: nothing to force.
         force: false,
@@ -33,6 +34,7 @@ pub fn promote_request(
     Ok(ChangeRequest {
         change: MemberChange::Promote(node_id(r.node_id, "promote_member.node_id")?),
         actor,
+        actor_roles: Vec::new(),
         reason: reason(r.reason, "promote_member.reason")?,
         force: r.force,
     })
@@ -45,6 +47,7 @@ pub fn remove_request(
     Ok(ChangeRequest {
         change: MemberChange::Remove(node_id(r.node_id, "remove_member.node_id")?),
         actor,
+        actor_roles: Vec::new(),
         reason: reason(r.reason, "remove_member.reason")?,
         force: r.force,
     })

@@ -121,7 +121,8 @@ impl Api {
             .auth
             .admin_actor_for(&request, None, &[Role::ClassAdmin])
             .await?;
-        let change = make(request.into_inner(), actor.principal)?;
+        let mut change = make(request.into_inner(), actor.principal)?;
+        change.actor_roles = actor.roles.iter().map(|r| r.as_str().to_owned()).collect();
         let changed = self
             .driver
             .ask(|reply| DriverRequest::ChangeMembership {

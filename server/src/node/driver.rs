@@ -918,6 +918,11 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 return;
             }
         };
+        // The stamp gives the change its time in the audit trail (and a revision of its own).
+        let next = Membership {
+            stamp: Some(now),
+            ..next
+        };
         tracing::info!(node = %self.handle.id, change = ?request.change, actor = %request.actor,
             reason = %request.reason, force = request.force, to = %next,
             "membership change proposed");

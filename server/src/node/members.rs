@@ -27,6 +27,8 @@ pub enum MemberChange {
 pub struct ChangeRequest {
     pub change: MemberChange,
     pub actor: String,
+    /// The actor's roles, by their core names (`Role::as_str`), recorded in the audit trail.
+    pub actor_roles: Vec<String>,
     pub reason: String,
     /// Skip the checks an operator may override: the new voters' quorum answered lately, the
     /// learner caught up.
@@ -65,6 +67,7 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
     let current = known.latest;
     let mut next = Membership {
         actor: request.actor.clone(),
+        actor_roles: request.actor_roles.clone(),
         reason: request.reason.clone(),
         ..current.clone()
     };
@@ -73,6 +76,17 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             let id = address.id;
             if current.address_of(id) == Some(address) {
                 return Ok(Next::AlreadySo);
+            }
+            if current.is_retired(id) {
+                return Err(refused(
+                    Code::FailedPrecondition,
+                    "member_id_retired",
+                    format!(
+                        "{id} was a member of this cluster and was removed: ids are never \
+                         reused (a removed replica's peers would take the new machine for the \
+                         old one); give the new machine an id never used in this cluster"
+                    ),
+                ));
             }
             if current.is_member(id) {
                 return Err(refused(
@@ -83,6 +97,7 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
             next.learners.push(id);
             next.addresses.push(address.clone());
+            next.change = format!("{id} added as a learner");
         }
         MemberChange::Promote(id) => {
             let id = *id;
@@ -101,6 +116,7 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
             next.learners.retain(|l| *l != id);
             next.voters.push(id);
+            next.change = format!("{id} promoted to voter");
         }
         MemberChange::Remove(id) => {
             let id = *id;
@@ -111,9 +127,16 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
                     format!("{id} is not a member ({current})"),
                 ));
             }
+            let was = if current.is_voter(id) {
+                "voter"
+            } else {
+                "learner"
+            };
             next.voters.retain(|v| *v != id);
             next.learners.retain(|l| *l != id);
             next.addresses.retain(|a| a.id != id);
+            next.retire(id);
+            next.change = format!("{id} removed (was a {was}); its id is never reused");
             if next.voters.is_empty() {
                 return Err(refused(
                     Code::FailedPrecondition,
@@ -199,6 +222,7 @@ mod tests {
         ChangeRequest {
             change,
             actor: "alice".into(),
+            actor_roles: vec!["class-admin".into()],
             reason: "replace n3".into(),
             force,
         }
@@ -308,6 +332,44 @@ mod tests {
         ));
         assert_eq!(removed.voters, ids(&[1, 2, 3]));
         assert!(removed.addresses.is_empty());
+        assert_eq!(removed.retired, ids(&[4]));
+        assert_eq!(removed.actor_roles, vec!["class-admin".to_owned()]);
+        assert_eq!(
+            (added.change.as_str(), promoted.change.as_str()),
+            ("n4 added as a learner", "n4 promoted to voter")
+        );
+        assert_eq!(
+            removed.change,
+            "n4 removed (was a voter); its id is never reused"
+        );
+        // Issue 33: a removed id was accepted again, although ids are never reused (a removed
+        // replica's peers would take the new machine for the old one).
+        let gone = Known {
+            latest: &removed,
+            ..after
+        };
+        let back = MemberAddress {
+            id: NodeId(4),
+            peer: "10.0.0.40:7000".into(),
+            client: "10.0.0.40:7001".into(),
+            http: String::new(),
+        };
+        let back = next_membership(&gone, &ask(MemberChange::Add(back), false)).unwrap_err();
+        assert_eq!(rule_of(back.clone()), "member_id_retired");
+        assert!(
+            back.message().contains("never reused"),
+            "{}",
+            back.message()
+        );
+        // Retired ids are carried by every later membership.
+        let five = MemberAddress {
+            id: NodeId(5),
+            peer: "10.0.0.5:7000".into(),
+            client: "10.0.0.5:7001".into(),
+            http: String::new(),
+        };
+        let later = proposed(next_membership(&gone, &ask(MemberChange::Add(five), false)));
+        assert_eq!(later.retired, ids(&[4]));
         let stranger = next_membership(&after, &ask(MemberChange::Remove(NodeId(9)), false));
         assert_eq!(rule_of(stranger.unwrap_err()), "not_a_member");
         let alone = Membership::voters(ids(&[1]));
