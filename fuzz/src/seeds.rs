@@ -360,6 +360,7 @@ fn peer_messages() -> Vec<Msg> {
                 }],
                 actor: "alice".into(),
                 reason: "replace n3's machine".into(),
+                ..Membership::default()
             })),
             entries: vec![(Slot(3), batch_value())],
         },
