@@ -223,9 +223,9 @@ impl World {
                         self.inbox[j].push_back((NodeId(n as u64), msg));
                     }
                 }
-                Action::Reply { proposal, outcome } => {
-                    self.say(format!("n{n}: reply p{} {outcome:?}", proposal.0))
-                }
+                Action::Reply {
+                    proposal, outcome, ..
+                } => self.say(format!("n{n}: reply p{} {outcome:?}", proposal.0)),
                 Action::ProposalFailed {
                     proposal,
                     leader_hint,

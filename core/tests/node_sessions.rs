@@ -5,7 +5,8 @@
 
 use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, LockMode, NotYours, Outcome,
-    ReleaseCause, Reply, RequestId, SecretHash, SessionId, SessionProof, Token, WatchFilter,
+    ReleaseCause, Reply, RequestId, Revision, SecretHash, SessionId, SessionProof, Token,
+    WatchFilter,
 };
 use picket_core::node::{
     Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
@@ -40,6 +41,8 @@ struct Sim {
     seq: u64,
     /// (node index, proposal, outcome) of every reply.
     replies: Vec<(usize, u64, Outcome)>,
+    /// (node index, proposal) -> the revision its reply was stamped with.
+    reply_revisions: std::collections::BTreeMap<(usize, u64), Revision>,
     reads: Vec<(usize, u64, Answer)>,
     failed: Vec<(usize, u64)>,
     /// A node cut off from the others (messages to and from it are dropped).
@@ -75,6 +78,7 @@ impl Sim {
             net: Vec::new(),
             seq: 0,
             replies: Vec::new(),
+            reply_revisions: std::collections::BTreeMap::new(),
             reads: Vec::new(),
             failed: Vec::new(),
             isolated: None,
@@ -120,7 +124,14 @@ impl Sim {
                         msg,
                     });
                 }
-                Action::Reply { proposal, outcome } => self.replies.push((i, proposal.0, outcome)),
+                Action::Reply {
+                    proposal,
+                    revision,
+                    outcome,
+                } => {
+                    self.reply_revisions.insert((i, proposal.0), revision);
+                    self.replies.push((i, proposal.0, outcome));
+                }
                 Action::ReadReply { read, answer, .. } => self.reads.push((i, read.0, answer)),
                 Action::ProposalFailed { proposal, .. } => self.failed.push((i, proposal.0)),
                 Action::ReadFailed { .. } | Action::RoleChanged { .. } | Action::Applied { .. } => {
@@ -799,6 +810,17 @@ fn a_batch_shares_a_slot_and_refuses_commands_one_by_one() {
         }
     }
     assert!(sessions.windows(2).all(|w| w[0] < w[1]), "{sessions:?}");
+    // Each answer carries its own command's revision, stamped when it was applied (issue 35:
+    // the driver read the state's revision when it drained the answers, the batch's last, for
+    // all five).
+    let revisions: Vec<u64> = proposals
+        .iter()
+        .map(|p| sim.reply_revisions[&(leader, *p)].0)
+        .collect();
+    assert!(
+        revisions.windows(2).all(|w| w[1] == w[0] + 1),
+        "{revisions:?}"
+    );
     let chosen = sim.nodes[leader].as_ref().unwrap().replica().slot_chosen();
     assert_eq!(chosen.0 - chosen_before.0, 1, "five commands, one slot");
 

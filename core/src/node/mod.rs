@@ -146,9 +146,13 @@ pub enum Action {
     Persist(NodePersist),
     /// Hand to the transport.
     Send { to: NodeId, msg: NodeMessage },
-    /// The proposal was applied with this outcome.
+    /// The proposal was applied with this outcome, at `revision`: stamped when the answer was
+    /// made (the command's own revision; for a wait, the revision that granted it, or that its
+    /// position was read at), not when the driver drains the actions, by which time later
+    /// commands may have applied.
     Reply {
         proposal: ProposalId,
+        revision: Revision,
         outcome: Outcome,
     },
     /// Leadership was lost before the proposal was applied; the client retries (idempotently,
@@ -747,6 +751,7 @@ impl Node {
                 }
                 _ => self.actions.push_back(Action::Reply {
                     proposal: entry.proposal,
+                    revision: self.sm.revision(),
                     outcome,
                 }),
             }

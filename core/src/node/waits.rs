@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::locks::{
-    AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, SessionId,
-    WaitEnd, WaitEndKind,
+    AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, Revision,
+    SessionId, WaitEnd, WaitEndKind,
 };
 use crate::paxos::{BatchHead, NodeId};
 use crate::time::Instant;
@@ -180,6 +180,15 @@ fn answer_now(sm: &LockStateMachine, key: &WaitKey) -> Option<Outcome> {
     }))
 }
 
+/// The revision a wait's answer carries: a grant's is the revision that granted it (its token,
+/// maybe inside a snapshot installed since); any other answer's is the state's it was read from.
+fn answer_revision(sm: &LockStateMachine, outcome: &Outcome) -> Revision {
+    match outcome {
+        Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => Revision(token.0),
+        _ => sm.revision(),
+    }
+}
+
 impl Node {
     /// Answers the waiting proposals whose wait the last applied command ended.
     pub(super) fn answer_ended_waits(&mut self) {
@@ -193,7 +202,12 @@ impl Node {
                 if outcome.is_ok() {
                     self.counters.waits_granted += 1;
                 }
-                self.actions.push_back(Action::Reply { proposal, outcome });
+                let revision = answer_revision(&self.sm, &outcome);
+                self.actions.push_back(Action::Reply {
+                    proposal,
+                    revision,
+                    outcome,
+                });
             }
         }
     }
@@ -213,7 +227,12 @@ impl Node {
                 None => answer_now(&self.sm, &waited.key).expect("not waiting"),
             };
             self.counters.waits_answered_queued += 1;
-            self.actions.push_back(Action::Reply { proposal, outcome });
+            let revision = answer_revision(&self.sm, &outcome);
+            self.actions.push_back(Action::Reply {
+                proposal,
+                revision,
+                outcome,
+            });
         }
         if cfg!(debug_assertions) {
             self.waits.check();
@@ -231,7 +250,12 @@ impl Node {
         for (proposal, key) in proposals {
             if let Some(outcome) = answer_now(&self.sm, &key) {
                 self.waits.remove(proposal);
-                self.actions.push_back(Action::Reply { proposal, outcome });
+                let revision = answer_revision(&self.sm, &outcome);
+                self.actions.push_back(Action::Reply {
+                    proposal,
+                    revision,
+                    outcome,
+                });
             }
         }
     }

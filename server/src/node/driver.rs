@@ -24,8 +24,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use picket_core::locks::{
-    AcquireReply, Command, LostHold, Outcome, Reply, Revision, SessionId, SessionProof, WatchError,
-    WatchFilter, WatchPage,
+    Command, LostHold, Outcome, Revision, SessionId, SessionProof, WatchError, WatchFilter,
+    WatchPage,
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, ProposalId, Query};
 use picket_core::paxos::{
@@ -1242,7 +1242,11 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 match action {
                     Action::Persist(persist) => persists.push(persist),
                     Action::Send { to, msg } => self.send(to, msg),
-                    Action::Reply { proposal, outcome } => self.on_reply(proposal, outcome),
+                    Action::Reply {
+                        proposal,
+                        revision,
+                        outcome,
+                    } => self.on_reply(proposal, revision, outcome),
                     Action::ProposalFailed {
                         proposal,
                         leader_hint,
@@ -1373,15 +1377,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    fn on_reply(&mut self, proposal: ProposalId, outcome: Outcome) {
+    /// Answers a proposal at the revision the Node stamped on it when it was applied.
+    fn on_reply(&mut self, proposal: ProposalId, revision: Revision, outcome: Outcome) {
         let Some(pending) = self.proposals.remove(&proposal) else {
             return;
-        };
-        // A grant's token is the revision that granted it (a waiter is answered after the
-        // revision that handed it the key, maybe with later commands of the batch applied).
-        let revision = match &outcome {
-            Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => Revision(token.0),
-            _ => self.node.state().revision(),
         };
         let _ = pending.reply.send(Ok(Answered { outcome, revision }));
     }
