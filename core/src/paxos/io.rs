@@ -16,6 +16,8 @@ pub type PersistId = u64;
 pub struct ReadId(pub u64);
 
 /// An input from the driver (besides `propose`/`read_index`).
+// A message is most inputs; boxing it would add an allocation per message for the rare others.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input<C, S> {
     /// A message from peer `from`.

@@ -901,7 +901,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             member_applied: replica.peer_applied(about),
         };
         let next = match next_membership(&known, &request) {
-            Ok(Next::Propose(next)) => next,
+            Ok(Next::Propose(next)) => *next,
             Ok(Next::AlreadySo) => {
                 let (membership, from_slot) = replica.membership_latest();
                 tracing::info!(node = %self.handle.id, change = ?request.change,

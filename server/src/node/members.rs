@@ -55,7 +55,7 @@ pub struct Known<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Next {
     /// Propose this membership.
-    Propose(Membership),
+    Propose(Box<Membership>),
     /// The newest membership already is what was asked (an add of the same member at the same
     /// addresses, a promotion of a voter): a retry whose first answer was lost. Nothing is
     /// proposed and the answer is the membership as it is.
@@ -146,7 +146,7 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
         }
     }
-    Ok(Next::Propose(next.sorted()))
+    Ok(Next::Propose(Box::new(next.sorted())))
 }
 
 fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
@@ -230,7 +230,7 @@ mod tests {
 
     fn proposed(next: Result<Next, Status>) -> Membership {
         match next {
-            Ok(Next::Propose(membership)) => membership,
+            Ok(Next::Propose(membership)) => *membership,
             other => panic!("not a proposal: {other:?}"),
         }
     }
