@@ -4,13 +4,13 @@
 //! record in the same words as `picketctl audit` ([`crate::audit_report`]).
 
 use askama::Template;
-use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::Query;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use picket_net::proto;
 use serde::Deserialize;
 
-use super::{render, signed_in, view, Console, Refused, Who};
+use super::{render, view, Refused, Viewer, Who};
 use crate::audit_report;
 use crate::wall_clock::utc;
 
@@ -68,19 +68,7 @@ enum Format {
     Csv,
 }
 
-pub(super) async fn audit_page(
-    State(console): State<Console>,
-    headers: HeaderMap,
-    Query(query): Query<AuditQuery>,
-) -> Response {
-    let back = format!(
-        "/console/audit{}",
-        filter_query(&query.namespace, &query.key, &query.from)
-    );
-    let user = match signed_in(&console, &headers, &back) {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
+pub(super) async fn audit_page(Viewer(user): Viewer, Query(query): Query<AuditQuery>) -> Response {
     let (namespace, key) = (query.namespace.trim(), query.key.trim());
     let mut page = AuditPage {
         who: Some(Who::of(&user)),

@@ -23,7 +23,7 @@ use picket_net::proto;
 use serde::Deserialize;
 
 use super::view::{encode_path, key_href, kind_word, ClassView, PendingView};
-use super::{inspect, render, signed_in, signed_in_post, Console, Refused, Who};
+use super::{inspect, render, signed_in_post, Console, Refused, Viewer, Who};
 use crate::auth::roles::{AuthMethod, Caller};
 use crate::console::signin::SignedIn;
 
@@ -253,20 +253,10 @@ async fn list(user: &SignedIn, namespace: &str) -> Result<Vec<proto::ClassSpec>,
 }
 
 pub(super) async fn classes_page(
-    State(console): State<Console>,
-    headers: HeaderMap,
+    Viewer(user): Viewer,
     Query(query): Query<ClassesQuery>,
 ) -> Response {
     let namespace = query.namespace.trim().to_owned();
-    let back = if namespace.is_empty() {
-        "/console/classes".to_owned()
-    } else {
-        list_href(&namespace)
-    };
-    let user = match signed_in(&console, &headers, &back) {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
     let mut page = ClassesPage {
         who: Some(Who::of(&user)),
         error: None,
@@ -315,19 +305,10 @@ pub(super) async fn classes_page(
 }
 
 pub(super) async fn class_form_page(
-    State(console): State<Console>,
-    headers: HeaderMap,
+    Viewer(user): Viewer,
     Query(query): Query<EditQuery>,
 ) -> Response {
     let namespace = query.namespace.trim().to_owned();
-    let back = match &query.prefix {
-        Some(prefix) => edit_href(&namespace, prefix),
-        None => new_href(&namespace),
-    };
-    let user = match signed_in(&console, &headers, &back) {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
     let mut page = ClassFormPage {
         who: Some(Who::of(&user)),
         error: None,

@@ -253,15 +253,7 @@ pub(super) async fn closed_words(user: &SignedIn, id: u64) -> String {
     }
 }
 
-pub(super) async fn approval_page(
-    State(console): State<Console>,
-    headers: HeaderMap,
-    Path(id): Path<u64>,
-) -> Response {
-    let user = match signed_in(&console, &headers, &format!("/console/force-releases/{id}")) {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
+pub(super) async fn approval_page(Viewer(user): Viewer, Path(id): Path<u64>) -> Response {
     approval(&user, id, None, StatusCode::OK).await
 }
 

@@ -139,7 +139,7 @@ pub const DEV_SIGN_IN_OFF_MTLS: &str = "the dev sign-in is off: this cluster req
 const CLIENT_CERT_MISSING: &str = "this cluster's client ports require client certificates ([tls] require_client_cert = true) and the console has none: set [console] client_cert and client_key in picketd's configuration on this replica (a certificate the client CA signed; your own token still decides who you are and what you may do, docs/console.md). Nothing was read or changed";
 
 #[derive(Clone)]
-struct Console {
+pub(crate) struct Console {
     config: Arc<ConsoleConfig>,
     sign_ins: SignIns,
     http: reqwest::Client,
@@ -302,6 +302,29 @@ fn signed_in(
     })?;
     can_call(console, &user)?;
     Ok(user)
+}
+
+/// The signed-in person of a page (a `GET`), as an extractor: without a sign-in, a redirect to
+/// the sign-in page that comes back to the page asked for; when the console cannot call the
+/// cluster, the page that says why. Pages whose way back is not their own URI (a key page's live
+/// part) call [`signed_in`] themselves.
+pub(crate) struct Viewer(pub SignedIn);
+
+impl axum::extract::FromRequestParts<Console> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        console: &Console,
+    ) -> Result<Self, Response> {
+        let back = parts
+            .uri
+            .path_and_query()
+            .map_or("/console/", |p| p.as_str());
+        signed_in(console, &parts.headers, back)
+            .map(Viewer)
+            .map_err(|refusal| *refusal)
+    }
 }
 
 /// Refuses, naming the missing setting, when the console cannot call the cluster.

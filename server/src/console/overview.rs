@@ -47,11 +47,7 @@ pub(super) fn unreachable_replica(node_id: u64, base: &str, why: &str) -> Replic
     }
 }
 
-pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap) -> Response {
-    let user = match signed_in(&console, &headers, "/console/") {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
+pub(super) async fn overview(State(console): State<Console>, Viewer(user): Viewer) -> Response {
     let alertmanager = console.config.alertmanager_url.as_deref();
     let ((replicas, leader), alerts) = tokio::join!(
         console.replicas(),

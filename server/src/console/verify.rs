@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use picket_net::client::{Client, ClientError};
 use picket_net::proto;
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use super::alerts::{AlertView, AlertsView};
 use super::signin::SignedIn;
 use super::view::{self, encode_path, KeyView};
-use super::{inspect, message, render, signed_in, Console, Refused, Who};
+use super::{inspect, message, render, Console, Refused, Viewer, Who};
 use crate::api::http::told::ToldJson;
 use crate::api::told::{Channel, Loss, Told};
 use crate::wall_clock::{duration, utc};
@@ -152,15 +152,10 @@ pub struct VerifyView {
 
 pub(super) async fn verify_page(
     State(console): State<Console>,
-    headers: HeaderMap,
+    Viewer(user): Viewer,
     Path((namespace, key)): Path<(String, String)>,
     Query(query): Query<VerifyQuery>,
 ) -> Response {
-    let href = verify_href(&namespace, &key, query.request);
-    let user = match signed_in(&console, &headers, &href) {
-        Ok(user) => user,
-        Err(redirect) => return *redirect,
-    };
     let v = match gather(&console, &user, &namespace, &key, query.request).await {
         Ok(v) => v,
         Err(error) => {
