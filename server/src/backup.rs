@@ -312,12 +312,17 @@ pub fn restore_store<D: Disk + Clone + 'static>(
         restored.semaphores.len(),
         restored.audit.len(),
     );
+    // The new cluster's first membership (CONFIG's members, with their addresses) goes with the
+    // restored state, as `picketd run --init` records it: from then on the membership lives in
+    // the log and its snapshots, so a replica that joins or rejoins with a contact list learns
+    // it (without it, one that lost its durable state never finished recovery: found by the
+    // simulation's `restore` fault, docs/simulation.md).
     let persist: NodePersist = Persist {
         id: 1,
         promised: None,
         accepted: Vec::new(),
         snapshot: Some((RESTORED_SLOT, Arc::new(restored))),
-        schedule: None,
+        schedule: Some(picket_core::paxos::Schedule::new(config.membership_first())),
         snapshot_local: false,
         incarnation: None,
         recovered: false,
