@@ -7,7 +7,8 @@
 //! - [`read_backup_file`]: a file read and checked whole (every rule of `picket_net::backup`);
 //! - [`restore_floor`]: the revision the restored cluster starts at, above every token the old
 //!   cluster could have granted;
-//! - [`restore_data_dir`]: one replica's data directory of the new cluster.
+//! - [`restore_data_dir`]: one replica's data directory of the new cluster ([`restore_store`]:
+//!   its store half, on any `Disk`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use picket_core::node::NodePersist;
 use picket_core::paxos::{Persist, Slot};
 use picket_net::backup::{decode_backup, Backup};
 use picket_net::convert::records::decode_snapshot_record;
-use picket_storage::{LogConfig, RealDisk, StorageConfig};
+use picket_storage::{Disk, LogConfig, RealDisk, StorageConfig};
 
 use crate::config::Config;
 use crate::node::durable::{DurableStore, EmptyDataDir};
@@ -230,6 +231,29 @@ pub fn restore_data_dir(
     backup: &Backup,
     floor: Revision,
 ) -> Result<Restored, String> {
+    check_restorable(config, backup)?;
+    let dir = &config.data_dir;
+    if dir.exists() {
+        let mut entries =
+            std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        if entries.next().is_some() {
+            return Err(format!(
+                "restore_data_dir_not_empty: {} holds files: a restore writes only into an empty \
+                 or missing data directory (move the old one away; offer it with --floor-from)",
+                dir.display()
+            ));
+        }
+    }
+    let restored = restore_store(RealDisk, config, backup, floor)?;
+    write_file_atomically(
+        &dir.join(CLUSTER_ID_FILE),
+        format!("{}\n", config.cluster_id).as_bytes(),
+    )?;
+    Ok(restored)
+}
+
+/// The rules a restore's configuration keeps: a new cluster id, a first member (not `join`).
+fn check_restorable(config: &Config, backup: &Backup) -> Result<(), String> {
     if config.cluster_id == backup.header.cluster_id {
         return Err(format!(
             "restore_same_cluster_id: {} names cluster `{}`, the cluster the backup was taken \
@@ -246,18 +270,23 @@ pub fn restore_data_dir(
                 .to_owned(),
         );
     }
+    Ok(())
+}
+
+/// The store half of [`restore_data_dir`] on any [`Disk`]: the backup's state made a new
+/// cluster's at `floor` and installed at [`RESTORED_SLOT`] in a new store under
+/// `config.data_dir`. It checks the configuration ([`check_restorable`]) but not that the
+/// directory is empty, and writes no [`CLUSTER_ID_FILE`] (both `std::fs`, done by
+/// `restore_data_dir`). The simulation restores its replicas' `SimDisk`s through it
+/// (docs/simulation.md, `restore`).
+pub fn restore_store<D: Disk + Clone + 'static>(
+    disk: D,
+    config: &Config,
+    backup: &Backup,
+    floor: Revision,
+) -> Result<Restored, String> {
+    check_restorable(config, backup)?;
     let dir = &config.data_dir;
-    if dir.exists() {
-        let mut entries =
-            std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-        if entries.next().is_some() {
-            return Err(format!(
-                "restore_data_dir_not_empty: {} holds files: a restore writes only into an empty \
-                 or missing data directory (move the old one away; offer it with --floor-from)",
-                dir.display()
-            ));
-        }
-    }
     let state = backup.state.clone();
     let counts = (
         state.sessions.len(),
@@ -276,19 +305,24 @@ pub fn restore_data_dir(
         },
         ..StorageConfig::default()
     };
-    let (mut store, _) = DurableStore::open_with(RealDisk, dir, storage_config, EmptyDataDir::Init)
+    let (mut store, _) = DurableStore::open_with(disk, dir, storage_config, EmptyDataDir::Init)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (classes, semaphores, audit_records) = (
         restored.classes.len(),
         restored.semaphores.len(),
         restored.audit.len(),
     );
+    // The new cluster's first membership (CONFIG's members, with their addresses) goes with the
+    // restored state, as `picketd run --init` records it: from then on the membership lives in
+    // the log and its snapshots, so a replica that joins or rejoins with a contact list learns
+    // it (without it, one that lost its durable state never finished recovery: found by the
+    // simulation's `restore` fault, docs/simulation.md).
     let persist: NodePersist = Persist {
         id: 1,
         promised: None,
         accepted: Vec::new(),
         snapshot: Some((RESTORED_SLOT, Arc::new(restored))),
-        schedule: None,
+        schedule: Some(picket_core::paxos::Schedule::new(config.membership_first())),
         snapshot_local: false,
         incarnation: None,
         recovered: false,
@@ -297,10 +331,6 @@ pub fn restore_data_dir(
         .persist_owned(vec![persist])
         .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
     drop(store);
-    write_file_atomically(
-        &dir.join(CLUSTER_ID_FILE),
-        format!("{}\n", config.cluster_id).as_bytes(),
-    )?;
     Ok(Restored {
         data_dir: dir.clone(),
         cluster_id: config.cluster_id.clone(),
@@ -339,6 +369,7 @@ pub fn check_cluster_id(config: &Config) -> Result<(), String> {
 /// `keep` of this replica's files are kept. Every run is counted on `/metrics`
 /// (`picket_backups_total{outcome}`), a good one also sets
 /// `picket_backup_last_success_timestamp_seconds`.
+#[cfg(not(madsim))]
 pub async fn run_schedule(
     api: crate::api::service::Api,
     section: crate::config::BackupSection,
@@ -376,10 +407,12 @@ pub async fn run_schedule(
 }
 
 /// The file name prefix of this replica's scheduled backups.
+#[cfg(not(madsim))]
 fn scheduled_prefix(cluster_id: &str, node_id: u64) -> String {
     format!("picket-{cluster_id}-node{node_id}-")
 }
 
+#[cfg(not(madsim))]
 async fn scheduled_once(
     api: &crate::api::service::Api,
     section: &crate::config::BackupSection,
@@ -414,6 +447,7 @@ async fn scheduled_once(
 }
 
 /// Removes all but the newest `keep` files named `<prefix>*.pkbk` in `dir` (names sort by time).
+#[cfg(not(madsim))]
 fn prune(dir: &Path, prefix: &str, keep: usize) -> Result<(), String> {
     let mut ours: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot read {}: {e}", dir.display()))?

@@ -384,8 +384,10 @@ pub fn restored_cluster_id(data_dir: &Path) -> Option<String> {
 /// Writes the data directories of the three members of a dev cluster in `data_dir` (which must
 /// hold no member's data) as replicas of a new cluster restored from `backup_file`, with the
 /// default revision bump (`crate::backup::BUMP_REVISION_DEFAULT`). The new cluster id is
-/// `picket-dev-r<REVISION>`: another than the backup's. Returns what was restored (the same
-/// for every member).
+/// `picket-dev-r<REVISION>`: another than the backup's. The members are on `options.ports`
+/// (`None`: `picketd dev`'s, [`DevPorts::DEFAULT`]), which the restore records as the new
+/// cluster's first membership: start the restored cluster on the same ports. Returns what was
+/// restored (the same for every member).
 pub fn restore_dev_data(
     options: &DevOptions,
     data_dir: &Path,
@@ -398,7 +400,7 @@ pub fn restore_dev_data(
         cluster_id: Some(format!("picket-dev-r{}", floor.revision.0)),
         ..options.clone()
     };
-    let members = DevPorts::DEFAULT.members();
+    let members = options.ports.unwrap_or(DevPorts::DEFAULT).members();
     let mut restored = None;
     for me in &members {
         let config = member_config(&options, data_dir, &members, me, false);

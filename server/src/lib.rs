@@ -23,7 +23,6 @@
 pub mod api;
 pub mod audit_report;
 pub mod auth;
-#[cfg(not(madsim))]
 pub mod backup;
 pub mod config;
 #[cfg(not(madsim))]

@@ -436,7 +436,9 @@ async fn scheduled_backups_are_written_checked_and_pruned() {
 /// (cluster id `picket-dev-r<REVISION>`), whose grants are above every token of the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dev_cluster_restores_from_a_backup_of_another() {
-    use picket_server::dev::{restore_dev_data, restored_cluster_id, DevCluster, DevOptions};
+    use picket_server::dev::{
+        restore_dev_data, restored_cluster_id, DevCluster, DevOptions, DevPorts,
+    };
     let (cluster, _, at) = dev_cluster_with_leader().await;
     let session = create_session(&at, "svc", 30_000).await;
     let first = acquire(&at, session, 1, NS, "k", 0).await.unwrap();
@@ -462,8 +464,20 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
     let later = granted(&later).unwrap();
     cluster.shutdown().await;
 
+    // The restore records the members' addresses as the new cluster's first membership: the
+    // restored cluster starts on the ports it was restored for.
+    let free = picket_server::dev::free_ports(9).unwrap();
+    let ports = DevPorts {
+        client: [free[0], free[1], free[2]],
+        peer: [free[3], free[4], free[5]],
+        http: [free[6], free[7], free[8]],
+    };
+    let on_ports = DevOptions {
+        ports: Some(ports),
+        ..DevOptions::default()
+    };
     let data = dir.path().join("restored");
-    let restored = restore_dev_data(&DevOptions::default(), &data, &file).unwrap();
+    let restored = restore_dev_data(&on_ports, &data, &file).unwrap();
     assert_eq!(
         restored.cluster_id,
         format!("picket-dev-r{}", restored.revision.0)
@@ -474,13 +488,13 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
     );
     assert_eq!((restored.sessions_ended, restored.holds_ended), (1, 1));
     // A second restore into the same directory is refused (it holds the first one's data).
-    let again = restore_dev_data(&DevOptions::default(), &data, &file).unwrap_err();
+    let again = restore_dev_data(&on_ports, &data, &file).unwrap_err();
     assert!(again.contains("restore_data_dir_not_empty"), "{again}");
 
     let options = DevOptions {
         data_dir: Some(data.clone()),
         cluster_id: restored_cluster_id(&data),
-        ..DevOptions::default()
+        ..on_ports
     };
     let cluster = DevCluster::start_with(options).await.unwrap();
     let leader = cluster.wait_for_leader(ELECTION).await.expect("a leader");

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{
     Accepted, Access, AckedOp, Ask, Checker, FinalKind, History, LogEvent, LogKind, Mode, Outcome,
-    Violation, WaitCause,
+    RestoreSeen, Violation, WaitCause,
 };
 
 fn violation(checker: Checker, detail: String) -> Violation {
@@ -22,6 +22,7 @@ pub fn check_all(history: &History) -> Vec<Violation> {
     found.extend(liveness(history));
     found.extend(waits_end(history));
     found.extend(grants_past_deadline(history));
+    found.extend(no_rewind(history));
     found
 }
 
@@ -318,6 +319,11 @@ pub fn applied_prefix(history: &History) -> Vec<Violation> {
 /// Checker 4: No acknowledged grant, release or force-release is lost after every node restarted: each
 /// caught-up replica holds the event (where its retained events cover it), and has applied at
 /// least as far as every acknowledged grant's revision (its token).
+///
+/// After a restore from a backup only what the restored cluster acknowledged is judged: a
+/// restore loses every change after the backup, drops the watch history and ends every hold
+/// (docs/storage.md, "Restoring a backup"), so the old cluster's grants, releases and
+/// force-releases are not in the final replicas' state by design.
 pub fn no_acked_loss(history: &History) -> Vec<Violation> {
     let mut found = Vec::new();
     if history.final_replicas.is_empty() && !history.acked.is_empty() {
@@ -345,13 +351,17 @@ pub fn no_acked_loss(history: &History) -> Vec<Violation> {
             ));
         }
     }
+    let restored = history.restores.last();
     for replica in &history.final_replicas {
         let events: BTreeSet<(&str, FinalKind, u64)> = replica
             .events
             .iter()
             .map(|(_, key, kind, token)| (key.as_str(), *kind, *token))
             .collect();
-        for op in &history.acked {
+        for (index, op) in history.acked.iter().enumerate() {
+            if restored.is_some_and(|r| !acked_after(history, r, index, op)) {
+                continue;
+            }
             let (key, kind, token) = match op {
                 AckedOp::Grant { key, token, .. } => (key, FinalKind::Granted, *token),
                 AckedOp::Release { key, token } => (key, FinalKind::Released, *token),
@@ -662,6 +672,123 @@ pub fn grants_past_deadline(history: &History) -> Vec<Violation> {
                     e.node, e.boot, e.key, h.token, e.session, e.time_ms
                 ),
             ));
+        }
+    }
+    found
+}
+
+/// Whether acknowledgement `index` of `History::acked` came from the cluster `restore` made: a
+/// grant by its session (opened on the restored cluster), a release or force-release by when
+/// its answer was recorded (at once, as it arrived).
+fn acked_after(history: &History, restore: &RestoreSeen, index: usize, op: &AckedOp) -> bool {
+    match op {
+        AckedOp::Grant { session, .. } => match history.sessions_opened.get(session) {
+            Some(opened) => restore.after_by_time(*opened),
+            None => index >= restore.acked_before,
+        },
+        AckedOp::Release { .. } | AckedOp::ForceRelease { .. } => index >= restore.acked_before,
+    }
+}
+
+/// Checker 8: a restore never rewinds a token (docs/storage.md, "Restoring a backup"; DESIGN
+/// "Backups never rewind a token"). For every loss of the whole cluster restored from an older
+/// backup:
+/// - per key, every grant after the restore (a watcher's, from a boot of the restored cluster,
+///   or one acknowledged to a session opened on it) has a token strictly above every grant
+///   before it (a watcher's from the old cluster, or one acknowledged to its sessions), though
+///   the old cluster went on granting after the backup was taken;
+/// - the clients carried on: one was granted something on a session the restored cluster
+///   opened (their old sessions are gone: docs/storage.md);
+/// - the fenced resource (the real `FencingGate`, which remembers the old cluster's tokens)
+///   accepts the restored cluster's accesses: it refuses one only when a higher token of the
+///   restored cluster was written before it in the same unit (ordinary fencing); a refusal for
+///   any other reason means an old token is above the new one, a resource fenced off the new
+///   cluster.
+pub fn no_rewind(history: &History) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for restore in &history.restores {
+        let mut before: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut after: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut after_tokens: BTreeSet<(&str, u64)> = BTreeSet::new();
+        for grant in &history.grants {
+            let key = grant.key.as_str();
+            if restore.after_by_boot(grant.node, grant.boot) {
+                let low = after.entry(key).or_insert(grant.token);
+                *low = (*low).min(grant.token);
+                after_tokens.insert((key, grant.token));
+            } else {
+                let high = before.entry(key).or_insert(grant.token);
+                *high = (*high).max(grant.token);
+            }
+        }
+        for (index, op) in history.acked.iter().enumerate() {
+            let AckedOp::Grant { key, token, .. } = op else {
+                continue;
+            };
+            if acked_after(history, restore, index, op) {
+                let low = after.entry(key.as_str()).or_insert(*token);
+                *low = (*low).min(*token);
+                after_tokens.insert((key.as_str(), *token));
+            } else {
+                let high = before.entry(key.as_str()).or_insert(*token);
+                *high = (*high).max(*token);
+            }
+        }
+        let carried_on = history.acked.iter().enumerate().any(|(index, op)| {
+            matches!(op, AckedOp::Grant { .. }) && acked_after(history, restore, index, op)
+        });
+        if !carried_on {
+            found.push(violation(
+                Checker::NoRewind,
+                format!(
+                    "no client was granted anything on a new session after the restore from the \
+                     backup at revision {} (restored revision {})",
+                    restore.backup_revision, restore.floor
+                ),
+            ));
+        }
+        for (key, low) in &after {
+            if let Some(high) = before.get(key).filter(|high| *low <= **high) {
+                found.push(violation(
+                    Checker::NoRewind,
+                    format!(
+                        "`{key}`: token {low} granted after the restore (backup revision {}, \
+                         restored revision {}) is not above token {high} granted before it",
+                        restore.backup_revision, restore.floor
+                    ),
+                ));
+            }
+        }
+        for refused in &history.refused {
+            if refused.accepted_before < restore.accepted_before
+                || !after_tokens.contains(&(refused.key.as_str(), refused.token))
+            {
+                continue;
+            }
+            let fenced_by_new = history.accepted[restore.accepted_before..refused.accepted_before]
+                .iter()
+                .any(|a| {
+                    a.access == Access::Write
+                        && a.key == refused.key
+                        && a.slot == refused.slot
+                        && a.token > refused.token
+                        && after_tokens.contains(&(a.key.as_str(), a.token))
+                });
+            if !fenced_by_new {
+                found.push(violation(
+                    Checker::NoRewind,
+                    format!(
+                        "the resource refused the restored cluster's {:?} of {} token {} from \
+                         client {} at {} ms: no newer token of the restored cluster was written \
+                         there (an old cluster's token is above it)",
+                        refused.access,
+                        unit_name((refused.key.as_str(), refused.slot)),
+                        refused.token,
+                        refused.client,
+                        refused.at_ms
+                    ),
+                ));
+            }
         }
     }
     found

@@ -69,6 +69,57 @@ pub struct Accepted {
     pub slot: Option<u32>,
 }
 
+/// An access the fenced resource refused, with where it fell in the acceptance order (checker
+/// 8: the gate must accept the restored cluster's accesses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub key: String,
+    pub token: u64,
+    pub client: u64,
+    pub at_ms: u64,
+    pub access: Access,
+    pub slot: Option<u32>,
+    /// How many accesses the resource had accepted before it (`History::accepted`'s length).
+    pub accepted_before: usize,
+}
+
+/// The loss of the whole cluster and its restore from an older backup
+/// (`Fault::LoseClusterRestore`): what checker 8 needs to tell the old cluster's grants from
+/// the new one's, and what the other checkers need to know a restore drops.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreSeen {
+    /// The backup's revision (its state's) and the restored revision F (every new token is
+    /// above it).
+    pub backup_revision: u64,
+    pub floor: u64,
+    /// When every replica was killed and its disk destroyed.
+    pub lost_at_ms: u64,
+    /// When the restored replicas started (nothing runs in between; every answer of the old
+    /// cluster arrived before it).
+    pub restarted_at_ms: u64,
+    /// Each replica's last boot of the old cluster: the watchers' grants of a node at a boot at
+    /// or below it are the old cluster's; later boots (and nodes not listed) are the new one's.
+    pub boots_before: BTreeMap<u64, u64>,
+    /// `History::acked`'s length when the restored replicas started: releases and
+    /// force-releases before it were acknowledged by the old cluster (they are recorded as their
+    /// answer arrives; a grant is told apart by its session, `History::sessions_opened`).
+    pub acked_before: usize,
+    /// `History::accepted`'s length when the restored replicas started.
+    pub accepted_before: usize,
+}
+
+impl RestoreSeen {
+    /// A watcher's grant of `node` at `boot` came from the cluster after this restore.
+    pub fn after_by_boot(&self, node: u64, boot: u64) -> bool {
+        boot > self.boots_before.get(&node).copied().unwrap_or(0)
+    }
+
+    /// A session opened at `opened_at_ms` belongs to the cluster after this restore.
+    pub fn after_by_time(&self, opened_at_ms: u64) -> bool {
+        opened_at_ms >= self.restarted_at_ms
+    }
+}
+
 /// An operation whose success a client was told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AckedOp {
@@ -261,6 +312,12 @@ pub struct History {
     /// Real-driver runs: how each start's storage recovery ended (`/healthz`'s
     /// `storage.recovery`: `clean`, `torn_tail_cut`, `durable_state_lost`).
     pub recoveries: Vec<RecoverySeen>,
+    /// Accesses the fenced resource refused (checker 8).
+    pub refused: Vec<Refused>,
+    /// Every session a client or probe opened, with when its creation was answered.
+    pub sessions_opened: BTreeMap<u64, u64>,
+    /// Losses of the whole cluster and restores from an older backup (at most one per run).
+    pub restores: Vec<RestoreSeen>,
     /// Membership changes that did not complete within their bound after the faults healed,
     /// and members not ready within their bound after the full restart (checker 6), in words.
     pub membership_failures: Vec<String>,
@@ -295,7 +352,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// The seven checkers (docs/simulation.md).
+/// The eight checkers (docs/simulation.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Checker {
     TokensRise,
@@ -305,10 +362,11 @@ pub enum Checker {
     SessionKept,
     Liveness,
     WaitsEnd,
+    NoRewind,
 }
 
 impl Checker {
-    pub const ALL: [Checker; 7] = [
+    pub const ALL: [Checker; 8] = [
         Checker::TokensRise,
         Checker::Fencing,
         Checker::AppliedPrefix,
@@ -316,6 +374,7 @@ impl Checker {
         Checker::SessionKept,
         Checker::Liveness,
         Checker::WaitsEnd,
+        Checker::NoRewind,
     ];
 
     pub fn name(self) -> &'static str {
@@ -327,6 +386,7 @@ impl Checker {
             Checker::SessionKept => "session-kept",
             Checker::Liveness => "liveness",
             Checker::WaitsEnd => "waits-end",
+            Checker::NoRewind => "no-rewind",
         }
     }
 }

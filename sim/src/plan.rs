@@ -81,6 +81,12 @@ pub enum Fault {
         disturb: bool,
         disturb_after_ms: u64,
     },
+    /// The whole cluster is lost and restored from an older backup (docs/simulation.md,
+    /// `restore`): a backup is saved through `Admin.SaveSnapshot`, the workload goes on for the
+    /// step's duration (more grants), then every replica's disk is destroyed, each is restored
+    /// from that backup as `picketd restore` does (a new cluster id, the default revision
+    /// bump), and every replica restarts on the restored data. At most one per run.
+    LoseClusterRestore,
 }
 
 impl Fault {
@@ -97,6 +103,7 @@ impl Fault {
             Fault::FailSync { .. } => "fail-sync",
             Fault::WipeDisk { .. } => "wipe-disk",
             Fault::ReplaceMember { .. } => "replace-member",
+            Fault::LoseClusterRestore => "restore",
         }
     }
 }
@@ -154,10 +161,19 @@ fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
 const WIPE_STREAM: u64 = 0x5749_5045;
 /// Seeds the stream the membership changes are drawn from (apart from the rest of the plan).
 const MEMBERSHIP_STREAM: u64 = 0x4d45_4d42;
+/// Seeds the stream the lost-cluster restores are drawn from (apart from the rest of the plan).
+const RESTORE_STREAM: u64 = 0x5245_5354;
 
 impl Plan {
     /// Draws the plan of `seed` (the same seed, the same plan).
     pub fn draw(seed: u64, scenario: Scenario, config: PlanConfig) -> Plan {
+        let mut plan = Self::draw_without_restore(seed, scenario, config);
+        plan.draw_restore(seed);
+        plan
+    }
+
+    /// The plan as drawn before lost-cluster restores existed.
+    fn draw_without_restore(seed: u64, scenario: Scenario, config: PlanConfig) -> Plan {
         let mut plan = Self::draw_without_wipe(seed, scenario, config);
         plan.draw_wipe(seed);
         plan.draw_membership(seed);
@@ -315,6 +331,31 @@ impl Plan {
         self.steps[at].duration_ms = 1_000 + below(&mut rng, 2_000);
     }
 
+    /// A fifth of the `mixed` plans have one step, at random (never a membership change), replaced
+    /// by the loss of the whole cluster and a restore from a backup saved in that step
+    /// ([`Fault::LoseClusterRestore`]), at most one per run: rare, because a restore ends every
+    /// session and hold, and the other faults need runs that keep them. Drawn from a stream of its
+    /// own, like the wipes, so every other step is what the seed drew before.
+    fn draw_restore(&mut self, seed: u64) {
+        if self.steps.is_empty() || self.scenario != Scenario::Mixed {
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ RESTORE_STREAM);
+        if below(&mut rng, 5) != 0 {
+            return;
+        }
+        let candidates: Vec<usize> = (0..self.steps.len())
+            .filter(|i| !matches!(self.steps[*i].fault, Fault::ReplaceMember { .. }))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let at = candidates[below(&mut rng, candidates.len() as u64) as usize];
+        self.steps[at].fault = Fault::LoseClusterRestore;
+        // How long the workload runs between the backup and the loss (more grants).
+        self.steps[at].duration_ms = 1_000 + below(&mut rng, 2_000);
+    }
+
     /// Damage is on a minority only: at most one corrupted disk per run (and no wiped one with
     /// it, [`Self::draw_wipe`]), so a quorum always keeps the acknowledged state.
     fn keep_one_corruption(&mut self) {
@@ -446,6 +487,7 @@ mod tests {
             "fail-sync",
             "wipe-disk",
             "replace-member",
+            "restore",
             "buggify",
         ] {
             assert!(
@@ -502,7 +544,7 @@ mod tests {
         let mut changes_seen = BTreeMap::new();
         for seed in 0..300 {
             for scenario in Scenario::ALL {
-                let plan = Plan::draw(seed, scenario, config);
+                let plan = Plan::draw_without_restore(seed, scenario, config);
                 if scenario == Scenario::Membership {
                     let changes = plan
                         .steps
@@ -550,6 +592,41 @@ mod tests {
             assert!(n >= 20, "{with_damage}: {n}: {changes_seen:?}");
         }
         assert_eq!(changes_seen.len(), 4, "{changes_seen:?}");
+    }
+
+    /// A lost-cluster restore takes the place of one step (never a membership change) of about a
+    /// fifth of the `mixed` plans and of no other scenario's; every other step stays as drawn.
+    #[test]
+    fn a_restore_replaces_one_step_and_leaves_the_others() {
+        let config = PlanConfig::default();
+        let mut restores = 0;
+        for seed in 0..300 {
+            for scenario in Scenario::ALL {
+                let plan = Plan::draw(seed, scenario, config);
+                let before = Plan::draw_without_restore(seed, scenario, config);
+                let changed: Vec<usize> = (0..plan.steps.len())
+                    .filter(|i| plan.steps[*i] != before.steps[*i])
+                    .collect();
+                match changed[..] {
+                    [] => {}
+                    [i] => {
+                        assert_eq!(plan.steps[i].fault, Fault::LoseClusterRestore);
+                        assert!(!matches!(
+                            before.steps[i].fault,
+                            Fault::ReplaceMember { .. }
+                        ));
+                        assert_eq!(plan.steps[i].gap_ms, before.steps[i].gap_ms);
+                        assert_eq!(scenario, Scenario::Mixed);
+                        restores += 1;
+                    }
+                    _ => panic!("seed {seed}: steps {changed:?} changed"),
+                }
+            }
+        }
+        assert!(
+            (30..100).contains(&restores),
+            "{restores} restores in 300 mixed plans"
+        );
     }
 
     fn damaged(plan: &Plan) -> bool {

@@ -11,9 +11,9 @@
 use madsim::runtime::Runtime;
 use madsim::Config;
 use picket_sim::checkers::stale_writes_over_reads;
-use picket_sim::cluster::{run, Break, RunConfig, RunReport};
+use picket_sim::cluster::{restored_grants, run, Break, RunConfig, RunReport};
 use picket_sim::history::{Access, AckedOp, Ask, Checker, Mode, Outcome};
-use picket_sim::plan::{PlanConfig, Scenario};
+use picket_sim::plan::{Fault, Plan, PlanConfig, Scenario};
 
 fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
     let runtime = Runtime::with_seed_and_config(seed, Config::default());
@@ -21,11 +21,15 @@ fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunRepor
         seed,
         scenario,
         broken,
-        plan: PlanConfig {
-            replicas: env_replicas(),
-            ..PlanConfig::default()
-        },
+        plan: plan_config(),
     }))
+}
+
+fn plan_config() -> PlanConfig {
+    PlanConfig {
+        replicas: env_replicas(),
+        ..PlanConfig::default()
+    }
 }
 
 fn summary(seed: u64, report: &RunReport) -> String {
@@ -60,6 +64,15 @@ fn summary(seed: u64, report: &RunReport) -> String {
         })
         .count();
     let slot_writes = h.accepted.iter().filter(|a| a.slot.is_some()).count();
+    // After the last restore: grants acknowledged to sessions the restored cluster opened, and
+    // accesses the resource accepted with its tokens (checker 8's evidence).
+    let restored_grants = restored_grants(h);
+    let restored_accesses = h.restores.last().map_or(0, |r| {
+        h.accepted[r.accepted_before..]
+            .iter()
+            .filter(|a| a.token > r.floor)
+            .count()
+    });
     let mix: Vec<String> = report
         .plan
         .mix()
@@ -67,7 +80,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} restored={} restored_grants={} restored_accesses={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         report.sim_ms,
@@ -110,6 +123,9 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .get("member-replaced")
             .copied()
             .unwrap_or(0),
+        h.restores.len(),
+        restored_grants,
+        restored_accesses,
         report.counters.get("slow-fsync").copied().unwrap_or(0),
         mix.join(","),
         report.violations.len()
@@ -213,6 +229,7 @@ fn checkers_bite() {
         (Break::LateExpiry, Checker::WaitsEnd),
         (Break::SlotBypass, Checker::Fencing),
         (Break::PeersFromFile, Checker::Liveness),
+        (Break::RestoreNoBump, Checker::NoRewind),
     ];
     for (broken, checker) in cases {
         // Peers from the file again needs a membership change with a short contact list.
@@ -225,14 +242,28 @@ fn checkers_bite() {
             Break::PeersFromFile => 2 * SEEDS_MAX,
             _ => SEEDS_MAX,
         };
-        let caught = (1..=seeds_max).find(|seed| {
+        // A restore without the bump bites only in a run that loses the cluster: the first
+        // seeds whose plan draws a restore.
+        let seeds: Vec<u64> = match broken {
+            Break::RestoreNoBump => (1..1_000)
+                .filter(|seed| {
+                    Plan::draw(*seed, scenario, plan_config())
+                        .steps
+                        .iter()
+                        .any(|s| s.fault == Fault::LoseClusterRestore)
+                })
+                .take(seeds_max as usize)
+                .collect(),
+            _ => (1..=seeds_max).collect(),
+        };
+        let caught = seeds.into_iter().find(|seed| {
             let report = run_seed_on(*seed, scenario, Some(broken));
             println!("{} break={}", summary(*seed, &report), broken.name());
             report.violations.iter().any(|v| v.checker == checker)
         });
         assert!(
             caught.is_some(),
-            "{} was not caught by {} within {seeds_max} seeds",
+            "{} was not caught by {} within {seeds_max} seeds (of those that can show it)",
             broken.name(),
             checker.name()
         );

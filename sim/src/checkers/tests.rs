@@ -3,7 +3,7 @@
 use super::*;
 use crate::history::{
     Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen,
-    LogEvent, RecoverySeen, SessionGone, SyncedDamage, WaitCause,
+    LogEvent, RecoverySeen, Refused, SessionGone, SyncedDamage, WaitCause,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -158,7 +158,140 @@ fn good() -> History {
             outcome: "durable_state_lost".into(),
         }],
         membership_failures: Vec::new(),
+        refused: Vec::new(),
+        sessions_opened: BTreeMap::new(),
+        restores: Vec::new(),
     }
+}
+
+/// The restored revision of [`restored`]'s restore (the backup's revision 5 plus a bump).
+const FLOOR: u64 = 1_000_005;
+
+/// [`good`], then the whole cluster lost and restored from a backup at revision 5 (nodes 1 and
+/// 2, node 1 at its third boot): session 1 of the old cluster, session `FLOOR + 1` of the new
+/// one, which is granted `ns/a` at `FLOOR + 2` and writes with it.
+fn restored() -> History {
+    let mut h = good();
+    h.restores.push(RestoreSeen {
+        backup_revision: 5,
+        floor: FLOOR,
+        lost_at_ms: 19_000,
+        restarted_at_ms: 20_000,
+        boots_before: BTreeMap::from([(1, 2), (2, 1)]),
+        acked_before: h.acked.len(),
+        accepted_before: h.accepted.len(),
+    });
+    h.sessions_opened = BTreeMap::from([(1, 500), (FLOOR + 1, 21_000)]);
+    h.grants.push(GrantSeen {
+        session: FLOOR + 1,
+        ..grant(1, 3, FLOOR + 2, "ns/a")
+    });
+    h.acked
+        .push(acked_grant("ns/a", FLOOR + 2, FLOOR + 1, Mode::Exclusive));
+    h.accepted.push(write("ns/a", FLOOR + 2));
+    // The final replicas are the restored cluster's: its events only (the harness records
+    // `events_from` 1 for every boot: the watcher reads from the oldest revision retained).
+    h.final_replicas = vec![FinalReplica {
+        node: 1,
+        revision: FLOOR + 3,
+        events_from: 1,
+        events: vec![(FLOOR + 2, "ns/a".into(), FinalKind::Granted, FLOOR + 2)],
+    }];
+    h
+}
+
+#[test]
+fn a_restore_above_every_old_token_passes_every_checker() {
+    assert_eq!(check_all(&restored()), Vec::new());
+}
+
+/// Checker 4 judges only what the restored cluster acknowledged: the old cluster's grants and
+/// releases are not in the restored state (docs/storage.md, "Restoring a backup"); one of the
+/// restored cluster's is still judged.
+#[test]
+fn no_acked_loss_after_a_restore_judges_the_restored_cluster_only() {
+    let mut h = restored();
+    h.restores.clear();
+    let found = no_acked_loss(&h);
+    assert!(!found.is_empty(), "the old cluster's acks are missing");
+    let mut h = restored();
+    h.acked.push(AckedOp::Release {
+        key: "ns/a".into(),
+        token: FLOOR + 2,
+    });
+    let found = no_acked_loss(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].detail.contains("Released"), "{}", found[0].detail);
+}
+
+/// A restore without the bump: the restored cluster grants `ns/a` token 6, below token 7 the
+/// old cluster granted after the backup (revision 5).
+#[test]
+fn no_rewind_catches_a_restored_token_at_or_below_an_old_one() {
+    let mut h = restored();
+    h.grants.push(GrantSeen {
+        session: FLOOR + 1,
+        ..grant(2, 2, 7, "ns/a")
+    });
+    let found = no_rewind(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].checker, Checker::NoRewind);
+    assert!(found[0].detail.contains("token 7"), "{}", found[0].detail);
+    // Acknowledged to a session of the restored cluster: the same.
+    let mut h = restored();
+    h.acked
+        .push(acked_grant("ns/b", 5, FLOOR + 1, Mode::Exclusive));
+    let found = no_rewind(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].detail.contains("`ns/b`"), "{}", found[0].detail);
+}
+
+/// The clients carry on: a grant acknowledged to a session opened on the restored cluster.
+#[test]
+fn no_rewind_requires_a_grant_after_the_restore() {
+    let mut h = restored();
+    h.grants.pop();
+    h.acked.pop();
+    let found = no_rewind(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].detail.contains("new session"),
+        "{}",
+        found[0].detail
+    );
+}
+
+/// The gate refuses a restored cluster's write: a violation, unless a higher token of the
+/// restored cluster was written there first (ordinary fencing).
+#[test]
+fn no_rewind_catches_a_gate_refusing_the_restored_cluster() {
+    let refusal = |h: &History, token: u64| Refused {
+        key: "ns/a".into(),
+        token,
+        client: 2,
+        at_ms: 22_000,
+        access: Access::Write,
+        slot: None,
+        accepted_before: h.accepted.len(),
+    };
+    let mut h = restored();
+    h.refused.push(refusal(&h, FLOOR + 2));
+    let found = no_rewind(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].detail.contains("refused"), "{}", found[0].detail);
+    // Superseded by a later grant of the restored cluster that wrote first: not a violation.
+    let mut h = restored();
+    h.grants.push(GrantSeen {
+        session: FLOOR + 1,
+        ..grant(1, 3, FLOOR + 4, "ns/a")
+    });
+    h.accepted.push(write("ns/a", FLOOR + 4));
+    h.refused.push(refusal(&h, FLOOR + 2));
+    assert_eq!(no_rewind(&h), Vec::new());
+    // An old cluster's holder refused after the restore: ordinary fencing, not judged here.
+    let mut h = restored();
+    h.refused.push(refusal(&h, 3));
+    assert_eq!(no_rewind(&h), Vec::new());
 }
 
 /// A replica that restarts as an ordinary acceptor after a synced record of it was damaged has

@@ -39,3 +39,8 @@ pub fn reconfig_ip(node: picket_core::paxos::NodeId) -> IpAddr {
 pub fn operator_ip() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 5, 1))
 }
+
+/// The node an admin saves a backup from (`restore`).
+pub fn backup_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 7, 1))
+}

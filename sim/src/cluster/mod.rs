@@ -28,9 +28,11 @@ pub use shared::Break;
 
 use crate::checkers::check_all;
 use crate::clock::DriftClock;
-use crate::history::{FinalReplica, History, Violation};
+use crate::history::{AckedOp, FinalReplica, History, RestoreSeen, Violation};
 use crate::plan::{Fault, Plan, PlanConfig, Scenario, Step};
-use addr::{client_ip, operator_ip, probe_ip, reconfig_ip, replica_ip, resource_ip, watcher_ip};
+use addr::{
+    backup_ip, client_ip, operator_ip, probe_ip, reconfig_ip, replica_ip, resource_ip, watcher_ip,
+};
 use real::{ClientCtx, ReplicaCtx};
 use shared::{lock, Shared, SharedRef};
 
@@ -383,6 +385,12 @@ impl Cluster {
             self.trace("heal");
             return;
         }
+        if step.fault == Fault::LoseClusterRestore {
+            self.lose_cluster_restore(step.duration_ms).await;
+            self.heal_all();
+            self.trace("heal");
+            return;
+        }
         let replica_ids: Vec<_> = self.replicas.iter().map(|r| r.id()).collect();
         match &step.fault {
             Fault::Split { side } => {
@@ -401,7 +409,9 @@ impl Cluster {
             Fault::Pause { node } => self.handle.pause(self.node_id(*node)),
             Fault::FailSync { replica } => self.disks[*replica].fail_next_syncs(1),
             Fault::WipeDisk { replica } => self.wipe_replica(*replica),
-            Fault::ReplaceMember { .. } => unreachable!("handled above"),
+            Fault::ReplaceMember { .. } | Fault::LoseClusterRestore => {
+                unreachable!("handled above")
+            }
         }
         tokio::time::sleep(Duration::from_millis(step.duration_ms)).await;
         match &step.fault {
@@ -454,26 +464,11 @@ impl Cluster {
     fn wipe_replica(&mut self, index: usize) {
         self.kill_replica(index, false);
         self.contacts_reachable(index);
-        let disk = &self.disks[index];
-        let files = disk.paths();
-        let dirs: BTreeSet<PathBuf> = files
-            .iter()
-            .filter_map(|f| f.parent().map(PathBuf::from))
-            .collect();
-        for file in &files {
-            disk.remove_file(file)
-                .expect("a listed file can be removed");
-        }
-        for dir in &dirs {
-            disk.sync_dir(dir).expect("syncs do not fail after a kill");
-        }
-        disk.crash();
-        assert!(disk.paths().is_empty(), "the wiped disk still has files");
+        let files = self.destroy_disk(index);
         let id = self.members[index];
         self.trace(&format!(
-            "wiped the disk of replica {} ({} files)",
-            id.0,
-            files.len()
+            "wiped the disk of replica {} ({files} files)",
+            id.0
         ));
         self.wiped.insert(id);
         lock(&self.shared).start_as.insert(id, EmptyDataDir::Refuse);
@@ -619,6 +614,173 @@ impl Cluster {
         ));
     }
 
+    /// The whole cluster lost and restored from an older backup, as
+    /// docs/runbooks/restore-from-backup.md tells an operator: a backup is saved through the real
+    /// `Admin.SaveSnapshot` ([`real::save_backup`]); the workload goes on for `after_ms`, and at
+    /// least until a grant above the backup's revision was acknowledged (so the old cluster
+    /// granted tokens the backup does not know); then every replica is killed and its disk
+    /// destroyed; each is restored from the backup by the code of `picketd restore`
+    /// (`picket_server::backup::restore_floor` with the default bump, `restore_store` on its
+    /// disk) into a new cluster (`picket-r<F>`, the current members); after a second of
+    /// downtime every replica starts on its restored data. Clients find their sessions gone
+    /// and open new ones.
+    async fn lose_cluster_restore(&mut self, after_ms: u64) {
+        use picket_server::backup::{restore_floor, restore_store, BUMP_REVISION_DEFAULT};
+        let node = self
+            .handle
+            .create_node()
+            .name("backup")
+            .ip(backup_ip())
+            .build();
+        let save = node.spawn(real::save_backup(self.members.clone(), self.shared.clone()));
+        let bound = Duration::from_millis(BACKUP_BOUND_MS);
+        let Ok(Ok(backup)) = tokio::time::timeout(bound, save).await else {
+            self.handle.kill(node.id());
+            let mut s = lock(&self.shared);
+            let failure = format!("no backup saved within {BACKUP_BOUND_MS} ms (faults healed)");
+            s.trace(&failure);
+            s.history.membership_failures.push(failure);
+            return;
+        };
+        self.handle.kill(node.id());
+        let backup_revision = backup.state.revision.0;
+        self.trace(&format!(
+            "backup saved at revision {backup_revision} ({})",
+            backup.checksum_hex
+        ));
+        lock(&self.shared).count("backup-saved");
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        for _ in 0..100 {
+            let granted_after =
+                lock(&self.shared).history.acked.iter().any(
+                    |op| matches!(op, AckedOp::Grant { token, .. } if *token > backup_revision),
+                );
+            if granted_after {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // Every replica and every disk is lost at once.
+        let lost_at_ms = lock(&self.shared).now_ms();
+        for index in 0..self.replicas.len() {
+            self.kill_replica(index, false);
+            self.destroy_disk(index);
+        }
+        let boots_before: BTreeMap<u64, u64> = lock(&self.shared)
+            .boots
+            .iter()
+            .map(|(node, boot)| (node.0, *boot))
+            .collect();
+
+        let bump = if lock(&self.shared).broken == Some(Break::RestoreNoBump) {
+            1
+        } else {
+            BUMP_REVISION_DEFAULT
+        };
+        let floor = restore_floor(&backup, &[], bump).expect("the backup's revision plus the bump");
+        let cluster_id = format!("picket-r{}", floor.revision.0);
+        let restored_cluster = shared::RestoredCluster {
+            cluster_id: cluster_id.clone(),
+            members: self.members.clone(),
+        };
+        let mut digests = BTreeSet::new();
+        for (index, id) in self.members.iter().enumerate() {
+            let ctx = ReplicaCtx {
+                id: *id,
+                members: self.members.clone(),
+                disk: self.disks[index].clone(),
+                clock: DriftClock { ppm: 0 },
+                shared: self.shared.clone(),
+                join: false,
+            };
+            let text = real::config_text(&ctx, self.plan.session_ttl_ms, Some(&cluster_id));
+            let config = picket_server::config::Config::parse(&text)
+                .expect("the restored replica's configuration is valid");
+            let restored =
+                restore_store(self.disks[index].clone(), &config, &backup, floor.revision)
+                    .unwrap_or_else(|e| panic!("restore of replica {} refused: {e}", id.0));
+            digests.insert(restored.digest);
+            self.trace(&format!(
+                "restored replica {} into cluster {cluster_id} at revision {} (digest {:016x}; \
+                 ended {} sessions, {} holds, {} waiters)",
+                id.0,
+                restored.revision.0,
+                restored.digest,
+                restored.sessions_ended,
+                restored.holds_ended,
+                restored.waiters_dropped
+            ));
+        }
+        assert_eq!(
+            digests.len(),
+            1,
+            "replicas restored from one backup with one floor differ: {digests:?}"
+        );
+        {
+            let mut s = lock(&self.shared);
+            s.restored = Some(restored_cluster);
+            s.contacts.clear();
+            s.start_as.clear();
+            s.count("restored");
+        }
+        // A wiped replica has nothing left to rejoin: its disk was restored.
+        self.wiped.clear();
+
+        // Downtime: every answer the old cluster sent has arrived before the new one starts.
+        tokio::time::sleep(Duration::from_millis(RESTORE_DOWNTIME_MS)).await;
+        {
+            let mut s = lock(&self.shared);
+            let restarted_at_ms = s.now_ms();
+            let (acked_before, accepted_before) = (s.history.acked.len(), s.history.accepted.len());
+            s.history.restores.push(RestoreSeen {
+                backup_revision,
+                floor: floor.revision.0,
+                lost_at_ms,
+                restarted_at_ms,
+                boots_before,
+                acked_before,
+                accepted_before,
+            });
+            s.trace(&format!("the restored cluster {cluster_id} starts"));
+        }
+        for index in 0..self.replicas.len() {
+            self.handle.restart(self.replicas[index].id());
+        }
+        // The clients find their sessions gone and open new ones: the step ends once one of
+        // them was granted something by the restored cluster (checker 8 asks for it).
+        for _ in 0..(RESTORE_CARRY_ON_MS / 100) {
+            if restored_grants(&lock(&self.shared).history) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Removes every file of replica `index`'s disk for good (the replica is down); answers how
+    /// many there were.
+    fn destroy_disk(&mut self, index: usize) -> usize {
+        let disk = &self.disks[index];
+        let files = disk.paths();
+        let dirs: BTreeSet<PathBuf> = files
+            .iter()
+            .filter_map(|f| f.parent().map(PathBuf::from))
+            .collect();
+        for file in &files {
+            disk.remove_file(file)
+                .expect("a listed file can be removed");
+        }
+        for dir in &dirs {
+            disk.sync_dir(dir).expect("syncs do not fail after a kill");
+        }
+        disk.crash();
+        assert!(
+            disk.paths().is_empty(),
+            "the destroyed disk still has files"
+        );
+        files.len()
+    }
+
     /// The contact list of a new replica, the way operators write one (issue 34), drawn from
     /// the seed: one running member, the list from before the last change (stale: it may name
     /// a member removed since), or only the member being replaced.
@@ -737,6 +899,35 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// How long a backup may take to save, faults healed, before the run counts it as a liveness
+/// failure.
+pub const BACKUP_BOUND_MS: u64 = 30_000;
+
+/// How long the cluster is down between the loss of every replica and the restored start.
+const RESTORE_DOWNTIME_MS: u64 = 1_000;
+
+/// How long a restore step waits, at most, for a client to be granted something by the
+/// restored cluster.
+const RESTORE_CARRY_ON_MS: u64 = 15_000;
+
+/// Grants acknowledged to sessions opened on the cluster the last restore made.
+pub fn restored_grants(history: &History) -> usize {
+    let Some(restore) = history.restores.last() else {
+        return 0;
+    };
+    history
+        .acked
+        .iter()
+        .filter(|op| match op {
+            AckedOp::Grant { session, .. } => history
+                .sessions_opened
+                .get(session)
+                .is_some_and(|at| restore.after_by_time(*at)),
+            _ => false,
+        })
+        .count()
 }
 
 /// How long after a full restart every member must serve (the liveness checker).

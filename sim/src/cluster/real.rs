@@ -23,6 +23,7 @@ use madsim::rand::{thread_rng, Rng};
 use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
+use picket_net::backup::{decode_backup, Backup};
 use picket_net::client::{Client, ClientConfig, ClientError, KeepAliveAck};
 use picket_net::proto;
 use picket_server::node::driver::{DriverHandle, Request};
@@ -91,13 +92,17 @@ pub fn client_endpoint(node: NodeId) -> String {
     format!("{}:{REPLICA_PORT}", replica_ip(node))
 }
 
-fn config_text(ctx: &ReplicaCtx, ttl_ms: u64) -> String {
+/// A replica's configuration file; `cluster_id`: a restored cluster's (absent: the default).
+pub fn config_text(ctx: &ReplicaCtx, ttl_ms: u64, cluster_id: Option<&str>) -> String {
     let mut text = format!(
         "node_id = {}\ndata_dir = \"/data\"\ninsecure_dev_auth = true\n\n[sessions]\nttl_ms_min = 1000\nttl_ms_default = {ttl_ms}\n\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 64\n",
         ctx.id.0
     );
     if ctx.join {
         text.insert_str(0, "join = true\n");
+    }
+    if let Some(id) = cluster_id {
+        text.insert_str(0, &format!("cluster_id = \"{id}\"\n"));
     }
     for m in &ctx.members {
         text.push_str(&format!(
@@ -164,17 +169,28 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
         (boot, empty)
     };
     // A replica whose disk was wiped may come back with a contact list as its file
-    // (`join = true`, itself and one member), as an operator writes it (issue 34).
-    let contacts = lock(&ctx.shared).contacts.get(&ctx.id).cloned();
-    let ctx = match contacts {
-        Some(contacts) => ReplicaCtx {
+    // (`join = true`, itself and one member), as an operator writes it (issue 34). After a
+    // restore every replica's file names the new cluster and its first members (the ones
+    // `picketd restore` was given), unless a contact list was written since.
+    let (contacts, restored) = {
+        let s = lock(&ctx.shared);
+        (s.contacts.get(&ctx.id).cloned(), s.restored.clone())
+    };
+    let ctx = match (contacts, &restored) {
+        (Some(contacts), _) => ReplicaCtx {
             members: contacts,
             join: true,
             ..ctx
         },
-        None => ctx,
+        (None, Some(restored)) => ReplicaCtx {
+            members: restored.members.clone(),
+            join: false,
+            ..ctx
+        },
+        (None, None) => ctx,
     };
-    let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms))
+    let cluster_id = restored.as_ref().map(|r| r.cluster_id.as_str());
+    let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms, cluster_id))
         .expect("the simulated replica's configuration is valid");
     let (start, broken) = {
         let s = lock(&ctx.shared);
@@ -460,6 +476,7 @@ pub async fn real_client_main(ctx: ClientCtx) {
     while !lock(&ctx.shared).clients_stop {
         match client.create_session().await {
             Ok(session) => {
+                record_opened(&ctx.shared, session.id());
                 tokio::spawn(record_acks(session.keepalive_acks(), ctx.shared.clone()));
                 super::workload::run_session(&ctx, &session, &mut resource).await;
                 // Dropping the last handle of a session not lost closes it (not an expiry).
@@ -471,6 +488,60 @@ pub async fn real_client_main(ctx: ClientCtx) {
         }
     }
     std::future::pending::<()>().await;
+}
+
+/// A session whose creation was just answered (checkers 4 and 8 tell the old cluster's
+/// sessions from a restored one's by when they opened).
+fn record_opened(shared: &SharedRef, session: u64) {
+    let mut s = lock(shared);
+    let at_ms = s.now_ms();
+    s.history.sessions_opened.entry(session).or_insert(at_ms);
+}
+
+/// Saves a backup as `picketctl snapshot save` does, on the real client library: an admin
+/// (`erin`, role `picket-admin`, dev credentials) asks the leader for `Admin.SaveSnapshot`,
+/// reads the stream to its end (each chunk at the offset the bytes so far reach) and checks the
+/// file whole (`picket_net::backup::decode_backup`). Retried until it succeeds.
+pub async fn save_backup(replicas: Vec<NodeId>, shared: SharedRef) -> Backup {
+    let admin = operator_client(&replicas, "erin", "picket-admin")
+        .expect("the admin's client configuration is valid");
+    loop {
+        match save_backup_once(&admin).await {
+            Ok(backup) => return backup,
+            Err(why) => {
+                lock(&shared).trace(&format!("backup not saved: {why}"));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn save_backup_once(admin: &Client) -> Result<Backup, String> {
+    let mut stream = admin.save_snapshot().await.map_err(|e| e.to_string())?;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut total = None;
+    while let Some(chunk) = stream
+        .message()
+        .await
+        .map_err(|status| format!("the backup stream broke: {}", status.message()))?
+    {
+        if chunk.offset != bytes.len() as u64 {
+            return Err(format!(
+                "a chunk at {} after {} bytes",
+                chunk.offset,
+                bytes.len()
+            ));
+        }
+        total.get_or_insert(chunk.total_bytes);
+        bytes.extend_from_slice(&chunk.data);
+    }
+    if total != Some(bytes.len() as u64) {
+        return Err(format!(
+            "the stream ended after {} of {total:?} bytes",
+            bytes.len()
+        ));
+    }
+    decode_backup(&bytes).map_err(|e| format!("a bad backup: {e}"))
 }
 
 /// An operator's client on the real library: dev credentials (`insecure_dev_auth`) with `role`.
@@ -686,6 +757,7 @@ pub async fn real_probe(ctx: ClientCtx, key: String) -> u64 {
     let client = Client::new(library_config(&ctx)).expect("valid client configuration");
     loop {
         if let Ok(session) = client.create_session().await {
+            record_opened(&ctx.shared, session.id());
             for _ in 0..20 {
                 if let Ok(guard) = session.try_lock(NAMESPACE, &key).await {
                     return guard.token().0;

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::addr::{resource_ip, RESOURCE_PORT};
 use super::shared::{lock, Break, SharedRef};
-use crate::history::{Accepted, Access};
+use crate::history::{Accepted, Access, Refused};
 use crate::proto::resource_client::ResourceClient;
 use crate::proto::resource_server::{Resource, ResourceServer};
 use crate::proto::{ReadRequest, ReadResponse, WriteRequest, WriteResponse};
@@ -67,6 +67,16 @@ impl FencedResource {
                 if slot.is_some() {
                     s.count("slot-writes-refused");
                 }
+                let (at_ms, accepted_before) = (s.now_ms(), s.history.accepted.len());
+                s.history.refused.push(Refused {
+                    key,
+                    token,
+                    client,
+                    at_ms,
+                    access,
+                    slot,
+                    accepted_before,
+                });
                 (false, refusal.to_string())
             }
         }

@@ -52,10 +52,14 @@ pub enum Break {
     /// contact list not naming the leader is never promoted, one that leads never reaches the
     /// voters its file leaves out: checker 6 (liveness). Membership scenario.
     PeersFromFile,
+    /// A restore with `--bump-revision 1` instead of the default 2^40 (`restore_floor` with the
+    /// smallest bump it takes): the restored cluster's tokens start just above the backup's
+    /// revision, at or below tokens the old cluster granted after the backup: checker 8.
+    RestoreNoBump,
 }
 
 impl Break {
-    pub const ALL: [Break; 12] = [
+    pub const ALL: [Break; 13] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -68,6 +72,7 @@ impl Break {
         Break::LateExpiry,
         Break::SlotBypass,
         Break::PeersFromFile,
+        Break::RestoreNoBump,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +89,7 @@ impl Break {
             Break::LateExpiry => "late-expiry",
             Break::SlotBypass => "slot-bypass",
             Break::PeersFromFile => "peers-from-file",
+            Break::RestoreNoBump => "restore-no-bump",
         }
     }
 
@@ -127,11 +133,21 @@ pub struct Shared {
     pub contacts: BTreeMap<NodeId, Vec<NodeId>>,
     /// Whether each replica served at its last status poll (`/healthz` ready).
     pub ready: BTreeMap<NodeId, bool>,
+    /// The cluster a restore made (`Fault::LoseClusterRestore`): every later start of a replica
+    /// uses its cluster id, and its members unless a contact list was set since.
+    pub restored: Option<RestoredCluster>,
     /// Counters for the summary.
     pub counters: BTreeMap<&'static str, u64>,
     /// The run's semaphores (key in [`super::real::NAMESPACE`], N permits), drawn from the
     /// seed; declared by the operator node, asked for by the clients.
     pub semaphores: Vec<(String, u32)>,
+}
+
+/// What a restored replica's configuration says (the new cluster's, as `picketd restore` needs).
+#[derive(Clone, Debug)]
+pub struct RestoredCluster {
+    pub cluster_id: String,
+    pub members: Vec<NodeId>,
 }
 
 pub type SharedRef = Arc<Mutex<Shared>>;
@@ -154,6 +170,7 @@ impl Shared {
             refused: BTreeMap::new(),
             clients_stop: false,
             contacts: BTreeMap::new(),
+            restored: None,
             ready: BTreeMap::new(),
             counters: BTreeMap::new(),
             semaphores: Vec::new(),
