@@ -434,3 +434,37 @@ fn a_stamped_membership_change_takes_its_own_revision_and_time() {
     create(&mut sm);
     assert_eq!(sm.revision(), Revision(b + 4));
 }
+
+/// Issue 37: a backup is on the replicated record (who took the sessions' secret hashes), and
+/// only a class admin may ask for one.
+#[test]
+fn a_snapshot_save_is_recorded_for_a_class_admin_only() {
+    let mut sm = LockStateMachine::new(LockConfig::default());
+    let before = sm.revision();
+    let stranger = Actor::new("mallory", &[Role::OnCall]);
+    assert!(matches!(
+        sm.apply(
+            Instant::from_millis(9),
+            Command::RecordSnapshotSave { actor: stranger }
+        ),
+        Err(picket_core::locks::LockError::MissingRole { .. })
+    ));
+    let admin = Actor::new("alice", &[Role::ClassAdmin]);
+    assert_eq!(
+        sm.apply(
+            Instant::from_millis(10),
+            Command::RecordSnapshotSave { actor: admin }
+        ),
+        Ok(Reply::SnapshotSaveRecorded)
+    );
+    let page = sm.audit(&AuditQuery::default());
+    let saves: Vec<_> = page
+        .records
+        .iter()
+        .filter(|r| r.action == AuditAction::SnapshotSaved)
+        .collect();
+    assert_eq!(saves.len(), 1, "the refused one is not recorded");
+    assert_eq!(saves[0].actor, "alice");
+    assert_eq!(saves[0].revision, Revision(before.0 + 2));
+    assert!(saves[0].actor_roles.contains(&Role::ClassAdmin));
+}

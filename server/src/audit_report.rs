@@ -20,6 +20,7 @@ pub fn action_words(action: i32) -> &'static str {
         Ok(proto::AuditAction::ClassRemoved) => "class removed",
         Ok(proto::AuditAction::SemaphoreSet) => "semaphore set",
         Ok(proto::AuditAction::MembershipChanged) => "membership changed",
+        Ok(proto::AuditAction::SnapshotSaved) => "backup saved",
         _ => "unknown",
     }
 }

@@ -131,6 +131,22 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
     assert_eq!(saved["held_keys"], 1);
     let backup_revision = saved["revision"].as_u64().unwrap();
     assert!(backup_revision >= held_token);
+    // The save is in the replicated audit trail, with who took it (the file holds every
+    // session's secret hash), at a revision the backup itself covers.
+    let audit = cluster
+        .picketctl_as(ADMIN.0, ADMIN.1, &["audit"])
+        .output()
+        .await
+        .unwrap();
+    assert!(audit.status.success(), "{}", text(&audit));
+    let saves: Vec<String> = text(&audit)
+        .lines()
+        .filter(|l| l.contains("backup saved"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(saves.len(), 1, "{}", text(&audit));
+    assert!(saves[0].contains(ADMIN.0), "{}", saves[0]);
+    assert!(saves[0].contains("picket-admin"), "{}", saves[0]);
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "a backup holds secret hashes: owner only");

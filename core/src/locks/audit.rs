@@ -21,6 +21,10 @@ pub enum AuditAction {
     SemaphoreSet,
     /// A membership change the log chose (`membership`: the members it asked for).
     MembershipChanged,
+    /// A backup of the whole state was asked for (`Admin.SaveSnapshot`): the file holds every
+    /// session's secret hash and the audit trail, so who took one is on the record. The backup
+    /// is taken at this revision or later.
+    SnapshotSaved,
 }
 
 /// One audit record.

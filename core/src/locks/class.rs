@@ -205,6 +205,25 @@ pub(crate) fn require_class_admin(actor: &Actor, action: &'static str) -> Result
 }
 
 impl LockStateMachine {
+    /// `RecordSnapshotSave`: an audit record of a backup asked for by a class admin.
+    pub(crate) fn apply_record_snapshot_save(&mut self, actor: Actor) -> Result<Reply, LockError> {
+        require_class_admin(&actor, "save a backup of the state")?;
+        self.audit.push(AuditRecord {
+            reason: "a backup of the whole state (Admin.SaveSnapshot) at this revision or later"
+                .to_owned(),
+            actor_roles: actor.roles.clone(),
+            ..AuditRecord::new(
+                self.revision,
+                self.time,
+                actor.principal.clone(),
+                AuditAction::SnapshotSaved,
+                String::new(),
+                String::new(),
+            )
+        });
+        Ok(Reply::SnapshotSaveRecorded)
+    }
+
     pub(crate) fn apply_put_class(
         &mut self,
         actor: Actor,

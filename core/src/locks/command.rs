@@ -174,6 +174,10 @@ pub enum Command {
         permits: u32,
         reason: String,
     },
+    /// Records in the audit trail that `actor` asked for a backup of the whole state
+    /// (`Admin.SaveSnapshot`, role class-admin); the leader proposes it before it reads the
+    /// state, so the backup holds its own record. Changes nothing else.
+    RecordSnapshotSave { actor: Actor },
     /// First step of the two-person rule. `holder`: the session whose hold is meant (`None`:
     /// the one hold with `expected_token`; several shared holders granted together share a
     /// token, and then the session must be named).
@@ -254,6 +258,8 @@ pub enum Reply {
     SemaphoreSet {
         previous_permits: u32,
     },
+    /// `RecordSnapshotSave`: recorded in the audit trail.
+    SnapshotSaveRecorded,
     ForceReleaseRequested {
         id: ForceReleaseId,
         fenced: bool,

@@ -284,6 +284,7 @@ impl LockStateMachine {
                 permits,
                 reason,
             } => self.apply_set_semaphore(actor, namespace, key, permits, reason),
+            Command::RecordSnapshotSave { actor } => self.apply_record_snapshot_save(actor),
             Command::RequestForceRelease {
                 actor,
                 namespace,

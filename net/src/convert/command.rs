@@ -95,6 +95,11 @@ impl From<Command> for proto::Command {
                 permits,
                 reason,
             }),
+            Command::RecordSnapshotSave { actor } => {
+                pc::Kind::RecordSnapshotSave(pc::RecordSnapshotSave {
+                    actor: Some(actor.into()),
+                })
+            }
             Command::PutClass {
                 actor,
                 namespace,
@@ -243,6 +248,9 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             key: c.key,
             token: Token(c.token),
         },
+        pc::Kind::RecordSnapshotSave(c) => Command::RecordSnapshotSave {
+            actor: nested(c.actor, "record_snapshot_save.actor")?,
+        },
         pc::Kind::SetSemaphore(c) => Command::SetSemaphore {
             actor: nested(c.actor, "set_semaphore.actor")?,
             namespace: c.namespace,
@@ -365,6 +373,9 @@ impl From<Reply> for proto::Reply {
             Reply::SemaphoreSet { previous_permits } => {
                 pr::Kind::SemaphoreSet(pr::SemaphoreSet { previous_permits })
             }
+            Reply::SnapshotSaveRecorded => {
+                pr::Kind::SnapshotSaveRecorded(pr::SnapshotSaveRecorded {})
+            }
             Reply::ForceReleaseRequested {
                 id,
                 fenced,
@@ -431,6 +442,7 @@ impl TryFrom<proto::Reply> for Reply {
             pr::Kind::SemaphoreSet(r) => Reply::SemaphoreSet {
                 previous_permits: r.previous_permits,
             },
+            pr::Kind::SnapshotSaveRecorded(_) => Reply::SnapshotSaveRecorded,
             pr::Kind::ForceReleaseRequested(r) => Reply::ForceReleaseRequested {
                 id: ForceReleaseId(r.force_release_id),
                 fenced: r.fenced,

@@ -445,6 +445,7 @@ impl From<AuditAction> for proto::AuditAction {
             AuditAction::ClassRemoved => P::ClassRemoved,
             AuditAction::SemaphoreSet => P::SemaphoreSet,
             AuditAction::MembershipChanged => P::MembershipChanged,
+            AuditAction::SnapshotSaved => P::SnapshotSaved,
         }
     }
 }
@@ -461,6 +462,7 @@ fn audit_action_from_wire(value: i32, field: &str) -> Result<AuditAction, Conver
         P::ClassRemoved => AuditAction::ClassRemoved,
         P::SemaphoreSet => AuditAction::SemaphoreSet,
         P::MembershipChanged => AuditAction::MembershipChanged,
+        P::SnapshotSaved => AuditAction::SnapshotSaved,
         P::Unspecified => unreachable!("known_enum refuses 0"),
     })
 }

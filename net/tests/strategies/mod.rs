@@ -178,6 +178,7 @@ pub fn command() -> impl Strategy<Value = Command> {
             namespace,
             prefix
         }),
+        actor().prop_map(|actor| Command::RecordSnapshotSave { actor }),
         (
             actor(),
             text(),
@@ -281,6 +282,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             .prop_map(|(removed, held)| Reply::WaitCancelled { removed, held }),
         (0..1_000usize).prop_map(|removed| Reply::WaitsExpired { removed }),
         any::<u32>().prop_map(|previous_permits| Reply::SemaphoreSet { previous_permits }),
+        Just(Reply::SnapshotSaveRecorded),
     ]
 }
 

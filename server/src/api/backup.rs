@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use picket_core::locks::{LockSnapshot, Role};
+use picket_core::locks::{Command, LockSnapshot, Role};
 use picket_core::node::{Answer, Query};
 use picket_net::backup::encode_backup;
 use picket_net::proto;
@@ -85,9 +85,19 @@ pub async fn save_snapshot(
         .auth
         .admin_actor_for(&request, None, &[Role::ClassAdmin])
         .await?;
+    // On the record first (the replicated audit trail; the backup, read after it, holds its
+    // own record): nobody takes the sessions' secret hashes unseen.
+    let (_, recorded_at) = api
+        .propose(
+            Command::RecordSnapshotSave {
+                actor: actor.clone(),
+            },
+            0,
+        )
+        .await?;
     let backup = take_backup(api, false).await?;
     tracing::info!(target: "picket_server::audit", principal = %actor.principal,
-        revision = backup.revision, bytes = backup.bytes.len(),
+        recorded_at = recorded_at.0, revision = backup.revision, bytes = backup.bytes.len(),
         "Admin.SaveSnapshot: a backup of the replicated state was taken");
     let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_BUFFERED);
     tokio::spawn(async move {

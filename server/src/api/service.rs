@@ -95,7 +95,11 @@ impl Api {
         }
     }
 
-    async fn propose(&self, command: Command, wait_ms: u64) -> Result<(Reply, Revision), Status> {
+    pub(crate) async fn propose(
+        &self,
+        command: Command,
+        wait_ms: u64,
+    ) -> Result<(Reply, Revision), Status> {
         let answered: Answered = self
             .driver
             .ask(|reply| DriverRequest::Propose {

@@ -180,7 +180,8 @@ fn row(r: &proto::AuditRecord) -> AuditRow {
         Ok(proto::AuditAction::ClassPut
             | proto::AuditAction::ClassRemoved
             | proto::AuditAction::SemaphoreSet
-            | proto::AuditAction::MembershipChanged)
+            | proto::AuditAction::MembershipChanged
+            | proto::AuditAction::SnapshotSaved)
     );
     AuditRow {
         revision: r.revision,
