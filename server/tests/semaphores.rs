@@ -218,27 +218,12 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         bearer: None,
     };
     let admin = Client::new(admin_config).unwrap();
-    let lowered = admin
-        .set_semaphore(proto::SetSemaphoreRequest {
-            namespace: NS.into(),
-            key: KEY.into(),
-            permits: 1,
-            reason: "one GPU left".into(),
-        })
-        .await
-        .unwrap();
+    let lowered = set_semaphore(&admin, 1, "one GPU left").await.unwrap();
     assert_eq!(lowered.previous_permits, 2);
     assert!(lowered.revision > 0);
     // Issue 33: a missing reason was refused in the log (`text_empty`, a revision taken); it is
     // refused at the edge, as api.md says, and changes nothing.
-    let unexplained = admin
-        .set_semaphore(proto::SetSemaphoreRequest {
-            namespace: NS.into(),
-            key: KEY.into(),
-            permits: 3,
-            reason: " ".into(),
-        })
-        .await;
+    let unexplained = set_semaphore(&admin, 3, " ").await;
     match unexplained {
         Err(ClientError::Refused { refusal, .. }) => {
             assert_eq!(
@@ -249,15 +234,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         }
         other => panic!("a SetSemaphore without a reason: {other:?}"),
     }
-    let unchanged = admin
-        .set_semaphore(proto::SetSemaphoreRequest {
-            namespace: NS.into(),
-            key: KEY.into(),
-            permits: 1,
-            reason: "one GPU left".into(),
-        })
-        .await
-        .unwrap();
+    let unchanged = set_semaphore(&admin, 1, "one GPU left").await.unwrap();
     assert_eq!(unchanged.previous_permits, 1, "the refusal changed nothing");
     let d = session(&cluster, "worker-d").await;
     let d_waiting = tokio::spawn({
@@ -370,4 +347,20 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
 
 fn proto_token(token: u64) -> picket_core::locks::Token {
     picket_core::locks::Token(token)
+}
+
+/// `SetSemaphore` of the test's key, as `admin`.
+async fn set_semaphore(
+    admin: &Client,
+    permits: u32,
+    reason: &str,
+) -> Result<proto::SetSemaphoreResponse, ClientError> {
+    admin
+        .set_semaphore(proto::SetSemaphoreRequest {
+            namespace: NS.into(),
+            key: KEY.into(),
+            permits,
+            reason: reason.into(),
+        })
+        .await
 }

@@ -235,20 +235,25 @@ fn on_heartbeat_learns_the_commit_point_and_applies() {
     assert_eq!(r.slot_applied(), Slot(1));
 }
 
-#[test]
-fn on_heartbeat_without_the_value_fetches_it() {
-    let mut r = replica(2);
+/// A heartbeat from leader n1 says slot 2 is chosen; `r` has nothing and asks n1 from slot 1.
+fn behind_by_a_heartbeat(r: &mut R) {
     let hb = Message::Heartbeat {
         ballot: b(1, 1),
         slot_chosen: Slot(2),
         seq: 0,
         incarnation: 0,
     };
-    let out = deliver(&mut r, 1, hb);
+    let out = deliver(r, 1, hb);
     assert_eq!(
         out[2..],
         [send(1, Message::CatchupRequest { slot_from: Slot(1) })]
     );
+}
+
+#[test]
+fn on_heartbeat_without_the_value_fetches_it() {
+    let mut r = replica(2);
+    behind_by_a_heartbeat(&mut r);
     let reply = Message::CatchupReply {
         snapshot: Some((Slot(1), vec![7])),
         schedule: None,
@@ -1002,17 +1007,7 @@ fn a_replica_that_knows_its_removal_but_not_that_it_is_in_effect_stops_campaigni
 #[test]
 fn a_catchup_reply_that_brings_nothing_does_not_ask_again_at_once() {
     let mut r = replica(2);
-    let hb = Message::Heartbeat {
-        ballot: b(1, 1),
-        slot_chosen: Slot(2),
-        seq: 0,
-        incarnation: 0,
-    };
-    let out = deliver(&mut r, 1, hb);
-    assert_eq!(
-        out[2..],
-        [send(1, Message::CatchupRequest { slot_from: Slot(1) })]
-    );
+    behind_by_a_heartbeat(&mut r);
     let nothing = Message::CatchupReply {
         snapshot: None,
         schedule: Some(first_schedule()),
