@@ -986,3 +986,47 @@ mod random {
         }
     }
 }
+
+/// Before cluster version 2 (a cluster with replicas of release 0.1, which drop the checklist)
+/// the checklist is ignored, so every replica applies a request alike; from 2 it is binding.
+#[test]
+fn the_advisory_checklist_binds_from_cluster_version_2_only() {
+    use picket_core::locks::{Checklist, ChecklistAnswer};
+    let unsafe_list = Checklist {
+        holder_stopped: ChecklistAnswer::No,
+        double_run_acceptable: ChecklistAnswer::No,
+        statement: String::new(),
+    };
+    let ask = |w: &mut World, token: Token| {
+        w.apply(Command::RequestForceRelease {
+            actor: alice(),
+            namespace: "orders".into(),
+            key: "batch/nightly".into(),
+            expected_token: token,
+            holder: None,
+            reason: "holder wedged".into(),
+            revoke_session: false,
+            checklist: unsafe_list.clone(),
+        })
+    };
+    for (version, binding) in [(1, false), (2, true)] {
+        let mut w = World::new();
+        w.sm.begin_cluster_version(version);
+        assert_eq!(w.sm.cluster_version(), version);
+        let holder = w.session("stuck");
+        let token = granted(w.acquire(holder, "batch/nightly", false));
+        let asked = ask(&mut w, token);
+        if binding {
+            assert!(
+                matches!(asked, Err(LockError::AdvisoryStatementRequired { .. })),
+                "{asked:?}"
+            );
+        } else {
+            let id = request_id(asked);
+            let pending = w.sm.snapshot().force_releases;
+            assert!(pending[0].checklist.is_empty(), "not recorded at 1");
+            // Approved by an on-call engineer, as release 0.1 would.
+            assert!(w.approve(&bob(), id, false).is_ok());
+        }
+    }
+}

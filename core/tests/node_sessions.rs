@@ -1296,3 +1296,88 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
     );
     assert!(tried.is_ok(), "{tried:?}");
 }
+
+/// The cluster version (docs/upgrades.md): a log whose first membership states none starts at
+/// 1 (release 0.1's); commands of version 2 are refused before the log holds them; only the
+/// ready leader proposes the step, every replica applies it, and it is on the audit record.
+#[test]
+fn the_cluster_version_starts_at_the_first_memberships_and_only_the_leader_steps_it() {
+    use picket_core::locks::{Actor, AuditAction, Role, CLUSTER_VERSION};
+    let mut sim = Sim::new(41);
+    let leader = sim.wait_for_leader();
+    create_session(&mut sim, "a");
+    for node in sim.live() {
+        assert_eq!(node.state().cluster_version(), 1, "no stated version: 1");
+    }
+    let now = sim.now;
+    let admin = Actor::new("ada", &[Role::ClassAdmin]);
+    let record = Command::RecordSnapshotSave {
+        actor: admin.clone(),
+    };
+    let node = sim.nodes[leader].as_mut().unwrap();
+    assert_eq!(
+        node.propose(now, record.clone()),
+        Err(NodeProposeError::ClusterVersionTooLow {
+            needs: 2,
+            current: 1
+        })
+    );
+    // A client cannot propose the step; a follower does not.
+    let step = Command::SetClusterVersion {
+        version: 2,
+        reason: "test".into(),
+    };
+    assert_eq!(
+        node.propose(now, step),
+        Err(NodeProposeError::LeaderOnlyCommand)
+    );
+    let follower = (leader + 1) % 3;
+    let refused = sim.nodes[follower]
+        .as_mut()
+        .unwrap()
+        .propose_cluster_version(now, 2, "test".into());
+    assert!(refused.is_err(), "{refused:?}");
+    let revision = sim.nodes[leader].as_ref().unwrap().state().revision();
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_cluster_version(now, CLUSTER_VERSION, "every member supports it".into())
+        .unwrap();
+    sim.drain(leader);
+    sim.run_for(200);
+    for node in sim.live() {
+        let state = node.state();
+        assert_eq!(state.cluster_version(), CLUSTER_VERSION);
+        assert_eq!(
+            state.revision().0,
+            revision.0 + 1,
+            "the step takes a revision"
+        );
+        let record = state.snapshot().audit.last().cloned().unwrap();
+        assert_eq!(record.action, AuditAction::ClusterVersionSet);
+        assert_eq!(record.actor, "picketd");
+        assert!(
+            record
+                .reason
+                .starts_with("cluster version 1 -> 2: every member"),
+            "{}",
+            record.reason
+        );
+    }
+    // Not again: the version only rises.
+    let leader = sim.wait_for_leader();
+    let now = sim.now;
+    assert!(sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_cluster_version(now, CLUSTER_VERSION, "again".into())
+        .is_err());
+    // Version 2's commands are accepted now.
+    assert_eq!(sim.commit(record), Ok(Reply::SnapshotSaveRecorded));
+    // A replica restarted from its disk replays to the same version.
+    sim.crash(follower);
+    sim.restart(follower);
+    sim.run_for(500);
+    let restarted = sim.nodes[follower].as_ref().unwrap();
+    assert_eq!(restarted.state().cluster_version(), CLUSTER_VERSION);
+}

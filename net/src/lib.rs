@@ -54,9 +54,13 @@ pub const API_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// catch-up reply can carry a whole `LockSnapshot`, far above the API limit. A longer frame's
 /// length prefix is refused before its bytes are read (the connection is closed).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// The peer protocol's wire version (`PeerHello.protocol_version`, `peer.proto`): replicas of
-/// different versions refuse each other's connections (rule `peer_protocol_version`).
+/// The highest peer protocol wire version this release speaks (`PeerHello.protocol_version`,
+/// `peer.proto`).
 pub const PEER_PROTOCOL_VERSION: u32 = 1;
+/// The lowest peer protocol wire version this release speaks (`PeerHello.protocol_version_min`):
+/// a connection uses the highest version both ends speak, and only ends with no version in
+/// common refuse each other (rule `peer_protocol_version`).
+pub const PEER_PROTOCOL_VERSION_MIN: u32 = 1;
 pub use fencing::{FencingError, FencingGate, KEY_LEN_MAX_GATE};
 
 /// The generated protobuf types and gRPC services of package `picket.v1`.

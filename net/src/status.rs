@@ -43,6 +43,8 @@ pub mod rule {
     pub const COMPACTED: &str = "compacted";
     pub const NOT_READY: &str = "not_ready";
     pub const LEADER_ONLY_COMMAND: &str = "leader_only_command";
+    /// A command a later cluster version added, proposed before the cluster stepped up.
+    pub const CLUSTER_VERSION_TOO_LOW: &str = "cluster_version_too_low";
     pub const SESSION_NOT_YOURS: &str = "session_not_yours";
     /// A request message above the server's size limit (refused by the gRPC codec).
     pub const MESSAGE_TOO_LARGE: &str = "message_too_large";
@@ -77,6 +79,7 @@ pub fn lock_error_code(error: &LockError) -> (Code, &'static str) {
         E::AdvisoryStatementRequired { .. } => {
             (Code::FailedPrecondition, "advisory_statement_required")
         }
+        E::ClusterVersionNotAbove { .. } => (Code::FailedPrecondition, "cluster_version_not_above"),
         E::IncidentCommanderRequired { .. } => {
             (Code::PermissionDenied, "incident_commander_required")
         }
@@ -215,6 +218,14 @@ pub fn node_propose_error_status(
             detail_status(Code::InvalidArgument, detail, None)
         }
         NodeProposeError::TooManyWaits { .. } => busy_status(&error.to_string()),
+        NodeProposeError::ClusterVersionTooLow { .. } => {
+            let detail = proto::ErrorDetail {
+                rule: rule::CLUSTER_VERSION_TOO_LOW.to_owned(),
+                message: error.to_string(),
+                ..proto::ErrorDetail::default()
+            };
+            detail_status(Code::FailedPrecondition, detail, None)
+        }
         NodeProposeError::NotYours { session, why } => {
             lock_error_status(&LockError::SessionNotYours {
                 session: *session,

@@ -484,6 +484,7 @@ fn malformed_records_name_the_path() {
         events: Default::default(),
         events_compacted_through: Default::default(),
         semaphores: vec![],
+        cluster_version: 2,
     });
     snapshot.sessions.push(proto::SessionRecord::default());
     snapshot.sessions.push(proto::SessionRecord::default());

@@ -88,6 +88,7 @@ impl ExitStatus {
     pub fn of_driver(error: &DriverError) -> ExitStatus {
         match error {
             DriverError::Panicked(_) => ExitStatus::Internal,
+            DriverError::ClusterVersionUnsupported { .. } => ExitStatus::DataDirNeedsOperator,
             _ => ExitStatus::Failure,
         }
     }

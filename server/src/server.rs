@@ -151,8 +151,14 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         // The first start of a new cluster's replica: the cluster's first membership, with the
         // addresses of its members, goes into the data directory. From then on the membership
         // (and whom this replica talks to) comes from there and the log, not from this file.
-        let first = config.membership_first();
+        // A new cluster's log starts at this release's cluster version (its replicas are all
+        // of this release: docs/upgrades.md).
+        let first = picket_core::paxos::Membership {
+            cluster_version: picket_core::locks::CLUSTER_VERSION,
+            ..config.membership_first()
+        };
         tracing::info!(node = %id, membership = %first,
+            cluster_version = first.cluster_version,
             "recorded the cluster's first membership, with its members' addresses");
         store
             .record_membership_first(first, &mut recovered.durable)

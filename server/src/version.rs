@@ -15,6 +15,15 @@ pub const COMMIT: &str = env!("PICKET_GIT_COMMIT");
 /// The peer protocol version this build speaks (`PeerHello.protocol_version`).
 pub const PEER_PROTOCOL_VERSION: u32 = picket_net::PEER_PROTOCOL_VERSION;
 
+/// The lowest peer protocol version this build speaks (`PeerHello.protocol_version_min`).
+pub const PEER_PROTOCOL_VERSION_MIN: u32 = picket_net::PEER_PROTOCOL_VERSION_MIN;
+
+/// The highest cluster version this build supports (docs/upgrades.md, "The cluster version").
+pub const CLUSTER_VERSION: u32 = picket_core::locks::CLUSTER_VERSION;
+
+/// The oldest cluster version this build runs a log at.
+pub const CLUSTER_VERSION_MIN: u32 = picket_core::locks::CLUSTER_VERSION_FIRST;
+
 /// The log segment format version this build writes.
 pub const LOG_SEGMENT_VERSION_WRITTEN: u32 = format::SEGMENT_VERSION_2;
 
@@ -40,9 +49,10 @@ pub fn short() -> &'static str {
 /// ```text
 /// 0.2.0
 /// commit: 51b825b4a1c2...
-/// peer protocol: 1
+/// peer protocol: 1 (speaks 1 to 1)
 /// log segment format: 2 (reads 1 to 2)
 /// hard state and snapshot format: 1
+/// cluster version: 2 (runs logs at 1 to 2)
 /// ```
 pub fn long() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
@@ -50,10 +60,13 @@ pub fn long() -> &'static str {
         format!(
             "{VERSION}\n\
              commit: {COMMIT}\n\
-             peer protocol: {PEER_PROTOCOL_VERSION}\n\
+             peer protocol: {PEER_PROTOCOL_VERSION} (speaks {PEER_PROTOCOL_VERSION_MIN} to \
+             {PEER_PROTOCOL_VERSION})\n\
              log segment format: {LOG_SEGMENT_VERSION_WRITTEN} (reads \
              {LOG_SEGMENT_VERSION_READ_MIN} to {LOG_SEGMENT_VERSION_WRITTEN})\n\
-             hard state and snapshot format: {BLOB_FORMAT_VERSION}"
+             hard state and snapshot format: {BLOB_FORMAT_VERSION}\n\
+             cluster version: {CLUSTER_VERSION} (runs logs at {CLUSTER_VERSION_MIN} to \
+             {CLUSTER_VERSION})"
         )
     })
 }
@@ -70,7 +83,12 @@ mod tests {
         assert_eq!(lines[1], format!("commit: {COMMIT}"));
         assert_eq!(
             lines[2],
-            format!("peer protocol: {}", picket_net::PEER_PROTOCOL_VERSION)
+            format!(
+                "peer protocol: {} (speaks {} to {})",
+                picket_net::PEER_PROTOCOL_VERSION,
+                picket_net::PEER_PROTOCOL_VERSION_MIN,
+                picket_net::PEER_PROTOCOL_VERSION
+            )
         );
         assert!(lines[3].starts_with(&format!(
             "log segment format: {} ",
@@ -79,6 +97,14 @@ mod tests {
         assert_eq!(
             lines[4],
             format!("hard state and snapshot format: {}", format::FORMAT_VERSION)
+        );
+        assert_eq!(
+            lines[5],
+            format!(
+                "cluster version: {} (runs logs at 1 to {})",
+                picket_core::locks::CLUSTER_VERSION,
+                picket_core::locks::CLUSTER_VERSION
+            )
         );
     }
 

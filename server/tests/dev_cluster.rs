@@ -189,6 +189,7 @@ fn hello(version: u32, cluster: &str, from: u64, to: u64) -> proto::PeerFrame {
             cluster_id: cluster.into(),
             from_node_id: from,
             to_node_id: to,
+            ..proto::PeerHello::default()
         })),
     }
 }

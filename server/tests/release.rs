@@ -69,7 +69,12 @@ fn version_names_the_release_the_commit_and_the_format_versions() {
         }
         assert_eq!(
             lines[2],
-            format!("peer protocol: {}", picket_net::PEER_PROTOCOL_VERSION)
+            format!(
+                "peer protocol: {} (speaks {} to {})",
+                picket_net::PEER_PROTOCOL_VERSION,
+                picket_net::PEER_PROTOCOL_VERSION_MIN,
+                picket_net::PEER_PROTOCOL_VERSION
+            )
         );
         assert_eq!(
             lines[3],
@@ -85,6 +90,15 @@ fn version_names_the_release_the_commit_and_the_format_versions() {
             format!(
                 "hard state and snapshot format: {}",
                 picket_storage::format::FORMAT_VERSION
+            )
+        );
+        assert_eq!(
+            lines[5],
+            format!(
+                "cluster version: {} (runs logs at {} to {})",
+                picket_core::locks::CLUSTER_VERSION,
+                picket_core::locks::CLUSTER_VERSION_FIRST,
+                picket_core::locks::CLUSTER_VERSION
             )
         );
         let short = run({

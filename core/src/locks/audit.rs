@@ -25,6 +25,10 @@ pub enum AuditAction {
     /// session's secret hash and the audit trail, so who took one is on the record. The backup
     /// is taken at this revision or later.
     SnapshotSaved,
+    /// The cluster version stepped up (docs/upgrades.md): the log's commands and the replicas'
+    /// messages may use what the new version added. Proposed by the leader once every member
+    /// said it supports the version (`actor` "picketd"; `reason` names the members' releases).
+    ClusterVersionSet,
 }
 
 /// One audit record.

@@ -49,6 +49,18 @@ impl Role {
     }
 }
 
+impl Command {
+    /// The cluster version that added this command (docs/upgrades.md): a leader proposes it
+    /// only once the cluster is there. (`SetClusterVersion`, added with 2 too, is the leader's
+    /// own, proposed once every member supports the version it sets.)
+    pub fn cluster_version_needed(&self) -> u32 {
+        match self {
+            Command::RecordSnapshotSave { .. } => 2,
+            _ => super::CLUSTER_VERSION_FIRST,
+        }
+    }
+}
+
 /// The operator behind an admin command: an authenticated principal and its roles.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Actor {
@@ -178,6 +190,10 @@ pub enum Command {
     /// (`Admin.SaveSnapshot`, role class-admin); the leader proposes it before it reads the
     /// state, so the backup holds its own record. Changes nothing else.
     RecordSnapshotSave { actor: Actor },
+    /// Steps the cluster version up to `version` (docs/upgrades.md, "The cluster version").
+    /// Proposed by the leader alone, once every member told it that it supports `version`;
+    /// refused if `version` is not above the current one. `reason`: which member runs what.
+    SetClusterVersion { version: u32, reason: String },
     /// First step of the two-person rule. `holder`: the session whose hold is meant (`None`:
     /// the one hold with `expected_token`; several shared holders granted together share a
     /// token, and then the session must be named).
@@ -260,6 +276,10 @@ pub enum Reply {
     },
     /// `RecordSnapshotSave`: recorded in the audit trail.
     SnapshotSaveRecorded,
+    /// `SetClusterVersion`: the cluster version before the step.
+    ClusterVersionSet {
+        previous: u32,
+    },
     ForceReleaseRequested {
         id: ForceReleaseId,
         fenced: bool,

@@ -42,8 +42,13 @@ impl LockStateMachine {
         // Writing into `Fnv` cannot fail, and `Debug` of these types does not either.
         let written = write!(
             fnv,
-            "{:?}|{:?}|{:?}|{:?}|{:?}",
-            self.revision, self.time, self.sessions, self.namespaces, self.force_releases
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{}",
+            self.revision,
+            self.time,
+            self.sessions,
+            self.namespaces,
+            self.force_releases,
+            self.cluster_version
         );
         assert!(written.is_ok(), "digest of revision {}", self.revision);
         fnv.0

@@ -186,6 +186,8 @@ pub enum LockError {
         holder_stopped: &'static str,
         double_run_acceptable: &'static str,
     },
+    #[error("the cluster version is {current}; a step to {asked} is not above it (the cluster version only rises)")]
+    ClusterVersionNotAbove { current: u32, asked: u32 },
     #[error("force-release request {id} is for an advisory lock whose checklist says a double run is unsafe: only an incident commander (role picket-incident-commander) may approve it; {principal} is not one")]
     IncidentCommanderRequired {
         id: ForceReleaseId,

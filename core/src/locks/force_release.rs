@@ -214,6 +214,13 @@ impl LockStateMachine {
         (revoke_session, checklist): (bool, Checklist),
     ) -> Result<Reply, LockError> {
         require_role(&actor, "request a force-release")?;
+        // Before cluster version 2 the checklist is not part of the log (release 0.1 drops it):
+        // ignored, so that every replica of a mixed cluster applies the request alike.
+        let checklist = if self.at_cluster_version(2) {
+            checklist
+        } else {
+            Checklist::default()
+        };
         validate_namespace(&namespace)?;
         validate_key(&key)?;
         check_reason(&reason)?;

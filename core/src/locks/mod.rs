@@ -48,6 +48,7 @@ mod restore;
 mod semaphore;
 mod session;
 mod snapshot;
+mod version;
 mod wait;
 mod watch;
 
@@ -83,6 +84,9 @@ pub use session::{LostHold, HOLDS_LOST_PER_SESSION_MAX, IDENTITY_FIELD_LEN_MAX};
 pub use snapshot::{
     HoldSnapshot, LockSnapshot, LockSnapshotEntry, SemaphoreSnapshot, SessionSnapshot,
     SnapshotError, WaiterSnapshot,
+};
+pub use version::{
+    CLUSTER_VERSION, CLUSTER_VERSION_ACTOR, CLUSTER_VERSION_FIRST, CLUSTER_VERSION_REASON_MAX,
 };
 pub use wait::{WaitEnd, WaitEndKind, EXPIRE_WAITS_BATCH_MAX, WAIT_TIMEOUT_MS_MAX};
 pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};
@@ -121,6 +125,8 @@ pub struct LockStateMachine {
     /// its waiting proposals; cleared at the start of every apply, so it is bounded by one
     /// command's effects.
     wait_ends: wait::WaitEnds,
+    /// The cluster version the applied log is at (`version`; docs/upgrades.md).
+    cluster_version: u32,
 }
 
 impl LockStateMachine {
@@ -139,6 +145,7 @@ impl LockStateMachine {
             watch: WatchLog::new(config.watch_retention),
             wait_deadlines: BTreeSet::new(),
             wait_ends: wait::WaitEnds::default(),
+            cluster_version: CLUSTER_VERSION,
             config,
         }
     }
@@ -285,6 +292,9 @@ impl LockStateMachine {
                 reason,
             } => self.apply_set_semaphore(actor, namespace, key, permits, reason),
             Command::RecordSnapshotSave { actor } => self.apply_record_snapshot_save(actor),
+            Command::SetClusterVersion { version, reason } => {
+                self.apply_set_cluster_version(version, reason)
+            }
             Command::RequestForceRelease {
                 actor,
                 namespace,

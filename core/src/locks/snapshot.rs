@@ -46,6 +46,8 @@ pub struct LockSnapshot {
     /// By (namespace, key): every declared semaphore, held or free (empty in snapshots
     /// written before semaphores).
     pub semaphores: Vec<SemaphoreSnapshot>,
+    /// The cluster version (docs/upgrades.md); 0 in snapshots written before it was kept: 1.
+    pub cluster_version: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,6 +194,7 @@ impl LockStateMachine {
             events: self.watch.events.clone(),
             events_compacted_through: self.watch.compacted_through,
             semaphores,
+            cluster_version: self.cluster_version,
         }
     }
 
@@ -201,6 +204,7 @@ impl LockStateMachine {
         let mut sm = LockStateMachine::new(snapshot.config);
         sm.revision = snapshot.revision;
         sm.time = snapshot.time;
+        sm.cluster_version = snapshot.cluster_version.max(super::CLUSTER_VERSION_FIRST);
         for s in snapshot.sessions {
             validate_identity(&s.identity).map_err(|e| bad(e.to_string()))?;
             let mut session = Session::new(s.identity, s.secret_hash, s.ttl_ms, s.created_at);

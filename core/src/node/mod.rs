@@ -184,8 +184,12 @@ pub enum Action {
 pub enum NodeProposeError {
     #[error(transparent)]
     Replica(#[from] ProposeError),
-    #[error("ExpireSessions and ExpireWaits are proposed by the leader when deadlines pass, never by a client")]
+    #[error("ExpireSessions, ExpireWaits and SetClusterVersion are proposed by the leader itself, never by a client")]
     LeaderOnlyCommand,
+    /// The command is one a later cluster version added, and the cluster is not there yet
+    /// (docs/upgrades.md): a replica of an older release could not read it.
+    #[error("this command needs cluster version {needs}; the cluster is at {current} (it steps up once every member runs a release that supports {needs}: docs/upgrades.md)")]
+    ClusterVersionTooLow { needs: u32, current: u32 },
     #[error("{max} waiting acquires are pending on this node, at most {max}: retry later")]
     TooManyWaits { max: usize },
     /// The command's proof does not own its session, by the applied state: refused before it
@@ -378,9 +382,20 @@ impl Node {
         for (command, hold_ms) in commands {
             if matches!(
                 command,
-                Command::ExpireSessions { .. } | Command::ExpireWaits
+                Command::ExpireSessions { .. }
+                    | Command::ExpireWaits
+                    | Command::SetClusterVersion { .. }
             ) {
                 results.push(Err(NodeProposeError::LeaderOnlyCommand));
+                continue;
+            }
+            let needs = command.cluster_version_needed();
+            let current = self.sm.cluster_version();
+            if needs > current {
+                results.push(Err(NodeProposeError::ClusterVersionTooLow {
+                    needs,
+                    current,
+                }));
                 continue;
             }
             let refused = match &room {
@@ -691,6 +706,12 @@ impl Node {
 
     fn on_apply(&mut self, slot: Slot, value: Value<NodeCommand>) {
         assert_eq!(slot, self.slot_applied.next(), "apply out of order");
+        if slot == Slot(1) {
+            // The log's first slot: the cluster version it starts at is its first
+            // membership's (the same on every replica: the first membership is in the log).
+            let first = &self.replica.schedule().entries()[0].1;
+            self.sm.begin_cluster_version(first.cluster_version);
+        }
         self.slot_applied = slot;
         let (stamp, commands) = match value {
             Value::Batch { stamp, commands } => (stamp, commands),
@@ -907,6 +928,40 @@ impl Node {
         if let Ok(read) = self.replica.read_index(self.now) {
             self.barrier = Some(read);
         }
+    }
+
+    /// Proposes stepping the cluster version up to `version` (the driver, once every member
+    /// told it that it supports `version`; docs/upgrades.md). Only a ready leader proposes it,
+    /// and only a version above the applied one and supported here: otherwise, or when the
+    /// replica has no room, it is refused (the driver tries again later). The outcome is not
+    /// answered: the driver sees the applied state's version rise.
+    pub fn propose_cluster_version(
+        &mut self,
+        now: Instant,
+        version: u32,
+        reason: String,
+    ) -> Result<(), ProposeError> {
+        self.now = self.now.max(now);
+        let current = self.sm.cluster_version();
+        if self.role != RoleKind::Leader || !self.ready || version <= current {
+            return Err(ProposeError::NotLeader {
+                leader_hint: self.replica.leader(),
+            });
+        }
+        assert!(
+            version <= crate::locks::CLUSTER_VERSION,
+            "cluster version {version} proposed by a release that supports up to {}",
+            crate::locks::CLUSTER_VERSION
+        );
+        let entries = vec![NodeCommand {
+            origin: self.replica.id(),
+            boot: self.cfg.boot,
+            proposal: ProposalId(0),
+            command: Command::SetClusterVersion { version, reason },
+        }];
+        self.replica.propose_many(self.now, entries)?;
+        self.drain_replica();
+        Ok(())
     }
 
     fn propose_expiries(&mut self) {

@@ -77,6 +77,10 @@ pub struct Membership {
     /// Every id that was a member and was removed, ascending: never a member again (the highest
     /// `RETIRED_MAX`; empty in memberships written before ids were retired).
     pub retired: Vec<NodeId>,
+    /// In the cluster's first membership only: the cluster version the log starts at (written
+    /// by `picketd run --init`: the release's own; 0, unstated: 1, release 0.1's log).
+    /// Ignored in a change.
+    pub cluster_version: u32,
 }
 
 /// A membership the replica refuses, naming the rule broken.

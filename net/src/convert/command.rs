@@ -95,6 +95,9 @@ impl From<Command> for proto::Command {
                 permits,
                 reason,
             }),
+            Command::SetClusterVersion { version, reason } => {
+                pc::Kind::SetClusterVersion(pc::SetClusterVersion { version, reason })
+            }
             Command::RecordSnapshotSave { actor } => {
                 pc::Kind::RecordSnapshotSave(pc::RecordSnapshotSave {
                     actor: Some(actor.into()),
@@ -248,6 +251,10 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             key: c.key,
             token: Token(c.token),
         },
+        pc::Kind::SetClusterVersion(c) => Command::SetClusterVersion {
+            version: c.version,
+            reason: c.reason,
+        },
         pc::Kind::RecordSnapshotSave(c) => Command::RecordSnapshotSave {
             actor: nested(c.actor, "record_snapshot_save.actor")?,
         },
@@ -373,6 +380,9 @@ impl From<Reply> for proto::Reply {
             Reply::SemaphoreSet { previous_permits } => {
                 pr::Kind::SemaphoreSet(pr::SemaphoreSet { previous_permits })
             }
+            Reply::ClusterVersionSet { previous } => {
+                pr::Kind::ClusterVersionSet(pr::ClusterVersionSet { previous })
+            }
             Reply::SnapshotSaveRecorded => {
                 pr::Kind::SnapshotSaveRecorded(pr::SnapshotSaveRecorded {})
             }
@@ -443,6 +453,9 @@ impl TryFrom<proto::Reply> for Reply {
                 previous_permits: r.previous_permits,
             },
             pr::Kind::SnapshotSaveRecorded(_) => Reply::SnapshotSaveRecorded,
+            pr::Kind::ClusterVersionSet(r) => Reply::ClusterVersionSet {
+                previous: r.previous,
+            },
             pr::Kind::ForceReleaseRequested(r) => Reply::ForceReleaseRequested {
                 id: ForceReleaseId(r.force_release_id),
                 fenced: r.fenced,

@@ -446,6 +446,7 @@ impl From<AuditAction> for proto::AuditAction {
             AuditAction::SemaphoreSet => P::SemaphoreSet,
             AuditAction::MembershipChanged => P::MembershipChanged,
             AuditAction::SnapshotSaved => P::SnapshotSaved,
+            AuditAction::ClusterVersionSet => P::ClusterVersionSet,
         }
     }
 }
@@ -463,6 +464,7 @@ fn audit_action_from_wire(value: i32, field: &str) -> Result<AuditAction, Conver
         P::SemaphoreSet => AuditAction::SemaphoreSet,
         P::MembershipChanged => AuditAction::MembershipChanged,
         P::SnapshotSaved => AuditAction::SnapshotSaved,
+        P::ClusterVersionSet => AuditAction::ClusterVersionSet,
         P::Unspecified => unreachable!("known_enum refuses 0"),
     })
 }

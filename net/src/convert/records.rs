@@ -141,6 +141,7 @@ pub fn membership_to_wire(m: &Membership) -> proto::Membership {
         change: m.change.clone(),
         stamp_ms: m.stamp.map(|t| t.as_millis()),
         retired: m.retired.iter().map(|n| n.0).collect(),
+        cluster_version: m.cluster_version,
     }
 }
 
@@ -165,6 +166,7 @@ pub fn membership_from_wire(m: proto::Membership) -> Result<Membership, ConvertE
         change: m.change,
         stamp: m.stamp_ms.map(Instant::from_millis),
         retired: m.retired.into_iter().map(NodeId).collect(),
+        cluster_version: m.cluster_version,
     };
     m.validate().map_err(|e| {
         let field = match e {

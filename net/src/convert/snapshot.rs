@@ -268,6 +268,7 @@ impl From<LockSnapshot> for proto::LockSnapshot {
                         .collect(),
                 })
                 .collect(),
+            cluster_version: v.cluster_version,
         }
     }
 }
@@ -287,6 +288,7 @@ impl TryFrom<proto::LockSnapshot> for LockSnapshot {
             audit_compacted_through: Revision(v.audit_compacted_through),
             events: each::<_, Event>(v.events, "events")?.into(),
             events_compacted_through: Revision(v.events_compacted_through),
+            cluster_version: v.cluster_version,
             // Absent in snapshots written before semaphores: none.
             semaphores: v
                 .semaphores

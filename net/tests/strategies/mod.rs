@@ -705,7 +705,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
         (vec((text(), class()), 0..3), vec(force_release(), 0..2)),
         (vec(audit_record(), 0..3), any::<u64>()),
         (vec(event(), 0..3), any::<u64>()),
-        vec(semaphore, 0..3),
+        (vec(semaphore, 0..3), 0..4u32),
     )
         .prop_map(
             |(
@@ -714,7 +714,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 (classes, force_releases),
                 (audit, audit_compacted),
                 (events, events_compacted),
-                semaphores,
+                (semaphores, cluster_version),
             )| LockSnapshot {
                 config,
                 revision: Revision(revision),
@@ -728,6 +728,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 events: events.into(),
                 events_compacted_through: Revision(events_compacted),
                 semaphores,
+                cluster_version,
             },
         )
 }
@@ -786,10 +787,18 @@ pub mod paxos {
                     proptest::option::of(super::instant()),
                     super::text(),
                     vec(10..20u64, 0..3),
+                    0..4u32,
                 ),
             )
                 .prop_map(
-                    |(ids, voters, addressed, actor, reason, (stamp, change, retired))| {
+                    |(
+                        ids,
+                        voters,
+                        addressed,
+                        actor,
+                        reason,
+                        (stamp, change, retired, cluster_version),
+                    )| {
                         let addresses = ids
                             .iter()
                             .enumerate()
@@ -815,6 +824,7 @@ pub mod paxos {
                             change,
                             stamp,
                             retired: retired.into_iter().map(NodeId).collect(),
+                            cluster_version,
                         }
                         .sorted()
                     },

@@ -86,18 +86,33 @@ pub async fn save_snapshot(
         .admin_actor_for(&request, None, &[Role::ClassAdmin])
         .await?;
     // On the record first (the replicated audit trail; the backup, read after it, holds its
-    // own record): nobody takes the sessions' secret hashes unseen.
-    let (_, recorded_at) = api
+    // own record): nobody takes the sessions' secret hashes unseen. The record is a command of
+    // cluster version 2: while a cluster runs release 0.1 beside this one (an upgrade under
+    // way), the save is in this replica's log only (docs/upgrades.md).
+    let recorded = api
         .propose(
             Command::RecordSnapshotSave {
                 actor: actor.clone(),
             },
             0,
         )
-        .await?;
+        .await;
+    let recorded_at = match recorded {
+        Ok((_, at)) => at.0,
+        Err(status)
+            if picket_net::status::error_detail(&status)
+                .is_some_and(|d| d.rule == picket_net::status::rule::CLUSTER_VERSION_TOO_LOW) =>
+        {
+            tracing::warn!(target: "picket_server::audit", principal = %actor.principal,
+                "Admin.SaveSnapshot: not in the replicated audit trail, the cluster version is \
+                 below 2 (an upgrade under way): recorded in this log only");
+            0
+        }
+        Err(status) => return Err(status),
+    };
     let backup = take_backup(api, false).await?;
     tracing::info!(target: "picket_server::audit", principal = %actor.principal,
-        recorded_at = recorded_at.0, revision = backup.revision, bytes = backup.bytes.len(),
+        recorded_at, revision = backup.revision, bytes = backup.bytes.len(),
         "Admin.SaveSnapshot: a backup of the replicated state was taken");
     let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_BUFFERED);
     tokio::spawn(async move {

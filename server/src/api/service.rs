@@ -664,6 +664,11 @@ impl proto::admin_server::Admin for AdminService {
                 })
                 .collect(),
             membership_from_slot: status.membership_from,
+            release: crate::version::VERSION.to_owned(),
+            cluster_version: status.cluster_version,
+            cluster_version_max: crate::version::CLUSTER_VERSION,
+            peer_protocol_version_min: crate::version::PEER_PROTOCOL_VERSION_MIN,
+            peer_protocol_version_max: crate::version::PEER_PROTOCOL_VERSION,
         }))
     }
 }

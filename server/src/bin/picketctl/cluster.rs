@@ -210,11 +210,29 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
         .max()
         .unwrap_or(0);
     let all_serving = rows.iter().all(|(_, a)| a.as_ref().is_ok_and(|s| s.ready));
+    let cluster_version = cluster_version_of(rows);
     let mut human = format!("cluster {cluster_id}: {} members\n", rows.len());
     let _ = writeln!(
         human,
-        "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} DETAIL",
-        "ID", "ENDPOINT", "ROLE", "LEADER", "APPLIED", "BEHIND", "READY", "STORAGE"
+        "cluster version: {}",
+        cluster_version.map_or_else(
+            || "unknown (no member that answered reports one: release 0.1)".to_owned(),
+            |v| v.to_string()
+        )
+    );
+    let _ = writeln!(
+        human,
+        "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {:<8} {:<9} DETAIL",
+        "ID",
+        "ENDPOINT",
+        "ROLE",
+        "LEADER",
+        "APPLIED",
+        "BEHIND",
+        "READY",
+        "STORAGE",
+        "RELEASE",
+        "CLUSTER-V"
     );
     let mut members = Vec::new();
     for (member, answer) in rows {
@@ -232,7 +250,7 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
                 }
                 let _ = writeln!(
                     human,
-                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {}",
+                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {:<8} {:<9} {}",
                     member.node_id,
                     member.client_endpoint,
                     role_word(member, s),
@@ -242,6 +260,8 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
                     newest - s.slot_applied,
                     if s.ready { "yes" } else { "no" },
                     condition,
+                    release_text(s),
+                    cluster_version_text(s),
                     detail
                 );
                 let mut entry = member_json(member);
@@ -253,8 +273,9 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
             Err(error) => {
                 let _ = writeln!(
                     human,
-                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} no answer: {error}",
-                    member.node_id, member.client_endpoint, "-", "-", "-", "-", "no", "-"
+                    "{:<4} {:<32} {:<11} {:<7} {:>10} {:>7} {:<6} {:<20} {:<8} {:<9} no answer: \
+                     {error}",
+                    member.node_id, member.client_endpoint, "-", "-", "-", "-", "no", "-", "-", "-"
                 );
                 let mut entry = member_json(member);
                 entry["status"] = Value::Null;
@@ -267,9 +288,38 @@ fn render_status(cluster_id: &str, rows: &[(proto::Member, Answer)]) -> (Report,
     let json = json!({
         "cluster_id": cluster_id,
         "all_serving": all_serving,
+        "cluster_version": cluster_version,
         "members": members,
     });
     (Report { json, human }, all_serving)
+}
+
+/// The cluster version: the highest any member that answered has applied (the others reach it
+/// as they catch up); `None` when no member reports one (all of release 0.1).
+fn cluster_version_of(rows: &[(proto::Member, Answer)]) -> Option<u32> {
+    rows.iter()
+        .filter_map(|(_, a)| a.as_ref().ok().map(|s| s.cluster_version))
+        .filter(|v| *v > 0)
+        .max()
+}
+
+/// A member's release (a replica of 0.1 names none).
+fn release_text(s: &proto::ReplicaStatus) -> String {
+    if s.release.is_empty() {
+        "0.1".to_owned()
+    } else {
+        s.release.clone()
+    }
+}
+
+/// The cluster version a member's log is at, and the highest it supports: `2 (<=2)`; `-` for a
+/// replica of 0.1, which reports neither (it supports 1 only).
+fn cluster_version_text(s: &proto::ReplicaStatus) -> String {
+    if s.cluster_version == 0 {
+        "- (<=1)".to_owned()
+    } else {
+        format!("{} (<={})", s.cluster_version, s.cluster_version_max)
+    }
 }
 
 /// The role column: a learner (a non-voting member) is called one, whatever its replica role
@@ -310,6 +360,10 @@ fn status_json(s: &proto::ReplicaStatus) -> Value {
         "revision": s.revision,
         "slot_applied": s.slot_applied,
         "boot": s.boot,
+        "release": release_text(s),
+        "cluster_version": s.cluster_version,
+        "cluster_version_max": s.cluster_version_max.max(1),
+        "peer_protocol_versions": [s.peer_protocol_version_min.max(1), s.peer_protocol_version_max.max(1)],
         "storage": {
             "recovery": storage.recovery,
             "durable_state_lost": storage.durable_state_lost,
@@ -375,5 +429,63 @@ mod tests {
         assert!(render_status("c", &healthy).1);
         let recovering = vec![(member(1), Ok(replica(1, 100, false)))];
         assert!(!render_status("c", &recovering).1);
+    }
+
+    #[test]
+    fn status_shows_each_members_release_and_the_cluster_version() {
+        let new = |id, version| proto::ReplicaStatus {
+            release: "0.2.0".into(),
+            cluster_version: version,
+            cluster_version_max: 2,
+            peer_protocol_version_min: 1,
+            peer_protocol_version_max: 1,
+            ..replica(id, 100, true)
+        };
+        // Mid-upgrade: one replica of 0.1 (reports no versions), two of 0.2 at version 1.
+        let mixed = vec![
+            (member(1), Ok(replica(1, 100, true))),
+            (member(2), Ok(new(2, 1))),
+            (member(3), Ok(new(3, 1))),
+        ];
+        let (report, _) = render_status("c", &mixed);
+        assert_eq!(report.json["cluster_version"], 1);
+        assert_eq!(report.json["members"][0]["status"]["release"], "0.1");
+        assert_eq!(report.json["members"][0]["status"]["cluster_version"], 0);
+        assert_eq!(
+            report.json["members"][0]["status"]["cluster_version_max"],
+            1
+        );
+        assert_eq!(report.json["members"][1]["status"]["release"], "0.2.0");
+        assert_eq!(
+            report.json["members"][1]["status"]["cluster_version_max"],
+            2
+        );
+        assert!(
+            report.human.contains("cluster version: 1\n"),
+            "{}",
+            report.human
+        );
+        assert!(
+            report.human.contains("0.2.0    1 (<=2)"),
+            "{}",
+            report.human
+        );
+        assert!(
+            report.human.contains("0.1      - (<=1)"),
+            "{}",
+            report.human
+        );
+        // Stepped: the version the members applied.
+        let stepped = vec![(member(2), Ok(new(2, 2))), (member(3), Ok(new(3, 1)))];
+        assert_eq!(render_status("c", &stepped).0.json["cluster_version"], 2);
+        // Nobody reports one (all 0.1): unknown.
+        let old = vec![(member(1), Ok(replica(1, 100, true)))];
+        let (report, _) = render_status("c", &old);
+        assert!(report.json["cluster_version"].is_null());
+        assert!(
+            report.human.contains("cluster version: unknown"),
+            "{}",
+            report.human
+        );
     }
 }

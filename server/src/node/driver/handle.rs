@@ -138,6 +138,8 @@ pub struct NodeStatus {
     pub membership_from: u64,
     /// Leader: the last slot each member said it applied (learner lag).
     pub members_applied: BTreeMap<NodeId, u64>,
+    /// The cluster version the applied log is at (docs/upgrades.md).
+    pub cluster_version: u32,
 }
 
 impl NodeStatus {

@@ -51,9 +51,11 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 return;
             }
         };
-        // The stamp gives the change its time in the audit trail (and a revision of its own).
+        // The stamp gives the change its time in the audit trail (and a revision of its own):
+        // from cluster version 2 (a replica of release 0.1 would apply it without one).
+        let stamped = self.node.state().cluster_version() >= 2;
         let next = Membership {
-            stamp: Some(now),
+            stamp: stamped.then_some(now),
             ..next
         };
         tracing::info!(node = %self.handle.id, change = ?request.change, actor = %request.actor,

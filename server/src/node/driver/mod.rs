@@ -58,6 +58,7 @@ mod handle;
 mod membership;
 mod persister;
 mod report;
+mod upgrade;
 
 use persister::{persist_event, Persister};
 
@@ -119,6 +120,8 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     member_set: Option<MemberSet>,
     /// The members of this replica's config file (always talked to).
     configured: BTreeSet<NodeId>,
+    /// Leader: not before this time does it propose a cluster version step again.
+    cluster_version_retry_at: Option<Instant>,
 }
 
 /// Why the driver stopped with an error.
@@ -130,6 +133,10 @@ pub enum DriverError {
     Step(#[from] paxos::StepError),
     #[error("the persist thread stopped: {0}")]
     PersistThread(String),
+    /// The applied log is at a cluster version above the highest this release supports: a
+    /// newer release stepped it, and this one cannot know what the log means.
+    #[error("the log is at cluster version {version}, and this release ({}) supports cluster versions up to {}: install a release that supports it (docs/upgrades.md); the data directory is kept as it is", crate::version::VERSION, picket_core::locks::CLUSTER_VERSION)]
+    ClusterVersionUnsupported { version: u32 },
     /// The driver task panicked (a broken invariant); the message is the panic's.
     #[error("the node driver panicked: {0}")]
     Panicked(String),
@@ -208,6 +215,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             dialer: parts.dialer,
             member_set: parts.member_set,
             configured,
+            cluster_version_retry_at: None,
         }
     }
 
@@ -400,6 +408,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
         self.take_membership_notice();
         self.sync_members();
+        self.step_cluster_version(now);
         self.report_stats(now);
     }
 
@@ -496,7 +505,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 Err(picket_core::node::NodeProposeError::Replica(error)) => {
                     let _ = pending.reply.send(Err(self.propose_error(&error)));
                 }
-                Err(error @ picket_core::node::NodeProposeError::LeaderOnlyCommand) => {
+                Err(
+                    error @ (picket_core::node::NodeProposeError::LeaderOnlyCommand
+                    | picket_core::node::NodeProposeError::ClusterVersionTooLow { .. }),
+                ) => {
                     let status = picket_net::status::node_propose_error_status(&error, |_| None);
                     let _ = pending.reply.send(Err(status));
                 }
@@ -518,6 +530,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     /// Drains the node's actions; persists are group-committed and acknowledged, which may
     /// release more actions, drained in turn.
     fn process_actions(&mut self) -> Result<(), DriverError> {
+        self.check_cluster_version()?;
         self.poll_snapshot_save()?;
         loop {
             self.free_retired();

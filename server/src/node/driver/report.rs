@@ -91,6 +91,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 .members()
                 .filter_map(|id| replica.peer_applied(id).map(|s| (id, s.0)))
                 .collect(),
+            cluster_version: self.node.state().cluster_version(),
         }
     }
 

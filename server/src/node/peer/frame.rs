@@ -2,7 +2,7 @@
 //! that many bytes of one prost-encoded `PeerFrame`, read with tokio-util's
 //! `LengthDelimitedCodec`; and the handshake's rules.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -12,7 +12,7 @@ use picket_core::paxos::{Membership, NodeId, Slot};
 use picket_net::convert::records::{membership_from_wire, membership_to_wire};
 use picket_net::proto::peer_frame::Kind;
 use picket_net::proto::{self, PeerFrame};
-use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION};
+use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION, PEER_PROTOCOL_VERSION_MIN};
 use prost::Message as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
@@ -49,6 +49,42 @@ struct MemberSetInner {
     /// The last refusal that told this replica it is not a member, and who refused.
     notice: Mutex<Option<(NodeId, MembershipNotice)>>,
     noticed: AtomicBool,
+    /// What each peer this replica has an open outbound connection to said about itself in
+    /// its answer hello (removed when the connection ends).
+    versions: Mutex<BTreeMap<NodeId, PeerVersion>>,
+}
+
+/// What a peer said about itself in its hello (`PeerHello` fields 5-7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerVersion {
+    /// Its release (`"0.2.0"`; `""`: a replica of 0.1, whose hello says none).
+    pub release: String,
+    /// The highest cluster version it supports (1 for a replica of 0.1).
+    pub cluster_version_max: u32,
+    /// The peer protocol version the connection uses.
+    pub protocol: u32,
+}
+
+impl PeerVersion {
+    /// What `hello` says, on a connection of protocol version `protocol`.
+    pub fn of(hello: &proto::PeerHello, protocol: u32) -> PeerVersion {
+        PeerVersion {
+            release: hello.release.clone(),
+            cluster_version_max: hello
+                .cluster_version_max
+                .max(picket_core::locks::CLUSTER_VERSION_FIRST),
+            protocol,
+        }
+    }
+
+    /// The release in words (`"0.1"` for a hello that names none).
+    pub fn release_text(&self) -> &str {
+        if self.release.is_empty() {
+            "0.1"
+        } else {
+            &self.release
+        }
+    }
 }
 
 /// What a listener that refuses a non-member tells it (`PeerRefusal` fields 3-5): its newest
@@ -99,6 +135,30 @@ impl MemberSet {
     pub fn notice(&self, from: NodeId, notice: MembershipNotice) {
         *self.0.notice.lock().expect("member set poisoned") = Some((from, notice));
         self.0.noticed.store(true, Ordering::Release);
+    }
+
+    /// A connection to `id` opened and `id` said this about itself.
+    pub fn set_version(&self, id: NodeId, version: PeerVersion) {
+        self.0
+            .versions
+            .lock()
+            .expect("member set poisoned")
+            .insert(id, version);
+    }
+
+    /// The connection to `id` ended: what it said no longer counts (it may come back as
+    /// another release).
+    pub fn clear_version(&self, id: NodeId) {
+        self.0
+            .versions
+            .lock()
+            .expect("member set poisoned")
+            .remove(&id);
+    }
+
+    /// What every peer with an open outbound connection said about itself, by id.
+    pub fn versions(&self) -> BTreeMap<NodeId, PeerVersion> {
+        self.0.versions.lock().expect("member set poisoned").clone()
     }
 
     /// The last notice not taken yet (the driver, once per turn: one atomic load when none).
@@ -178,6 +238,9 @@ pub fn hello(link: &PeerLink, to: NodeId) -> PeerFrame {
         cluster_id: link.cluster_id.to_string(),
         from_node_id: link.me.0,
         to_node_id: to.0,
+        protocol_version_min: PEER_PROTOCOL_VERSION_MIN,
+        release: crate::version::VERSION.to_owned(),
+        cluster_version_max: picket_core::locks::CLUSTER_VERSION,
     }))
 }
 
@@ -201,9 +264,14 @@ pub fn check_hello(hello: &proto::PeerHello, link: &PeerLink) -> Result<NodeId, 
     Ok(from)
 }
 
-/// The dialer's check of the listener's answer: it must be `to`, answering `link.me`.
-pub fn check_answer(hello: &proto::PeerHello, link: &PeerLink, to: NodeId) -> Result<(), Refusal> {
-    check_common(hello, link)?;
+/// The dialer's check of the listener's answer: it must be `to`, answering `link.me`. What the
+/// listener said about itself, with the protocol version the connection uses.
+pub fn check_answer(
+    hello: &proto::PeerHello,
+    link: &PeerLink,
+    to: NodeId,
+) -> Result<PeerVersion, Refusal> {
+    let protocol = check_common(hello, link)?;
     if hello.from_node_id != to.0 {
         return Err(Refusal::new(
             "peer_wrong_recipient",
@@ -213,20 +281,42 @@ pub fn check_answer(hello: &proto::PeerHello, link: &PeerLink, to: NodeId) -> Re
             ),
         ));
     }
-    Ok(())
+    Ok(PeerVersion::of(hello, protocol))
 }
 
-fn check_common(hello: &proto::PeerHello, link: &PeerLink) -> Result<(), Refusal> {
-    if hello.protocol_version != PEER_PROTOCOL_VERSION {
+/// The range of peer protocol versions a hello says its sender speaks (a hello of release 0.1
+/// carries no minimum: it speaks its one version).
+pub fn protocol_range(hello: &proto::PeerHello) -> (u32, u32) {
+    let max = hello.protocol_version;
+    let min = match hello.protocol_version_min {
+        0 => max,
+        min => min.min(max),
+    };
+    (min, max)
+}
+
+/// The version two ends whose ranges are `ours` and `theirs` talk: the highest both speak, or
+/// `None` when they have none in common.
+pub fn negotiate(ours: (u32, u32), theirs: (u32, u32)) -> Option<u32> {
+    let high = ours.1.min(theirs.1);
+    let low = ours.0.max(theirs.0);
+    (high >= low && high > 0).then_some(high)
+}
+
+/// The checks both ends make; the protocol version the connection uses.
+fn check_common(hello: &proto::PeerHello, link: &PeerLink) -> Result<u32, Refusal> {
+    let ours = (PEER_PROTOCOL_VERSION_MIN, PEER_PROTOCOL_VERSION);
+    let theirs = protocol_range(hello);
+    let Some(protocol) = negotiate(ours, theirs) else {
         return Err(Refusal::new(
             "peer_protocol_version",
             format!(
-                "peer protocol version {} is not this replica's version {PEER_PROTOCOL_VERSION} \
-                 (replicas of one cluster must run the same wire version)",
-                hello.protocol_version
+                "the peer speaks peer protocol versions {} to {}, this replica {} to {}: none \
+                 in common (docs/upgrades.md: releases N and N-1 run together)",
+                theirs.0, theirs.1, ours.0, ours.1
             ),
         ));
-    }
+    };
     if *hello.cluster_id != *link.cluster_id {
         return Err(Refusal::new(
             "peer_cluster_id",
@@ -245,7 +335,7 @@ fn check_common(hello: &proto::PeerHello, link: &PeerLink) -> Result<(), Refusal
             ),
         ));
     }
-    Ok(())
+    Ok(protocol)
 }
 
 /// Reads whole frames from a byte stream.

@@ -44,7 +44,7 @@ mod outbound;
 #[cfg(all(test, not(madsim)))]
 mod tests;
 
-pub use frame::{MemberSet, MembershipNotice, PeerLink};
+pub use frame::{MemberSet, MembershipNotice, PeerLink, PeerVersion};
 pub use inbound::{bind, run_inbound, Inbound, PeerListener};
 pub use outbound::{run_outbound, PeerTarget};
 

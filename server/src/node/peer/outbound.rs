@@ -8,7 +8,7 @@ use picket_net::proto::peer_frame::Kind;
 use tokio::sync::{mpsc, watch};
 
 use super::conn::{self, Conn, Ended, Outbound};
-use super::frame::{self, PeerLink, Refusal};
+use super::frame::{self, PeerLink, PeerVersion, Refusal};
 use super::{BoxIo, PeerCounters, PeerTiming};
 use crate::node::driver::NodeMessage;
 
@@ -66,7 +66,13 @@ pub async fn run_outbound(
             _ = shutdown.changed() => return,
         };
         let conn = match dialed {
-            Ok(conn) => conn,
+            Ok((conn, version)) => {
+                tracing::debug!(to = %target.to, release = %version.release_text(),
+                    cluster_version_max = version.cluster_version_max,
+                    protocol = version.protocol, "peer version");
+                link.members.set_version(target.to, version);
+                conn
+            }
             Err(error) => {
                 if let DialError::Refused(refusal) = &error {
                     PeerCounters::add(&counters.handshakes_refused, 1);
@@ -126,6 +132,7 @@ pub async fn run_outbound(
             },
         )
         .await;
+        link.members.clear_version(target.to);
         if let Ended::Shutdown = ended {
             return;
         }
@@ -139,7 +146,7 @@ pub async fn run_outbound(
 }
 
 /// Connects, does TLS, sends the hello and checks the answer.
-async fn dial(link: &PeerLink, target: &PeerTarget) -> Result<Conn, DialError> {
+async fn dial(link: &PeerLink, target: &PeerTarget) -> Result<(Conn, PeerVersion), DialError> {
     let tcp = tokio::net::TcpStream::connect(target.address.as_str()).await?;
     tcp.set_nodelay(true)?;
     #[cfg(not(madsim))]
@@ -159,8 +166,9 @@ async fn dial(link: &PeerLink, target: &PeerTarget) -> Result<Conn, DialError> {
     };
     match frame::decode(&answer) {
         Ok(Kind::Hello(hello)) => {
-            frame::check_answer(&hello, link, target.to).map_err(DialError::Refused)?;
-            Ok(conn)
+            let version =
+                frame::check_answer(&hello, link, target.to).map_err(DialError::Refused)?;
+            Ok((conn, version))
         }
         Ok(Kind::Refusal(r)) => Err(DialError::Refused(Refusal::from_wire(r))),
         Ok(_) | Err(_) => Err(DialError::Protocol),

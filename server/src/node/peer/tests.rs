@@ -47,6 +47,7 @@ fn hello_frame(version: u32, cluster: &str, from: u64, to: u64) -> PeerFrame {
         cluster_id: cluster.into(),
         from_node_id: from,
         to_node_id: to,
+        ..proto::PeerHello::default()
     }))
 }
 
@@ -142,15 +143,82 @@ fn a_hello_is_checked_rule_by_rule() {
     }
     // The message says what was wrong in words.
     let refused = check_hello(&hello(7, "c", 1, 2), &me).unwrap_err();
-    assert!(refused.to_string().contains("version 7"), "{refused}");
-    // The dialer's check of the answer: it must come from the node it meant.
+    assert!(
+        refused
+            .to_string()
+            .contains("versions 7 to 7, this replica 1 to 1"),
+        "{refused}"
+    );
+    // The dialer's check of the answer: it must come from the node it meant. A hello of
+    // release 0.1 names no release and no cluster version: 0.1, cluster version 1.
     let dialer = link(1, "c");
     let answer = hello(PEER_PROTOCOL_VERSION, "c", 2, 1);
-    assert_eq!(check_answer(&answer, &dialer, NodeId(2)), Ok(()));
+    let told = check_answer(&answer, &dialer, NodeId(2)).unwrap();
+    assert_eq!((told.release_text(), told.cluster_version_max), ("0.1", 1));
+    assert_eq!(told.protocol, PEER_PROTOCOL_VERSION);
+    // This release's own hello says what it is.
+    let ours = hello_of(frame::hello(&dialer, NodeId(2)).kind.unwrap());
+    let told = check_answer(
+        &proto::PeerHello {
+            from_node_id: 2,
+            to_node_id: 1,
+            ..ours
+        },
+        &dialer,
+        NodeId(2),
+    )
+    .unwrap();
+    assert_eq!(told.release, crate::version::VERSION);
+    assert_eq!(
+        told.cluster_version_max,
+        picket_core::locks::CLUSTER_VERSION
+    );
     assert_eq!(
         check_answer(&answer, &dialer, NodeId(3)).unwrap_err().rule,
         "peer_wrong_recipient"
     );
+}
+
+#[test]
+fn two_ends_talk_the_highest_version_both_speak() {
+    use frame::{negotiate, protocol_range};
+    // Release N speaks N-1's version as well as its own: the connection uses the highest.
+    assert_eq!(negotiate((1, 2), (1, 1)), Some(1));
+    assert_eq!(negotiate((1, 1), (1, 2)), Some(1));
+    assert_eq!(negotiate((1, 2), (2, 3)), Some(2));
+    assert_eq!(negotiate((2, 3), (1, 2)), Some(2));
+    assert_eq!(negotiate((1, 1), (1, 1)), Some(1));
+    // No version in common: refused.
+    assert_eq!(negotiate((1, 1), (2, 3)), None);
+    assert_eq!(negotiate((3, 4), (1, 2)), None);
+    assert_eq!(negotiate((0, 0), (0, 0)), None);
+    // A hello without a minimum (release 0.1) speaks its one version; a minimum above the
+    // maximum is read as the maximum.
+    let hello = |max, min| proto::PeerHello {
+        protocol_version: max,
+        protocol_version_min: min,
+        ..proto::PeerHello::default()
+    };
+    assert_eq!(protocol_range(&hello(1, 0)), (1, 1));
+    assert_eq!(protocol_range(&hello(3, 2)), (2, 3));
+    assert_eq!(protocol_range(&hello(2, 5)), (2, 2));
+    // A dialer whose range reaches this replica's is accepted, with the range in the hello.
+    let me = link(2, "c");
+    let wide = proto::PeerHello {
+        protocol_version: PEER_PROTOCOL_VERSION + 1,
+        protocol_version_min: PEER_PROTOCOL_VERSION,
+        cluster_id: "c".into(),
+        from_node_id: 1,
+        to_node_id: 2,
+        ..proto::PeerHello::default()
+    };
+    assert_eq!(check_hello(&wide, &me), Ok(NodeId(1)));
+    let above = proto::PeerHello {
+        protocol_version_min: PEER_PROTOCOL_VERSION + 1,
+        ..wide
+    };
+    let refused = check_hello(&above, &me).unwrap_err();
+    assert_eq!(refused.rule, "peer_protocol_version");
 }
 
 struct Listening {
