@@ -21,6 +21,7 @@ pub fn action_words(action: i32) -> &'static str {
         Ok(proto::AuditAction::SemaphoreSet) => "semaphore set",
         Ok(proto::AuditAction::MembershipChanged) => "membership changed",
         Ok(proto::AuditAction::SnapshotSaved) => "backup saved",
+        Ok(proto::AuditAction::ClusterVersionSet) => "cluster version set",
         _ => "unknown",
     }
 }

@@ -24,7 +24,8 @@ pub enum ExitStatus {
     /// 65: the data directory needs the operator, and no restart will change that: it holds no
     /// replica state and neither `--init` nor `--rejoin` said whether this is a new replica or
     /// one whose disk was lost; or its boot record or storage is damaged in a way recovery does
-    /// not repair by itself.
+    /// not repair by itself; or its log is at a cluster version this release does not support
+    /// (install the release that stepped it, docs/upgrades.md).
     DataDirNeedsOperator,
     /// 70: a broken invariant (a panic in the replica's driver) stopped it. Restarted: it
     /// recovers from its data directory.

@@ -181,7 +181,8 @@ fn row(r: &proto::AuditRecord) -> AuditRow {
             | proto::AuditAction::ClassRemoved
             | proto::AuditAction::SemaphoreSet
             | proto::AuditAction::MembershipChanged
-            | proto::AuditAction::SnapshotSaved)
+            | proto::AuditAction::SnapshotSaved
+            | proto::AuditAction::ClusterVersionSet)
     );
     AuditRow {
         revision: r.revision,
