@@ -54,6 +54,20 @@ impl Cluster {
 
     /// `storage` (keys of `[storage]`) and `extra` (whole sections) go into every file.
     fn start_storage(tls: bool, storage: &str, extra: &str) -> Cluster {
+        let mut cluster = Cluster::configure_storage(tls, storage, extra);
+        for i in 0..3 {
+            cluster.spawn(i);
+        }
+        cluster
+    }
+
+    /// The three files of [`Cluster::start`], written, and no replica started: the caller
+    /// starts each one ([`Cluster::spawn_binary`] for another build of `picketd`).
+    pub fn configure() -> Cluster {
+        Cluster::configure_storage(false, "", "")
+    }
+
+    fn configure_storage(tls: bool, storage: &str, extra: &str) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("picket-e2e-")
             .tempdir()
@@ -98,17 +112,13 @@ impl Cluster {
             .map(|(client, _)| format!("{scheme}://127.0.0.1:{client}"))
             .collect();
         register_cluster(&endpoints);
-        let mut cluster = Cluster {
+        Cluster {
             dir,
             configs,
             endpoints,
             entries,
             procs: vec![None, None, None],
-        };
-        for i in 0..3 {
-            cluster.spawn(i);
         }
-        cluster
     }
 
     /// Writes the configuration of a new replica (id: the next index + 1) that joins the
@@ -172,6 +182,16 @@ impl Cluster {
 
     /// Starts replica `i` with `flags` after `picketd run`.
     pub fn spawn_with(&mut self, i: usize, flags: &[&str]) {
+        self.spawn_binary(
+            i,
+            std::path::Path::new(env!("CARGO_BIN_EXE_picketd")),
+            flags,
+        );
+    }
+
+    /// Starts replica `i` as `binary run FLAGS --config <its file>` (another release's
+    /// `picketd`, for the upgrade test), its stderr appended to the replica's log.
+    pub fn spawn_binary(&mut self, i: usize, binary: &std::path::Path, flags: &[&str]) {
         assert!(self.procs[i].is_none(), "node {i} already runs");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -179,7 +199,7 @@ impl Cluster {
             .open(self.dir.path().join(format!("node-{}.log", i + 1)))
             .unwrap();
         let child = self
-            .command(i, flags)
+            .command_binary(i, binary, flags)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -189,7 +209,16 @@ impl Cluster {
 
     /// `picketd run --config <replica i's file>` with `flags`, not started.
     pub fn command(&self, i: usize, flags: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_picketd"));
+        self.command_binary(
+            i,
+            std::path::Path::new(env!("CARGO_BIN_EXE_picketd")),
+            flags,
+        )
+    }
+
+    /// [`Cluster::command`] of `binary`.
+    pub fn command_binary(&self, i: usize, binary: &std::path::Path, flags: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         command
             .arg("run")
             .args(flags)
