@@ -45,6 +45,8 @@ const NS: &str = "orders";
 /// The key every worker contends for, in a fenced class (`ledger/`).
 const FENCED_KEY: &str = "ledger/main";
 const WORKERS: usize = 4;
+/// The workers' sessions' TTL: the test outlives it ([`Load::outlive_ttl`]).
+const SESSION_TTL: Duration = Duration::from_secs(10);
 /// Lock operations the workers must complete after each step: the cluster serves.
 const PROGRESS_PER_STEP: u64 = 100;
 
@@ -233,6 +235,8 @@ struct Load {
     /// (session id at creation, the worker).
     workers: Vec<(u64, tokio::task::JoinHandle<Session>)>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
+    /// When the last session was created.
+    created: tokio::time::Instant,
 }
 
 impl Load {
@@ -243,7 +247,7 @@ impl Load {
         let mut watchers = Vec::new();
         for w in 0..WORKERS {
             let mut config = ClientConfig::new(cluster.endpoints.clone(), "upgrade-load");
-            config.session_ttl = Some(Duration::from_secs(10));
+            config.session_ttl = Some(SESSION_TTL);
             // A leader change costs about an election timeout; the budget only keeps a stuck
             // cluster from hanging the test.
             config.retry_budget = Duration::from_secs(30);
@@ -261,6 +265,17 @@ impl Load {
             shared,
             workers,
             watchers,
+            created: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Keeps the load going until every session lived longer than its TTL, so that one alive
+    /// at the end was renewed by its keepalives (through every restart), not merely young.
+    async fn outlive_ttl(&self) {
+        let until = self.created + SESSION_TTL + Duration::from_millis(500);
+        while tokio::time::Instant::now() < until {
+            self.assert_no_problem("waiting out the session TTL");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -579,6 +594,32 @@ async fn eventually_versions(cluster: &Cluster, running: &Running, current: &Bui
     }
 }
 
+/// Every grant in the lock log of `NS` from its oldest retained revision, as (key, token,
+/// session), read until the release of the last of the `keys` grants to session `last` (the
+/// last thing the test did in `NS`).
+async fn lock_log_grants(client: &Client, last: u64, keys: usize) -> Vec<(String, u64, u64)> {
+    let mut watcher = client.watch(Some(NS), "", 0);
+    let mut grants = Vec::new();
+    let mut last_released = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while last_released < keys {
+        let page = tokio::time::timeout_at(deadline, watcher.next_page())
+            .await
+            .unwrap_or_else(|_| panic!("the lock log ends before session {last}'s releases"))
+            .unwrap();
+        for event in page {
+            match event.kind {
+                Some(proto::event::Kind::Granted(g)) => {
+                    grants.push((event.key.clone(), g.token, g.session_id))
+                }
+                Some(proto::event::Kind::Released(r)) if r.session_id == last => last_released += 1,
+                _ => {}
+            }
+        }
+    }
+    grants
+}
+
 /// The replica whose elections are slow (its file's election timeout 4x the others'): it
 /// seldom leads while the others are up, so the order of the upgrade decides the leaders.
 const SLOW: usize = 2;
@@ -694,6 +735,7 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
     eventually_versions(&cluster, &running, &current, CLUSTER_VERSION_CURRENT).await;
     load.set_step("after the upgrade");
     load.progress(PROGRESS_PER_STEP, "after the upgrade").await;
+    load.outlive_ttl().await;
     let (shared, sessions) = load.stop().await;
 
     // No client error beyond a leader change's retries, no violation at the resource.
@@ -707,6 +749,8 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
     assert_eq!(ids.len(), WORKERS);
     for session in &sessions {
         assert!(session.is_alive(), "{session:?}");
+        let renewed = session.keepalive_acks().borrow().keepalives;
+        assert!(renewed > 0, "{session:?}: no keepalive acknowledged");
         assert!(session.state().borrow().is_healthy(), "{session:?}");
     }
     let resource = std::mem::take(&mut *shared.resource.lock().unwrap());
@@ -743,7 +787,32 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
         );
         guard.release().await.unwrap();
     }
+    let after_id = after.id();
     after.close().await.unwrap();
+
+    // The replicated lock log (kept through snapshots and log replays of both releases) holds
+    // every grant the resource saw, and (with no retried call, whose background cancel may
+    // release a grant nobody saw) no other grant to the workers' sessions.
+    let logged = lock_log_grants(&client, after_id, keys.len()).await;
+    let logged: BTreeSet<(String, u64, u64)> = logged
+        .into_iter()
+        .filter(|(_, _, session)| ids.contains(session))
+        .collect();
+    let seen: BTreeSet<(String, u64, u64)> = resource
+        .grants
+        .iter()
+        .map(|(key, token, session, _)| (key.clone(), *token, *session))
+        .collect();
+    assert_eq!(seen.len(), resource.grants.len(), "a grant seen twice");
+    let missing: Vec<_> = seen.difference(&logged).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged grants not in the lock log: {missing:?}"
+    );
+    if retried.is_empty() {
+        let unseen: Vec<_> = logged.difference(&seen).collect();
+        assert!(unseen.is_empty(), "grants nobody acknowledged: {unseen:?}");
+    }
 
     // The workers' sessions are the server's too: closing each (by its id and secret) is
     // answered, with nothing left held.
