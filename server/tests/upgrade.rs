@@ -543,6 +543,18 @@ async fn cluster_status(cluster: &Cluster) -> Value {
 /// version the current replicas must report. Before CLUSTER_VERSION_FIELDS, only that every
 /// member of the three answered.
 fn assert_versions(json: &Value, running: &Running, current: &Build, cluster_version: u64) {
+    if let Err(wrong) = versions_wrong(json, running, current, cluster_version) {
+        panic!("{wrong}");
+    }
+}
+
+/// [`assert_versions`] as a result: what is wrong, with the member's JSON.
+fn versions_wrong(
+    json: &Value,
+    running: &Running,
+    current: &Build,
+    cluster_version: u64,
+) -> Result<(), String> {
     let members = json["members"].as_array().expect("members");
     let ids: BTreeSet<u64> = members
         .iter()
@@ -552,29 +564,35 @@ fn assert_versions(json: &Value, running: &Running, current: &Build, cluster_ver
     for member in members {
         let i = member["node_id"].as_u64().unwrap() as usize - 1;
         let status = &member["status"];
-        assert!(
-            status.is_object(),
-            "node {} did not answer: {json:#}",
-            i + 1
-        );
+        if !status.is_object() {
+            return Err(format!("node {} did not answer: {json:#}", i + 1));
+        }
         if !CLUSTER_VERSION_FIELDS {
             continue;
         }
         let absent = |v: &Value| v.is_null() || *v == "" || *v == 0;
-        if running[i].version == current.version {
-            assert_eq!(status["release"], current.version.as_str(), "{member:#}");
-            assert_eq!(status["cluster_version"], cluster_version, "{member:#}");
-            assert_eq!(
-                status["cluster_version_max"], CLUSTER_VERSION_CURRENT,
-                "{member:#}"
-            );
+        let wrong = if running[i].version == current.version {
+            let expected = [
+                ("release", Value::from(current.version.as_str())),
+                ("cluster_version", Value::from(cluster_version)),
+                ("cluster_version_max", Value::from(CLUSTER_VERSION_CURRENT)),
+            ];
+            expected
+                .into_iter()
+                .find(|(field, value)| status[*field] != *value)
+                .map(|(field, value)| format!("`{field}` is not {value}"))
         } else {
             // The previous release knows none of the three fields.
-            assert!(absent(&status["release"]), "{member:#}");
-            assert!(absent(&status["cluster_version"]), "{member:#}");
-            assert!(absent(&status["cluster_version_max"]), "{member:#}");
+            ["release", "cluster_version", "cluster_version_max"]
+                .into_iter()
+                .find(|field| !absent(&status[*field]))
+                .map(|field| format!("`{field}` is there, from release {}", running[i].version))
+        };
+        if let Some(wrong) = wrong {
+            return Err(format!("node {}: {wrong}: {member:#}", i + 1));
         }
     }
+    Ok(())
 }
 
 /// [`assert_versions`] until it holds (the leader steps the cluster version on its own, a
@@ -583,14 +601,13 @@ async fn eventually_versions(cluster: &Cluster, running: &Running, current: &Bui
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let json = cluster_status(cluster).await;
-        let checked = std::panic::catch_unwind(|| assert_versions(&json, running, current, v));
-        if checked.is_ok() {
-            return;
+        match versions_wrong(&json, running, current, v) {
+            Ok(()) => return,
+            Err(wrong) if tokio::time::Instant::now() >= deadline => {
+                panic!("cluster version {v} not reached within 30 s: {wrong}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
-        if tokio::time::Instant::now() >= deadline {
-            assert_versions(&json, running, current, v);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
