@@ -8,9 +8,10 @@
 //! key (and a few others) and write to a fenced resource ([`Resource`]) that admits a token only
 //! through a [`FencingGate`] and records every acknowledged grant. Asserted: no grant refused
 //! or given to two holders at once, tokens strictly rising per key at the resource, every grant
-//! still acknowledged as released, the next grant of every key above every token the resource
-//! saw (nothing acknowledged was lost), every session alive at the end with the id it started
-//! with, no client error but the retries of a leader change, each restarted replica recovered
+//! still acknowledged as released and in the replicated lock log read back at the end, the next
+//! grant of every key above every token the resource saw (nothing acknowledged was lost), every
+//! session alive at the end with the id it started with after outliving its TTL, no client
+//! error but the retries of a leader change, each restarted replica recovered
 //! its data directory cleanly (never "durable state lost": a release taking the other's files
 //! for damage) and caught up, and the cluster serves at the end. What each member says about
 //! its release and the cluster version is checked by [`assert_versions`].
