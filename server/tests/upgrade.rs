@@ -31,11 +31,6 @@ use picket_net::{proto, FencingGate};
 use serde_json::Value;
 use support::{admin, json_of, Cluster};
 
-/// SWITCH (issue 38, cluster version): `true` once `ReplicaStatus` carries `release`,
-/// `cluster_version` and `cluster_version_max` (admin.proto) and `picketctl --json cluster
-/// status` shows them under each member's `status`. Until then [`assert_versions`] checks only
-/// that every member answers and serves.
-const CLUSTER_VERSION_FIELDS: bool = false;
 /// The cluster version of a log written by the previous release (0.1.0 has none: 1).
 const CLUSTER_VERSION_PREVIOUS: u64 = 1;
 /// The highest cluster version this build supports, which the leader steps to once every
@@ -540,9 +535,9 @@ async fn cluster_status(cluster: &Cluster) -> Value {
 /// What every member says about its release and the cluster version, as `picketctl --json
 /// cluster status` shows it (each member's `status` object), against the builds that run:
 /// a replica of this release says its `release`, the cluster version `cluster_version` and the
-/// highest it supports; one of the previous release says none of them. `cluster_version`: the
-/// version the current replicas must report. Before CLUSTER_VERSION_FIELDS, only that every
-/// member of the three answered.
+/// highest it supports; one of the previous release says none of them (picketctl shows it as
+/// release 0.1, no cluster version, supporting 1). `cluster_version`: the version the current
+/// replicas must report, and the cluster's as picketctl sums it up.
 fn assert_versions(json: &Value, running: &Running, current: &Build, cluster_version: u64) {
     if let Err(wrong) = versions_wrong(json, running, current, cluster_version) {
         panic!("{wrong}");
@@ -562,16 +557,21 @@ fn versions_wrong(
         .filter_map(|m| m["node_id"].as_u64())
         .collect();
     assert_eq!(ids, BTreeSet::from([1, 2, 3]), "{json:#}");
+    // The cluster's version, as picketctl sums it up: the highest a member applied (none while
+    // every member runs the previous release, which reports none).
+    let any_current = running.iter().any(|r| r.version == current.version);
+    let summary = &json["cluster_version"];
+    if any_current && summary.as_u64() != Some(cluster_version) {
+        return Err(format!(
+            "`cluster_version` is {summary}, not {cluster_version}: {json:#}"
+        ));
+    }
     for member in members {
         let i = member["node_id"].as_u64().unwrap() as usize - 1;
         let status = &member["status"];
         if !status.is_object() {
             return Err(format!("node {} did not answer: {json:#}", i + 1));
         }
-        if !CLUSTER_VERSION_FIELDS {
-            continue;
-        }
-        let absent = |v: &Value| v.is_null() || *v == "" || *v == 0;
         let wrong = if running[i].version == current.version {
             let expected = [
                 ("release", Value::from(current.version.as_str())),
@@ -583,11 +583,22 @@ fn versions_wrong(
                 .find(|(field, value)| status[*field] != *value)
                 .map(|(field, value)| format!("`{field}` is not {value}"))
         } else {
-            // The previous release knows none of the three fields.
-            ["release", "cluster_version", "cluster_version_max"]
+            // The previous release reports none of the three: picketctl shows it as release
+            // 0.1, at no cluster version, supporting 1 only.
+            let expected = [
+                ("release", Value::from("0.1")),
+                ("cluster_version", Value::from(0)),
+                ("cluster_version_max", Value::from(CLUSTER_VERSION_PREVIOUS)),
+            ];
+            expected
                 .into_iter()
-                .find(|field| !absent(&status[*field]))
-                .map(|field| format!("`{field}` is there, from release {}", running[i].version))
+                .find(|(field, value)| status[*field] != *value)
+                .map(|(field, value)| {
+                    format!(
+                        "`{field}` is not {value}, from release {}",
+                        running[i].version
+                    )
+                })
         };
         if let Some(wrong) = wrong {
             return Err(format!("node {}: {wrong}: {member:#}", i + 1));
