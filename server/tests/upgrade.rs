@@ -510,6 +510,41 @@ async fn serving_and_caught_up(cluster: &Cluster, i: usize, boot: u64) {
     }
 }
 
+/// Clients of either release keep working while the cluster is mixed: each release's
+/// `picketctl lock` takes a key, runs a command under it (which sees its token) and releases it.
+async fn both_clients_lock(cluster: &Cluster, previous: &Build, n: usize) {
+    let previous_ctl = previous.picketd.with_file_name("picketctl");
+    for (who, program) in [
+        (
+            "this release's",
+            PathBuf::from(env!("CARGO_BIN_EXE_picketctl")),
+        ),
+        ("the previous release's", previous_ctl),
+    ] {
+        let key = format!("cli/{n}");
+        let out = tokio::process::Command::new(&program)
+            .arg("--endpoints")
+            .arg(cluster.endpoints.join(","))
+            .args(["lock", "--timeout", "20s", NS, &key, "--"])
+            .args([
+                "sh",
+                "-c",
+                "test -n \"$PICKET_TOKEN\" && echo token=$PICKET_TOKEN",
+            ])
+            .env_remove("PICKET_AUTH_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("token="),
+            "{who} picketctl lock {NS} {key} against the mixed cluster: {out:?}"
+        );
+    }
+}
+
 /// `picketctl --json cluster status` (this build's), once every member answers and serves.
 async fn cluster_status(cluster: &Cluster) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -756,6 +791,7 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
             // previous release's cluster version.
             let json = cluster_status(&cluster).await;
             assert_versions(&json, &running, &current, CLUSTER_VERSION_PREVIOUS);
+            both_clients_lock(&cluster, &previous, n).await;
         }
     }
 

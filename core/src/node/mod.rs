@@ -287,9 +287,14 @@ impl Node {
             cfg.boot,
             waits_may_be_due.clone(),
         ));
+        // The cluster version an empty log starts at (its first membership's), so that a node
+        // that applied nothing yet reports it; set again when slot 1 is applied (the first
+        // membership may have been a guess until then).
+        let mut sm = LockStateMachine::new(cfg.locks.clone());
+        sm.begin_cluster_version(replica.schedule().entries()[0].1.cluster_version);
         let mut node = Node {
             counters: NodeCounters::default(),
-            sm: LockStateMachine::new(cfg.locks.clone()),
+            sm,
             replica,
             slot_applied: Slot::ZERO,
             role: RoleKind::Follower,

@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 
+mod cluster_version;
+
 /// Every test runs twice: persisting inline and on the persist thread.
 macro_rules! in_both_persist_modes {
     ($($name:ident),* $(,)?) => {
