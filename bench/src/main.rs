@@ -13,6 +13,8 @@
 //!   send one keepalive on demand); op = send `{session_id, seq}`, wait for the reply with `seq`.
 //! - `probe-fsync`, `probe-tcp`: the disk's write + fdatasync and a loopback TCP round trip
 //!   (`probe.rs`), the inputs of `scripts/bench`'s limit model.
+//! - `probe-commit`: the measured floor of a quorum commit, three plain processes (this binary
+//!   re-executed with the hidden `--role`) with blocking sockets and no runtime (`commit/`).
 //! - `failover`: the `lock` workload on all endpoints; at `--kill-at-s` the leader is killed with
 //!   `kill -9` (its PID from `--pids`, in the order of `--endpoints`); reports the time until
 //!   grants resume and the failed and lost operations (see `failover.rs`).
@@ -24,6 +26,7 @@
 //! `--pids`) the servers' and the client's CPU microseconds and context switches per counted
 //! op over the same window (`usage.rs`).
 
+mod commit;
 mod failover;
 mod probe;
 mod stats;
@@ -36,7 +39,7 @@ use clap::Parser;
 #[derive(Parser, Clone, Debug)]
 #[command(name = "picket-bench")]
 pub struct Args {
-    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp
+    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp | probe-commit
     #[arg(long, default_value = "lock")]
     pub workload: String,
     /// Client endpoints of the replicas, comma-separated.
@@ -94,10 +97,24 @@ pub struct Args {
     /// probe-fsync: the directory of the probe's file (the disk the data directories are on).
     #[arg(long, default_value = ".")]
     pub probe_dir: std::path::PathBuf,
+    /// probe-commit: where its temporary directory (the three processes' logs) goes; default
+    /// the target directory the binary is in.
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// probe-commit's own processes: leader | follower (set when it re-executes itself).
+    #[arg(long, default_value = "", hide = true)]
+    pub role: String,
+    /// probe-commit's leader: the followers' addresses.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    pub followers: Vec<String>,
 }
 
 fn main() {
     let mut args = Args::parse();
+    if !args.role.is_empty() {
+        let dir = args.data_dir.clone().unwrap_or_else(|| ".".into());
+        std::process::exit(commit::serve(&args.role, &dir, &args.followers));
+    }
     if args.clients == 0 || args.keys == 0 || args.duration_s <= 0.0 || args.warmup_s < 0.0 {
         eprintln!("picket-bench: --clients, --keys and --duration-s must be above zero");
         std::process::exit(64);

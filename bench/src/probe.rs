@@ -10,6 +10,8 @@
 //! - `probe-tcp`: a 64-byte ping-pong over one loopback TCP connection (`TCP_NODELAY`, two
 //!   blocking threads); latency = one round trip.
 //!
+//! - `probe-commit`: the floor of a quorum commit, three processes (`commit/`).
+//!
 //! stdout: `probe <label> <per_s> <p50_ms> <p99_ms>`, the shape of the workload line.
 
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -31,17 +33,22 @@ const WARMUP_ROUNDS: usize = 200;
 /// Runs the probe `args.workload` names. Answers the exit status.
 pub fn run(args: &Args) -> i32 {
     let budget = Duration::from_secs_f64(args.duration_s);
+    let label = if args.label.is_empty() {
+        args.workload.clone()
+    } else {
+        args.label.clone()
+    };
     let measured = match args.workload.as_str() {
         "probe-fsync" => fsync(args, budget),
-        _ => tcp(budget),
+        "probe-tcp" => tcp(budget),
+        "probe-commit" => crate::commit::run(args, &label),
+        other => {
+            eprintln!("picket-bench: unknown probe {other:?}");
+            return 64;
+        }
     };
     match measured {
         Ok((latencies, elapsed)) => {
-            let label = if args.label.is_empty() {
-                args.workload.clone()
-            } else {
-                args.label.clone()
-            };
             println!(
                 "probe {label} {:.1} {:.4} {:.4}",
                 latencies.len() as f64 / elapsed.as_secs_f64(),
@@ -57,8 +64,7 @@ pub fn run(args: &Args) -> i32 {
     }
 }
 
-/// Sorted latencies in microseconds and the time they took.
-type Measured = (Vec<u32>, Duration);
+use crate::commit::Measured;
 
 fn fsync(args: &Args, budget: Duration) -> std::io::Result<Measured> {
     let path = args
