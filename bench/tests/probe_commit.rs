@@ -83,3 +83,35 @@ fn serial_commits_complete_and_leave_nothing_behind() {
 fn group_commits_complete_and_leave_nothing_behind() {
     assert_completes_and_cleans_up(8);
 }
+
+#[test]
+fn a_role_process_exits_when_its_parent_closes_its_stdin() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let data_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("probe-commit-orphan");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_picket-bench"))
+        .args([
+            "--workload",
+            "probe-commit",
+            "--role",
+            "follower",
+            "--data-dir",
+        ])
+        .arg(&data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(follower.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("port "), "{line:?}");
+    // What a parent killed by SIGKILL leaves: its end of the pipe closed, nothing else.
+    drop(follower.stdin.take());
+    let status = follower.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    std::fs::remove_dir_all(&data_dir).unwrap();
+}

@@ -26,9 +26,18 @@ struct InFlight {
     acked: bool,
 }
 
+/// The leader's answer to a request above the pending bound.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Busy {
+    pub pending_max: usize,
+}
+
 #[derive(Debug)]
 pub struct GroupCommit {
+    /// Never longer than `pending_max` (each client has one request in flight, so a longer
+    /// queue means a client pipelines, which the probe does not measure).
     pending: Vec<Request>,
+    pending_max: usize,
     in_flight: Option<InFlight>,
     /// The number of the last batch handed out; never decreases.
     batch_number_last: u64,
@@ -36,18 +45,26 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub fn new(batch_requests_max: usize) -> GroupCommit {
+    pub fn new(batch_requests_max: usize, pending_max: usize) -> GroupCommit {
         assert!(batch_requests_max > 0, "a batch holds at least one request");
         GroupCommit {
             pending: Vec::new(),
+            pending_max,
             in_flight: None,
             batch_number_last: 0,
             batch_requests_max,
         }
     }
 
-    pub fn on_request(&mut self, request: Request) {
+    /// Queues `request` for the next batch, unless the queue is at its bound.
+    pub fn on_request(&mut self, request: Request) -> Result<(), Busy> {
+        if self.pending.len() >= self.pending_max {
+            return Err(Busy {
+                pending_max: self.pending_max,
+            });
+        }
         self.pending.push(request);
+        Ok(())
     }
 
     /// The next batch, when none is in flight and requests wait: the oldest of them, up to the
@@ -128,14 +145,14 @@ mod tests {
 
     #[test]
     fn nothing_to_send_without_requests() {
-        let mut group = GroupCommit::new(64);
+        let mut group = GroupCommit::new(64, 64);
         assert_eq!(group.next_batch(), None);
     }
 
     #[test]
     fn a_serial_request_is_answered_after_the_sync_and_one_ack() {
-        let mut group = GroupCommit::new(64);
-        group.on_request(request(0, 1));
+        let mut group = GroupCommit::new(64, 64);
+        group.on_request(request(0, 1)).unwrap();
         let batch = group.next_batch().unwrap();
         assert_eq!(batch.number, 1);
         assert_eq!(batch.requests, vec![request(0, 1)]);
@@ -146,8 +163,8 @@ mod tests {
 
     #[test]
     fn an_ack_before_the_leaders_own_sync_waits_for_it() {
-        let mut group = GroupCommit::new(64);
-        group.on_request(request(3, 9));
+        let mut group = GroupCommit::new(64, 64);
+        group.on_request(request(3, 9)).unwrap();
         group.next_batch().unwrap();
         assert_eq!(
             group.on_ack(1),
@@ -159,12 +176,12 @@ mod tests {
 
     #[test]
     fn requests_arriving_during_a_commit_form_the_next_batch() {
-        let mut group = GroupCommit::new(64);
-        group.on_request(request(0, 1));
+        let mut group = GroupCommit::new(64, 64);
+        group.on_request(request(0, 1)).unwrap();
         group.next_batch().unwrap();
         // While batch 1 syncs, three more arrive: no second batch while one is in flight.
         for conn in 1..4 {
-            group.on_request(request(conn, 1));
+            group.on_request(request(conn, 1)).unwrap();
         }
         assert_eq!(group.next_batch(), None);
         assert_eq!(group.pending_len(), 3);
@@ -182,9 +199,9 @@ mod tests {
 
     #[test]
     fn a_batch_holds_at_most_the_bound_the_rest_waits() {
-        let mut group = GroupCommit::new(2);
+        let mut group = GroupCommit::new(2, 64);
         for id in 0..5 {
-            group.on_request(request(0, id));
+            group.on_request(request(0, id)).unwrap();
         }
         let first = group.next_batch().unwrap().requests.clone();
         assert_eq!(first, vec![request(0, 0), request(0, 1)]);
@@ -197,12 +214,12 @@ mod tests {
 
     #[test]
     fn a_late_follower_ack_does_not_commit_the_next_batch() {
-        let mut group = GroupCommit::new(64);
-        group.on_request(request(0, 1));
+        let mut group = GroupCommit::new(64, 64);
+        group.on_request(request(0, 1)).unwrap();
         group.next_batch().unwrap();
         group.on_synced(1);
         group.on_ack(1).unwrap();
-        group.on_request(request(0, 2));
+        group.on_request(request(0, 2)).unwrap();
         group.next_batch().unwrap();
         group.on_synced(2);
         // The slow follower's ack of batch 1 arrives now.
@@ -211,10 +228,25 @@ mod tests {
     }
 
     #[test]
+    fn a_request_above_the_pending_bound_is_refused() {
+        let mut group = GroupCommit::new(64, 2);
+        group.on_request(request(0, 1)).unwrap();
+        group.on_request(request(1, 1)).unwrap();
+        assert_eq!(
+            group.on_request(request(2, 1)),
+            Err(Busy { pending_max: 2 })
+        );
+        assert_eq!(group.pending_len(), 2);
+        // A batch empties the queue: room again.
+        group.next_batch().unwrap();
+        group.on_request(request(2, 1)).unwrap();
+    }
+
+    #[test]
     #[should_panic(expected = "ack of batch 2, but only 1 were sent")]
     fn an_ack_of_a_batch_never_sent_is_a_bug() {
-        let mut group = GroupCommit::new(64);
-        group.on_request(request(0, 1));
+        let mut group = GroupCommit::new(64, 64);
+        group.on_request(request(0, 1)).unwrap();
         group.next_batch().unwrap();
         group.on_ack(2);
     }

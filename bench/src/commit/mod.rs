@@ -42,8 +42,11 @@ const ENTRY_BYTES: usize = 2048;
 const REQUEST_PAYLOAD_BYTES: usize = 200 - frame::HEADER_BYTES;
 /// The leader refuses a larger request frame.
 const REQUEST_PAYLOAD_BYTES_MAX: usize = REQUEST_PAYLOAD_BYTES;
-/// Requests per batch at most (and so clients at most: each has one in flight).
+/// Requests per batch at most.
 const BATCH_REQUESTS_MAX: usize = 1024;
+/// Client connections the leader accepts at most (and so requests waiting for a batch: each
+/// client has one in flight).
+const CONNECTIONS_MAX: usize = BATCH_REQUESTS_MAX;
 /// The largest append a follower accepts.
 const APPEND_PAYLOAD_BYTES_MAX: usize = BATCH_REQUESTS_MAX * ENTRY_BYTES;
 /// How long a child may take to listen (its log file is laid out first).
@@ -57,9 +60,9 @@ pub type Measured = (Vec<u32>, Duration);
 /// Starts the three processes, drives `args.clients` closed-loop clients through the window,
 /// stops everything. Answers the counted latencies.
 pub fn run(args: &Args, label: &str) -> io::Result<Measured> {
-    if args.clients > BATCH_REQUESTS_MAX {
+    if args.clients > CONNECTIONS_MAX {
         return Err(io::Error::other(format!(
-            "--clients {} is above the probe's bound of {BATCH_REQUESTS_MAX}",
+            "--clients {} is above the probe's bound of {CONNECTIONS_MAX}",
             args.clients
         )));
     }
@@ -70,18 +73,10 @@ pub fn run(args: &Args, label: &str) -> io::Result<Measured> {
     // Declared first, dropped last: the children are gone before their files are removed.
     let dir = TempDir::create(parent.join(format!("probe-commit-{}", std::process::id())))?;
     let mut children = Children::default();
-    let dir_arg = dir.path.to_string_lossy().into_owned();
-    let f1 = children.spawn(&["--role", "follower", "--data-dir", &dir_arg])?;
-    let f2 = children.spawn(&["--role", "follower", "--data-dir", &dir_arg])?;
+    let f1 = children.spawn("follower", &dir.path, &[])?;
+    let f2 = children.spawn("follower", &dir.path, &[])?;
     let followers = format!("127.0.0.1:{f1},127.0.0.1:{f2}");
-    let leader = children.spawn(&[
-        "--role",
-        "leader",
-        "--data-dir",
-        &dir_arg,
-        "--followers",
-        &followers,
-    ])?;
+    let leader = children.spawn("leader", &dir.path, &["--followers", &followers])?;
     let pids = children.pids();
     eprintln!(
         "# probe {label}: pids followers={},{} leader={} dir={}",
@@ -132,11 +127,12 @@ struct Children {
 }
 
 impl Children {
-    /// Starts this binary with `role_args`; answers the port it announced.
-    fn spawn(&mut self, role_args: &[&str]) -> io::Result<u16> {
+    /// Starts this binary as `role` with its files in `dir`; answers the port it announced.
+    fn spawn(&mut self, role: &str, dir: &Path, more_args: &[&str]) -> io::Result<u16> {
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["--workload", "probe-commit"])
-            .args(role_args)
+            .args(["--workload", "probe-commit", "--role", role, "--data-dir"])
+            .arg(dir)
+            .args(more_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -151,9 +147,9 @@ impl Children {
             let read = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(read.map(|_| line));
         });
-        let line = rx
-            .recv_timeout(CHILD_READY_TIMEOUT)
-            .map_err(|_| io::Error::other(format!("process {pid} did not listen in time")))??;
+        let line = rx.recv_timeout(CHILD_READY_TIMEOUT).map_err(|_| {
+            io::Error::other(format!("the {role} ({pid}) did not listen in time"))
+        })??;
         line.trim()
             .strip_prefix("port ")
             .and_then(|port| port.parse().ok())

@@ -11,7 +11,10 @@ use std::sync::mpsc;
 
 use super::frame;
 use super::group::{GroupCommit, Request};
-use super::{APPEND_PAYLOAD_BYTES_MAX, BATCH_REQUESTS_MAX, ENTRY_BYTES, REQUEST_PAYLOAD_BYTES_MAX};
+use super::{
+    APPEND_PAYLOAD_BYTES_MAX, BATCH_REQUESTS_MAX, CONNECTIONS_MAX, ENTRY_BYTES,
+    REQUEST_PAYLOAD_BYTES_MAX,
+};
 
 /// Bytes of each process's log file, laid out (written and synced) before the run, so a sync
 /// carries the data and no size change (Picket's log preallocates its segments the same way);
@@ -155,6 +158,10 @@ fn leader(dir: &Path, followers: &[String]) -> io::Result<()> {
 fn accept_clients(listener: TcpListener, events: mpsc::Sender<Event>) {
     for (conn, stream) in listener.incoming().enumerate() {
         let Ok(stream) = stream else { return };
+        if conn >= CONNECTIONS_MAX {
+            // Closed at once: the probe's clients are bounded by the same constant.
+            continue;
+        }
         let Ok(replies) = stream.try_clone() else {
             return;
         };
@@ -191,7 +198,7 @@ fn commit_loop(
     followers: &mut [TcpStream],
     events: &mpsc::Receiver<Event>,
 ) -> io::Result<()> {
-    let mut group = GroupCommit::new(BATCH_REQUESTS_MAX);
+    let mut group = GroupCommit::new(BATCH_REQUESTS_MAX, CONNECTIONS_MAX);
     let mut clients: Vec<Option<TcpStream>> = Vec::new();
     let mut append = Vec::with_capacity(frame::HEADER_BYTES + APPEND_PAYLOAD_BYTES_MAX);
     let mut entry = vec![0x5a_u8; ENTRY_BYTES];
@@ -210,7 +217,12 @@ fn commit_loop(
                     None
                 }
                 Event::Request(request) => {
-                    group.on_request(request);
+                    group.on_request(request).map_err(|busy| {
+                        io::Error::other(format!(
+                            "more than {} requests wait: a client sends before its reply",
+                            busy.pending_max
+                        ))
+                    })?;
                     None
                 }
                 Event::Ack(batch) => group.on_ack(batch),
