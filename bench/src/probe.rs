@@ -9,7 +9,6 @@
 //!   wrap around at its end.
 //! - `probe-tcp`: a 64-byte ping-pong over one loopback TCP connection (`TCP_NODELAY`, two
 //!   blocking threads); latency = one round trip.
-//!
 //! - `probe-commit`: the floor of a quorum commit, three processes (`commit/`).
 //!
 //! stdout: `probe <label> <per_s> <p50_ms> <p99_ms>`, the shape of the workload line.
@@ -18,6 +17,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use crate::commit::Measured;
 use crate::stats;
 use crate::Args;
 
@@ -63,8 +63,6 @@ pub fn run(args: &Args) -> i32 {
         }
     }
 }
-
-use crate::commit::Measured;
 
 fn fsync(args: &Args, budget: Duration) -> std::io::Result<Measured> {
     let path = args

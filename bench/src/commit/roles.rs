@@ -230,24 +230,25 @@ fn commit_loop(
             };
             reply(&mut clients, committed.unwrap_or_default());
         }
-        let Some(batch) = group.next_batch() else {
-            continue;
-        };
-        let number = batch.number;
-        append.clear();
-        append.extend_from_slice(&[0; frame::HEADER_BYTES]);
-        for request in &batch.requests {
-            entry[..8].copy_from_slice(&request.id.to_le_bytes());
-            append.extend_from_slice(&entry);
+        // A loop, not one batch: if a batch commits at its own sync (a follower acked first),
+        // the requests already waiting must not wait for another event.
+        while let Some(batch) = group.next_batch() {
+            let number = batch.number;
+            append.clear();
+            append.extend_from_slice(&[0; frame::HEADER_BYTES]);
+            for request in &batch.requests {
+                entry[..8].copy_from_slice(&request.id.to_le_bytes());
+                append.extend_from_slice(&entry);
+            }
+            let payload_len = append.len() - frame::HEADER_BYTES;
+            append[..frame::HEADER_BYTES].copy_from_slice(&frame::header(number, payload_len));
+            // The followers first, so their syncs run while ours does.
+            for follower in followers.iter_mut() {
+                follower.write_all(&append)?;
+            }
+            log.append_durably(&append[frame::HEADER_BYTES..])?;
+            reply(&mut clients, group.on_synced(number).unwrap_or_default());
         }
-        let payload_len = append.len() - frame::HEADER_BYTES;
-        append[..frame::HEADER_BYTES].copy_from_slice(&frame::header(number, payload_len));
-        // The followers first, so their syncs run while ours does.
-        for follower in followers.iter_mut() {
-            follower.write_all(&append)?;
-        }
-        log.append_durably(&append[frame::HEADER_BYTES..])?;
-        reply(&mut clients, group.on_synced(number).unwrap_or_default());
     }
 }
 
