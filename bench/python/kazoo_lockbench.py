@@ -128,14 +128,23 @@ def main():
     start, stop = t0 + args.warmup_s, t0 + args.warmup_s + args.duration_s
     window["stop"] = stop
     go.set()
+    # This process's CPU over the counted window: kazoo is pure Python, one GIL for every
+    # client's caller, connection and callback threads, so this is what bounds it with many clients.
+    time.sleep(max(0.0, start - time.monotonic()))
+    cpu_start = os.times()
+    time.sleep(max(0.0, stop - time.monotonic()))
+    cpu_stop = os.times()
     for t in threads:
         t.join()
+    cpu_s = (cpu_stop.user + cpu_stop.system) - (cpu_start.user + cpu_start.system)
 
     counted = [latency for end, latency in samples if start <= end < stop]
     print(f"{args.system} {args.label} {len(counted) / args.duration_s:.1f} "
           f"{percentile_ms(counted, 50):.3f} {percentile_ms(counted, 99):.3f}")
     print(f"# {args.system} {args.label}: clients={args.clients} keys={args.keys} counted={len(counted)} "
-          f"errors={len(errors)} first_error={errors[0] if errors else None}", file=sys.stderr)
+          f"errors={len(errors)} first_error={errors[0] if errors else None} "
+          f"client_cpu_s={cpu_s:.2f} ({cpu_s / args.duration_s:.2f} cores, "
+          f"{cpu_s * 1e6 / max(1, len(counted)):.0f} us per op)", file=sys.stderr)
 
 
 if __name__ == "__main__":
