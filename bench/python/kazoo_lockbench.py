@@ -144,7 +144,9 @@ def main():
     print(f"# {args.system} {args.label}: clients={args.clients} keys={args.keys} counted={len(counted)} "
           f"errors={len(errors)} first_error={errors[0] if errors else None} "
           f"client_cpu_s={cpu_s:.2f} ({cpu_s / args.duration_s:.2f} cores, "
-          f"{cpu_s * 1e6 / max(1, len(counted)):.0f} us per op)", file=sys.stderr)
+          f"{cpu_s * 1e6 / max(1, len(counted)):.0f} us per op) "
+          f"max_ms={max(counted, default=0.0) * 1000.0:.1f} slow_ops_1s={sum(1 for x in counted if x >= 1.0)}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
