@@ -1,5 +1,8 @@
 //! The two-person rule of force-release, its floor, session revocation, expiry and audit.
 
+mod common;
+use common::World;
+
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, ForceReleaseId,
     Identity, LockConfig, LockError, LockMode, LockStateMachine, ReleaseCause, Reply, RequestId,
@@ -7,44 +10,7 @@ use picket_core::locks::{
 };
 use picket_core::time::Instant;
 
-struct World {
-    sm: LockStateMachine,
-    now: u64,
-    request: u64,
-}
-
 impl World {
-    fn new() -> World {
-        World {
-            sm: LockStateMachine::new(LockConfig::default()),
-            now: 1_000,
-            request: 0,
-        }
-    }
-
-    fn apply(&mut self, command: Command) -> Result<Reply, LockError> {
-        let outcome = self.sm.apply(Instant::from_millis(self.now), command);
-        self.sm.check_invariants();
-        outcome
-    }
-
-    fn session(&mut self, name: &str) -> SessionId {
-        let identity = Identity {
-            name: name.into(),
-            host: "host".into(),
-            pid: 1,
-            principal: name.into(),
-        };
-        match self.apply(Command::CreateSession {
-            secret_hash: None,
-            ttl_ms: None,
-            identity,
-        }) {
-            Ok(Reply::SessionCreated { session, .. }) => session,
-            other => panic!("{other:?}"),
-        }
-    }
-
     fn acquire(&mut self, session: SessionId, key: &str, wait: bool) -> AcquireReply {
         self.request += 1;
         let command = Command::Acquire {
@@ -143,7 +109,7 @@ fn request_id(reply: Result<Reply, LockError>) -> ForceReleaseId {
 
 #[test]
 fn two_people_release_a_fenced_lock_and_its_revision_is_the_floor() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     w.fenced_class();
     let holder = w.session("stuck");
     let waiter = w.session("next");
@@ -258,7 +224,7 @@ fn two_people_release_a_fenced_lock_and_its_revision_is_the_floor() {
 /// the approval acknowledged "fenced" and went through, and the audit said fenced.
 #[test]
 fn the_class_kind_is_checked_when_approved_and_recorded_as_it_was_at_the_release() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     w.fenced_class();
     let holder = w.session("stuck");
     let token = granted(w.acquire(holder, "pay/ledger", false));
@@ -327,7 +293,7 @@ fn the_class_kind_is_checked_when_approved_and_recorded_as_it_was_at_the_release
 /// Issue 16, finding 6: a second request for the same key was accepted silently.
 #[test]
 fn a_second_request_for_a_pending_hold_is_refused_and_names_the_pending_one() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let token = granted(w.acquire(holder, "a", false));
     let first = request_id(w.request(&alice(), "a", token, false));
@@ -364,7 +330,7 @@ fn a_second_request_for_a_pending_hold_is_refused_and_names_the_pending_one() {
 /// Issue 16, finding 6: `force-release list` showed requests that had expired minutes ago.
 #[test]
 fn the_listing_hides_requests_expired_at_read_time_and_marks_changed_holders() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let token = granted(w.acquire(holder, "a", false));
     let token_b = granted(w.acquire(holder, "b", false));
@@ -404,7 +370,7 @@ fn the_listing_hides_requests_expired_at_read_time_and_marks_changed_holders() {
 /// Issue 16, finding 3: a force-release without revocation never told the holder.
 #[test]
 fn a_hold_lost_without_revocation_is_kept_for_the_holders_keepalives_and_snapshots() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let token = granted(w.acquire(holder, "a", false));
     assert!(w.sm.holds_lost(holder).is_empty());
@@ -444,7 +410,7 @@ fn a_hold_lost_without_revocation_is_kept_for_the_holders_keepalives_and_snapsho
 /// Issue 16, finding 6: the audit had no roles, floor, next holder or revocation.
 #[test]
 fn the_approval_record_names_both_people_with_roles_floor_next_holder_and_revocation() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let waiter = w.session("next");
     let token = granted(w.acquire(holder, "a", false));
@@ -482,7 +448,7 @@ fn the_approval_record_names_both_people_with_roles_floor_next_holder_and_revoca
 
 #[test]
 fn an_incident_commander_may_approve_but_not_alone() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let token = granted(w.acquire(holder, "k", false));
     // The commander requests; the commander cannot approve their own request.
@@ -513,7 +479,7 @@ fn an_incident_commander_may_approve_but_not_alone() {
 
 #[test]
 fn advisory_requests_say_two_writers_may_get_in() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "plain", false));
     let reply = w.request(&alice(), "plain", token, false).unwrap();
@@ -530,7 +496,7 @@ fn advisory_requests_say_two_writers_may_get_in() {
 
 #[test]
 fn revoking_the_session_releases_everything_in_the_same_revision() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("stuck");
     let other = w.session("other");
     let token = granted(w.acquire(holder, "a", false));
@@ -621,7 +587,7 @@ fn revoking_the_session_releases_everything_in_the_same_revision() {
 
 #[test]
 fn a_request_fails_if_the_holder_or_token_changed() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "k", false));
     assert_eq!(
@@ -681,7 +647,7 @@ fn a_request_fails_if_the_holder_or_token_changed() {
 
 #[test]
 fn requests_expire_in_log_time_with_an_audit_record() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "k", false));
     let id = request_id(w.request(&alice(), "k", token, false));
@@ -718,7 +684,7 @@ fn requests_expire_in_log_time_with_an_audit_record() {
 
 #[test]
 fn deny_roles_reasons_and_bounds() {
-    let mut w = World::new();
+    let mut w = World::at_fixed_time();
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "k", false));
     let nobody = Actor::new("mallory", &[Role::ClassAdmin]);
@@ -871,7 +837,7 @@ mod random {
     proptest! {
         #[test]
         fn two_person_rule_and_floors_hold(ops in prop::collection::vec(op(), 1..60)) {
-            let mut w = World::new();
+            let mut w = World::at_fixed_time();
             let sessions: Vec<SessionId> = ["s0", "s1", "s2"].iter().map(|n| w.session(n)).collect();
             let mut expired = [false; 3];
             let mut requests: Vec<ForceReleaseId> = Vec::new();
@@ -1010,7 +976,7 @@ fn the_advisory_checklist_binds_from_cluster_version_2_only() {
         })
     };
     for (version, binding) in [(1, false), (2, true)] {
-        let mut w = World::new();
+        let mut w = World::at_fixed_time();
         w.sm.begin_cluster_version(version);
         assert_eq!(w.sm.cluster_version(), version);
         let holder = w.session("stuck");

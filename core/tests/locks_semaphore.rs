@@ -4,6 +4,9 @@
 //! force-release); the declaration is audited, watched, durable and refused where it would
 //! change a lock; locks and permits never mix on one key; request ids are bound to the mode.
 
+mod common;
+use common::World;
+
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, Identity, LockConfig,
     LockError, LockMode, LockStateMachine, Reply, RequestId, Revision, Role, SessionId,
@@ -13,60 +16,11 @@ use picket_core::time::Instant;
 
 use LockMode::{Exclusive, Permit, Shared};
 
-struct World {
-    sm: LockStateMachine,
-    now: u64,
-    request: u64,
-}
-
 fn admin() -> Actor {
     Actor::new("carol", &[Role::ClassAdmin])
 }
 
 impl World {
-    fn new() -> World {
-        World {
-            sm: LockStateMachine::new(LockConfig::default()),
-            now: 1_000,
-            request: 0,
-        }
-    }
-
-    /// Applies one command (1 ms of log time later); checks the invariants, that an error
-    /// changed nothing but the revision, and the snapshot round trip.
-    fn apply(&mut self, command: Command) -> Result<Reply, LockError> {
-        self.now += 1;
-        let before = self.sm.snapshot();
-        let outcome = self.sm.apply(Instant::from_millis(self.now), command);
-        self.sm.check_invariants();
-        if outcome.is_err() {
-            let mut after = self.sm.snapshot();
-            after.revision = before.revision;
-            after.time = before.time;
-            assert_eq!(after, before, "the error {outcome:?} changed the state");
-        }
-        let restored = LockStateMachine::restore(self.sm.snapshot()).expect("restores");
-        assert_eq!(restored, self.sm, "snapshot round trip");
-        outcome
-    }
-
-    fn session(&mut self, name: &str) -> SessionId {
-        let identity = Identity {
-            name: name.into(),
-            host: "host".into(),
-            pid: 1,
-            principal: name.into(),
-        };
-        match self.apply(Command::CreateSession {
-            secret_hash: None,
-            ttl_ms: None,
-            identity,
-        }) {
-            Ok(Reply::SessionCreated { session, .. }) => session,
-            other => panic!("{other:?}"),
-        }
-    }
-
     fn set(&mut self, permits: u32) -> Result<Reply, LockError> {
         self.apply(Command::SetSemaphore {
             actor: admin(),

@@ -157,7 +157,7 @@ mod tests {
             ExitStatus::DataDirNeedsOperator
         );
         let io = StoreError::Storage(StorageError::Io {
-            op: "fdatasync",
+            op: picket_storage::IoOp::Fdatasync,
             path: PathBuf::from("/var/lib/picket/replica-1/log"),
             source: std::io::Error::other("EIO"),
         });

@@ -382,7 +382,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
             let health_client = cluster
                 .forward_client()
                 .map_err(|e| StartError::Tls(format!("the console's health reads: {e}")))?;
-            let told = crate::api::http::told::router(told, auth.clone(), config.node_id);
+            let told = crate::api::http::sessions_told::router(told, auth.clone(), config.node_id);
             let router = crate::api::http::replica_router(source, metrics.clone(), auth, cluster)
                 .merge(told)
                 .merge(crate::console::router(console, health_client).map_err(StartError::Auth)?);

@@ -600,7 +600,7 @@ async fn metrics_and_health_are_served() {
 /// A session id that is not a number is the documented JSON error, not a framework message.
 #[tokio::test]
 async fn a_bad_session_id_in_the_told_path_is_a_json_error() {
-    let app = picket_server::api::http::told::router(
+    let app = picket_server::api::http::sessions_told::router(
         picket_server::api::told::ToldLog::default(),
         Authenticator::disabled(),
         1,

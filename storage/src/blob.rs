@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, Error, IoOp, Result};
 use crate::format::{self, BLOB_HEADER_LEN, HARD_STATE_MAGIC, SNAPSHOT_MAGIC};
 
 /// Name of the hard state file in the storage root.
@@ -27,20 +27,20 @@ fn tmp_path(path: &Path) -> PathBuf {
 pub fn write_atomic<D: Disk>(disk: &D, path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let tmp = tmp_path(path);
-    let mut file = disk.create(&tmp).map_err(Error::io("create", &tmp))?;
+    let mut file = disk.create(&tmp).map_err(Error::io(IoOp::Create, &tmp))?;
     file.write_all_at(bytes, 0)
-        .map_err(Error::io("write", &tmp))?;
-    file.sync_data().map_err(Error::io("fdatasync", &tmp))?;
+        .map_err(Error::io(IoOp::Write, &tmp))?;
+    file.sync_data().map_err(Error::io(IoOp::Fdatasync, &tmp))?;
     drop(file);
-    disk.rename(&tmp, path).map_err(Error::io("rename", &tmp))?;
-    disk.sync_dir(dir).map_err(Error::io("fsync dir", dir))
+    disk.rename(&tmp, path).map_err(Error::io(IoOp::Rename, &tmp))?;
+    disk.sync_dir(dir).map_err(Error::io(IoOp::FsyncDir, dir))
 }
 
 /// Reads a whole file, refusing files longer than `len_max` (they are reported as corruption,
 /// without reading them).
 fn read_bounded<D: Disk>(disk: &D, path: &Path, len_max: u64) -> Result<Vec<u8>> {
-    let file = disk.open(path).map_err(Error::io("open", path))?;
-    let len = file.len().map_err(Error::io("stat", path))?;
+    let file = disk.open(path).map_err(Error::io(IoOp::Open, path))?;
+    let len = file.len().map_err(Error::io(IoOp::Stat, path))?;
     if len > len_max {
         return Err(Error::corruption(
             path,
@@ -50,14 +50,14 @@ fn read_bounded<D: Disk>(disk: &D, path: &Path, len_max: u64) -> Result<Vec<u8>>
     }
     let mut buf = vec![0u8; len as usize];
     file.read_exact_at(&mut buf, 0)
-        .map_err(Error::io("read", path))?;
+        .map_err(Error::io(IoOp::Read, path))?;
     Ok(buf)
 }
 
 fn remove_stale_tmp<D: Disk>(disk: &D, dir: &Path, name: &str) -> Result<()> {
     let path = dir.join(name);
     disk.remove_file(&path)
-        .map_err(Error::io("remove_file", &path))
+        .map_err(Error::io(IoOp::RemoveFile, &path))
 }
 
 /// The hard state file (the acceptor's promised ballot and friends, opaque here).
@@ -76,11 +76,11 @@ impl<D: Disk> HardStateFile<D> {
     /// A `.tmp` left by a crash is removed.
     pub fn open(disk: D, dir: &Path, len_max: u64) -> Result<HardStateFile<D>> {
         disk.create_dir_all(dir)
-            .map_err(Error::io("create_dir_all", dir))?;
+            .map_err(Error::io(IoOp::CreateDirAll, dir))?;
         let tmp = format!("{HARD_STATE_FILE}.tmp");
         if disk
             .file_exists(&dir.join(&tmp))
-            .map_err(Error::io("stat", dir))?
+            .map_err(Error::io(IoOp::Stat, dir))?
         {
             remove_stale_tmp(&disk, dir, &tmp)?;
         }
@@ -101,7 +101,7 @@ impl<D: Disk> HardStateFile<D> {
         if !self
             .disk
             .file_exists(&path)
-            .map_err(Error::io("stat", &path))?
+            .map_err(Error::io(IoOp::Stat, &path))?
         {
             return Ok(None);
         }
@@ -174,9 +174,9 @@ impl<D: Disk> SnapshotStore<D> {
     /// `kept` is clamped to at least 2.
     pub fn open(disk: D, dir: &Path, kept: usize, len_max: u64) -> Result<SnapshotStore<D>> {
         disk.create_dir_all(dir)
-            .map_err(Error::io("create_dir_all", dir))?;
+            .map_err(Error::io(IoOp::CreateDirAll, dir))?;
         let mut indexes = Vec::new();
-        for name in disk.list_files(dir).map_err(Error::io("list", dir))? {
+        for name in disk.list_files(dir).map_err(Error::io(IoOp::List, dir))? {
             if name.ends_with(".snap.tmp") {
                 remove_stale_tmp(&disk, dir, &name)?;
             } else if let Some(index) = parse_snapshot_name(&name) {
@@ -267,11 +267,11 @@ impl<D: Disk> SnapshotStore<D> {
             let old_path = self.dir.join(snapshot_file_name(old));
             self.disk
                 .remove_file(&old_path)
-                .map_err(Error::io("remove_file", &old_path))?;
+                .map_err(Error::io(IoOp::RemoveFile, &old_path))?;
             self.indexes.remove(0);
         }
         self.disk
             .sync_dir(&self.dir)
-            .map_err(Error::io("fsync dir", &self.dir))
+            .map_err(Error::io(IoOp::FsyncDir, &self.dir))
     }
 }

@@ -18,8 +18,8 @@ pub enum Error {
     /// An IO call failed. `op` says which one.
     #[error("io error during {op} on {}: {source}", path.display())]
     Io {
-        /// The operation that failed (`"write"`, `"fdatasync"`, ...).
-        op: &'static str,
+        /// The operation that failed.
+        op: IoOp,
         /// The file or directory it was applied to.
         path: PathBuf,
         /// The operating system's error.
@@ -162,9 +162,61 @@ pub enum CorruptionKind {
     Checksum,
 }
 
+/// The IO call behind an [`Error::Io`]: what failed, as a type (a failed sync is told apart by
+/// [`IoOp::is_sync`], not by the words).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    Create,
+    CreateDirAll,
+    Fdatasync,
+    FsyncDir,
+    List,
+    Open,
+    Read,
+    RemoveFile,
+    Rename,
+    SetLen,
+    Stat,
+    Write,
+    SnapshotSave,
+}
+
+impl IoOp {
+    /// The operation in words (`fdatasync`, `fsync dir`, ...), as the error message says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoOp::Create => "create",
+            IoOp::CreateDirAll => "create_dir_all",
+            IoOp::Fdatasync => "fdatasync",
+            IoOp::FsyncDir => "fsync dir",
+            IoOp::List => "list",
+            IoOp::Open => "open",
+            IoOp::Read => "read",
+            IoOp::RemoveFile => "remove_file",
+            IoOp::Rename => "rename",
+            IoOp::SetLen => "set_len",
+            IoOp::Stat => "stat",
+            IoOp::Write => "write",
+            IoOp::SnapshotSave => "snapshot save",
+        }
+    }
+
+    /// A file's `fdatasync` or a directory's `fsync`: what `picket_storage_fsync_errors_total`
+    /// counts (after one, the data on disk is unknown and the replica stops).
+    pub fn is_sync(self) -> bool {
+        matches!(self, IoOp::Fdatasync | IoOp::FsyncDir)
+    }
+}
+
+impl std::fmt::Display for IoOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
     pub(crate) fn io(
-        op: &'static str,
+        op: IoOp,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();

@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, Error, IoOp, Result};
 use crate::format::{
     self, Marker, COMMIT_FRAME_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN_V2, SEGMENT_VERSION_2,
 };
@@ -171,7 +171,7 @@ impl<D: Disk> Log<D> {
     pub fn open(disk: D, dir: &Path, config: LogConfig) -> Result<(Log<D>, RecoveryReport)> {
         config.validate()?;
         disk.create_dir_all(dir)
-            .map_err(Error::io("create_dir_all", dir))?;
+            .map_err(Error::io(IoOp::CreateDirAll, dir))?;
         let (mut segments, report) = recovery::recover(&disk, dir, &config)?;
         if segments.is_empty() {
             segments.push(create_segment(&disk, dir, 1, &config)?);
@@ -331,7 +331,7 @@ impl<D: Disk> Log<D> {
             .expect("a log always has a segment");
         seg.file
             .write_all_at(buf, seg.end)
-            .map_err(Error::io("write", &seg.path))?;
+            .map_err(Error::io(IoOp::Write, &seg.path))?;
         seg.end += buf.len() as u64;
         seg.len = seg.len.max(seg.end);
         let wrote_records = !pending.is_empty();
@@ -382,7 +382,7 @@ impl<D: Disk> Log<D> {
         if seg.len > seg.end {
             seg.file
                 .set_len(seg.end)
-                .map_err(Error::io("set_len", &seg.path))?;
+                .map_err(Error::io(IoOp::SetLen, &seg.path))?;
             seg.len = seg.end;
             self.dirty = true;
         }
@@ -421,7 +421,7 @@ impl<D: Disk> Log<D> {
             .expect("a log always has a segment");
         seg.file
             .write_all_at(&frame, seg.end)
-            .map_err(Error::io("write", &seg.path))?;
+            .map_err(Error::io(IoOp::Write, &seg.path))?;
         seg.end += frame.len() as u64;
         seg.len = seg.len.max(seg.end);
         seg.uncommitted = false;
@@ -454,7 +454,7 @@ impl<D: Disk> Log<D> {
                 &format::encode_marker(marker),
                 format::marker_slot_offset(marker.seq),
             )
-            .map_err(Error::io("write", &seg.path))?;
+            .map_err(Error::io(IoOp::Write, &seg.path))?;
         seg.marker = marker;
         Ok(())
     }
@@ -468,7 +468,7 @@ impl<D: Disk> Log<D> {
                 .expect("a log always has a segment");
             seg.file
                 .sync_data()
-                .map_err(Error::io("fdatasync", &seg.path))?;
+                .map_err(Error::io(IoOp::Fdatasync, &seg.path))?;
             self.dirty = false;
         }
         self.synced_index = self.last_index();
@@ -518,7 +518,7 @@ impl<D: Disk> Log<D> {
             let mut chunk = vec![0u8; (end - start) as usize];
             seg.file
                 .read_exact_at(&mut chunk, start)
-                .map_err(Error::io("read", &seg.path))?;
+                .map_err(Error::io(IoOp::Read, &seg.path))?;
             for i in lo..hi {
                 let off = (u64::from(seg.offsets[i]) - start) as usize;
                 let frame_end = (seg.frame_end(i) - start) as usize;
@@ -602,10 +602,10 @@ impl<D: Disk> Log<D> {
                         &format::encode_marker(marker),
                         format::marker_slot_offset(marker.seq),
                     )
-                    .map_err(Error::io("write", &seg.path))?;
+                    .map_err(Error::io(IoOp::Write, &seg.path))?;
                 seg.file
                     .sync_data()
-                    .map_err(Error::io("fdatasync", &seg.path))?;
+                    .map_err(Error::io(IoOp::Fdatasync, &seg.path))?;
                 seg.marker = marker;
             }
             seg.uncommitted = keep > 0 && seg.version >= SEGMENT_VERSION_2;
@@ -614,7 +614,7 @@ impl<D: Disk> Log<D> {
             seg.len = new_end;
             seg.file
                 .set_len(new_end)
-                .map_err(Error::io("set_len", &seg.path))?;
+                .map_err(Error::io(IoOp::SetLen, &seg.path))?;
             self.dirty = true;
         }
         self.sync_inner()
@@ -686,10 +686,10 @@ impl<D: Disk> Log<D> {
     fn remove_durably(&self, path: &Path) -> Result<()> {
         self.disk
             .remove_file(path)
-            .map_err(Error::io("remove_file", path))?;
+            .map_err(Error::io(IoOp::RemoveFile, path))?;
         self.disk
             .sync_dir(&self.dir)
-            .map_err(Error::io("fsync dir", &self.dir))
+            .map_err(Error::io(IoOp::FsyncDir, &self.dir))
     }
 
     fn check_invariants(&self) {
@@ -764,16 +764,16 @@ pub(crate) fn create_segment<D: Disk>(
     config: &LogConfig,
 ) -> Result<Segment<D::File>> {
     let path = dir.join(segment_file_name(first_index));
-    let mut file = disk.create(&path).map_err(Error::io("create", &path))?;
+    let mut file = disk.create(&path).map_err(Error::io(IoOp::Create, &path))?;
     file.write_all_at(&format::encode_segment_header_v2(first_index), 0)
-        .map_err(Error::io("write", &path))?;
+        .map_err(Error::io(IoOp::Write, &path))?;
     let header_len = SEGMENT_HEADER_LEN_V2 as u64;
     let len = (header_len + config.preallocate_bytes)
         .min(config.segment_size_bytes)
         .max(header_len);
     write_zeros(&mut file, &path, header_len, len)?;
-    file.sync_data().map_err(Error::io("fdatasync", &path))?;
-    disk.sync_dir(dir).map_err(Error::io("fsync dir", dir))?;
+    file.sync_data().map_err(Error::io(IoOp::Fdatasync, &path))?;
+    disk.sync_dir(dir).map_err(Error::io(IoOp::FsyncDir, dir))?;
     let mut seg = Segment::empty_v2(first_index, path, file);
     seg.len = len;
     Ok(seg)
@@ -797,26 +797,26 @@ fn upgrade_last_segment<D: Disk>(
         let first_index = seg.first_index;
         seg.file
             .set_len(0)
-            .map_err(Error::io("set_len", &seg.path))?;
+            .map_err(Error::io(IoOp::SetLen, &seg.path))?;
         let path = seg.path.clone();
         let old = segments.pop().expect("checked above");
         drop(old.file);
-        let mut file = disk.open(&path).map_err(Error::io("open", &path))?;
+        let mut file = disk.open(&path).map_err(Error::io(IoOp::Open, &path))?;
         file.write_all_at(&format::encode_segment_header_v2(first_index), 0)
-            .map_err(Error::io("write", &path))?;
-        file.sync_data().map_err(Error::io("fdatasync", &path))?;
+            .map_err(Error::io(IoOp::Write, &path))?;
+        file.sync_data().map_err(Error::io(IoOp::Fdatasync, &path))?;
         segments.push(Segment::empty_v2(first_index, path, file));
         return Ok(());
     }
     if seg.len > seg.end {
         seg.file
             .set_len(seg.end)
-            .map_err(Error::io("set_len", &seg.path))?;
+            .map_err(Error::io(IoOp::SetLen, &seg.path))?;
         seg.len = seg.end;
     }
     seg.file
         .sync_data()
-        .map_err(Error::io("fdatasync", &seg.path))?;
+        .map_err(Error::io(IoOp::Fdatasync, &seg.path))?;
     let next = seg.next_index();
     segments.push(create_segment(disk, dir, next, config)?);
     Ok(())
@@ -833,7 +833,7 @@ fn write_zeros<F: DiskFile>(file: &mut F, path: &Path, from: u64, to: u64) -> Re
     while at < to {
         let n = CHUNK.min(to - at) as usize;
         file.write_all_at(&zeros[..n], at)
-            .map_err(Error::io("write", path))?;
+            .map_err(Error::io(IoOp::Write, path))?;
         at += n as u64;
     }
     Ok(())

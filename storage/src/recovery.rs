@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::disk::{Disk, DiskFile};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, Error, IoOp, Result};
 use crate::format::{self, Frame, ScanAhead};
 use crate::log::{LogConfig, Segment};
 
@@ -62,7 +62,7 @@ pub(crate) fn recover<D: Disk>(
     config: &LogConfig,
 ) -> Result<(Vec<Segment<D::File>>, RecoveryReport)> {
     let mut names = Vec::new();
-    for name in disk.list_files(dir).map_err(Error::io("list", dir))? {
+    for name in disk.list_files(dir).map_err(Error::io(IoOp::List, dir))? {
         if !name.ends_with(".seg") {
             continue; // not ours (an editor's backup, ...): left alone
         }
@@ -126,8 +126,8 @@ fn scan_segment<D: Disk>(
     buf: &mut Vec<u8>,
     report: &mut RecoveryReport,
 ) -> Result<Segment<D::File>> {
-    let mut file = disk.open(path).map_err(Error::io("open", path))?;
-    let len = file.len().map_err(Error::io("stat", path))?;
+    let mut file = disk.open(path).map_err(Error::io(IoOp::Open, path))?;
+    let len = file.len().map_err(Error::io(IoOp::Stat, path))?;
     if len > config.segment_len_max() {
         return Err(Error::corruption(
             path,
@@ -139,7 +139,7 @@ fn scan_segment<D: Disk>(
     // long log does not memset every segment before reading over it.
     buf.resize(len as usize, 0);
     file.read_exact_at(buf, 0)
-        .map_err(Error::io("read", path))?;
+        .map_err(Error::io(IoOp::Read, path))?;
 
     let header = match format::decode_segment_header_any(buf) {
         Ok(header) => header,
@@ -292,8 +292,8 @@ fn scan_segment<D: Disk>(
                     return Err(Error::corruption(path, off as u64, kind));
                 }
                 file.set_len(off as u64)
-                    .map_err(Error::io("set_len", path))?;
-                file.sync_data().map_err(Error::io("fdatasync", path))?;
+                    .map_err(Error::io(IoOp::SetLen, path))?;
+                file.sync_data().map_err(Error::io(IoOp::Fdatasync, path))?;
                 file_len = off as u64;
                 report.torn_tail = Some(TornTail {
                     file: path.to_path_buf(),
@@ -330,11 +330,11 @@ fn repair_torn_header<D: Disk>(
     len: u64,
     report: &mut RecoveryReport,
 ) -> Result<Segment<D::File>> {
-    let mut file = disk.open(path).map_err(Error::io("open", path))?;
-    file.set_len(0).map_err(Error::io("set_len", path))?;
+    let mut file = disk.open(path).map_err(Error::io(IoOp::Open, path))?;
+    file.set_len(0).map_err(Error::io(IoOp::SetLen, path))?;
     file.write_all_at(&format::encode_segment_header_v2(name_index), 0)
-        .map_err(Error::io("write", path))?;
-    file.sync_data().map_err(Error::io("fdatasync", path))?;
+        .map_err(Error::io(IoOp::Write, path))?;
+    file.sync_data().map_err(Error::io(IoOp::Fdatasync, path))?;
     report.torn_tail = Some(TornTail {
         file: path.to_path_buf(),
         offset: 0,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use picket_storage::{
-    CorruptionKind, CrashMode, Disk, Error, Log, LogConfig, RealDisk, SimDisk, SnapshotStore,
+    CorruptionKind, CrashMode, Disk, Error, IoOp, Log, LogConfig, RealDisk, SimDisk, SnapshotStore,
     Storage, StorageConfig,
 };
 
@@ -295,7 +295,7 @@ fn failed_fsync_poisons_the_log_until_reopened() {
     assert!(matches!(
         st.log.sync(),
         Err(Error::Io {
-            op: "fdatasync",
+            op: IoOp::Fdatasync,
             ..
         })
     ));
@@ -327,7 +327,7 @@ fn hard_state_replacement_is_atomic_across_crashes() {
     assert!(matches!(
         st.hard_state.save(b"ballot 3"),
         Err(Error::Io {
-            op: "fdatasync",
+            op: IoOp::Fdatasync,
             ..
         })
     ));
@@ -343,7 +343,7 @@ fn hard_state_replacement_is_atomic_across_crashes() {
     assert!(matches!(
         st.hard_state.save(b"ballot 4"),
         Err(Error::Io {
-            op: "fsync dir",
+            op: IoOp::FsyncDir,
             ..
         })
     ));

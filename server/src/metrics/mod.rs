@@ -53,8 +53,20 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tonic::Code;
 
+mod counters;
+mod labels;
 mod from_state;
+mod storage;
+mod text;
+pub use counters::{CounterSource, SourcedCounter};
+use counters::CounterSources;
+use labels::{
+    MemberLabels, NamespaceLabels, KeyLabels, LongestHoldLabels, ThresholdLabels, UrlLabels, RoleLabels, OutcomeLabels, RequestLabels,
+};
 pub use from_state::{namespace_stats, WAITER_SCAN_KEYS_MAX};
+use storage::{BackupMetrics, StorageMetrics};
+pub use text::{code_name, percent_encode};
+use text::{escape_label, saturate, saturate_u64};
 
 /// At most this many namespaces are exported (the rest are dropped with a warning), so a
 /// runaway number of namespaces cannot make a scrape unbounded.
@@ -106,11 +118,6 @@ pub struct MembershipStats {
     pub lag: Vec<(u64, u64)>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MemberLabels {
-    node_id: String,
-}
-
 /// The replica's Paxos state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PaxosStats {
@@ -119,61 +126,6 @@ pub struct PaxosStats {
     pub ballot_node_id: u64,
     pub slot_chosen: u64,
     pub slot_applied: u64,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NamespaceLabels {
-    namespace: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KeyLabels {
-    namespace: String,
-    key: String,
-}
-
-/// The longest hold with what an alert on it needs.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LongestHoldLabels {
-    namespace: String,
-    key: String,
-    class: String,
-    fenced: String,
-    owner: String,
-    /// The class's runbook, or else Picket's stuck-lock runbook at `external_url`.
-    runbook_url: String,
-    /// The key's JSON inspection at `external_url` (empty without one).
-    inspect_url: String,
-    /// The key's console page at `external_url` (empty without one).
-    console_url: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ThresholdLabels {
-    namespace: String,
-    class: String,
-    fenced: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct UrlLabels {
-    url: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RoleLabels {
-    role: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    method: String,
-    code: &'static str,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -240,107 +192,6 @@ pub struct Metrics {
     /// Serializes replacing the namespace series with encoding them, so a scrape never sees a
     /// half-replaced set.
     namespace_lock: Mutex<()>,
-}
-
-/// The storage condition series (issue 17: storage faults are visible).
-struct StorageMetrics {
-    fsync_errors: Counter,
-    recoveries: Family<OutcomeLabels, Counter>,
-    recovery_seconds: FloatGauge,
-    starts: Counter,
-    lost: Gauge,
-    lost_seconds: FloatGauge,
-    compaction_seconds: FloatGauge,
-    snapshot_save_failures: Counter,
-}
-
-impl StorageMetrics {
-    fn register(registry: &mut Registry) -> StorageMetrics {
-        let m = StorageMetrics {
-            fsync_errors: Counter::default(),
-            recoveries: Family::default(),
-            recovery_seconds: FloatGauge::default(),
-            starts: Counter::default(),
-            lost: Gauge::default(),
-            lost_seconds: FloatGauge::default(),
-            compaction_seconds: FloatGauge::default(),
-            snapshot_save_failures: Counter::default(),
-        };
-        registry.register(
-            "picket_storage_fsync_errors",
-            "Failed file or directory fsyncs of the durable store (the replica stops after one)",
-            m.fsync_errors.clone(),
-        );
-        registry.register(
-            "picket_storage_recoveries",
-            "Storage recoveries at start, by outcome: clean, torn_tail_cut, durable_state_lost",
-            m.recoveries.clone(),
-        );
-        registry.register(
-            "picket_storage_recovery_seconds",
-            "Time this start spent opening and replaying the durable store",
-            m.recovery_seconds.clone(),
-        );
-        registry.register(
-            "picket_replica_starts",
-            "Starts of this data directory (its boot count): increase() counts restarts",
-            m.starts.clone(),
-        );
-        registry.register(
-            "picket_storage_durable_state_lost",
-            "1 while the replica's durable state is lost and it re-learns it from the others",
-            m.lost.clone(),
-        );
-        registry.register(
-            "picket_storage_durable_state_lost_seconds",
-            "Time this start has spent with its durable state lost (re-learning)",
-            m.lost_seconds.clone(),
-        );
-        registry.register(
-            "picket_storage_compaction_seconds",
-            "Duration of the last snapshot save and log compaction",
-            m.compaction_seconds.clone(),
-        );
-        registry.register(
-            "picket_storage_snapshot_save_failures",
-            "Background snapshot saves that failed (the log is kept; the replica goes on)",
-            m.snapshot_save_failures.clone(),
-        );
-        m
-    }
-}
-
-/// Scheduled backups (`[backup]`, issue 37).
-struct BackupMetrics {
-    last_success: FloatGauge,
-    interval: FloatGauge,
-    runs: Family<OutcomeLabels, Counter>,
-}
-
-impl BackupMetrics {
-    fn register(registry: &mut Registry) -> BackupMetrics {
-        let m = BackupMetrics {
-            last_success: FloatGauge::default(),
-            interval: FloatGauge::default(),
-            runs: Family::default(),
-        };
-        registry.register(
-            "picket_backup_last_success_timestamp_seconds",
-            "Unix time of this replica's last good scheduled backup ([backup]; 0: none yet); its age is time() minus it",
-            m.last_success.clone(),
-        );
-        registry.register(
-            "picket_backup_interval_seconds",
-            "The [backup] interval of this replica (0: no scheduled backups)",
-            m.interval.clone(),
-        );
-        registry.register(
-            "picket_backups",
-            "Scheduled backups attempted by this replica, by outcome: ok, failed, skipped (not serving)",
-            m.runs.clone(),
-        );
-        m
-    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -793,133 +644,8 @@ impl Metrics {
     }
 }
 
-/// One counter read from a [`CounterSource`]: its name (without `_total`, which the encoding
-/// adds), help, an optional label and its value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourcedCounter {
-    pub name: &'static str,
-    pub help: &'static str,
-    /// `(label, value)` of this series, for a counter of several series (written in the order
-    /// given, under one descriptor while the name repeats).
-    pub label: Option<(&'static str, &'static str)>,
-    pub value: u64,
-}
-
-/// Something that keeps counters of its own (atomics) for `/metrics`.
-pub trait CounterSource: std::fmt::Debug + Send + Sync {
-    fn counters(&self) -> Vec<SourcedCounter>;
-}
-
-#[derive(Debug, Default)]
-struct CounterSources(Mutex<Vec<Arc<dyn CounterSource>>>);
-
-impl prometheus_client::collector::Collector for CounterSources {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::counter::ConstCounter;
-        let sources = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for source in sources {
-            let counters = source.counters();
-            let mut at = 0;
-            while at < counters.len() {
-                let first = &counters[at];
-                let same = counters[at..]
-                    .iter()
-                    .take_while(|c| c.name == first.name)
-                    .count();
-                let counter = ConstCounter::new(first.value);
-                let mut family = encoder.encode_descriptor(
-                    first.name,
-                    first.help,
-                    None,
-                    counter.metric_type(),
-                )?;
-                if first.label.is_none() {
-                    // One series without labels (a repeat of the name would be a second source).
-                    counter.encode(family)?;
-                    at += 1;
-                    continue;
-                }
-                for series in &counters[at..at + same] {
-                    let label = [series.label.unwrap_or(("", ""))];
-                    ConstCounter::new(series.value).encode(family.encode_family(&label)?)?;
-                }
-                at += same;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The content type of [`Metrics::encode`].
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-fn saturate(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn saturate_u64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A label value escaped for the text format (`\` `"` and newline), which `prometheus-client`
-/// writes as is: keys are arbitrary UTF-8.
-fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for ch in value.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// `value` as one URL path segment: unreserved characters as they are, every other byte
-/// (`/` included, so a key is one segment the HTTP route decodes back) as `%XX`.
-pub fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-/// The gRPC code as grpc-go and most dashboards spell it.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -41,7 +41,7 @@ pub mod extract;
 pub mod forward;
 pub mod json;
 pub mod tls;
-pub mod told;
+pub mod sessions_told;
 
 use extract::{invalid_parameter, JsonQuery};
 pub use forward::{HttpCluster, HttpEndpoints};

@@ -29,7 +29,8 @@ pub struct Answered {
     pub revision: Revision,
 }
 
-pub(crate) type Reply1<T> = oneshot::Sender<Result<T, Status>>;
+/// Where the driver sends one request's answer (or its refusal as a gRPC status).
+pub(crate) type Responder<T> = oneshot::Sender<Result<T, Status>>;
 
 /// A request from a gRPC handler.
 #[derive(Debug)]
@@ -39,7 +40,7 @@ pub enum Request {
     Propose {
         command: Command,
         wait_ms: u64,
-        reply: Reply1<Answered>,
+        reply: Responder<Answered>,
     },
     /// A keepalive of a caller that presented `proof` (checked against the applied state):
     /// answers the TTL and the holds the session lost to force-release (for its client).
@@ -52,7 +53,7 @@ pub enum Request {
     Read {
         query: Query,
         stale: bool,
-        reply: Reply1<(Revision, Answer)>,
+        reply: Responder<(Revision, Answer)>,
     },
     /// A page of the watch log (served from this replica's applied state).
     Watch {
@@ -67,7 +68,7 @@ pub enum Request {
     /// A membership change (leader only), answered once the log chose it.
     ChangeMembership {
         request: ChangeRequest,
-        reply: Reply1<MembershipChanged>,
+        reply: Responder<MembershipChanged>,
     },
 }
 

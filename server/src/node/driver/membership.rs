@@ -9,7 +9,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         &mut self,
         now: Instant,
         request: ChangeRequest,
-        reply: Reply1<MembershipChanged>,
+        reply: Responder<MembershipChanged>,
     ) {
         if self.membership_wait.is_some() {
             let pending = ReconfigError::NotChosen("the change asked before".to_owned());

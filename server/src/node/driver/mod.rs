@@ -75,7 +75,7 @@ const DIGESTS_QUEUED_MAX: usize = 1_024;
 const STATS_EVERY_MS: u64 = 1_000;
 
 struct PendingProposal {
-    reply: Reply1<Answered>,
+    reply: Responder<Answered>,
     /// How long the node holds a waiting `Acquire` before answering `Queued`.
     hold_ms: Option<u64>,
 }
@@ -94,7 +94,7 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     proposals: BTreeMap<ProposalId, PendingProposal>,
     /// Commands taken this turn, proposed together at its end (they share slots).
     to_propose: Vec<(Command, PendingProposal)>,
-    reads: BTreeMap<ReadId, Reply1<(Revision, Answer)>>,
+    reads: BTreeMap<ReadId, Responder<(Revision, Answer)>>,
     counters: DriverCounters,
     metrics: Arc<Metrics>,
     /// When the namespace series are recomputed next.
@@ -110,7 +110,7 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     /// Time spent with the durable state lost, fixed once it is re-learned.
     lost_for: Option<std::time::Duration>,
     /// The membership change this leader proposed and the caller waiting for it to be chosen.
-    membership_wait: Option<(Membership, Reply1<MembershipChanged>)>,
+    membership_wait: Option<(Membership, Responder<MembershipChanged>)>,
     /// What the transport follows (`sync_members`): the schedule, whether its first membership
     /// is a guess, and the first slot of the membership that governs the next slot to apply.
     schedule_seen: Option<(Schedule, bool, paxos::Slot)>,
@@ -478,7 +478,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Reply1<Answered>) {
+    fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Responder<Answered>) {
         let waits = matches!(command, Command::Acquire { wait: true, .. });
         let hold_ms = (waits && wait_ms > 0).then_some(wait_ms);
         self.to_propose
