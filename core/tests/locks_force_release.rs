@@ -5,8 +5,8 @@ use common::World;
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, ForceReleaseId,
-    Identity, LockConfig, LockError, LockMode, LockStateMachine, ReleaseCause, Reply, RequestId,
-    Revision, Role, SessionId, SessionProof, Token, WatchFilter,
+    LockConfig, LockError, LockMode, LockStateMachine, ReleaseCause, Reply, RequestId, Revision,
+    Role, SessionId, SessionProof, Token, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -744,14 +744,12 @@ fn deny_roles_reasons_and_bounds() {
     );
 
     // The pending bound.
-    let mut w = World {
-        sm: LockStateMachine::new(LockConfig {
-            force_releases_pending_max: 1,
-            ..LockConfig::default()
-        }),
-        now: 1,
-        request: 0,
-    };
+    let mut w = World::at_fixed_time();
+    w.sm = LockStateMachine::new(LockConfig {
+        force_releases_pending_max: 1,
+        ..LockConfig::default()
+    });
+    w.now = 1;
     let holder = w.session("h");
     let token = granted(w.acquire(holder, "k", false));
     let token_j = granted(w.acquire(holder, "j", false));

@@ -8,9 +8,9 @@ mod common;
 use common::World;
 
 use picket_core::locks::{
-    AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, Identity, LockConfig,
-    LockError, LockMode, LockStateMachine, Reply, RequestId, Revision, Role, SessionId,
-    SessionProof, Token, WaitEndKind, WatchFilter, PERMITS_MAX,
+    AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, LockError, LockMode,
+    LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token,
+    WaitEndKind, WatchFilter, PERMITS_MAX,
 };
 use picket_core::time::Instant;
 

@@ -7,9 +7,8 @@ mod common;
 use common::World;
 
 use picket_core::locks::{
-    AcquireReply, Actor, Command, EventKind, Identity, LockConfig, LockError, LockMode,
-    LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token,
-    WaitEndKind,
+    AcquireReply, Actor, Command, EventKind, LockError, LockMode, Reply, RequestId, Revision, Role,
+    SessionId, SessionProof, Token, WaitEndKind,
 };
 use picket_core::time::Instant;
 

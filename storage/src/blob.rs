@@ -32,7 +32,8 @@ pub fn write_atomic<D: Disk>(disk: &D, path: &Path, bytes: &[u8]) -> Result<()> 
         .map_err(Error::io(IoOp::Write, &tmp))?;
     file.sync_data().map_err(Error::io(IoOp::Fdatasync, &tmp))?;
     drop(file);
-    disk.rename(&tmp, path).map_err(Error::io(IoOp::Rename, &tmp))?;
+    disk.rename(&tmp, path)
+        .map_err(Error::io(IoOp::Rename, &tmp))?;
     disk.sync_dir(dir).map_err(Error::io(IoOp::FsyncDir, dir))
 }
 

@@ -215,10 +215,7 @@ impl std::fmt::Display for IoOp {
 }
 
 impl Error {
-    pub(crate) fn io(
-        op: IoOp,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(io::Error) -> Error {
+    pub(crate) fn io(op: IoOp, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { op, path, source }
     }

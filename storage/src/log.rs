@@ -772,7 +772,8 @@ pub(crate) fn create_segment<D: Disk>(
         .min(config.segment_size_bytes)
         .max(header_len);
     write_zeros(&mut file, &path, header_len, len)?;
-    file.sync_data().map_err(Error::io(IoOp::Fdatasync, &path))?;
+    file.sync_data()
+        .map_err(Error::io(IoOp::Fdatasync, &path))?;
     disk.sync_dir(dir).map_err(Error::io(IoOp::FsyncDir, dir))?;
     let mut seg = Segment::empty_v2(first_index, path, file);
     seg.len = len;
@@ -804,7 +805,8 @@ fn upgrade_last_segment<D: Disk>(
         let mut file = disk.open(&path).map_err(Error::io(IoOp::Open, &path))?;
         file.write_all_at(&format::encode_segment_header_v2(first_index), 0)
             .map_err(Error::io(IoOp::Write, &path))?;
-        file.sync_data().map_err(Error::io(IoOp::Fdatasync, &path))?;
+        file.sync_data()
+            .map_err(Error::io(IoOp::Fdatasync, &path))?;
         segments.push(Segment::empty_v2(first_index, path, file));
         return Ok(());
     }

@@ -45,7 +45,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_core::paxos::RoleKind;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
@@ -54,16 +53,17 @@ use prometheus_client::registry::Registry;
 use tonic::Code;
 
 mod counters;
-mod labels;
 mod from_state;
+mod labels;
 mod storage;
 mod text;
-pub use counters::{CounterSource, SourcedCounter};
 use counters::CounterSources;
-use labels::{
-    MemberLabels, NamespaceLabels, KeyLabels, LongestHoldLabels, ThresholdLabels, UrlLabels, RoleLabels, OutcomeLabels, RequestLabels,
-};
+pub use counters::{CounterSource, SourcedCounter};
 pub use from_state::{namespace_stats, WAITER_SCAN_KEYS_MAX};
+use labels::{
+    KeyLabels, LongestHoldLabels, MemberLabels, NamespaceLabels, OutcomeLabels, RequestLabels,
+    RoleLabels, ThresholdLabels, UrlLabels,
+};
 use storage::{BackupMetrics, StorageMetrics};
 pub use text::{code_name, percent_encode};
 use text::{escape_label, saturate, saturate_u64};

@@ -9,14 +9,14 @@ use super::{FloatGauge, OutcomeLabels};
 
 /// The storage condition series (issue 17: storage faults are visible).
 pub(super) struct StorageMetrics {
-    fsync_errors: Counter,
-    recoveries: Family<OutcomeLabels, Counter>,
-    recovery_seconds: FloatGauge,
-    starts: Counter,
-    lost: Gauge,
-    lost_seconds: FloatGauge,
-    compaction_seconds: FloatGauge,
-    snapshot_save_failures: Counter,
+    pub(super) fsync_errors: Counter,
+    pub(super) recoveries: Family<OutcomeLabels, Counter>,
+    pub(super) recovery_seconds: FloatGauge,
+    pub(super) starts: Counter,
+    pub(super) lost: Gauge,
+    pub(super) lost_seconds: FloatGauge,
+    pub(super) compaction_seconds: FloatGauge,
+    pub(super) snapshot_save_failures: Counter,
 }
 
 impl StorageMetrics {
@@ -77,9 +77,9 @@ impl StorageMetrics {
 
 /// Scheduled backups (`[backup]`, issue 37).
 pub(super) struct BackupMetrics {
-    last_success: FloatGauge,
-    interval: FloatGauge,
-    runs: Family<OutcomeLabels, Counter>,
+    pub(super) last_success: FloatGauge,
+    pub(super) interval: FloatGauge,
+    pub(super) runs: Family<OutcomeLabels, Counter>,
 }
 
 impl BackupMetrics {

@@ -39,20 +39,18 @@ use picket_net::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
 };
-use picket_net::DecodeError;
 use picket_storage::{
     Disk, Error as StorageError, HardStateFile, Log, SnapshotStore, Storage, StorageConfig,
 };
 use prost::Message as _;
-use thiserror::Error;
 
 mod condition;
 mod recovery;
-use recovery::{decode_boot, decoded, encode_boot, generation_dir, Recovery};
 pub use condition::{
     EmptyDataDir, Recovered, RecoveryOutcome, SaveJob, SaveOutcome, SaveRunner, StorageCondition,
     StoreCounters, StoreError,
 };
+use recovery::{decode_boot, decoded, encode_boot, generation_dir, Recovery};
 
 /// Log bytes read per call during recovery.
 const RECOVERY_READ_BYTES: u64 = 16 << 20;
@@ -684,8 +682,8 @@ fn save_snapshot<D: Disk>(
 }
 
 #[cfg(test)]
-#[path = "durable_tests.rs"]
-mod tests;
-#[cfg(test)]
 #[path = "durable_save_tests.rs"]
 mod save_tests;
+#[cfg(test)]
+#[path = "durable_tests.rs"]
+mod tests;

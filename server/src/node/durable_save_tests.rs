@@ -5,9 +5,9 @@ use std::path::Path;
 
 use picket_core::node::{NodeDurable, NodePersist};
 use picket_core::paxos::Slot;
-use picket_storage::{CrashMode, DiskFile, SimDisk};
+use picket_storage::{LogConfig, SimDisk};
 
-use super::tests::{config, op, reference, value, DATA};
+use super::tests::{config, op, reference, DATA};
 use super::*;
 
 /// Background saves held here until the test runs them (`DurableStore::set_save_runner`).

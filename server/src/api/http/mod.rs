@@ -40,8 +40,8 @@ use crate::metrics::{self, Metrics};
 pub mod extract;
 pub mod forward;
 pub mod json;
-pub mod tls;
 pub mod sessions_told;
+pub mod tls;
 
 use extract::{invalid_parameter, JsonQuery};
 pub use forward::{HttpCluster, HttpEndpoints};

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use clap::{Subcommand, ValueEnum};
-use picket_net::proto;
 
 #[derive(Debug, Subcommand)]
 pub enum SnapshotAction {

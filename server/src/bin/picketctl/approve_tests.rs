@@ -10,9 +10,8 @@ use picket_net::proto::{self};
 use tonic::{Request, Response, Status};
 
 use super::commands::approve;
-use super::render;
 use super::Ack;
-use super::{Cli, Command, CtlError, ForceRelease};
+use super::{Cli, CtlError};
 
 /// A fake Admin service with one pending force-release request; counts approvals.
 #[derive(Clone)]
@@ -192,7 +191,9 @@ impl Admin for FakeAdmin {
     }
 }
 
-async fn fake_admin(fenced: bool) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
+pub(super) async fn fake_admin(
+    fenced: bool,
+) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
     fake_admin_now(fenced, fenced).await
 }
 
@@ -285,7 +286,6 @@ async fn an_advisory_release_is_approved_without_the_flag_and_an_unknown_id_is_r
         "{unknown}"
     );
 }
-
 
 /// Issue 16, finding 2: the class went from fenced to advisory between request and approval;
 /// `approve --ack fenced` went through and its output said ADVISORY in one block and FENCED in

@@ -24,10 +24,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
 
-pub use actions::{Ack, Answer, ClassesAction, ClusterAction, ForceRelease, SemaphoreAction, SnapshotAction};
+pub use actions::{
+    Ack, Answer, ClassesAction, ClusterAction, ForceRelease, SemaphoreAction, SnapshotAction,
+};
 
 /// The client endpoints of `picketd dev`.
 pub const DEV_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";

@@ -1,17 +1,11 @@
-//! picketctl: argument parsing, help, JSON shapes, and the fenced-approval refusal against a
-//! fake Admin service on loopback.
-
-use std::sync::{Arc, Mutex};
+//! picketctl: argument parsing, help, JSON shapes, TLS flags, lock flags and the backup file
+//! (the approval against a fake Admin service is in approve_tests.rs).
 
 use clap::{CommandFactory, Parser};
-use picket_net::client::Client;
-use picket_net::proto::admin_server::{Admin, AdminServer};
 use picket_net::proto::{self};
-use tonic::{Request, Response, Status};
 
-use super::commands::approve;
+use super::approve_tests::fake_admin;
 use super::render;
-use super::Ack;
 use super::{Cli, Command, CtlError, ForceRelease};
 
 #[test]

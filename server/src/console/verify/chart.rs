@@ -26,17 +26,22 @@ pub struct QueueChart {
 }
 
 /// Chart geometry (SVG user units).
-const CHART_WIDTH: u32 = 640;
-const CHART_HEIGHT: u32 = 200;
-const CHART_LEFT: u32 = 40;
-const CHART_TOP: u32 = 10;
-const CHART_BOTTOM: u32 = 30;
+pub(super) const CHART_WIDTH: u32 = 640;
+pub(super) const CHART_HEIGHT: u32 = 200;
+pub(super) const CHART_LEFT: u32 = 40;
+pub(super) const CHART_TOP: u32 = 10;
+pub(super) const CHART_BOTTOM: u32 = 30;
 
 impl QueueChart {
     /// The queue's depth after each revision of `events` (oldest first): a `queued` event adds
     /// its session to the waiters, a grant or a removed wait takes it out. The last point is
     /// the key's queue as `Admin.Inspect` answers it now, `k`.
-    fn of(events: &[&proto::Event], complete: bool, k: &KeyView, now_ms: u64) -> QueueChart {
+    pub(super) fn of(
+        events: &[&proto::Event],
+        complete: bool,
+        k: &KeyView,
+        now_ms: u64,
+    ) -> QueueChart {
         use proto::event::Kind;
         let mut waiting = BTreeSet::new();
         let mut points: Vec<QueuePoint> = Vec::new();

@@ -1,3 +1,4 @@
+use super::chart::{CHART_LEFT, CHART_WIDTH};
 use super::*;
 
 fn event(revision: u64, kind: proto::event::Kind) -> proto::Event {

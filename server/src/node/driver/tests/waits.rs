@@ -59,7 +59,9 @@ pub(super) fn a_held_acquire_is_answered_by_the_grant_or_at_its_deadline(mode: P
     assert_eq!(h.drivers[leader].node().waits_pending(), 0);
 }
 
-pub(super) fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call(mode: PersistMode) {
+pub(super) fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_call(
+    mode: PersistMode,
+) {
     let mut h = harness(64, mode);
     let leader = h.leader();
     h.settle(100);
