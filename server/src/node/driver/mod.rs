@@ -408,6 +408,9 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
         self.take_membership_notice();
         self.sync_members();
+        if let Some(set) = &self.member_set {
+            set.set_cluster_version(self.node.state().cluster_version());
+        }
         self.step_cluster_version(now);
         self.report_stats(now);
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{BufMut, BytesMut};
@@ -52,6 +52,9 @@ struct MemberSetInner {
     /// What each peer this replica has an open outbound connection to said about itself in
     /// its answer hello (removed when the connection ends).
     versions: Mutex<BTreeMap<NodeId, PeerVersion>>,
+    /// The cluster version this replica's log is at (0: not known yet): a peer whose release
+    /// does not support it is refused, both ways (rule `peer_cluster_version`).
+    cluster_version: AtomicU32,
 }
 
 /// What a peer said about itself in its hello (`PeerHello` fields 5-7).
@@ -135,6 +138,15 @@ impl MemberSet {
     pub fn notice(&self, from: NodeId, notice: MembershipNotice) {
         *self.0.notice.lock().expect("member set poisoned") = Some((from, notice));
         self.0.noticed.store(true, Ordering::Release);
+    }
+
+    /// The cluster version this replica's log is at (the driver, every turn).
+    pub fn set_cluster_version(&self, version: u32) {
+        self.0.cluster_version.store(version, Ordering::Relaxed);
+    }
+
+    pub fn cluster_version(&self) -> u32 {
+        self.0.cluster_version.load(Ordering::Relaxed)
     }
 
     /// A connection to `id` opened and `id` said this about itself.
@@ -332,6 +344,23 @@ fn check_common(hello: &proto::PeerHello, link: &PeerLink) -> Result<u32, Refusa
             format!(
                 "the hello is meant for node {}, this is node {} (members[].peer_address)",
                 hello.to_node_id, link.me.0
+            ),
+        ));
+    }
+    // After the cluster version stepped up, a replica of a release that does not support it
+    // would apply the log differently: it is kept out, both ways (docs/upgrades.md).
+    let ours = link.members.cluster_version();
+    let version = PeerVersion::of(hello, protocol);
+    if ours > version.cluster_version_max {
+        return Err(Refusal::new(
+            "peer_cluster_version",
+            format!(
+                "this cluster's log is at cluster version {ours}; node {} runs release {}, which \
+                 supports cluster versions up to {}: install a release that supports {ours} on \
+                 it (docs/upgrades.md)",
+                hello.from_node_id,
+                version.release_text(),
+                version.cluster_version_max
             ),
         ));
     }

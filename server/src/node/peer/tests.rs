@@ -221,6 +221,50 @@ fn two_ends_talk_the_highest_version_both_speak() {
     assert_eq!(refused.rule, "peer_protocol_version");
 }
 
+#[test]
+fn after_the_step_a_peer_of_a_release_that_does_not_support_it_is_refused_both_ways() {
+    let me = link(2, "c");
+    let hello_of_01 = proto::PeerHello {
+        protocol_version: PEER_PROTOCOL_VERSION,
+        cluster_id: "c".into(),
+        from_node_id: 1,
+        to_node_id: 2,
+        ..proto::PeerHello::default()
+    };
+    // Unknown (0) or at 1: a replica of 0.1 is a peer like any other (a rolling upgrade).
+    assert_eq!(check_hello(&hello_of_01, &me), Ok(NodeId(1)));
+    me.members.set_cluster_version(1);
+    assert_eq!(check_hello(&hello_of_01, &me), Ok(NodeId(1)));
+    // Stepped to 2: it is refused as a dialer, and its answer is refused when this one dials.
+    me.members.set_cluster_version(2);
+    let refused = check_hello(&hello_of_01, &me).unwrap_err();
+    assert_eq!(refused.rule, "peer_cluster_version");
+    assert!(
+        refused
+            .to_string()
+            .contains("cluster version 2; node 1 runs release 0.1"),
+        "{refused}"
+    );
+    let answer_of_01 = proto::PeerHello {
+        from_node_id: 1,
+        to_node_id: 2,
+        ..hello_of_01.clone()
+    };
+    assert_eq!(
+        check_answer(&answer_of_01, &me, NodeId(1))
+            .unwrap_err()
+            .rule,
+        "peer_cluster_version"
+    );
+    // A release that supports 2 is welcome.
+    let hello_of_02 = proto::PeerHello {
+        cluster_version_max: 2,
+        release: "0.2.0".into(),
+        ..hello_of_01
+    };
+    assert_eq!(check_hello(&hello_of_02, &me), Ok(NodeId(1)));
+}
+
 struct Listening {
     addr: SocketAddr,
     delivered: mpsc::Receiver<PeerInput>,
