@@ -208,6 +208,10 @@ fn canonical(mut s: LockSnapshot) -> LockSnapshot {
     s.classes
         .sort_by(|a, b| (&a.0, &a.1.prefix).cmp(&(&b.0, &b.1.prefix)));
     s.force_releases.sort_by_key(|r| r.id);
+    // A snapshot written before the cluster version was kept says none (0): restored at 1.
+    s.cluster_version = s
+        .cluster_version
+        .max(picket_core::locks::CLUSTER_VERSION_FIRST);
     s
 }
 
