@@ -189,8 +189,24 @@ fn hello(version: u32, cluster: &str, from: u64, to: u64) -> proto::PeerFrame {
             cluster_id: cluster.into(),
             from_node_id: from,
             to_node_id: to,
+            release: env!("CARGO_PKG_VERSION").into(),
+            cluster_version_max: picket_core::locks::CLUSTER_VERSION,
             ..proto::PeerHello::default()
         })),
+    }
+}
+
+/// `frame`'s hello as a replica of release 0.1 sends it: no release, no cluster version.
+fn release_0_1(frame: proto::PeerFrame) -> proto::PeerFrame {
+    match frame.kind {
+        Some(proto::peer_frame::Kind::Hello(hello)) => proto::PeerFrame {
+            kind: Some(proto::peer_frame::Kind::Hello(proto::PeerHello {
+                release: String::new(),
+                cluster_version_max: 0,
+                ..hello
+            })),
+        },
+        other => panic!("not a hello: {other:?}"),
     }
 }
 
@@ -207,6 +223,12 @@ async fn the_peer_port_refuses_a_bad_handshake_and_drops_malformed_messages() {
             "peer_protocol_version",
         ),
         (hello(version, "picket-dev", 2, 3), "peer_wrong_recipient"),
+        // A replica of release 0.1 (its hello names no cluster version) is kept out of a
+        // cluster whose log is at cluster version 2 (a new cluster of this release).
+        (
+            release_0_1(hello(version, "picket-dev", 2, 1)),
+            "peer_cluster_version",
+        ),
     ] {
         let mut tcp = tokio::net::TcpStream::connect(&peer).await.unwrap();
         write_frame(&mut tcp, bad).await;
