@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials};
+use picket_net::client::{Client, ClientConfig, ClientError};
 use picket_net::proto;
 use support::{acquire, admin, at_leader, create_session, granted, json_of, release, Cluster};
 
@@ -48,15 +48,6 @@ async fn release_owned(
     token: u64,
 ) -> Result<proto::ReleaseResponse, tonic::Status> {
     release(&e, session, request, NS, key, token).await
-}
-
-async fn status_of(endpoint: &str) -> Option<proto::ReplicaStatus> {
-    let mut client = admin(endpoint).await.ok()?;
-    client
-        .get_replica_status(proto::GetReplicaStatusRequest {})
-        .await
-        .ok()
-        .map(|r| r.into_inner())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +103,9 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
     // report), then is promoted.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let leader_status = status_of(&cluster.endpoints[leader]).await.unwrap();
+        let leader_status = support::status_of(&cluster.endpoints[leader])
+            .await
+            .unwrap();
         let seen = leader_status
             .members
             .iter()
@@ -166,7 +159,7 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
     let new_leader = loop {
         let mut found = None;
         for i in cluster.running().into_iter().filter(|i| *i != leader) {
-            if let Some(s) = status_of(&cluster.endpoints[i]).await {
+            if let Some(s) = support::status_of(&cluster.endpoints[i]).await {
                 if s.role == "leader" && s.ready {
                     found = Some((i, s));
                 }
@@ -246,7 +239,7 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
     }
 
     // A removed member's id is never a member again.
-    let admin = admin_client(&cluster);
+    let admin = cluster.admin_client("membership-e2e");
     let again = admin
         .add_member(proto::AddMemberRequest {
             node_id: leader as u64 + 1,
@@ -262,22 +255,6 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
         }
         other => panic!("re-adding a removed id: {other:?}"),
     }
-}
-
-/// An admin client (dev auth: `alice`, `class-admin`) of every replica running now.
-fn admin_client(cluster: &Cluster) -> Client {
-    let endpoints: Vec<String> = cluster
-        .running()
-        .into_iter()
-        .map(|i| cluster.endpoints[i].clone())
-        .collect();
-    let mut config = ClientConfig::new(endpoints, "membership-e2e");
-    config.credentials = Credentials {
-        principal: Some("alice".into()),
-        roles: Some("class-admin".into()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
 }
 
 #[derive(Clone, Debug)]
@@ -298,7 +275,7 @@ async fn change(cluster: &Cluster, change: Change) -> proto::MembershipChangeRes
     let reason = format!("{change:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let admin = admin_client(cluster);
+        let admin = cluster.admin_client("membership-e2e");
         let answer = match &change {
             Change::Add { id, peer, client } => {
                 admin
@@ -345,27 +322,11 @@ async fn change(cluster: &Cluster, change: Change) -> proto::MembershipChangeRes
     }
 }
 
-/// The index of the replica that leads and serves now, waiting up to 20 s.
-async fn current_leader(cluster: &Cluster) -> (usize, proto::ReplicaStatus) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        for i in cluster.running() {
-            if let Some(status) = status_of(&cluster.endpoints[i]).await {
-                if status.role == "leader" && status.ready {
-                    return (i, status);
-                }
-            }
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no leader serves");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until the leader has heard member `id` apply a slot within 48 of its own.
 async fn caught_up(cluster: &Cluster, id: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, status) = current_leader(cluster).await;
+        let (_, status) = cluster.current_leader().await;
         let seen = status
             .members
             .iter()
@@ -511,7 +472,7 @@ async fn under_load_three_grow_to_five_one_is_replaced_the_leader_removed_and_ba
         assert!(promoted.voters.contains(&id), "{promoted:?}");
         load.progress(50, "after a member joined").await;
     }
-    let (leader, status) = current_leader(&cluster).await;
+    let (leader, status) = cluster.current_leader().await;
     assert_eq!(status.members.iter().filter(|m| m.voter).count(), 5);
 
     // One of the first three (not the leader) is replaced by a replica at a new address.
@@ -530,12 +491,12 @@ async fn under_load_three_grow_to_five_one_is_replaced_the_leader_removed_and_ba
     load.progress(50, "after a member was replaced").await;
 
     // The leader is removed: another takes over, and the workers carry on.
-    let (leader, _) = current_leader(&cluster).await;
+    let (leader, _) = cluster.current_leader().await;
     let removed = change(&cluster, Change::Remove(leader as u64 + 1)).await;
     assert_eq!(removed.voters.len(), 4, "{removed:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let (new_leader, _) = loop {
-        let found = current_leader(&cluster).await;
+        let found = cluster.current_leader().await;
         if found.0 != leader {
             break found;
         }
@@ -560,7 +521,7 @@ async fn under_load_three_grow_to_five_one_is_replaced_the_leader_removed_and_ba
     load.progress(50, "after shrinking to 3").await;
     let fence = load.stop().await;
 
-    let (leader, status) = current_leader(&cluster).await;
+    let (leader, status) = cluster.current_leader().await;
     let voters: Vec<u64> = status
         .members
         .iter()
@@ -594,7 +555,7 @@ async fn leader_other_than(
             if Some(i) == not {
                 continue;
             }
-            if let Some(status) = status_of(&cluster.endpoints[i]).await {
+            if let Some(status) = support::status_of(&cluster.endpoints[i]).await {
                 if status.role == "leader" && status.ready {
                     let took = since.elapsed();
                     eprintln!("{what}: node {} leads and serves {took:?} after", i + 1);
@@ -627,7 +588,7 @@ async fn in_effect_everywhere(cluster: &Cluster, removed: usize) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
         for i in cluster.running().into_iter().filter(|i| *i != removed) {
-            let Some(s) = status_of(&cluster.endpoints[i]).await else {
+            let Some(s) = support::status_of(&cluster.endpoints[i]).await else {
                 continue 'wait;
             };
             if s.members.iter().any(|m| m.node_id == removed as u64 + 1)
@@ -645,7 +606,7 @@ async fn in_effect_everywhere(cluster: &Cluster, removed: usize) {
 async fn says_removed(cluster: &Cluster, removed: usize, leader: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let status = loop {
-        let status = status_of(&cluster.endpoints[removed]).await;
+        let status = support::status_of(&cluster.endpoints[removed]).await;
         if let Some(s) = status.filter(|s| s.role == "removed") {
             break s;
         }
@@ -664,7 +625,9 @@ async fn says_removed(cluster: &Cluster, removed: usize, leader: usize) {
     );
     // It keeps saying so for a few election timeouts: never a pre-candidate again.
     for _ in 0..10 {
-        let s = status_of(&cluster.endpoints[removed]).await.unwrap();
+        let s = support::status_of(&cluster.endpoints[removed])
+            .await
+            .unwrap();
         assert_eq!(s.role, "removed", "{s:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -697,7 +660,7 @@ async fn replace_per_runbook(
     old: usize,
     contact: usize,
 ) -> (usize, Duration) {
-    let (leader, _) = current_leader(cluster).await;
+    let (leader, _) = cluster.current_leader().await;
     assert_ne!(contact, leader, "the contact is not the leader");
     // 2. Start the new replica: `join = true`, itself and one running member.
     let (new, peer, client) = cluster.start_joiner_with_contacts(&[contact]);
@@ -743,14 +706,14 @@ async fn replace_machine_runbook_literally_with_one_contact_that_is_not_the_lead
     let mut took = Vec::new();
 
     // The leader's machine is replaced.
-    let (leader, _) = current_leader(&cluster).await;
+    let (leader, _) = cluster.current_leader().await;
     let contact = (0..3).find(|i| *i != leader).unwrap();
     let (first_new, t) = replace_per_runbook(&mut cluster, &load, leader, contact).await;
     took.push(("the leader replaced", t));
 
     // Then a follower's: the contact is a running member that is not the leader (the replica
     // that joined first, if it does not lead).
-    let (leader, _) = current_leader(&cluster).await;
+    let (leader, _) = cluster.current_leader().await;
     let follower = cluster
         .running()
         .into_iter()
@@ -786,7 +749,7 @@ async fn replace_machine_runbook_literally_with_one_contact_that_is_not_the_lead
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     for i in &members {
         loop {
-            let ready = status_of(&cluster.endpoints[*i])
+            let ready = support::status_of(&cluster.endpoints[*i])
                 .await
                 .is_some_and(|s| s.ready);
             if ready {
@@ -831,7 +794,7 @@ async fn replace_machine_runbook_literally_with_one_contact_that_is_not_the_lead
     cluster.spawn_with(wiped, &["--rejoin"]);
     let deadline = rejoined + Duration::from_secs(60);
     loop {
-        let status = status_of(&cluster.endpoints[wiped]).await;
+        let status = support::status_of(&cluster.endpoints[wiped]).await;
         let done = status.as_ref().is_some_and(|s| {
             s.ready && s.storage.as_ref().is_some_and(|st| !st.durable_state_lost)
         });
@@ -857,7 +820,7 @@ async fn replace_machine_runbook_literally_with_one_contact_that_is_not_the_lead
             .contains("learned the cluster's membership from a peer"),
         "it says it learned the membership"
     );
-    let (leader, _) = current_leader(&cluster).await;
+    let (leader, _) = cluster.current_leader().await;
     let session = create_session(&cluster.endpoints[leader], "after-rejoin", 60_000).await;
     for (n, key) in LOAD_KEYS.iter().enumerate() {
         let token = take_and_release(&cluster, session, 200 + 2 * n as u64, key).await;

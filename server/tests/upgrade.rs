@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_core::locks::Token;
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, Session, SessionEvent};
+use picket_net::client::{Client, ClientConfig, ClientError, Session, SessionEvent};
 use picket_net::{proto, FencingGate};
 use serde_json::Value;
-use support::{admin, json_of, Cluster};
+use support::{json_of, Cluster};
 
 /// The cluster version of a log written by the previous release (0.1.0 has none: 1).
 const CLUSTER_VERSION_PREVIOUS: u64 = 1;
@@ -402,50 +402,13 @@ async fn watch_session(shared: Arc<Shared>, w: usize, session: Session) {
     }
 }
 
-/// The replica's own status, if it answers.
-async fn status_of(endpoint: &str) -> Option<proto::ReplicaStatus> {
-    let mut client = admin(endpoint).await.ok()?;
-    client
-        .get_replica_status(proto::GetReplicaStatusRequest {})
-        .await
-        .ok()
-        .map(|r| r.into_inner())
-}
-
-/// The replica that leads and serves now, and its status, waiting up to 30 s.
-async fn current_leader(cluster: &Cluster) -> (usize, proto::ReplicaStatus) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        for i in cluster.running() {
-            if let Some(status) = status_of(&cluster.endpoints[i]).await {
-                if status.role == "leader" && status.ready {
-                    return (i, status);
-                }
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader serves; logs:\n{}",
-            logs(cluster)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn logs(cluster: &Cluster) -> String {
-    (0..3)
-        .map(|i| format!("--- node {}:\n{}", i + 1, cluster.log(i)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Which build each replica runs, by index.
 type Running = [Build; 3];
 
 /// Stops replica `i` (SIGTERM to its PID, a clean exit), starts `build` on the same data
 /// directory and file, and waits until it serves and has caught up.
 async fn restart_as(cluster: &mut Cluster, running: &mut Running, i: usize, build: &Build) {
-    let before = status_of(&cluster.endpoints[i])
+    let before = support::status_of(&cluster.endpoints[i])
         .await
         .unwrap_or_else(|| panic!("node {} does not answer before its restart", i + 1));
     let exit = cluster.terminate(i);
@@ -479,7 +442,7 @@ async fn restart_as(cluster: &mut Cluster, running: &mut Running, i: usize, buil
 async fn serving_and_caught_up(cluster: &Cluster, i: usize, boot: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(status) = status_of(&cluster.endpoints[i]).await {
+        if let Some(status) = support::status_of(&cluster.endpoints[i]).await {
             let storage = status.storage.clone().unwrap_or_default();
             assert!(
                 !storage.durable_state_lost && storage.recovery == "clean",
@@ -489,7 +452,7 @@ async fn serving_and_caught_up(cluster: &Cluster, i: usize, boot: u64) {
             );
             assert_eq!(status.boot, boot, "node {}: {status:?}", i + 1);
             if status.ready {
-                let (_, leader) = current_leader(cluster).await;
+                let (_, leader) = cluster.current_leader().await;
                 let seen = leader
                     .members
                     .iter()
@@ -504,7 +467,7 @@ async fn serving_and_caught_up(cluster: &Cluster, i: usize, boot: u64) {
             tokio::time::Instant::now() < deadline,
             "node {} does not serve or catch up after its restart; logs:\n{}",
             i + 1,
-            logs(cluster)
+            cluster.logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -697,17 +660,6 @@ fn slow_elections(cluster: &Cluster, i: usize) {
     std::fs::write(&cluster.configs[i], text.replace(fast, slow)).unwrap();
 }
 
-/// An admin client of every replica (dev auth: `alice`, `class-admin`).
-fn admin_client(cluster: &Cluster) -> Client {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "upgrade-admin");
-    config.credentials = Credentials {
-        principal: Some("alice".into()),
-        roles: Some("class-admin".into()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
-}
-
 /// docs/upgrades.md's rolling upgrade, with a rollback before the cluster version steps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() {
@@ -729,8 +681,9 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
     for i in 0..3 {
         cluster.spawn_binary(i, &previous.picketd, &["--init"]);
     }
-    let (leader, _) = current_leader(&cluster).await;
-    admin_client(&cluster)
+    let (leader, _) = cluster.current_leader().await;
+    cluster
+        .admin_client("upgrade-admin")
         .put_class(proto::PutClassRequest {
             namespace: NS.into(),
             class: Some(proto::ClassSpec {
@@ -773,7 +726,7 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
         restart_as(&mut cluster, &mut running, i, build).await;
         load.set_step(&what);
         load.progress(PROGRESS_PER_STEP, &what).await;
-        let (leader, _) = current_leader(&cluster).await;
+        let (leader, _) = cluster.current_leader().await;
         let pairing = format!(
             "{what}: node {} leads, running {}; the others run {}",
             leader + 1,

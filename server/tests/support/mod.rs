@@ -280,6 +280,53 @@ impl Cluster {
             .collect()
     }
 
+    /// Every replica's log, one after the other (for a failure message).
+    pub fn logs(&self) -> String {
+        (0..self.procs.len())
+            .map(|i| format!("--- node {}:\n{}", i + 1, self.log(i)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The replica that leads and serves now (its own `GetReplicaStatus` says so), and its
+    /// status, waiting up to 30 s.
+    pub async fn current_leader(&self) -> (usize, proto::ReplicaStatus) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for i in self.running() {
+                if let Some(status) = status_of(&self.endpoints[i]).await {
+                    if status.role == "leader" && status.ready {
+                        return (i, status);
+                    }
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader serves; logs:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A client-library client (dev auth: `alice`, `class-admin`) of every replica running
+    /// now, named `name`.
+    pub fn admin_client(&self, name: &str) -> picket_net::client::Client {
+        use picket_net::client::{Client, ClientConfig, Credentials};
+        let endpoints: Vec<String> = self
+            .running()
+            .into_iter()
+            .map(|i| self.endpoints[i].clone())
+            .collect();
+        let mut config = ClientConfig::new(endpoints, name);
+        config.credentials = Credentials {
+            principal: Some("alice".into()),
+            roles: Some("class-admin".into()),
+            bearer: None,
+        };
+        Client::new(config).unwrap()
+    }
+
     /// The index of the ready leader (it answers a linearizable read, and still does an
     /// election timeout later: right after start, duelling candidates may depose a first
     /// leader), waiting up to `timeout`.
@@ -600,4 +647,14 @@ pub fn assert_code(
         assert_eq!(rule(&status), rule_name, "{status:?}");
     }
     status
+}
+
+/// A replica's own status, if it answers.
+pub async fn status_of(endpoint: &str) -> Option<proto::ReplicaStatus> {
+    let mut client = admin(endpoint).await.ok()?;
+    client
+        .get_replica_status(proto::GetReplicaStatusRequest {})
+        .await
+        .ok()
+        .map(|r| r.into_inner())
 }
