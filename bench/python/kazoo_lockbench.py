@@ -26,17 +26,10 @@ import sys
 import threading
 import time
 
+from benchstats import percentile_ms  # beside this file
+
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
-
-
-def percentile_ms(latencies, p):
-    # The same nearest-rank convention as lockbench.py.
-    if not latencies:
-        return 0.0
-    ordered = sorted(latencies)
-    index = min(len(ordered) - 1, int(round(p / 100.0 * (len(ordered) - 1))))
-    return ordered[index] * 1000.0
 
 
 def create_lock_paths(hosts, paths, timeout_s):

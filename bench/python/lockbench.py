@@ -20,16 +20,10 @@ import sys
 import threading
 import time
 
+from benchstats import percentile_ms  # beside this file
+
 import picket
 import picket.aio
-
-
-def percentile_ms(latencies, p):
-    if not latencies:
-        return 0.0
-    ordered = sorted(latencies)
-    index = min(len(ordered) - 1, int(round(p / 100.0 * (len(ordered) - 1))))
-    return ordered[index] * 1000.0
 
 
 def main():
