@@ -43,60 +43,32 @@
 //! Regenerate with `UPDATE_TESTDATA=1 cargo test -p picket-core --test node_scripts` and review
 //! the diff (a `FAILED` check is never written: the update refuses it).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeSet, VecDeque};
 
 use picket_core::locks::{
     Command, Identity, LockConfig, LockMode, RequestId, SecretHash, SessionId, SessionProof, Token,
 };
 use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage};
 use picket_core::paxos::{self, Input, NodeId};
+use picket_core::testkit::script::Line;
 use picket_core::time::Instant;
+
+mod common;
 
 const NAMESPACE: &str = "ns";
 
 type Msg = NodeMessage;
 
-/// A command line: its name and `key=value` arguments.
-struct Line {
-    name: String,
-    args: BTreeMap<String, String>,
+/// The Node's own readings of a command line.
+trait NodeLine {
+    /// The node index (0-based) of `node=I` (1-based, as printed).
+    fn node(&self) -> usize;
+    fn session(&self) -> SessionId;
+    fn key(&self) -> String;
+    fn proof(&self) -> SessionProof;
 }
 
-impl Line {
-    fn parse(text: &str) -> Line {
-        let mut parts = text.split_whitespace();
-        let name = parts.next().expect("command name").to_string();
-        let args = parts
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.to_string(), v.to_string())
-            })
-            .collect();
-        Line { name, args }
-    }
-
-    fn str(&self, key: &str) -> &str {
-        self.args
-            .get(key)
-            .unwrap_or_else(|| panic!("{}: missing {key}=", self.name))
-    }
-
-    fn num(&self, key: &str) -> u64 {
-        let v = self.str(key);
-        v.parse()
-            .unwrap_or_else(|_| panic!("{}: {key}={v} is not a number", self.name))
-    }
-
-    fn opt_num(&self, key: &str) -> Option<u64> {
-        self.args.contains_key(key).then(|| self.num(key))
-    }
-
-    fn flag(&self, key: &str) -> bool {
-        self.args.get(key).is_some_and(|v| v == "true")
-    }
-
-    /// The node index (0-based) of `node=I` (1-based, as printed).
+impl NodeLine for Line {
     fn node(&self) -> usize {
         self.num("node") as usize - 1
     }
@@ -528,147 +500,50 @@ fn setup(line: &Line) -> (World, String) {
     panic!("setup: n{} did not become a ready leader", leader + 1);
 }
 
-struct Block {
-    comments: Vec<String>,
-    command: String,
-    expected: Vec<String>,
-}
-
-fn parse(text: &str) -> Vec<Block> {
-    let mut blocks = Vec::new();
-    let mut comments = Vec::new();
-    let mut lines = text.lines().enumerate().peekable();
-    while let Some((i, line)) = lines.next() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        if line.starts_with('#') {
-            comments.push(line.to_string());
-            continue;
-        }
-        let sep = lines.next().map(|(_, l)| l);
-        assert_eq!(sep, Some("----"), "line {}: expected ----", i + 1);
-        let mut expected = Vec::new();
-        while let Some((_, l)) = lines.peek() {
-            if l.trim().is_empty() {
-                break;
-            }
-            expected.push(l.to_string());
-            lines.next();
-        }
-        blocks.push(Block {
-            comments: std::mem::take(&mut comments),
-            command: line.to_string(),
-            expected,
-        });
-    }
-    blocks
-}
-
-// The golden files are test fixtures: the no-IO rule is for the library, not its tests.
-#[allow(clippy::disallowed_methods)]
-fn run_file(path: &Path) {
-    let text = std::fs::read_to_string(path).expect("read script");
-    let blocks = parse(&text);
-    let update = std::env::var_os("UPDATE_TESTDATA").is_some();
-    let first = Line::parse(&blocks.first().expect("a script has blocks").command);
-    assert_eq!(
-        first.name,
-        "setup",
-        "{}: a script starts with setup",
-        path.display()
-    );
-    let mut world = None;
-    let mut rewritten = String::new();
-    let mut diffs = Vec::new();
-    for block in &blocks {
+/// Runs one script file: `setup` first, then each command on the world it made.
+fn run_file(name: &str) {
+    let mut world: Option<World> = None;
+    common::script::run_file(&common::script::path("node", name), |block, at| {
         let line = Line::parse(&block.command);
-        let mut got = if line.name == "setup" {
+        if line.name == "setup" {
             let (w, said) = setup(&line);
             world = Some(w);
-            vec![said]
-        } else {
-            let w = world.as_mut().expect("set up");
-            w.run(&line);
-            std::mem::take(&mut w.out)
-        };
-        if got.is_empty() {
-            got.push("ok".into());
+            return vec![said];
         }
-        if got != block.expected {
-            diffs.push(format!(
-                "{}: `{}`\n--- expected\n{}\n+++ got\n{}",
-                path.display(),
-                block.command,
-                block.expected.join("\n"),
-                got.join("\n")
-            ));
-        }
-        for c in &block.comments {
-            rewritten.push_str(c);
-            rewritten.push('\n');
-        }
-        rewritten.push_str(&format!("{}\n----\n{}\n\n", block.command, got.join("\n")));
-        if update {
-            assert!(
-                !got.iter().any(|l| l.starts_with("FAILED")),
-                "{}: `{}` failed a check; not writing it:\n{}",
-                path.display(),
-                block.command,
-                got.join("\n")
-            );
-        }
-    }
-    if update {
-        std::fs::write(path, rewritten.trim_end().to_string() + "\n").expect("write script");
-    } else {
-        assert!(diffs.is_empty(), "{}", diffs.join("\n\n"));
-    }
-}
-
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/node")
-        .join(format!("{name}.txt"))
+        let w = world
+            .as_mut()
+            .unwrap_or_else(|| panic!("{at}: a script starts with setup"));
+        w.run(&line);
+        std::mem::take(&mut w.out)
+    });
 }
 
 #[test]
 fn sessions() {
-    run_file(&script("sessions"));
+    run_file("sessions");
 }
 
 #[test]
 fn waits() {
-    run_file(&script("waits"));
+    run_file("waits");
 }
 
 #[test]
 fn wait_deadlines() {
-    run_file(&script("wait_deadlines"));
+    run_file("wait_deadlines");
 }
 
 #[test]
 fn leader_change() {
-    run_file(&script("leader_change"));
+    run_file("leader_change");
 }
 
 /// Every script in the directory has a test above (a new file is not silently skipped).
 #[test]
-#[allow(clippy::disallowed_methods)]
 fn every_script_runs() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/node");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("testdata/node")
-        .map(|e| {
-            let path = e.expect("entry").path();
-            let stem = path.file_stem().expect("name").to_string_lossy();
-            stem.into_owned()
-        })
-        .collect();
-    names.sort();
-    assert_eq!(
-        names,
-        ["leader_change", "sessions", "wait_deadlines", "waits"]
+    common::script::assert_all_named(
+        "node",
+        &["leader_change", "sessions", "wait_deadlines", "waits"],
     );
 }
 

@@ -13,12 +13,13 @@
 //! `UPDATE_TESTDATA=1 cargo test -p picket-core --test paxos_scripts` and review the diff.
 //! `check-*` commands assert on the cluster and fail the test on mismatch in both modes.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
 
 use picket_core::paxos::{NodeId, RoleKind, Slot, Value};
+use picket_core::testkit::script::Line;
 use picket_core::testkit::{Cluster, ClusterConfig, History};
+
+mod common;
 
 /// A command that prints without quotes.
 #[derive(Clone, PartialEq, Eq)]
@@ -32,93 +33,13 @@ impl fmt::Debug for Cmd {
 
 type Sim = Cluster<Cmd, History<Cmd>>;
 
-struct Block {
-    line: usize,
-    command: String,
-    expected: Vec<String>,
+/// `key=I` as a node id.
+fn node(a: &Line, key: &str) -> NodeId {
+    NodeId(a.num(key))
 }
 
-fn parse(text: &str) -> (Vec<String>, Vec<Block>) {
-    // Comments directly above a command are kept with it (as a prefix list per block).
-    let mut blocks = Vec::new();
-    let mut comments = Vec::new();
-    let mut lines = text.lines().enumerate().peekable();
-    let mut pending_comments: Vec<String> = Vec::new();
-    while let Some((i, line)) = lines.next() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        if line.starts_with('#') {
-            pending_comments.push(line.to_string());
-            continue;
-        }
-        let command = line.to_string();
-        let sep = lines.next().map(|(_, l)| l);
-        assert_eq!(
-            sep,
-            Some("----"),
-            "line {}: expected ---- after command",
-            i + 1
-        );
-        let mut expected = Vec::new();
-        while let Some((j, l)) = lines.peek() {
-            if l.trim().is_empty() {
-                break;
-            }
-            // A separator here means a command lost its blank line and became output.
-            assert_ne!(
-                *l,
-                "----",
-                "line {}: missing blank line before a command",
-                j + 1
-            );
-            expected.push(l.to_string());
-            lines.next();
-        }
-        comments.push(pending_comments.join("\n"));
-        pending_comments.clear();
-        blocks.push(Block {
-            line: i + 1,
-            command,
-            expected,
-        });
-    }
-    (comments, blocks)
-}
-
-fn args(command: &str) -> (String, BTreeMap<String, String>) {
-    let mut parts = command.split_whitespace();
-    let name = parts.next().expect("command name").to_string();
-    let mut map = BTreeMap::new();
-    for p in parts {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        map.insert(k.to_string(), v.to_string());
-    }
-    (name, map)
-}
-
-fn node(a: &BTreeMap<String, String>, key: &str) -> NodeId {
-    NodeId(
-        a.get(key)
-            .unwrap_or_else(|| panic!("missing {key}="))
-            .parse()
-            .expect("node id"),
-    )
-}
-
-fn num(a: &BTreeMap<String, String>, key: &str) -> u64 {
-    a.get(key)
-        .unwrap_or_else(|| panic!("missing {key}="))
-        .parse()
-        .expect("number")
-}
-
-fn nodes(a: &BTreeMap<String, String>, key: &str) -> Vec<NodeId> {
-    a.get(key)
-        .unwrap_or_else(|| panic!("missing {key}="))
-        .split(',')
-        .map(|s| NodeId(s.parse().expect("node id")))
-        .collect()
+fn nodes(a: &Line, key: &str) -> Vec<NodeId> {
+    a.nums(key).into_iter().map(NodeId).collect()
 }
 
 fn role_name(r: RoleKind) -> &'static str {
@@ -134,14 +55,15 @@ fn role_name(r: RoleKind) -> &'static str {
 
 /// Runs one command; returns its output lines. `check-*` commands panic on mismatch.
 fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
-    let (name, a) = args(command);
+    let a = Line::parse(command);
+    let name = a.name.clone();
     if name == "cluster" {
-        let mut cfg = ClusterConfig::reliable(num(&a, "nodes") as usize, num(&a, "seed"));
-        if a.contains_key("window") {
-            cfg.window_slots = num(&a, "window") as usize;
+        let mut cfg = ClusterConfig::reliable(a.num("nodes") as usize, a.num("seed"));
+        if a.has("window") {
+            cfg.window_slots = a.num("window") as usize;
         }
-        if a.contains_key("batch") {
-            cfg.batch_commands_max = num(&a, "batch") as usize;
+        if a.has("batch") {
+            cfg.batch_commands_max = a.num("batch") as usize;
         }
         let mut c = Sim::new(cfg);
         c.trace = Some(Vec::new());
@@ -151,10 +73,14 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
     let c = sim.as_mut().expect("cluster first");
     let mut out = Vec::new();
     match name.as_str() {
-        "tick" => c.run_for(num(&a, "ms")),
+        "tick" => c.run_for(a.num("ms")),
         "stabilize" => c.settle(),
         "propose" => {
-            let cmds: Vec<Cmd> = a["cmds"].split(',').map(|s| Cmd(s.to_string())).collect();
+            let cmds: Vec<Cmd> = a
+                .str("cmds")
+                .split(',')
+                .map(|s| Cmd(s.to_string()))
+                .collect();
             if let Err(e) = c.propose(node(&a, "node"), cmds) {
                 out.push(format!("error: {e}"));
             }
@@ -201,26 +127,30 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
             return out;
         }
         "check-leader" => {
-            let want = a.get("node").map(|s| NodeId(s.parse().expect("node")));
+            let want = a.has("node").then(|| node(&a, "node"));
             assert_eq!(c.leader(), want, "{at}: leader");
         }
         "check-role" => {
             let r = c.replica(node(&a, "node")).expect("node up");
-            assert_eq!(role_name(r.role()), a["role"], "{at}: role");
+            assert_eq!(role_name(r.role()), a.str("role"), "{at}: role");
         }
         "check-ballot" => {
             let r = c.replica(node(&a, "node")).expect("node up");
-            assert_eq!(r.ballot_promised().to_string(), a["ballot"], "{at}: ballot");
+            assert_eq!(
+                r.ballot_promised().to_string(),
+                a.str("ballot"),
+                "{at}: ballot"
+            );
         }
         "check-applied" => {
             for n in nodes(&a, "nodes") {
                 let applied = c.node(n).applied;
-                assert_eq!(applied, Slot(num(&a, "slot")), "{at}: {n} applied");
+                assert_eq!(applied, Slot(a.num("slot")), "{at}: {n} applied");
             }
         }
         "check-chosen" => {
-            let slot = Slot(num(&a, "slot"));
-            let want = a.get("cmds");
+            let slot = Slot(a.num("slot"));
+            let want = a.args.get("cmds");
             let got = c.chosen(slot).cloned();
             match (want.map(String::as_str), got) {
                 (None | Some("none"), None) => {}
@@ -234,13 +164,17 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
         }
         "check-amnesiac" => {
             let r = c.replica(node(&a, "node")).expect("node up");
-            assert_eq!(r.is_amnesiac().to_string(), a["value"], "{at}: amnesiac");
+            assert_eq!(
+                r.is_amnesiac().to_string(),
+                a.str("value"),
+                "{at}: amnesiac"
+            );
         }
         "check-read-ready" => {
             let n = node(&a, "node");
             let ready: Vec<u64> = c.node(n).reads_ready.iter().map(|r| r.0).collect();
             assert!(
-                ready.contains(&num(&a, "id")),
+                ready.contains(&a.num("id")),
                 "{at}: read not ready: {ready:?}"
             );
         }
@@ -248,14 +182,11 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
             let n = node(&a, "node");
             let failed: Vec<u64> = c.node(n).reads_failed.iter().map(|r| r.0).collect();
             assert!(
-                failed.contains(&num(&a, "id")),
+                failed.contains(&a.num("id")),
                 "{at}: read not failed: {failed:?}"
             );
             let ready: Vec<u64> = c.node(n).reads_ready.iter().map(|r| r.0).collect();
-            assert!(
-                !ready.contains(&num(&a, "id")),
-                "{at}: failed read was ready"
-            );
+            assert!(!ready.contains(&a.num("id")), "{at}: failed read was ready");
         }
         other => panic!("{at}: unknown command {other}"),
     }
@@ -267,47 +198,11 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
     out
 }
 
-// The golden files are test fixtures: the no-IO rule is for the library, not its tests.
-#[allow(clippy::disallowed_methods)]
-fn run_file(path: &Path) {
-    let text = std::fs::read_to_string(path).expect("read script");
-    let (comments, blocks) = parse(&text);
-    let update = std::env::var_os("UPDATE_TESTDATA").is_some();
+fn run_file(name: &str) {
     let mut sim = None;
-    let mut rewritten = String::new();
-    let mut mismatches = Vec::new();
-    for (b, comment) in blocks.iter().zip(comments) {
-        let at = format!("{}:{}", path.display(), b.line);
-        let got = run(&mut sim, &b.command, &at);
-        if got != b.expected {
-            mismatches.push(format!(
-                "{at}: {}\n--- expected\n{}\n+++ got\n{}",
-                b.command,
-                b.expected.join("\n"),
-                got.join("\n")
-            ));
-        }
-        if !comment.is_empty() {
-            rewritten += &comment;
-            rewritten += "\n";
-        }
-        rewritten += &format!("{}\n----\n{}\n\n", b.command, got.join("\n"));
-    }
-    if update {
-        std::fs::write(path, rewritten.trim_end().to_string() + "\n").expect("write script");
-    } else {
-        assert!(
-            mismatches.is_empty(),
-            "output differs (UPDATE_TESTDATA=1 to regenerate):\n{}",
-            mismatches.join("\n\n")
-        );
-    }
-}
-
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/paxos")
-        .join(format!("{name}.txt"))
+    common::script::run_file(&common::script::path("paxos", name), |block, at| {
+        run(&mut sim, &block.command, at)
+    });
 }
 
 macro_rules! scripts {
@@ -315,7 +210,7 @@ macro_rules! scripts {
         $(
             #[test]
             fn $name() {
-                run_file(&script(stringify!($name)));
+                run_file(stringify!($name));
             }
         )*
     };
@@ -332,3 +227,22 @@ scripts!(
     lost_disk,
     read_index,
 );
+
+/// Every script in the directory has a test above (a new file is not silently skipped).
+#[test]
+fn every_script_runs() {
+    common::script::assert_all_named(
+        "paxos",
+        &[
+            "duelling_proposers",
+            "follower_catchup",
+            "leader_crash_mid_pipeline",
+            "lost_disk",
+            "minority_partition",
+            "normal_commit",
+            "read_index",
+            "rejoin_without_deposing",
+            "snapshot_transfer",
+        ],
+    );
+}

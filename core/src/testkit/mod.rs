@@ -9,6 +9,7 @@
 mod checker;
 pub mod lock_model;
 mod machine;
+pub mod script;
 mod trace;
 
 use std::collections::{BTreeSet, VecDeque};

@@ -2,6 +2,8 @@
 //! and the next request id, with the checks every applied command gets.
 #![allow(dead_code)] // each test file uses part of it
 
+pub mod script;
+
 use picket_core::locks::{
     Command, Identity, LockConfig, LockError, LockStateMachine, Reply, SessionId,
 };
