@@ -422,13 +422,13 @@ async fn scheduled_once(
         .driver
         .ask(|reply| crate::node::driver::Request::Status { reply })
         .await
-        .map_err(|s| s.message().to_owned())?;
+        .map_err(|refusal| refusal.to_string())?;
     if status.not_serving_because().is_some() {
         return Ok(None);
     }
     let backup = crate::api::backup::take_backup(api, true)
         .await
-        .map_err(|s| s.message().to_owned())?;
+        .map_err(|refusal| refusal.to_string())?;
     let prefix = scheduled_prefix(&api.driver.cluster_id, node_id);
     let unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -113,7 +113,7 @@ impl InspectSource for DriverInspect {
                     role: "stopped".to_owned(),
                     leader_node_id: None,
                     slot_applied: 0,
-                    detail: status.message().to_owned(),
+                    detail: status.to_string(),
                     storage: Default::default(),
                     members: Vec::new(),
                     membership_from_slot: 0,

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod membership;
 #[cfg(not(madsim))]
 pub mod observe;
+pub mod refusal;
 pub mod service;
 pub mod session_push;
 pub mod session_stream;

@@ -163,6 +163,7 @@ impl Api {
                 reply,
             })
             .await?
+            .map_err(Status::from)
     }
 }
 
@@ -401,8 +402,8 @@ impl proto::lock_server::Lock for LockService {
                         let _ = tx.send(Err(watch_error_status(&error))).await;
                         return;
                     }
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
+                    Err(refusal) => {
+                        let _ = tx.send(Err(refusal.into())).await;
                         return;
                     }
                 };

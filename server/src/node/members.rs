@@ -3,10 +3,9 @@
 //! change must keep, and the refusals, each naming its rule (docs/operations.md, "Changing the
 //! membership").
 
-use picket_core::paxos::{MemberAddress, Membership, NodeId, ReconfigError, Slot};
-use picket_net::proto;
-use picket_net::status::{detail_status, not_leader_status, LeaderHint};
-use tonic::{Code, Status};
+use picket_core::paxos::{MemberAddress, Membership, NodeId, Slot};
+
+use crate::node::refusal::Refusal;
 
 /// A learner more than this many slots behind the leader is not promoted unless forced.
 pub const PROMOTE_LAG_SLOTS_MAX: u64 = 64;
@@ -63,7 +62,7 @@ pub enum Next {
 }
 
 /// The membership `request` asks for, from `known.latest`; a refusal names the rule broken.
-pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Next, Status> {
+pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Next, Refusal> {
     let current = known.latest;
     let mut next = Membership {
         actor: request.actor.clone(),
@@ -79,7 +78,6 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
             if current.is_retired(id) {
                 return Err(refused(
-                    Code::FailedPrecondition,
                     "member_id_retired",
                     format!(
                         "{id} was a member of this cluster and was removed: ids are never \
@@ -90,7 +88,6 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
             if current.is_member(id) {
                 return Err(refused(
-                    Code::FailedPrecondition,
                     "already_member",
                     format!("{id} is a member already ({current})"),
                 ));
@@ -106,7 +103,6 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             }
             if !current.is_learner(id) {
                 return Err(refused(
-                    Code::FailedPrecondition,
                     "not_a_learner",
                     format!("{id} is not a learner ({current}): add it first"),
                 ));
@@ -122,7 +118,6 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             let id = *id;
             if !current.is_member(id) {
                 return Err(refused(
-                    Code::FailedPrecondition,
                     "not_a_member",
                     format!("{id} is not a member ({current})"),
                 ));
@@ -139,7 +134,6 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
             next.change = format!("{id} removed (was a {was}); its id is never reused");
             if next.voters.is_empty() {
                 return Err(refused(
-                    Code::FailedPrecondition,
                     "last_voter",
                     format!("{id} is the last voter: a cluster needs at least one"),
                 ));
@@ -149,10 +143,9 @@ pub fn next_membership(known: &Known<'_>, request: &ChangeRequest) -> Result<Nex
     Ok(Next::Propose(Box::new(next.sorted())))
 }
 
-fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
+fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Refusal> {
     let Some(applied) = known.member_applied else {
         return Err(refused(
-            Code::FailedPrecondition,
             "learner_not_caught_up",
             format!(
                 "{id} has not answered this leader yet, so it cannot be told caught up; \
@@ -163,7 +156,6 @@ fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
     let behind = known.applied.0.saturating_sub(applied.0);
     if behind > PROMOTE_LAG_SLOTS_MAX {
         return Err(refused(
-            Code::FailedPrecondition,
             "learner_not_caught_up",
             format!(
                 "{id} is {behind} slots behind the leader (applied {} of {}; at most \
@@ -175,44 +167,13 @@ fn check_caught_up(id: NodeId, known: &Known<'_>) -> Result<(), Status> {
     Ok(())
 }
 
-/// The status of a change the replica refused.
-pub fn reconfig_status(
-    error: &ReconfigError,
-    endpoint_of: impl Fn(NodeId) -> Option<String>,
-) -> Status {
-    let message = error.to_string();
-    match error {
-        ReconfigError::NotLeader { leader_hint } => {
-            not_leader_status(&LeaderHint::for_node(*leader_hint, endpoint_of))
-        }
-        ReconfigError::Invalid(_) => refused(Code::InvalidArgument, "bad_membership", message),
-        // Not retried by clients: the operator asks again once the change before is in
-        // effect (`picketctl cluster members` shows it).
-        ReconfigError::NotChosen(_) | ReconfigError::NotInEffect { .. } => refused(
-            Code::FailedPrecondition,
-            "membership_change_in_progress",
-            message,
-        ),
-        ReconfigError::Unchanged(_) => refused(Code::FailedPrecondition, "unchanged", message),
-        ReconfigError::Unreachable { .. } => {
-            refused(Code::FailedPrecondition, "quorum_unreachable", message)
-        }
-    }
-}
-
-fn refused(code: Code, rule: &str, message: String) -> Status {
-    let detail = proto::ErrorDetail {
-        rule: rule.to_owned(),
-        message,
-        ..proto::ErrorDetail::default()
-    };
-    detail_status(code, detail, None)
+fn refused(rule: &'static str, message: String) -> Refusal {
+    Refusal::MemberRule { rule, message }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_net::status::error_detail;
 
     fn ids(v: &[u64]) -> Vec<NodeId> {
         v.iter().copied().map(NodeId).collect()
@@ -228,15 +189,15 @@ mod tests {
         }
     }
 
-    fn proposed(next: Result<Next, Status>) -> Membership {
+    fn proposed(next: Result<Next, Refusal>) -> Membership {
         match next {
             Ok(Next::Propose(membership)) => *membership,
             other => panic!("not a proposal: {other:?}"),
         }
     }
 
-    fn rule_of(status: Status) -> String {
-        error_detail(&status).expect("a detail").rule
+    fn rule_of(refusal: Refusal) -> &'static str {
+        refusal.member_rule().expect("a membership rule")
     }
 
     #[test]
@@ -294,11 +255,10 @@ mod tests {
         };
         let refusal =
             next_membership(&behind, &ask(MemberChange::Promote(NodeId(4)), false)).unwrap_err();
-        assert!(
-            refusal.message().contains("90 slots behind"),
-            "{}",
-            refusal.message()
-        );
+        let Refusal::MemberRule { message, .. } = refusal else {
+            panic!("not a rule: {refusal:?}");
+        };
+        assert!(message.contains("90 slots behind"), "{message}");
         let close = Known {
             member_applied: Some(Slot(100 - PROMOTE_LAG_SLOTS_MAX)),
             ..behind
@@ -356,11 +316,7 @@ mod tests {
         };
         let back = next_membership(&gone, &ask(MemberChange::Add(back), false)).unwrap_err();
         assert_eq!(rule_of(back.clone()), "member_id_retired");
-        assert!(
-            back.message().contains("never reused"),
-            "{}",
-            back.message()
-        );
+        assert!(back.to_string().contains("never reused"), "{}", back);
         // Retired ids are carried by every later membership.
         let five = MemberAddress {
             id: NodeId(5),
@@ -379,33 +335,5 @@ mod tests {
         };
         let last = next_membership(&last, &ask(MemberChange::Remove(NodeId(1)), true));
         assert_eq!(rule_of(last.unwrap_err()), "last_voter");
-    }
-
-    #[test]
-    fn refusals_of_the_replica_name_their_rule() {
-        let cases = [
-            (
-                ReconfigError::NotChosen("voters n1".into()),
-                "membership_change_in_progress",
-            ),
-            (
-                ReconfigError::Unreachable {
-                    reachable: 1,
-                    quorum: 2,
-                },
-                "quorum_unreachable",
-            ),
-            (ReconfigError::Unchanged("voters n1".into()), "unchanged"),
-            (
-                ReconfigError::NotLeader {
-                    leader_hint: Some(NodeId(2)),
-                },
-                "not_leader",
-            ),
-        ];
-        for (error, rule) in cases {
-            let status = reconfig_status(&error, |_| Some("http://10.0.0.2:7001".into()));
-            assert_eq!(rule_of(status), rule, "{error}");
-        }
     }
 }

@@ -10,3 +10,4 @@ pub mod durable;
 pub mod members;
 pub mod peer;
 pub mod persist;
+pub mod refusal;

@@ -29,8 +29,9 @@ pub struct Answered {
     pub revision: Revision,
 }
 
-/// Where the driver sends one request's answer (or its refusal as a gRPC status).
-pub(crate) type Responder<T> = oneshot::Sender<Result<T, Status>>;
+/// Where the driver sends one request's answer, or why it refused it (`api/` alone turns a
+/// [`Refusal`] into a gRPC status).
+pub(crate) type Responder<T> = oneshot::Sender<Result<T, Refusal>>;
 
 /// A request from a gRPC handler.
 #[derive(Debug)]
@@ -227,11 +228,11 @@ pub struct DriverHandle {
 }
 
 impl DriverHandle {
-    /// Hands a request to the driver; `busy` when its queue is full, `unavailable` when it stopped.
-    pub fn submit(&self, request: Request) -> Result<(), Status> {
+    /// Hands a request to the driver; refused when its queue is full or it stopped.
+    pub fn submit(&self, request: Request) -> Result<(), Refusal> {
         self.requests.try_send(request).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => busy_status("the node's request queue is full"),
-            mpsc::error::TrySendError::Closed(_) => Status::unavailable("the node is stopping"),
+            mpsc::error::TrySendError::Full(_) => Refusal::QueueFull,
+            mpsc::error::TrySendError::Closed(_) => Refusal::Stopping,
         })
     }
 
@@ -239,11 +240,10 @@ impl DriverHandle {
     pub async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Request,
-    ) -> Result<T, Status> {
+    ) -> Result<T, Refusal> {
         let (tx, rx) = oneshot::channel();
         self.submit(make(tx))?;
-        rx.await
-            .map_err(|_| Status::unavailable("the node stopped before answering"))
+        rx.await.map_err(|_| Refusal::StoppedBeforeAnswer)
     }
 
     /// Hands a peer message to the driver; `false` if it was dropped (queue full or stopped).
@@ -284,9 +284,9 @@ impl DriverHandle {
             .cloned()
     }
 
-    /// The `not_leader` answer for a leader hint.
-    pub fn not_leader(&self, leader: Option<NodeId>) -> Status {
-        not_leader_status(&LeaderHint::for_node(leader, |n| self.endpoint_of(n)))
+    /// The `NotLeader` refusal for a leader hint.
+    pub fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
+        Refusal::NotLeader(LeaderHint::for_node(leader, |n| self.endpoint_of(n)))
     }
 }
 

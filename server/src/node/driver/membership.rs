@@ -72,8 +72,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    pub(super) fn reconfig_error(&self, error: &ReconfigError) -> Status {
-        reconfig_status(error, |n| self.handle.endpoint_of(n))
+    pub(super) fn reconfig_error(&self, error: &ReconfigError) -> Refusal {
+        Refusal::reconfig(error.clone(), |n| self.handle.endpoint_of(n))
     }
 
     /// After applies: answers the change the log chose and keeps the transport and the leader
@@ -92,10 +92,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 }));
             } else if self.node.role() != RoleKind::Leader {
                 let (_, reply) = self.membership_wait.take().expect("just seen");
-                let _ = reply.send(Err(Status::unavailable(
-                    "this replica stopped leading before the change was chosen; a later leader \
-                     may still choose it: see `picketctl cluster members` before asking again",
-                )));
+                let _ = reply.send(Err(Refusal::ChangeOutcomeUnknown));
             }
         }
         let replica = self.node.replica();

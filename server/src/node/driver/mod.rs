@@ -32,12 +32,9 @@ use picket_core::paxos::{
     self, Input, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
 };
 use picket_core::time::Instant;
-use picket_net::status::{
-    busy_status, node_propose_error_status, not_leader_status, propose_error_status, LeaderHint,
-};
+use picket_net::status::LeaderHint;
 use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tonic::Status;
 
 use crate::config::PersistMode;
 use crate::metrics::{namespace_stats, MembershipStats, Metrics, PaxosStats};
@@ -46,10 +43,11 @@ use crate::node::durable::{
     is_fsync_error, DurableStore, SaveOutcome, StorageCondition, StoreCounters, StoreError,
 };
 use crate::node::members::{
-    next_membership, reconfig_status, ChangeRequest, Known, MemberChange, MembershipChanged, Next,
+    next_membership, ChangeRequest, Known, MemberChange, MembershipChanged, Next,
 };
 use crate::node::peer::MemberSet;
 use crate::node::persist::{PersistEvent, PersistThread};
+use crate::node::refusal::Refusal;
 
 /// A Paxos message of the node.
 pub use picket_core::node::NodeMessage;
@@ -505,29 +503,17 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                     self.counters.proposals += 1;
                     self.proposals.insert(proposal, pending);
                 }
-                Err(picket_core::node::NodeProposeError::Replica(error)) => {
-                    let _ = pending.reply.send(Err(self.propose_error(&error)));
-                }
-                Err(
-                    error @ (picket_core::node::NodeProposeError::LeaderOnlyCommand
-                    | picket_core::node::NodeProposeError::ClusterVersionTooLow { .. }),
-                ) => {
-                    let status = picket_net::status::node_propose_error_status(&error, |_| None);
-                    let _ = pending.reply.send(Err(status));
-                }
-                Err(
-                    error @ (picket_core::node::NodeProposeError::NotYours { .. }
-                    | picket_core::node::NodeProposeError::TooManyWaits { .. }),
-                ) => {
-                    let status = node_propose_error_status(&error, |n| self.handle.endpoint_of(n));
-                    let _ = pending.reply.send(Err(status));
+                Err(error) => {
+                    let refusal = Refusal::propose(error, |n| self.handle.endpoint_of(n));
+                    let _ = pending.reply.send(Err(refusal));
                 }
             }
         }
     }
 
-    fn propose_error(&self, error: &paxos::ProposeError) -> Status {
-        propose_error_status(error, |n| self.handle.endpoint_of(n))
+    fn propose_error(&self, error: &paxos::ProposeError) -> Refusal {
+        let error = picket_core::node::NodeProposeError::Replica(error.clone());
+        Refusal::propose(error, |n| self.handle.endpoint_of(n))
     }
 
     /// Drains the node's actions; persists are group-committed and acknowledged, which may

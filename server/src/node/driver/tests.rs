@@ -177,7 +177,7 @@ impl Harness {
         at: usize,
         command: Command,
         wait_ms: u64,
-    ) -> oneshot::Receiver<Result<Answered, Status>> {
+    ) -> oneshot::Receiver<Result<Answered, Refusal>> {
         let (reply, rx) = oneshot::channel();
         self.drivers[at]
             .handle()
@@ -192,8 +192,8 @@ impl Harness {
 
     fn answer(
         &mut self,
-        rx: &mut oneshot::Receiver<Result<Answered, Status>>,
-    ) -> Result<Answered, Status> {
+        rx: &mut oneshot::Receiver<Result<Answered, Refusal>>,
+    ) -> Result<Answered, Refusal> {
         for _ in 0..200 {
             self.settle(5);
             if let Ok(answer) = rx.try_recv() {
@@ -295,9 +295,14 @@ fn a_follower_answers_not_leader_with_the_leaders_endpoint(mode: PersistMode) {
     h.settle(100);
     let follower = (leader + 1) % 3;
     let mut rx = h.propose(follower, create_session(), 0);
-    let status = h.answer(&mut rx).unwrap_err();
-    assert_eq!(status.code(), tonic::Code::Unavailable);
-    let hint = picket_net::status::leader_hint(&status).unwrap();
+    let refusal = h.answer(&mut rx).unwrap_err();
+    let Refusal::Propose {
+        error: picket_core::node::NodeProposeError::Replica(paxos::ProposeError::NotLeader { .. }),
+        leader: hint,
+    } = refusal
+    else {
+        panic!("not a NotLeader: {refusal:?}");
+    };
     assert_eq!(hint.node_id, Some(leader as u64 + 1));
     assert_eq!(
         hint.endpoint.as_deref(),
