@@ -319,10 +319,46 @@ impl Node {
         Ok(node)
     }
 
-    /// Feeds a peer message, a timeout or a persist acknowledgement.
+    /// Feeds a peer message, a timeout or a persist acknowledgement: one door for a mixed stream
+    /// of inputs (the harnesses). A caller that knows what it holds calls [`Node::receive`],
+    /// [`Node::tick`], [`Node::removed`] (none can fail) or [`Node::persisted`] (the only input a
+    /// caller can get wrong).
     pub fn step(&mut self, now: Instant, input: NodeInput) -> Result<(), StepError> {
+        match input {
+            paxos::Input::Message { from, msg } => self.receive(now, from, msg),
+            paxos::Input::Timeout => self.tick(now),
+            paxos::Input::Removed { from_slot, leader } => self.removed(now, from_slot, leader),
+            paxos::Input::Persisted { id } => return self.persisted(now, id),
+        }
+        Ok(())
+    }
+
+    /// A peer's Paxos message.
+    pub fn receive(&mut self, now: Instant, from: NodeId, msg: NodeMessage) {
         self.now = self.now.max(now);
-        let result = self.replica.step(self.now, input);
+        self.replica.receive(self.now, from, msg);
+        self.after_input();
+    }
+
+    /// "Your next deadline passed" ([`Node::poll_timeout`] says when).
+    pub fn tick(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        self.replica.tick(self.now);
+        self.after_input();
+    }
+
+    /// A member told this replica it was removed from `from_slot` on.
+    pub fn removed(&mut self, now: Instant, from_slot: paxos::Slot, leader: Option<NodeId>) {
+        self.now = self.now.max(now);
+        self.replica.removed(self.now, from_slot, leader);
+        self.after_input();
+    }
+
+    /// The `Persist` with this id (and every one before it) is durable; refused, changing
+    /// nothing, for an id never issued.
+    pub fn persisted(&mut self, now: Instant, id: paxos::PersistId) -> Result<(), StepError> {
+        self.now = self.now.max(now);
+        let result = self.replica.persisted(self.now, id);
         self.after_input();
         result
     }

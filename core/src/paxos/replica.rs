@@ -265,31 +265,62 @@ where
     }
 
     /// Feeds one input. `now` never goes backwards (an earlier `now` is treated as the latest).
+    /// One door for every input (the harnesses feed a mixed stream); a caller that knows what it
+    /// holds calls [`Replica::receive`], [`Replica::tick`], [`Replica::removed`] (none can fail)
+    /// or [`Replica::persisted`] (the only input a caller can get wrong).
     pub fn step(&mut self, now: Instant, input: Input<C, S>) -> Result<(), StepError> {
-        self.now = self.now.max(now);
         match input {
-            Input::Message { from, msg } => {
-                if from == self.cfg.id || !self.knows(from) {
-                    self.counters.dropped_malformed += 1;
-                } else {
-                    self.on_message(from, msg);
-                }
-            }
-            Input::Timeout => self.on_timeout(),
-            Input::Removed { from_slot, leader } => self.on_removed(from_slot, leader),
-            Input::Persisted { id } => {
-                if id > self.persist_issued {
-                    return Err(StepError::PersistedUnknown {
-                        id,
-                        issued: self.persist_issued,
-                    });
-                }
-                self.on_persisted(id);
-            }
+            Input::Message { from, msg } => self.receive(now, from, msg),
+            Input::Timeout => self.tick(now),
+            Input::Removed { from_slot, leader } => self.removed(now, from_slot, leader),
+            Input::Persisted { id } => return self.persisted(now, id),
         }
+        Ok(())
+    }
+
+    /// A peer's message. One from itself or from a node it does not know is counted and dropped.
+    pub fn receive(&mut self, now: Instant, from: NodeId, msg: Message<C, S>) {
+        self.now = self.now.max(now);
+        if from == self.cfg.id || !self.knows(from) {
+            self.counters.dropped_malformed += 1;
+        } else {
+            self.on_message(from, msg);
+        }
+        self.after_input();
+    }
+
+    /// "Your next deadline passed" (`poll_timeout` says when).
+    pub fn tick(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        self.on_timeout();
+        self.after_input();
+    }
+
+    /// A member told this replica it was removed from `from_slot` on (see `Input::Removed`).
+    pub fn removed(&mut self, now: Instant, from_slot: Slot, leader: Option<NodeId>) {
+        self.now = self.now.max(now);
+        self.on_removed(from_slot, leader);
+        self.after_input();
+    }
+
+    /// The `Persist` with this id (and every one before it) is durable. Refused, changing
+    /// nothing, for an id never issued.
+    pub fn persisted(&mut self, now: Instant, id: PersistId) -> Result<(), StepError> {
+        self.now = self.now.max(now);
+        if id > self.persist_issued {
+            return Err(StepError::PersistedUnknown {
+                id,
+                issued: self.persist_issued,
+            });
+        }
+        self.on_persisted(id);
+        self.after_input();
+        Ok(())
+    }
+
+    fn after_input(&mut self) {
         self.drain_inbox();
         self.check_invariants();
-        Ok(())
     }
 
     /// Queues `command` for the next slot the leader proposes.

@@ -250,7 +250,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     }
 
     /// A peer refused us as a non-member and told what it knows: if its newest membership is
-    /// newer than ours and leaves us out, we were removed (`Input::Removed`).
+    /// newer than ours and leaves us out, we were removed (`Node::removed`).
     pub(super) fn take_membership_notice(&mut self) {
         let Some((from, told)) = self
             .member_set
@@ -264,14 +264,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             return;
         }
         let before = self.node.replica().removed_from();
-        let stepped = self.node.step(
-            self.clock.now(),
-            Input::Removed {
-                from_slot: told.from_slot,
-                leader: told.leader,
-            },
-        );
-        assert!(stepped.is_ok(), "removed step failed: {stepped:?}");
+        self.node
+            .removed(self.clock.now(), told.from_slot, told.leader);
         if !self.node.replica().is_removed() {
             return;
         }

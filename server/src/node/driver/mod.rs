@@ -29,7 +29,7 @@ use picket_core::locks::{
 };
 use picket_core::node::{Action, Answer, KeepAliveError, Node, ProposalId, Query};
 use picket_core::paxos::{
-    self, Input, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
+    self, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
 };
 use picket_core::time::Instant;
 use picket_net::status::LeaderHint;
@@ -112,7 +112,7 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     /// What the transport follows (`sync_members`): the schedule, whether its first membership
     /// is a guess, and the first slot of the membership that governs the next slot to apply.
     schedule_seen: Option<(Schedule, bool, paxos::Slot)>,
-    /// A member told us we were removed (`Input::Removed`): logged once.
+    /// A member told us we were removed (`Node::removed`): logged once.
     removed_logged: bool,
     dialer: Option<Box<dyn PeerDialer>>,
     member_set: Option<MemberSet>,
@@ -259,8 +259,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             if let Some((last, stall)) = self.slow_fsync.take() {
                 // Blocked in the fsync, as the real driver thread would be; then acknowledged.
                 tokio::time::sleep(stall).await;
-                self.node
-                    .step(self.clock.now(), Input::Persisted { id: last })?;
+                self.node.persisted(self.clock.now(), last)?;
                 continue;
             }
             if *shutdown.borrow() {
@@ -351,8 +350,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         self.metrics.set_compaction(took);
                     }
                 }
-                self.node
-                    .step(self.clock.now(), Input::Persisted { id: last })?;
+                self.node.persisted(self.clock.now(), last)?;
                 Ok(())
             }
             Some(PersistEvent::Saved(outcome)) => {
@@ -400,9 +398,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         self.counters.turns += 1;
         let now = self.clock.now();
         if self.node.poll_timeout().is_some_and(|at| at <= now) {
-            // A timeout cannot acknowledge a persist, so the only StepError is impossible here.
-            let stepped = self.node.step(now, Input::Timeout);
-            assert!(stepped.is_ok(), "timeout step failed: {stepped:?}");
+            self.node.tick(now);
         }
         self.take_membership_notice();
         self.sync_members();
@@ -415,14 +411,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
 
     fn on_peer(&mut self, input: PeerInput) {
         let now = self.clock.now();
-        let stepped = self.node.step(
-            now,
-            Input::Message {
-                from: input.from,
-                msg: input.msg,
-            },
-        );
-        assert!(stepped.is_ok(), "message step failed: {stepped:?}");
+        self.node.receive(now, input.from, input.msg);
     }
 
     fn on_request(&mut self, request: Request) {
@@ -606,8 +595,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 self.slow_fsync = Some((last, stall));
                 return Ok(());
             }
-            self.node
-                .step(self.clock.now(), Input::Persisted { id: last })?;
+            self.node.persisted(self.clock.now(), last)?;
         }
     }
 
