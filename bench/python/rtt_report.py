@@ -27,7 +27,7 @@ PATH = {
     ("zookeeper", "hot"): (2, 1, 1),  # delete in, proposal+ack (fsync), watch event out, getChildren
 }
 NOTES = {
-    ("etcd", "hot"): "+ up to 100 ms: the waiter's watch is in etcd's unsynced group (README of ../shared/bench)",
+    ("etcd", "hot"): "a hand-off can also wait for etcd's 100 ms unsynced-watch timer",
 }
 
 

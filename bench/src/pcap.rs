@@ -65,7 +65,9 @@ fn u32_in(b: &[u8], at: usize, big_endian: bool) -> Option<u32> {
 /// TCP over IPv4/IPv6 are skipped; a file that is not pcap, or is cut inside a record header, is
 /// an error (a record cut short at the file's end is too: the capture was not stopped cleanly).
 pub fn segments(file: &[u8]) -> Result<Vec<Segment>, String> {
-    let magic = file.get(..4).ok_or("not a pcap file: shorter than its magic")?;
+    let magic = file
+        .get(..4)
+        .ok_or("not a pcap file: shorter than its magic")?;
     let big_endian = match magic {
         [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => false,
         [0xa1, 0xb2, 0xc3, 0xd4] | [0xa1, 0xb2, 0x3c, 0x4d] => true,
@@ -280,7 +282,10 @@ mod tests {
         let mut sll = vec![0u8; 16];
         sll[14..16].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
         sll.extend_from_slice(&ipv4_tcp(1, 2, 5, 7));
-        assert_eq!(segments(&pcap(LINKTYPE_LINUX_SLL, &[sll], 128)).unwrap()[0].payload, 7);
+        assert_eq!(
+            segments(&pcap(LINKTYPE_LINUX_SLL, &[sll], 128)).unwrap()[0].payload,
+            7
+        );
         // Raw IPv6: payload length counts the TCP header.
         let mut v6 = vec![0u8; 40 + 20 + 9];
         v6[0] = 0x60;
