@@ -15,6 +15,8 @@
 //!   (`probe.rs`), the inputs of `scripts/bench`'s limit model.
 //! - `probe-commit`: the measured floor of a quorum commit, three plain processes (this binary
 //!   re-executed with the hidden `--role`) with blocking sockets and no runtime (`commit/`).
+//! - `count-pcap`: the TCP segments with payload of a pcap capture, by client and peer ports
+//!   (`pcap.rs`), the counter behind `scripts/bench-rtt`'s round trips per operation.
 //! - `failover`: the `lock` workload on all endpoints; at `--kill-at-s` the leader is killed with
 //!   `kill -9` (its PID from `--pids`, in the order of `--endpoints`); reports the time until
 //!   grants resume and the failed and lost operations (see `failover.rs`).
@@ -28,6 +30,7 @@
 
 mod commit;
 mod failover;
+mod pcap;
 mod probe;
 mod stats;
 mod usage;
@@ -39,7 +42,8 @@ use clap::Parser;
 #[derive(Parser, Clone, Debug)]
 #[command(name = "picket-bench")]
 pub struct Args {
-    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp | probe-commit
+    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp | probe-commit |
+    /// count-pcap
     #[arg(long, default_value = "lock")]
     pub workload: String,
     /// Client endpoints of the replicas, comma-separated.
@@ -101,6 +105,15 @@ pub struct Args {
     /// the target directory the binary is in.
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// count-pcap: the capture to count (classic pcap, `dumpcap -P`).
+    #[arg(long)]
+    pub pcap: Option<std::path::PathBuf>,
+    /// count-pcap: the ports clients connect to (a segment to one is a client's message).
+    #[arg(long, value_delimiter = ',')]
+    pub client_ports: Vec<u16>,
+    /// count-pcap: the ports replicas connect to each other on.
+    #[arg(long, value_delimiter = ',')]
+    pub peer_ports: Vec<u16>,
     /// probe-commit's own processes: leader | follower (set when it re-executes itself).
     #[arg(long, default_value = "", hide = true)]
     pub role: String,
@@ -114,6 +127,9 @@ fn main() {
     if !args.role.is_empty() {
         let dir = args.data_dir.clone().unwrap_or_else(|| ".".into());
         std::process::exit(commit::serve(&args.role, &dir, &args.followers));
+    }
+    if args.workload == "count-pcap" {
+        std::process::exit(pcap::run(&args));
     }
     if args.clients == 0 || args.keys == 0 || args.duration_s <= 0.0 || args.warmup_s < 0.0 {
         eprintln!("picket-bench: --clients, --keys and --duration-s must be above zero");

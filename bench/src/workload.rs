@@ -257,10 +257,13 @@ pub async fn run(args: Args) -> i32 {
     let duration = Duration::from_secs_f64(args.duration_s);
     let t0 = Instant::now();
     let stop_at = t0 + warm + duration;
+    // Every client stopped (`--max-ops` reached before the window's end): the window closes.
+    let (all_done, clients_done) = tokio::sync::watch::channel(false);
     let usage = tokio::spawn(window_usage(
         args.pids.clone(),
         (t0 + warm).into(),
         stop_at.into(),
+        clients_done,
     ));
     let shared = Arc::new(args.clone());
     let mut handles = Vec::with_capacity(args.clients);
@@ -309,6 +312,7 @@ pub async fn run(args: Args) -> i32 {
         eprintln!("picket-bench: hard deadline {hard:?} exceeded, aborting");
         return 4;
     };
+    let _ = all_done.send(true);
     let endpoints = match &leader {
         Some(leader) => vec![leader.clone()],
         None => args.endpoints.clone(),
@@ -318,15 +322,23 @@ pub async fn run(args: Args) -> i32 {
 }
 
 /// What the client and the servers (`pids`) used from `start` to `end`: sampled at both ends
-/// of the counting window, so it divides by the counted ops.
+/// of the counting window, so it divides by the counted ops. The window ends early when
+/// `clients_done` turns true (every client stopped at `--max-ops`): no op completes after it.
 async fn window_usage(
     pids: Vec<u32>,
     start: tokio::time::Instant,
     end: tokio::time::Instant,
+    mut clients_done: tokio::sync::watch::Receiver<bool>,
 ) -> WindowUsage {
-    tokio::time::sleep_until(start).await;
+    tokio::select! {
+        _ = tokio::time::sleep_until(start) => {}
+        _ = clients_done.wait_for(|done| *done) => {}
+    }
     let (client, servers) = (Usage::of("self"), Usage::of_all(&pids));
-    tokio::time::sleep_until(end).await;
+    tokio::select! {
+        _ = tokio::time::sleep_until(end) => {}
+        _ = clients_done.wait_for(|done| *done) => {}
+    }
     WindowUsage {
         client: Usage::of("self").since(client),
         servers: (!pids.is_empty()).then(|| Usage::of_all(&pids).since(servers)),
