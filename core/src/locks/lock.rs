@@ -552,6 +552,9 @@ impl LockStateMachine {
     /// would): no hand-off grants an expired wait, whatever was or was not proposed before it
     /// ([`LockStateMachine::hand_off_expires_waits`]). Every hand-off comes here, and a wait
     /// that is not at the head is not granted, so that is the one place that needs the rule.
+    /// The removal takes no revision of its own: it grants nothing (the grants that follow are
+    /// the command's own, as before), so no hold can be granted and ended in one revision and
+    /// tokens still rise strictly per key; and revisions stay one per command.
     pub(crate) fn grant_from_queue(
         &mut self,
         namespace: &str,
