@@ -2,8 +2,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, Identity, LockConfig,
-    LockError, LockMode, LockStateMachine, NameError, Reply, RequestId, Revision, Role, SessionId,
-    SessionProof, Token,
+    LockError, LockMode, LockStateMachine, NameError, ReleaseCause, Reply, RequestId, Revision,
+    Role, SessionId, SessionProof, Token, WaitEnd, WaitEndKind,
 };
 use picket_core::time::Instant;
 
@@ -128,6 +128,86 @@ fn tokens_are_grant_revisions_and_waiters_are_fifo() {
     assert_eq!(info.waiters[0].waiting_for_ms, 77);
     assert!(!info.class.fenced);
     assert_eq!(info.class.name, "default");
+}
+
+#[test]
+fn from_cluster_version_2_a_hand_off_removes_the_expired_wait_at_the_head_of_its_queue() {
+    for version in [1, 2] {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        sm.begin_cluster_version(version);
+        let (holder, quick, patient) = (
+            create(&mut sm, None),
+            create(&mut sm, None),
+            create(&mut sm, None),
+        );
+        let token = granted(apply(&mut sm, 20, acquire(holder, 1, "k", false)));
+        let mut timed = acquire(quick, 1, "k", true);
+        if let Command::Acquire {
+            wait_timeout_ms, ..
+        } = &mut timed
+        {
+            *wait_timeout_ms = Some(100);
+        }
+        let queued = |position| Ok(Reply::Acquire(AcquireReply::Queued { position }));
+        assert_eq!(apply(&mut sm, 30, timed), queued(1));
+        assert_eq!(
+            apply(&mut sm, 40, acquire(patient, 1, "k", true)),
+            queued(2)
+        );
+        // A snapshot taken now restores the same rule (it carries the cluster version).
+        let mut restored = LockStateMachine::restore(sm.snapshot()).expect("restores");
+        // The release at quick's deadline (queued at 30 with 100 ms: due at 130), with no
+        // `ExpireWaits` before it in the log.
+        let release = release(holder, 2, "k", token);
+        let outcome = apply(&mut sm, 130, release.clone());
+        assert_eq!(
+            apply(&mut restored, 130, release),
+            outcome,
+            "version {version}"
+        );
+        assert_eq!(restored.digest(), sm.digest(), "version {version}");
+        let at = Token(sm.revision().0);
+        let granted_wait = |session| WaitEnd {
+            session,
+            namespace: "ns".into(),
+            key: "k".into(),
+            kind: WaitEndKind::Granted {
+                token: at,
+                slot: None,
+            },
+        };
+        if version == 1 {
+            // Release 0.1's rule: the head is granted whatever its deadline (the log must carry
+            // an `ExpireWaits` before the release: the leader writes one at this version).
+            assert_eq!(
+                outcome,
+                Ok(Reply::Released {
+                    token,
+                    next: Some((quick, at))
+                })
+            );
+            assert_eq!(sm.wait_ends(), [granted_wait(quick)]);
+            continue;
+        }
+        // The release removes the expired wait in its own revision, then hands the key on.
+        assert_eq!(
+            outcome,
+            Ok(Reply::Released {
+                token,
+                next: Some((patient, at))
+            })
+        );
+        let expired = WaitEnd {
+            session: quick,
+            namespace: "ns".into(),
+            key: "k".into(),
+            kind: WaitEndKind::Removed {
+                cause: ReleaseCause::WaitExpired,
+            },
+        };
+        assert_eq!(sm.wait_ends(), [expired, granted_wait(patient)]);
+        assert_eq!(sm.wait_deadline_next(), None);
+    }
 }
 
 #[test]

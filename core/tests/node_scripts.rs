@@ -17,9 +17,11 @@
 //! `tick` or `deliver-msgs` also prints each message and persist.
 //!
 //! Commands:
-//! - `setup nodes=3 leader=1 [window=N]`: starts the nodes and lets only `leader` time out, so
-//!   it is elected and ready (the election preamble is not printed); `window`: the pipeline
-//!   window in slots (default 64), to queue proposals behind a full one.
+//! - `setup nodes=3 leader=1 [window=N] [cluster-version=V]`: starts the nodes and lets only
+//!   `leader` time out, so it is elected and ready (the election preamble is not printed);
+//!   `window`: the pipeline window in slots (default 64), to queue proposals behind a full one;
+//!   `cluster-version`: the version the log starts at, as `picketd run --init` records it in the
+//!   first membership (default: none recorded, so 1, release 0.1's log).
 //! - `tick ms=N [verbose=true]`: moves time, firing every timeout that falls due (each followed
 //!   by delivery of all messages until the network is quiet).
 //! - `deliver-msgs node=I [count=N] [verbose=true]`: hands node I the messages in its inbox
@@ -36,6 +38,11 @@
 //! - `crash node=I`, `restart node=I`, `isolate node=I` (drops its messages both ways),
 //!   `heal`.
 //! - `status`: role, leader, applied slot, revision, waits held, sessions with deadlines.
+//! - `log node=I`: the batches node I applied, one line per slot: its log time and its
+//!   commands (what a replica of any release reads from the log).
+//! - `check-replay node=I`: applies node I's log (from its disk) to two fresh state machines
+//!   and checks that both reach node I's state (the same digest): applying is a function of the
+//!   log.
 //! - `check-holder node=I key=K session=S|none`, `check-waiting node=I key=K session=S
 //!   position=P|none`, `check-session node=I session=S live=true|false`: print `ok`, or
 //!   `FAILED: ...` into the output (a difference from the file, never a panic mid-script).
@@ -46,10 +53,11 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use picket_core::locks::{
-    Command, Identity, LockConfig, LockMode, RequestId, SecretHash, SessionId, SessionProof, Token,
+    Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, SecretHash, SessionId,
+    SessionProof, Token,
 };
 use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage};
-use picket_core::paxos::{self, Input, NodeId};
+use picket_core::paxos::{self, Input, Membership, NodeId, Schedule, Slot, Value};
 use picket_core::testkit::script::Line;
 use picket_core::time::Instant;
 
@@ -125,11 +133,21 @@ struct World {
 }
 
 impl World {
-    fn new(count: usize, window: usize) -> World {
+    fn new(count: usize, window: usize, cluster_version: Option<u32>) -> World {
+        let mut durable = NodeDurable::default();
+        if let Some(version) = cluster_version {
+            // What `picketd run --init` records: the first membership, with its cluster version.
+            let voters = (1..=count as u64).map(NodeId).collect();
+            let first = Membership {
+                cluster_version: version,
+                ..Membership::voters(voters)
+            };
+            durable.schedule = Some(Schedule::new(first));
+        }
         let mut world = World {
             now: Instant::ZERO,
             nodes: Vec::new(),
-            durable: vec![NodeDurable::default(); count],
+            durable: vec![durable; count],
             boots: vec![1; count],
             inbox: vec![VecDeque::new(); count],
             isolated: BTreeSet::new(),
@@ -138,12 +156,9 @@ impl World {
             verbose: false,
         };
         for i in 0..count {
-            let node = Node::new(
-                config(i, count, 1, window),
-                NodeDurable::default(),
-                Instant::ZERO,
-            )
-            .expect("config");
+            let durable = world.durable[i].clone();
+            let node =
+                Node::new(config(i, count, 1, window), durable, Instant::ZERO).expect("config");
             world.nodes.push(Some(node));
             world.drain(i);
         }
@@ -312,6 +327,69 @@ impl World {
         }
     }
 
+    /// The values node `i` applied, slot by slot, from its disk (nothing is compacted here).
+    fn applied_log(&mut self, i: usize) -> Vec<(Slot, Value<picket_core::node::NodeCommand>)> {
+        let applied = self.node(i).replica().slot_applied();
+        self.durable[i]
+            .accepted
+            .range(..=applied)
+            .map(|(slot, (_, value))| (*slot, value.clone()))
+            .collect()
+    }
+
+    fn log(&mut self, i: usize) {
+        for (slot, value) in self.applied_log(i) {
+            let line = match value {
+                Value::Batch { stamp, commands } => {
+                    let kinds: Vec<String> = commands
+                        .iter()
+                        .map(|c| first_word(&format!("{:?}", c.command)))
+                        .collect();
+                    format!("n{} slot {slot} at {stamp}: {}", i + 1, kinds.join(", "))
+                }
+                Value::Noop => format!("n{} slot {slot}: no-op", i + 1),
+                Value::Reconfig(m) => format!("n{} slot {slot}: membership {m}", i + 1),
+            };
+            self.say(line);
+        }
+    }
+
+    /// Node `i`'s log applied to a fresh state machine (`None`: it holds a membership change,
+    /// which the scripts never make).
+    fn replay(&mut self, i: usize) -> Option<LockStateMachine> {
+        let mut sm = LockStateMachine::new(LockConfig::default());
+        let first = self.node(i).replica().schedule().entries()[0]
+            .1
+            .cluster_version;
+        sm.begin_cluster_version(first);
+        for (_, value) in self.applied_log(i) {
+            match value {
+                Value::Batch { stamp, commands } => {
+                    sm.apply_batch(stamp, commands.into_iter().map(|c| c.command));
+                }
+                Value::Noop => {}
+                Value::Reconfig(_) => return None,
+            }
+        }
+        Some(sm)
+    }
+
+    fn check_replay(&mut self, i: usize) {
+        let own = self.node(i).state().digest();
+        let (a, b) = (self.replay(i), self.replay(i));
+        let ok = match (a, b) {
+            (Some(a), Some(b)) if a.digest() == own && b.digest() == own => Ok(()),
+            (Some(a), Some(b)) => Err(format!(
+                "replays reach digests {:x} and {:x}, n{} is at {own:x}",
+                a.digest(),
+                b.digest(),
+                i + 1
+            )),
+            _ => Err("the log holds a membership change (not replayed here)".into()),
+        };
+        self.check(ok);
+    }
+
     fn check(&mut self, ok: Result<(), String>) {
         match ok {
             Ok(()) => self.say("ok".into()),
@@ -419,6 +497,8 @@ impl World {
             }
             "heal" => self.isolated.clear(),
             "status" => self.status(),
+            "log" => self.log(line.node()),
+            "check-replay" => self.check_replay(line.node()),
             "check-holder" => {
                 let (node, key) = (self.node(line.node()), line.key());
                 let sm = node.state();
@@ -474,7 +554,11 @@ impl World {
 
 /// The message's kind, e.g. `Accept` (the full `Debug` form carries whole batches).
 fn kind(msg: &Msg) -> String {
-    let text = format!("{msg:?}");
+    first_word(&format!("{msg:?}"))
+}
+
+/// The variant name at the start of a `Debug` form.
+fn first_word(text: &str) -> String {
     text.split([' ', '{', '('])
         .next()
         .unwrap_or_default()
@@ -486,7 +570,10 @@ fn setup(line: &Line) -> (World, String) {
     let count = line.num("nodes") as usize;
     let leader = line.num("leader") as usize - 1;
     let window = line.opt_num("window").map_or(64, |w| w as usize);
-    let mut world = World::new(count, window);
+    let cluster_version = line
+        .opt_num("cluster-version")
+        .map(|v| u32::try_from(v).expect("a cluster version"));
+    let mut world = World::new(count, window, cluster_version);
     for _ in 0..100 {
         if world.nodes[leader]
             .as_ref()
@@ -534,6 +621,11 @@ fn wait_deadlines() {
 }
 
 #[test]
+fn wait_deadlines_v2() {
+    run_file("wait_deadlines_v2");
+}
+
+#[test]
 fn leader_change() {
     run_file("leader_change");
 }
@@ -543,7 +635,13 @@ fn leader_change() {
 fn every_script_runs() {
     common::script::assert_all_named(
         "node",
-        &["leader_change", "sessions", "wait_deadlines", "waits"],
+        &[
+            "leader_change",
+            "sessions",
+            "wait_deadlines",
+            "wait_deadlines_v2",
+            "waits",
+        ],
     );
 }
 

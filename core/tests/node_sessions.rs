@@ -68,12 +68,30 @@ fn config(index: usize, seed: u64, boot: u64) -> NodeConfig {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
+        Sim::starting_at(seed, NodeDurable::default())
+    }
+
+    /// A cluster whose log starts at cluster `version`, as `picketd run --init` records it in
+    /// the first membership (`Sim::new`: none recorded, so 1, release 0.1's log).
+    fn at_cluster_version(seed: u64, version: u32) -> Sim {
+        let first = paxos::Membership {
+            cluster_version: version,
+            ..paxos::Membership::voters(vec![NodeId(1), NodeId(2), NodeId(3)])
+        };
+        let durable = NodeDurable {
+            schedule: Some(paxos::Schedule::new(first)),
+            ..NodeDurable::default()
+        };
+        Sim::starting_at(seed, durable)
+    }
+
+    fn starting_at(seed: u64, durable: NodeDurable) -> Sim {
         let mut sim = Sim {
             now: Instant::ZERO,
             rng: ChaCha8Rng::seed_from_u64(seed),
             seed,
             nodes: Vec::new(),
-            durable: vec![NodeDurable::default(); 3],
+            durable: vec![durable.clone(); 3],
             boots: vec![1; 3],
             net: Vec::new(),
             seq: 0,
@@ -85,8 +103,7 @@ impl Sim {
             drop_per_mille: 0,
         };
         for i in 0..3 {
-            let node =
-                Node::new(config(i, seed, 1), NodeDurable::default(), Instant::ZERO).unwrap();
+            let node = Node::new(config(i, seed, 1), durable.clone(), Instant::ZERO).unwrap();
             sim.nodes.push(Some(node));
             sim.drain(i);
         }
@@ -1108,11 +1125,14 @@ fn a_wait_deadline_removes_the_wait_in_log_time_and_answers_it() {
 #[test]
 fn a_release_after_a_wait_deadline_never_hands_the_key_to_that_wait() {
     // The release is proposed the moment the deadline has passed, before the leader's own
-    // `ExpireWaits` (its timer has not fired): the expiry goes first in the release's batch, so
-    // the key goes to the next live wait, never to the expired one (found by the simulation's
-    // waits-end checker, seed 50).
-    for seed in 70..=73 {
-        let mut sim = Sim::new(seed);
+    // `ExpireWaits` (its timer has not fired): at cluster version 1 the expiry goes first in the
+    // release's batch, at 2 the release removes the expired wait at the head of the queue
+    // itself; either way the key goes to the next live wait, never to the expired one (found by
+    // the simulation's waits-end checker, seed 50), and the expired one is answered as expired.
+    for (seed, version) in (70..=73).flat_map(|seed| [(seed, 1), (seed, 2)]) {
+        let mut sim = Sim::at_cluster_version(seed, version);
+        let first = sim.nodes[0].as_ref().unwrap();
+        assert_eq!(first.state().cluster_version(), version);
         let holder = create_session(&mut sim, "holder");
         let quick = create_session(&mut sim, "quick");
         let patient = create_session(&mut sim, "patient");
@@ -1145,6 +1165,34 @@ fn a_release_after_a_wait_deadline_never_hands_the_key_to_that_wait() {
             "seed {seed}: the expired wait is answered as expired, once (failed: {:?})",
             sim.failed
         );
+        // Where the wait was removed: at cluster version 1 by the `ExpireWaits` the leader put
+        // right before the release (the revision before it); at 2 by the release itself, in its
+        // own revision, with no command of its own in the log.
+        for node in sim.live() {
+            let events = node
+                .state()
+                .watch(Revision(1), &WatchFilter::default(), 100)
+                .unwrap()
+                .events;
+            let revision_of = |kind: &dyn Fn(&EventKind) -> bool| {
+                events.iter().find(|e| kind(&e.kind)).unwrap().revision
+            };
+            let removed = revision_of(&|k| {
+                *k == EventKind::WaitRemoved {
+                    session: quick,
+                    cause: ReleaseCause::WaitExpired,
+                }
+            });
+            let released = revision_of(
+                &|k| matches!(k, EventKind::Released { session, .. } if *session == holder),
+            );
+            let expected = if version == 1 {
+                Revision(released.0 - 1)
+            } else {
+                released
+            };
+            assert_eq!(removed, expected, "seed {seed} version {version}");
+        }
     }
 }
 

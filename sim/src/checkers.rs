@@ -635,9 +635,10 @@ pub fn waits_end(history: &History) -> Vec<Violation> {
 /// a key the same one (drawn when the session opens), so the pair names it; a pair that ever
 /// waited without a deadline is not judged.
 ///
-/// Every batch that hands keys over begins with `ExpireWaits` at the same log time
-/// (`picket_core::node`'s batch head), so the core keeps this rule; the planted bug
-/// `late-expiry` breaks it.
+/// The core keeps this rule: from cluster version 2 on, a hand-off first removes the waits at
+/// the head of its queue whose deadline passed at its log time (`grant_from_queue`); at cluster
+/// version 1 the leader writes an `ExpireWaits` before every hand-off (docs/locks.md, "Waits
+/// that end"). The planted bug `late-expiry` breaks it.
 pub fn grants_past_deadline(history: &History) -> Vec<Violation> {
     // (session, key) -> the timeout of its waits; None when one had no deadline.
     let mut timeouts: BTreeMap<(u64, &str), Option<u64>> = BTreeMap::new();

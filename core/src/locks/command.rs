@@ -59,6 +59,22 @@ impl Command {
             _ => super::CLUSTER_VERSION_FIRST,
         }
     }
+
+    /// Whether applying it may hand a key to a waiter (a hold or a wait ends, or a semaphore
+    /// gains permits), other than `ExpireWaits`, which removes the due waits before it grants.
+    /// At cluster version 1 the log carries an `ExpireWaits` before such a command
+    /// ([`super::CLUSTER_VERSION_HAND_OFF_EXPIRY`]).
+    pub fn may_hand_over(&self) -> bool {
+        matches!(
+            self,
+            Command::Release { .. }
+                | Command::CloseSession { .. }
+                | Command::ExpireSessions { .. }
+                | Command::CancelWait { .. }
+                | Command::ApproveForceRelease { .. }
+                | Command::SetSemaphore { .. }
+        )
+    }
 }
 
 /// The operator behind an admin command: an authenticated principal and its roles.

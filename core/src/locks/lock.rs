@@ -121,7 +121,8 @@ pub(crate) struct Waiter {
     pub mode: LockMode,
     /// Log time of queueing.
     pub queued_at: Instant,
-    /// Log time after which `ExpireWaits` removes the wait (`None`: never).
+    /// Log time from which `ExpireWaits` (and, from cluster version 2 on, a hand-off reaching
+    /// it at the head of the queue) removes the wait (`None`: never).
     pub deadline: Option<Instant>,
 }
 
@@ -545,12 +546,22 @@ impl LockStateMachine {
     /// at the head (there is one only after an exclusive waiter ahead of them left); on a
     /// semaphore, head waiters while fewer than N hold, each in the lowest free slot. Drops the
     /// entry if nobody holds it any more. Returns the sessions granted, in queue order.
+    ///
+    /// From cluster version 2 on, a head waiter whose deadline is at or before the log time is
+    /// removed first (`WaitRemoved { cause: WaitExpired }`, at this revision, as `ExpireWaits`
+    /// would): no hand-off grants an expired wait, whatever was or was not proposed before it
+    /// ([`LockStateMachine::hand_off_expires_waits`]). Every hand-off comes here, and a wait
+    /// that is not at the head is not granted, so that is the one place that needs the rule.
+    /// The removal takes no revision of its own: it grants nothing (the grants that follow are
+    /// the command's own, as before), so no hold can be granted and ended in one revision and
+    /// tokens still rise strictly per key; and revisions stay one per command.
     pub(crate) fn grant_from_queue(
         &mut self,
         namespace: &str,
         key: &Arc<str>,
     ) -> Vec<(SessionId, Token)> {
         let (revision, time) = (self.revision, self.time);
+        let expires_due = self.hand_off_expires_waits();
         let Some(ns_state) = self.namespaces.get_mut(namespace) else {
             return Vec::new();
         };
@@ -570,6 +581,20 @@ impl LockStateMachine {
         let mut semaphore = semaphores.get_mut(&key);
         let mut granted = Vec::new();
         while let Some(head) = entry.waiters.front().copied() {
+            if expires_due && head.deadline.is_some_and(|at| at <= time) {
+                entry.waiters.pop_front();
+                super::wait::wait_removed(
+                    &mut self.sessions,
+                    &mut self.wait_deadlines,
+                    &mut self.watch,
+                    &mut self.wait_ends,
+                    (revision, time),
+                    (&namespace, &key),
+                    head,
+                    ReleaseCause::WaitExpired,
+                );
+                continue;
+            }
             let free = entry.holders.is_empty();
             let shared_run = entry.mode == LockMode::Shared && head.mode == LockMode::Shared;
             let grants = match semaphore.as_deref() {

@@ -86,7 +86,8 @@ pub use snapshot::{
     SnapshotError, WaiterSnapshot,
 };
 pub use version::{
-    CLUSTER_VERSION, CLUSTER_VERSION_ACTOR, CLUSTER_VERSION_FIRST, CLUSTER_VERSION_REASON_MAX,
+    CLUSTER_VERSION, CLUSTER_VERSION_ACTOR, CLUSTER_VERSION_FIRST, CLUSTER_VERSION_HAND_OFF_EXPIRY,
+    CLUSTER_VERSION_REASON_MAX,
 };
 pub use wait::{WaitEnd, WaitEndKind, EXPIRE_WAITS_BATCH_MAX, WAIT_TIMEOUT_MS_MAX};
 pub use watch::{Event, EventKind, ReleaseCause, WatchFilter, WatchPage};
@@ -120,7 +121,7 @@ pub struct LockStateMachine {
     watch: WatchLog,
     /// (deadline, session, namespace, key) of every wait with a deadline. Mirrors the waiter
     /// queues exactly; derived (rebuilt at restore, not in the snapshot or the digest).
-    wait_deadlines: BTreeSet<(Instant, SessionId, Arc<str>, Arc<str>)>,
+    wait_deadlines: wait::WaitDeadlines,
     /// The waits the last applied command ended (granted or removed), for the node to answer
     /// its waiting proposals; cleared at the start of every apply, so it is bounded by one
     /// command's effects.

@@ -8,7 +8,8 @@
 //! - **1**: the log of release 0.1 (and of every log without a cluster version).
 //! - **2** (release 0.2): a membership change the leader stamped takes a revision of its own;
 //!   a force-release request's checklist is binding for an advisory class (the advisory rule);
-//!   `RecordSnapshotSave`; `SetClusterVersion` itself.
+//!   `RecordSnapshotSave`; `SetClusterVersion` itself; a hand-off first removes the due waits at
+//!   the head of its queue ([`CLUSTER_VERSION_HAND_OFF_EXPIRY`]).
 
 use super::audit::{AuditAction, AuditRecord};
 use super::command::Reply;
@@ -21,6 +22,15 @@ pub const CLUSTER_VERSION: u32 = 2;
 
 /// The cluster version of a log that never stated one: release 0.1's.
 pub const CLUSTER_VERSION_FIRST: u32 = 1;
+
+/// The cluster version from which a hand-off (a release, a session's end, a cancel, an
+/// approved force-release, more semaphore permits, `ExpireWaits` itself) first removes, at its
+/// own revision, the waits at the head of its queue whose deadline is at or before its log time,
+/// so that no hand-off grants an expired wait whatever the log holds before it
+/// (`LockStateMachine::hand_off_expires_waits`). Below it, the log itself carries an
+/// `ExpireWaits` before every hand-off (release 0.1's batch head; a 0.2 leader writes it too
+/// while the cluster is at 1: `node::waits`).
+pub const CLUSTER_VERSION_HAND_OFF_EXPIRY: u32 = 2;
 
 /// The principal recorded as the actor of a cluster version step (nobody asked: the leader
 /// proposed it).

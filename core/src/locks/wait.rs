@@ -1,19 +1,26 @@
-//! Waits that end: deadlines (`ExpireWaits`, proposed by the leader when one passed, in log
-//! time) and `CancelWait`; and the record of which waits each command ended, so the node can
-//! answer the client that proposed each wait exactly once.
+//! Waits that end: deadlines (in log time: `ExpireWaits`, proposed by the leader when one
+//! passed, and, from cluster version 2 on, every hand-off, which first removes the due waits at
+//! the head of its queue) and `CancelWait`; and the record of which waits each command ended, so
+//! the node can answer the client that proposed each wait exactly once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::command::Reply;
 use super::error::LockError;
-use super::ids::{SessionId, Token};
+use super::ids::{Revision, SessionId, Token};
+use super::lock::Waiter;
 use super::names::{validate_key, validate_namespace};
 use super::owner::SessionProof;
-use super::session::set_remove;
-use super::watch::{EventKind, ReleaseCause};
+use super::session::{set_remove, Session};
+use super::version::CLUSTER_VERSION_HAND_OFF_EXPIRY;
+use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
 use crate::time::Instant;
+
+/// (deadline, session, namespace, key) of every wait with a deadline
+/// (`LockStateMachine::wait_deadlines`).
+pub(crate) type WaitDeadlines = BTreeSet<(Instant, SessionId, Arc<str>, Arc<str>)>;
 
 /// Longest wait deadline an `Acquire` may ask for (one day).
 pub const WAIT_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
@@ -156,28 +163,70 @@ impl LockStateMachine {
             .position(|w| w.session == session)
             .unwrap_or_else(|| panic!("{session} does not wait for `{namespace}/{key}`"));
         let waiter = entry.waiters.remove(index).expect("index in range");
-        if let Some(deadline) = waiter.deadline {
-            let indexed = (deadline, session, namespace.clone(), key.clone());
-            let removed = self.wait_deadlines.remove(&indexed);
-            assert!(
-                removed,
-                "deadline of {session} on `{namespace}/{key}` not indexed"
-            );
-        }
-        let state = self.sessions.get_mut(&session).expect("a waiter is live");
-        set_remove(&mut state.waits, &namespace, &key);
-        state.holds_and_waits -= 1;
-        let kind = EventKind::WaitRemoved { session, cause };
-        let identity = Some(state.identity.clone());
-        self.watch
-            .push(revision, time, &namespace, &key, kind, identity);
-        self.wait_ends.0.push(WaitEnd {
-            session,
-            namespace: namespace.clone(),
-            key: key.clone(),
-            kind: WaitEndKind::Removed { cause },
-        });
+        wait_removed(
+            &mut self.sessions,
+            &mut self.wait_deadlines,
+            &mut self.watch,
+            &mut self.wait_ends,
+            (revision, time),
+            (&namespace, &key),
+            waiter,
+            cause,
+        );
     }
+
+    /// Whether a hand-off first removes the waits at the head of its queue whose deadline is at
+    /// or before the log time, as `ExpireWaits` would, before it grants anything
+    /// ([`LockStateMachine::grant_from_queue`]): a rule of cluster version 2 (docs/locks.md,
+    /// "Waits that end"). At cluster version 1 (release 0.1's log) a hand-off grants the head
+    /// whatever its deadline, and the leader puts an `ExpireWaits` before every hand-off in the
+    /// log instead (`node::waits`), as a 0.1 replica expects. The gate is the applied cluster
+    /// version, so applying stays a function of the log (and of a snapshot, which carries it).
+    /// Off under the simulation's planted bug `late_wait_expiry`.
+    pub(crate) fn hand_off_expires_waits(&self) -> bool {
+        #[cfg(madsim)]
+        if crate::node::fault_injection::get().late_wait_expiry {
+            return false;
+        }
+        self.at_cluster_version(CLUSTER_VERSION_HAND_OFF_EXPIRY)
+    }
+}
+
+/// What a wait that left its queue without the key (the caller took `waiter` out of the queue
+/// of `namespace/key`; its session is live) leaves behind, at `revision`: its deadline's index
+/// entry, its place in the session's waits, its `WaitRemoved` event and its wait end.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn wait_removed(
+    sessions: &mut BTreeMap<SessionId, Session>,
+    wait_deadlines: &mut WaitDeadlines,
+    watch: &mut WatchLog,
+    wait_ends: &mut WaitEnds,
+    (revision, time): (Revision, Instant),
+    (namespace, key): (&Arc<str>, &Arc<str>),
+    waiter: Waiter,
+    cause: ReleaseCause,
+) {
+    let session = waiter.session;
+    if let Some(deadline) = waiter.deadline {
+        let indexed = (deadline, session, namespace.clone(), key.clone());
+        let removed = wait_deadlines.remove(&indexed);
+        assert!(
+            removed,
+            "deadline of {session} on `{namespace}/{key}` not indexed"
+        );
+    }
+    let state = sessions.get_mut(&session).expect("a waiter is live");
+    set_remove(&mut state.waits, namespace, key);
+    state.holds_and_waits -= 1;
+    let kind = EventKind::WaitRemoved { session, cause };
+    let identity = Some(state.identity.clone());
+    watch.push(revision, time, namespace, key, kind, identity);
+    wait_ends.0.push(WaitEnd {
+        session,
+        namespace: namespace.clone(),
+        key: key.clone(),
+        kind: WaitEndKind::Removed { cause },
+    });
 }
 
 impl LockStateMachine {

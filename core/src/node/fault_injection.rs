@@ -25,9 +25,11 @@ pub struct Faults {
     /// Fresh grants take a token that wraps every [`TOKEN_WRAP_REVISIONS`] revisions (a token
     /// truncated to a narrow counter): a key's tokens stop rising, i.e. tokens are reused.
     pub token_wrap: bool,
-    /// Waits expire late: batches that hand keys over no longer begin with `ExpireWaits`, and
-    /// the leader proposes its own `ExpireWaits` [`LATE_WAIT_EXPIRY_MS`] after a deadline
-    /// passed, so a hand-off in between grants a wait whose deadline passed.
+    /// Waits expire late: a hand-off no longer removes the expired waits at the head of its
+    /// queue (`LockStateMachine::hand_off_expires_waits`, cluster version 2), the leader writes
+    /// no `ExpireWaits` before a hand-off at cluster version 1 (`node::waits`), and it proposes
+    /// its own `ExpireWaits` [`LATE_WAIT_EXPIRY_MS`] after a deadline passed, so a hand-off in
+    /// between grants a wait whose deadline passed.
     pub late_wait_expiry: bool,
 }
 

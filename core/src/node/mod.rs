@@ -63,7 +63,6 @@ mod query;
 mod waits;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -261,10 +260,6 @@ pub struct Node {
     waits: PendingWaits,
     /// How many of `pending` are waiting `Acquire`s (counted against `waits_pending_max`).
     pending_waiting: usize,
-    /// Shared with the replica's batch head (`waits::expire_waits_head`): false only while no
-    /// wait with a deadline can be in the state a new batch applies to. Written and read by the
-    /// one thread that steps this node.
-    waits_may_be_due: Arc<AtomicBool>,
     /// Leader only: when to propose `ExpireWaits` again if the last one was not applied.
     wait_expiry_retry_at: Option<Instant>,
     proposal_next: u64,
@@ -280,13 +275,7 @@ impl Node {
     /// installed at once), at the driver's time `now` (see [`Replica::new`]: the first election
     /// timeout runs from it).
     pub fn new(cfg: NodeConfig, durable: NodeDurable, now: Instant) -> Result<Node, ConfigError> {
-        let mut replica = Replica::new(cfg.replica.clone(), durable, now)?;
-        let waits_may_be_due = Arc::new(AtomicBool::new(true));
-        replica.set_batch_head(waits::expire_waits_head(
-            replica.id(),
-            cfg.boot,
-            waits_may_be_due.clone(),
-        ));
+        let replica = Replica::new(cfg.replica.clone(), durable, now)?;
         // The cluster version an empty log starts at (its first membership's), so that a node
         // that applied nothing yet reports it; set again when slot 1 is applied (the first
         // membership may have been a guess until then).
@@ -306,7 +295,6 @@ impl Node {
             pending: BTreeMap::new(),
             waits: PendingWaits::default(),
             pending_waiting: 0,
-            waits_may_be_due,
             wait_expiry_retry_at: None,
             proposal_next: 1,
             checked_revision: Revision(0),
@@ -420,6 +408,9 @@ impl Node {
         let mut results = Vec::with_capacity(commands.len());
         let mut entries = Vec::new();
         let mut waits_new = 0;
+        // Cluster version 1: an `ExpireWaits` goes first (`waits`, "Wait expiry and the
+        // hand-offs in the log"); it takes room in the queue like the commands.
+        let mut expiry_first = false;
         for (command, hold_ms) in commands {
             if matches!(
                 command,
@@ -439,10 +430,13 @@ impl Node {
                 }));
                 continue;
             }
+            let expiry_needed =
+                !expiry_first && command.may_hand_over() && self.expire_waits_first(waits_new);
+            let used = entries.len() + usize::from(expiry_first) + usize::from(expiry_needed);
             let refused = match &room {
                 Err(error) => Some(error.clone()),
-                Ok(room) if entries.len() >= *room => Some(ProposeError::Busy {
-                    pending: max - room + entries.len(),
+                Ok(room) if used >= *room => Some(ProposeError::Busy {
+                    pending: max - room + entries.len() + usize::from(expiry_first),
                     max,
                 }),
                 Ok(_) => None,
@@ -468,6 +462,7 @@ impl Node {
             let proposal = ProposalId(self.proposal_next);
             self.proposal_next += 1;
             waits_new += usize::from(waits);
+            expiry_first |= expiry_needed;
             let hold = Hold { ms: hold_ms, waits };
             self.pending.insert(proposal, hold);
             entries.push(NodeCommand {
@@ -479,11 +474,9 @@ impl Node {
             results.push(Ok(proposal));
         }
         self.pending_waiting += waits_new;
-        if waits_new > 0 {
-            self.note_waits_may_be_due();
+        if expiry_first {
+            entries.insert(0, self.expire_waits_entry());
         }
-        // A command of this batch that hands a key to the next waiter gets an `ExpireWaits`
-        // before it in the batch it lands in (`waits::expire_waits_head`).
         if !entries.is_empty() {
             let queued = self.replica.propose_many(self.now, entries);
             assert!(
@@ -653,7 +646,6 @@ impl Node {
         self.answer_held_waits();
         self.compact_if_due();
         self.drain_replica();
-        self.note_waits_may_be_due();
         self.check_invariants();
     }
 
@@ -1020,11 +1012,15 @@ impl Node {
             proposal: ProposalId(0),
             command,
         };
-        // Ending the sessions hands their keys to the next waiters: the batch it lands in
-        // expires due waits first (`waits::expire_waits_head`).
-        let entries = vec![entry(Command::ExpireSessions {
+        // Ending the sessions hands their keys to the next waiters: at cluster version 1 an
+        // `ExpireWaits` goes first (`waits`, "Wait expiry and the hand-offs in the log"); from 2
+        // on, the state machine removes the due waits as it hands each key over.
+        let mut entries = vec![entry(Command::ExpireSessions {
             sessions: due.clone(),
         })];
+        if self.expire_waits_first(0) {
+            entries.insert(0, self.expire_waits_entry());
+        }
         match self.replica.propose_many(self.now, entries) {
             Ok(()) => {
                 self.counters.expiry_proposals += 1;

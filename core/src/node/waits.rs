@@ -3,14 +3,11 @@
 //! their hold time passes. Only the leader has any (its proposals fail when it steps down).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use crate::locks::{
     AcquireReply, Command, LockError, LockStateMachine, Outcome, ReleaseCause, Reply, Revision,
-    SessionId, WaitEnd, WaitEndKind,
+    SessionId, WaitEnd, WaitEndKind, CLUSTER_VERSION_HAND_OFF_EXPIRY,
 };
-use crate::paxos::{BatchHead, NodeId};
 use crate::time::Instant;
 
 use super::{Action, Node, NodeCommand, ProposalId};
@@ -283,12 +280,7 @@ impl Node {
             self.wait_expiry_retry_at = None;
             return;
         }
-        let entry = NodeCommand {
-            origin: self.replica.id(),
-            boot: self.cfg.boot,
-            proposal: ProposalId(0),
-            command: Command::ExpireWaits,
-        };
+        let entry = self.expire_waits_entry();
         let cfg = self.replica.config();
         let (heartbeat_ms, election_ms) = (cfg.heartbeat_ms, cfg.election_timeout_ms_max);
         match self.replica.propose(self.now, entry) {
@@ -302,63 +294,55 @@ impl Node {
     }
 }
 
+/// Wait expiry and the hand-offs in the log (docs/locks.md, "Waits that end").
+///
+/// - **Cluster version 2 on**: the state machine keeps the rule itself: a hand-off first removes
+///   the due waits at the head of its queue, at its own log time
+///   (`LockStateMachine::hand_off_expires_waits`), so the log needs nothing before a hand-off.
+///   The leader's own `ExpireWaits` ([`Node::propose_wait_expiries`]) still comes at each
+///   deadline, so that an expired waiter is answered (and its wait removed) on time when no
+///   hand-off comes.
+/// - **Cluster version 1** (a cluster that still runs, or may run, release 0.1, whose replicas
+///   apply the log as written): the state machine grants the head of a queue whatever its
+///   deadline, so the log must carry an `ExpireWaits` before a hand-off, as release 0.1's leader
+///   wrote it. The leader puts one first among the commands of a proposal that holds a command
+///   that may hand a key over ([`Command::may_hand_over`]), while a wait with a deadline may be
+///   in the state it applies to ([`Node::expire_waits_first`]). One `propose_many` lands its
+///   commands together at the tail of the replica's queue, and a batch takes up to
+///   `batch_commands_max` commands from the head of the queue when it takes a slot, which fixes
+///   its log time; so the `ExpireWaits` and the hand-offs after it share one log time unless a
+///   batch boundary falls between them (the queue holds more than a batch: a full pipeline
+///   window). Then the hand-off lands in the next batch, at a later log time, and a wait whose
+///   deadline falls between the two log times can be granted: the window that remains at
+///   cluster version 1 (release 0.1's batch head, formed as the batch took its slot, had none;
+///   it lasts until the cluster version steps to 2).
 impl Node {
-    /// Tells the batch head whether a wait with a deadline can be in the state the next batch
-    /// applies to: one is in the applied state, or this leader proposed a wait not applied yet,
-    /// or it is not ready (its predecessors' slots may hold waits it has not applied). Called
-    /// after every input and when a wait is proposed, so it is never false when one can be.
-    pub(super) fn note_waits_may_be_due(&self) {
-        let may = !self.ready || self.pending_waiting > 0 || self.sm.wait_deadline_next().is_some();
-        self.waits_may_be_due.store(may, Ordering::Relaxed);
+    /// The leader's own `ExpireWaits` entry (answered to nobody).
+    pub(super) fn expire_waits_entry(&self) -> NodeCommand {
+        NodeCommand {
+            origin: self.replica.id(),
+            boot: self.cfg.boot,
+            proposal: ProposalId(0),
+            command: Command::ExpireWaits,
+        }
     }
-}
 
-/// The batch head of a node (`Replica::set_batch_head`): a batch holding a command that may hand
-/// a key to a waiter (a release, a session's end, a cancel, an approved force-release, more
-/// semaphore permits) begins with `ExpireWaits`. The batch takes its log time when it takes its
-/// slot, so the expiry removes every wait whose deadline is at or before the log time of the
-/// hand-offs after it, whatever the leader knew when it proposed them (a deadline that passed
-/// while the batch was queued, a wait queued in a slot the leader had not applied): no hand-off
-/// reaches an expired wait. An expiry removes up to [`crate::locks::EXPIRE_WAITS_BATCH_MAX`] waits, so this
-/// holds while no more than that many are due at one log time. Nothing due: it only takes a
-/// revision; and while no wait with a deadline can be there (`may_be_due`, kept by
-/// [`Node::note_waits_may_be_due`]), no head is added, so revisions and tokens are as before.
-pub(super) fn expire_waits_head(
-    origin: NodeId,
-    boot: u64,
-    may_be_due: Arc<AtomicBool>,
-) -> BatchHead<NodeCommand> {
-    Box::new(move |commands: &[NodeCommand]| {
-        if !may_be_due.load(Ordering::Relaxed) {
-            return None;
+    /// Cluster version 1 only: whether a proposal holding a hand-off must put an `ExpireWaits`
+    /// first (see above). `waits_new`: waiting `Acquire`s of the same proposal taken so far.
+    /// Conservative: true while a wait with a deadline may be in the state the hand-off applies
+    /// to (one is applied, this leader proposed one not applied yet, or it is not ready: its
+    /// predecessors' slots may hold waits it has not applied), so that while no client waits
+    /// with a deadline, revisions and tokens are as they were.
+    pub(super) fn expire_waits_first(&self, waits_new: usize) -> bool {
+        if self.sm.cluster_version() >= CLUSTER_VERSION_HAND_OFF_EXPIRY {
+            return false;
         }
         #[cfg(madsim)]
         if super::fault_injection::get().late_wait_expiry {
-            return None;
+            return false;
         }
-        let hands_over = commands.iter().any(|c| {
-            matches!(
-                c.command,
-                Command::Release { .. }
-                    | Command::CloseSession { .. }
-                    | Command::ExpireSessions { .. }
-                    | Command::CancelWait { .. }
-                    | Command::ApproveForceRelease { .. }
-                    | Command::SetSemaphore { .. }
-            )
-        });
-        let expires_first = matches!(
-            commands.first(),
-            Some(NodeCommand {
-                command: Command::ExpireWaits,
-                ..
-            })
-        );
-        (hands_over && !expires_first).then_some(NodeCommand {
-            origin,
-            boot,
-            proposal: ProposalId(0),
-            command: Command::ExpireWaits,
-        })
-    })
+        !self.ready
+            || self.pending_waiting + waits_new > 0
+            || self.sm.wait_deadline_next().is_some()
+    }
 }

@@ -394,10 +394,7 @@ where
                 Value::Reconfig(m)
             } else if !l.queue.is_empty() {
                 let n = l.queue.len().min(self.cfg.batch_commands_max);
-                let mut commands: Vec<C> = l.queue.drain(..n).collect();
-                if let Some(head) = self.batch_head.as_ref().and_then(|head| head(&commands)) {
-                    commands.insert(0, head);
-                }
+                let commands: Vec<C> = l.queue.drain(..n).collect();
                 Value::Batch {
                     stamp: self.now,
                     commands,

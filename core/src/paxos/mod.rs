@@ -108,4 +108,4 @@ pub use membership::{
 };
 pub use message::{AcceptedEntry, Message};
 pub use quorum::Votes;
-pub use replica::{BatchHead, Counters, Replica};
+pub use replica::{Counters, Replica};

@@ -145,13 +145,7 @@ pub struct Replica<C, S> {
     pub(super) counters: Counters,
     checked_promised: Ballot,
     checked_applied: Slot,
-    /// Puts a command at the head of a batch when it is formed (see [`Replica::set_batch_head`]).
-    pub(super) batch_head: Option<BatchHead<C>>,
 }
-
-/// Given the commands of a batch as it takes its slot, the command (if any) to apply before
-/// them at the same log time.
-pub type BatchHead<C> = Box<dyn Fn(&[C]) -> Option<C> + Send>;
 
 impl<C, S> Replica<C, S>
 where
@@ -246,7 +240,6 @@ where
             counters: Counters::default(),
             checked_promised: promised,
             checked_applied: slot_snapshot,
-            batch_head: None,
         };
         if lost {
             r.role_reported = (RoleKind::Recovering, None);
@@ -426,14 +419,6 @@ where
 
     pub fn id(&self) -> NodeId {
         self.cfg.id
-    }
-
-    /// Leader: every batch this replica forms from its queue (when it takes a slot, which fixes
-    /// the batch's log time) begins with `head(commands)` if that is `Some`. The node uses it to
-    /// expire due waits at the exact log time of the hand-offs after them. A pure function of
-    /// the batch: the values in the log stay what was chosen, whoever replays them.
-    pub fn set_batch_head(&mut self, head: BatchHead<C>) {
-        self.batch_head = Some(head);
     }
 
     pub fn config(&self) -> &Config {

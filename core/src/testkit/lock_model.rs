@@ -230,7 +230,9 @@ impl Model {
     }
 
     /// Grants what the head of the queue may have: the first waiter of a free key (with the
-    /// shared run behind a shared one), or the shared run at the head of a shared key.
+    /// shared run behind a shared one), or the shared run at the head of a shared key. A head
+    /// waiter whose deadline is at or before the log time is removed first, never granted
+    /// (cluster version 2, the state machine's version).
     fn grant_queue(&mut self, key: &LockKey) -> Option<(SessionId, Token)> {
         let mut first = None;
         loop {
@@ -238,6 +240,16 @@ impl Model {
             let Some(&(next, mode)) = queue.first() else {
                 break;
             };
+            let wait = (key.clone(), next);
+            if self
+                .deadlines
+                .get(&wait)
+                .is_some_and(|at| *at <= self.time_ms)
+            {
+                queue.remove(0);
+                self.deadlines.remove(&wait);
+                continue;
+            }
             if let Some(sem) = self.semaphores.get_mut(key) {
                 let revision = self.revision;
                 let held = self.holders.entry(key.clone()).or_insert_with(|| Held {
@@ -303,11 +315,20 @@ impl Model {
         for id in ended {
             self.sessions.remove(id);
         }
-        for queue in self.queues.values_mut() {
+        // Only the keys whose queue lost a waiter are handed on (a hand-off may remove a due
+        // wait at the head of its queue: a key nobody touched keeps its waits as they are).
+        let mut lost_waiter = Vec::new();
+        for (key, queue) in self.queues.iter_mut() {
+            let before = queue.len();
             queue.retain(|(s, _)| !ended.contains(s));
+            if queue.len() < before {
+                lost_waiter.push(key.clone());
+            }
         }
         self.deadlines.retain(|(_, s), _| !ended.contains(s));
-        self.grant_all_queues();
+        for key in &lost_waiter {
+            self.grant_queue(key);
+        }
         let held: Vec<(LockKey, u64)> = self
             .holders
             .iter()
@@ -496,7 +517,10 @@ impl Model {
                 let removed = queue.iter().any(|(s, _)| *s == session.0);
                 queue.retain(|(s, _)| *s != session.0);
                 self.deadlines.remove(&(k.clone(), session.0));
-                self.grant_queue(&k);
+                // A cancel that removed nothing hands nothing on.
+                if removed {
+                    self.grant_queue(&k);
+                }
                 Ok(Reply::WaitCancelled {
                     removed,
                     held: None,
@@ -738,7 +762,10 @@ impl Model {
                 floors: BTreeMap::new(),
             });
             sem.permits = permits;
-            self.grant_queue(&k);
+            // Only a raised N hands permits on (a lowered one touches no queue).
+            if permits > previous {
+                self.grant_queue(&k);
+            }
             if self
                 .holders
                 .get(&k)

@@ -39,9 +39,10 @@ pub enum Break {
     /// asks again for the key in the same call (a library that re-queues the wait under a new
     /// request id) and takes the grant as the cancelled wait's: checker 7.
     RequeueCancelled,
-    /// Waits expire late (core fault `late_wait_expiry`): batches that hand keys over no longer
-    /// begin with `ExpireWaits`, and the leader's own `ExpireWaits` comes 1 s after a deadline,
-    /// so a release in between hands the key to a wait whose deadline passed: checker 7.
+    /// Waits expire late (core fault `late_wait_expiry`): a hand-off no longer removes the
+    /// expired waits at the head of its queue (nor is an `ExpireWaits` written before it at
+    /// cluster version 1), and the leader's own `ExpireWaits` comes 1 s after a deadline, so a
+    /// release in between hands the key to a wait whose deadline passed: checker 7.
     LateExpiry,
     /// The resource skips `check_slot` for semaphore permit holders' writes, and permit holders
     /// ignore the lost-lock signal (they write again in their slot with their old token after
