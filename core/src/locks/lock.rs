@@ -33,6 +33,7 @@ use super::wait::{WaitEnd, WaitEndKind, WAIT_TIMEOUT_MS_MAX};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
 use crate::time::Instant;
+use crate::faults::Faults;
 
 /// One namespace: its classes, its held keys and an age index of its holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,6 +265,7 @@ impl LockStateMachine {
                 (&namespace, &key),
                 (mode, None),
                 (revision, time),
+                self.faults,
                 &mut self.watch,
             );
             ns_state.locks.insert(key, entry);
@@ -292,11 +294,12 @@ impl LockStateMachine {
                     (&namespace, &key),
                     (mode, slot),
                     (revision, time),
+                    self.faults,
                     &mut self.watch,
                 );
                 if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
-                    // The token's revision: `revision` itself (but for the simulation's token
-                    // fault), as the key's floor in `grant`.
+                    // The token's revision: `revision` itself (but for the planted bug
+                    // `Faults::token_wrap`), as the key's floor in `grant`.
                     semaphore.floors.insert(slot, Revision(token.0));
                 }
                 vacant.insert(entry);
@@ -866,18 +869,16 @@ fn grant(
     ns_key: (&Arc<str>, &Arc<str>),
     (mode, slot): (LockMode, Option<u32>),
     (revision, time): (Revision, Instant),
+    faults: Faults,
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
-    #[cfg(not(madsim))]
-    let token = Token::at(revision);
-    // The simulation's deliberately broken build may wrap tokens (`node::fault_injection`).
-    #[cfg(madsim)]
-    let token = crate::node::fault_injection::grant_token(revision);
+    // `Token::at(revision)`, but for the planted bug `Faults::token_wrap`.
+    let token = faults.grant_token(revision);
     let mut entry = LockEntry {
         mode,
         holders: BTreeMap::new(),
         waiters: VecDeque::new(),
-        // The token's revision: `revision` itself (but for the simulation's token fault).
+        // The token's revision: `revision` itself (but for the planted bug `Faults::token_wrap`).
         floor: Revision(token.0),
     };
     let hold = Hold {

@@ -261,16 +261,9 @@ impl Node {
     }
 
     /// When the leader proposes `ExpireWaits` on its own: at the earliest wait deadline (late
-    /// under the simulation's `late_wait_expiry` fault).
+    /// under the planted bug `Faults::late_wait_expiry`).
     pub(super) fn wait_expiry_due(&self) -> Option<Instant> {
-        #[cfg(not(madsim))]
-        let late_ms = 0;
-        #[cfg(madsim)]
-        let late_ms = if super::fault_injection::get().late_wait_expiry {
-            super::fault_injection::LATE_WAIT_EXPIRY_MS
-        } else {
-            0
-        };
+        let late_ms = self.replica.config().faults.wait_expiry_late_ms();
         self.sm.wait_deadline_next().map(|at| at.add_ms(late_ms))
     }
 
@@ -323,17 +316,15 @@ impl Node {
 /// holds while no more than that many are due at one log time. Nothing due: it only takes a
 /// revision; and while no wait with a deadline can be there (`may_be_due`, kept by
 /// [`Node::note_waits_may_be_due`]), no head is added, so revisions and tokens are as before.
+/// `late_wait_expiry` (the planted bug `Faults::late_wait_expiry`): never a head.
 pub(super) fn expire_waits_head(
     origin: NodeId,
     boot: u64,
     may_be_due: Arc<AtomicBool>,
+    late_wait_expiry: bool,
 ) -> BatchHead<NodeCommand> {
     Box::new(move |commands: &[NodeCommand]| {
-        if !may_be_due.load(Ordering::Relaxed) {
-            return None;
-        }
-        #[cfg(madsim)]
-        if super::fault_injection::get().late_wait_expiry {
+        if late_wait_expiry || !may_be_due.load(Ordering::Relaxed) {
             return None;
         }
         let hands_over = commands.iter().any(|c| {
