@@ -32,8 +32,8 @@ use super::session::{check_request, set_insert, set_remove, Session};
 use super::wait::{WaitEnd, WaitEndKind, WAIT_TIMEOUT_MS_MAX};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
-use crate::time::Instant;
 use crate::faults::Faults;
+use crate::time::Instant;
 
 /// One namespace: its classes, its held keys and an age index of its holds.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -744,7 +744,11 @@ impl Node {
         };
         let id = self.replica.id();
         // A planted bug may apply at the local clock (`Faults::apply_with_local_clock`).
-        let stamp = self.replica.config().faults.apply_stamp(id, stamp, self.now);
+        let stamp = self
+            .replica
+            .config()
+            .faults
+            .apply_stamp(id, stamp, self.now);
         for entry in commands {
             let ended = ended_session(&entry.command);
             let waited = waited_key(&entry.command);
