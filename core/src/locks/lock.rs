@@ -264,8 +264,7 @@ impl LockStateMachine {
                 &mut ns_state.holds_by_age,
                 (&namespace, &key),
                 (mode, None),
-                (revision, time),
-                self.faults,
+                (revision, time, self.faults),
                 &mut self.watch,
             );
             ns_state.locks.insert(key, entry);
@@ -293,8 +292,7 @@ impl LockStateMachine {
                     holds_by_age,
                     (&namespace, &key),
                     (mode, slot),
-                    (revision, time),
-                    self.faults,
+                    (revision, time, self.faults),
                     &mut self.watch,
                 );
                 if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
@@ -868,8 +866,7 @@ fn grant(
     holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
     ns_key: (&Arc<str>, &Arc<str>),
     (mode, slot): (LockMode, Option<u32>),
-    (revision, time): (Revision, Instant),
-    faults: Faults,
+    (revision, time, faults): (Revision, Instant, Faults),
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
     // `Token::at(revision)`, but for the planted bug `Faults::token_wrap`.
