@@ -7,6 +7,7 @@
 //! - [`time`]: time as a value; nothing in this crate reads a clock, spawns a thread, does IO or
 //!   draws unseeded randomness (enforced by `core/clippy.toml`).
 
+pub mod faults;
 pub mod locks;
 pub mod node;
 pub mod paxos;

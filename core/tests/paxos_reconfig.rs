@@ -8,6 +8,7 @@
 //! once, the refusals, a learner that joins after compaction, a restart after a change; then a
 //! property over random schedules and the planted bug that the checker must catch.
 
+use picket_core::faults::Faults;
 use picket_core::paxos::{Membership, MembershipError, NodeId, ReconfigError, RoleKind};
 use picket_core::testkit::{Cluster, ClusterConfig, History, Machine};
 use proptest::prelude::*;
@@ -28,11 +29,17 @@ fn with_learners(v: &[u64], l: &[u64]) -> Membership {
 }
 
 fn cluster(nodes: usize, members: usize, seed: u64) -> Sim {
+    cluster_with(nodes, members, seed, Faults::NONE)
+}
+
+/// [`cluster`] with planted bugs.
+fn cluster_with(nodes: usize, members: usize, seed: u64, faults: Faults) -> Sim {
     let mut cfg = ClusterConfig::reliable(nodes, seed);
     cfg.members = members;
     cfg.window_slots = 4;
     cfg.delay_ms_max = 2;
     cfg.persist_delay_ms_max = 1;
+    cfg.faults = faults;
     Sim::new(cfg)
 }
 
@@ -446,10 +453,13 @@ fn a_cluster_restarted_whole_after_a_replacement_keeps_it_with_one_disk_lost() {
 /// The planted bug (a change governs the log at once instead of α slots later) is caught.
 #[test]
 fn the_checker_catches_a_change_that_takes_effect_at_once() {
-    picket_core::paxos::fault_injection::set_reconfig_at_once(true);
+    let planted = Faults {
+        reconfig_at_once: true,
+        ..Faults::NONE
+    };
     let caught = std::panic::catch_unwind(|| {
         for seed in 0..20 {
-            let mut c = cluster(5, 3, 200 + seed);
+            let mut c = cluster_with(5, 3, 200 + seed, planted);
             commit(&mut c, 1);
             change(&mut c, &with_learners(&[1, 2, 3], &[4, 5]), false);
             // Replace two voters while the pipeline is full.
@@ -467,7 +477,6 @@ fn the_checker_catches_a_change_that_takes_effect_at_once() {
             commit(&mut c, 2);
         }
     });
-    picket_core::paxos::fault_injection::set_reconfig_at_once(false);
     let message = match caught {
         Ok(()) => panic!("the planted bug went unnoticed"),
         Err(e) => e

@@ -366,6 +366,7 @@ fn member_config(
         auth: Default::default(),
         console: options.console.clone(),
         backup: None,
+        faults: picket_core::faults::Faults::NONE,
     }
 }
 

@@ -123,6 +123,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let storage_config = StorageConfig {
         log: LogConfig {
             preallocate_bytes: config.storage.preallocate_bytes,
+            faults: config.faults,
             ..LogConfig::default()
         },
         ..StorageConfig::default()
@@ -188,6 +189,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     replica.window_slots = config.limits.window_slots;
     replica.batch_commands_max = config.limits.batch_commands_max;
     replica.pending_max = config.limits.proposals_pending_max;
+    replica.faults = config.faults;
     let node = Node::new(
         NodeConfig {
             replica,
@@ -400,6 +402,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         timing: PeerTiming::default(),
         driver: handle.clone(),
         counters: peer_counters.clone(),
+        faults: config.faults,
         #[cfg(not(madsim))]
         tls: peer_tls.as_ref().map(crate::tls::PeerTls::server),
     };

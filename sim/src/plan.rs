@@ -129,6 +129,10 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// madsim's buggify points are enabled in this run.
     pub buggify: bool,
+    /// The replicas write their group commits on the persist thread (`[storage] persist =
+    /// "thread"`, a simulation task here), not in the driver's turn. Not drawn: the plan's
+    /// option ([`PlanConfig::persist_thread`]).
+    pub persist_thread: bool,
 }
 
 /// Knobs of the plan.
@@ -139,6 +143,9 @@ pub struct PlanConfig {
     pub session_ttl_ms: u64,
     pub drift_bound_ppm: u64,
     pub steps: usize,
+    /// Every replica runs with `[storage] persist = "thread"` (`scripts/sim --persist thread`).
+    /// Draws nothing: a seed's faults are the same either way.
+    pub persist_thread: bool,
 }
 
 impl Default for PlanConfig {
@@ -149,6 +156,7 @@ impl Default for PlanConfig {
             session_ttl_ms: 2_000,
             drift_bound_ppm: 10_000,
             steps: 6,
+            persist_thread: false,
         }
     }
 }
@@ -209,6 +217,7 @@ impl Plan {
             steps,
             buggify: matches!(scenario, Scenario::Mixed | Scenario::Membership)
                 && below(&mut rng, 2) == 0,
+            persist_thread: config.persist_thread,
         };
         plan.keep_one_corruption();
         plan
@@ -396,7 +405,12 @@ impl fmt::Display for Plan {
             "scenario={} faults=[{}]",
             self.scenario.name(),
             mix.join(",")
-        )
+        )?;
+        // Only when set: the traces of inline runs are as before the option existed.
+        if self.persist_thread {
+            write!(f, " persist=thread")?;
+        }
+        Ok(())
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
 //!   `mixed`) with `PICKET_SIM_REPLICAS` replicas (3, default, or 5), optionally broken
-//!   (`PICKET_SIM_BREAK`); prints one `SIM ...` summary line and fails with the replay command
+//!   (`PICKET_SIM_BREAK`), its replicas persisting inline or, with `PICKET_SIM_PERSIST=thread`,
+//!   on the persist thread; prints one `SIM ...` summary line and fails with the replay command
 //!   if a checker found a violation;
 //! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
 //! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
@@ -28,7 +29,17 @@ fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunRepor
 fn plan_config() -> PlanConfig {
     PlanConfig {
         replicas: env_replicas(),
+        persist_thread: env_persist_thread(),
         ..PlanConfig::default()
+    }
+}
+
+/// `PICKET_SIM_PERSIST`: `inline` (default) or `thread` (`[storage] persist = "thread"`).
+fn env_persist_thread() -> bool {
+    match std::env::var("PICKET_SIM_PERSIST").ok().as_deref() {
+        None | Some("") | Some("inline") => false,
+        Some("thread") => true,
+        Some(other) => panic!("PICKET_SIM_PERSIST must be inline or thread, got `{other}`"),
     }
 }
 
@@ -80,9 +91,14 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} restored={} restored_grants={} restored_accesses={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} persist={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} restored={} restored_grants={} restored_accesses={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
+        if report.plan.persist_thread {
+            "thread"
+        } else {
+            "inline"
+        },
         report.sim_ms,
         report.trace_hash,
         report.trace_lines,
@@ -168,10 +184,15 @@ fn seed_run() {
     }
     assert!(
         report.violations.is_empty(),
-        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --replicas {} --trace",
+        "seed {seed} broke {} rule(s); replay with: scripts/sim --seeds 1 --from {seed} --scenario {} --replicas {}{} --trace",
         report.violations.len(),
         scenario.name(),
-        report.plan.replicas
+        report.plan.replicas,
+        if report.plan.persist_thread {
+            " --persist thread"
+        } else {
+            ""
+        }
     );
     // The run did something: grants acknowledged, writes accepted, the probe granted.
     assert!(

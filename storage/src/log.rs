@@ -8,6 +8,8 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use picket_core::faults::Faults;
+
 use crate::disk::{Disk, DiskFile};
 use crate::error::{CorruptionKind, Error, IoOp, Result};
 use crate::format::{
@@ -32,6 +34,9 @@ pub struct LogConfig {
     /// that most appends overwrite allocated blocks inside the file: their `fdatasync` then needs
     /// no block allocation or size change in the file system journal. Default 4 MiB; 0 disables.
     pub preallocate_bytes: u64,
+    /// Planted bugs ([`Faults`]; none but in the simulation): recovery reads
+    /// [`Faults::old_tail_rule`].
+    pub faults: Faults,
 }
 
 impl Default for LogConfig {
@@ -42,6 +47,7 @@ impl Default for LogConfig {
             batch_records_max: 1 << 16,
             batch_bytes_max: 256 << 20,
             preallocate_bytes: 4 << 20,
+            faults: Faults::NONE,
         }
     }
 }

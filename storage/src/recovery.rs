@@ -161,9 +161,10 @@ fn scan_segment<D: Disk>(
     let version = header.version;
     let data_start = header.data_start;
     // Below the synced end every byte was durable once: damage there is never a torn write.
-    // (The `--break cut-synced` build of the simulation restores the version 1 rule: no
-    // synced end, and commit records do not count as valid data after a bad record.)
-    let old_rule = fault_injection::old_tail_rule();
+    // (The planted bug `Faults::old_tail_rule`, the simulation's `--break cut-synced`,
+    // restores the version 1 rule: no synced end, and commit records do not count as valid
+    // data after a bad record.)
+    let old_rule = config.faults.old_tail_rule;
     let marker = header.marker.filter(|_| !old_rule);
     let synced_end = marker.map_or(data_start as u64, |m| m.synced_end);
     let scan_version = if old_rule {
@@ -341,30 +342,4 @@ fn repair_torn_header<D: Disk>(
         bytes: len,
     });
     Ok(Segment::empty_v2(name_index, path.to_path_buf(), file))
-}
-
-/// The `cut-synced` broken build of the simulation (`--cfg madsim` only): recovery forgets what
-/// was synced and cuts a damaged last record as if it were torn, as version 1 did. Off in every
-/// shipped build (the function is a constant `false` outside madsim).
-pub mod fault_injection {
-    #[cfg(madsim)]
-    static OLD_TAIL_RULE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-    /// Turns the old cut-silently rule on or off (simulation only).
-    #[cfg(madsim)]
-    pub fn set_old_tail_rule(on: bool) {
-        OLD_TAIL_RULE.store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether recovery uses the old rule.
-    pub fn old_tail_rule() -> bool {
-        #[cfg(madsim)]
-        {
-            OLD_TAIL_RULE.load(std::sync::atomic::Ordering::Relaxed)
-        }
-        #[cfg(not(madsim))]
-        {
-            false
-        }
-    }
 }

@@ -18,6 +18,7 @@ fn small() -> StorageConfig {
             batch_records_max: 50,
             batch_bytes_max: 4000,
             preallocate_bytes: 100,
+            ..LogConfig::default()
         },
         ..StorageConfig::default()
     }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use picket_core::faults::Faults;
 use picket_storage::format::{self, SEGMENT_HEADER_LEN, SEGMENT_VERSION_2};
 use picket_storage::{CorruptionKind, CrashMode, Disk, DiskFile, Error, Log, LogConfig, SimDisk};
 
@@ -67,6 +68,39 @@ fn sim_disk_damage_of_the_last_synced_record_is_always_corruption() {
         );
         assert_eq!(disk.read_file(&path), before, "seed {seed}: file modified");
     }
+}
+
+/// The planted bug `Faults::old_tail_rule` (the simulation's `--break cut-synced`) brings back
+/// the version 1 rule: the same damaged synced record is cut as a torn tail, and a synced record
+/// is lost without a word.
+#[test]
+fn the_planted_old_tail_rule_cuts_a_damaged_synced_record() {
+    let planted = LogConfig {
+        faults: Faults {
+            old_tail_rule: true,
+            ..Faults::NONE
+        },
+        ..config()
+    };
+    let disk = SimDisk::new(7);
+    let (mut log, _) = Log::open(disk.clone(), Path::new(DIR), config()).expect("open");
+    for i in 1..=4 {
+        log.append(i, &[rec(i)]).expect("append");
+        log.sync().expect("sync");
+    }
+    drop(log);
+    disk.crash_with(CrashMode::DropUnsynced);
+    disk.damage_synced_record(Path::new(DIR))
+        .expect("a synced record to damage");
+    assert!(is_corruption(&Log::open(
+        disk.clone(),
+        Path::new(DIR),
+        config()
+    )));
+    let (log, report) =
+        Log::open(disk.clone(), Path::new(DIR), planted).expect("the old rule recovers");
+    assert!(report.torn_tail.is_some(), "cut as a torn tail: {report:?}");
+    assert!(log.next_index() <= 4, "a synced record was cut");
 }
 
 /// A crash that tears the last (unsynced) group commit in any way is a torn tail, never

@@ -32,6 +32,7 @@ use super::session::{check_request, set_insert, set_remove, Session};
 use super::wait::{WaitEnd, WaitEndKind, WAIT_TIMEOUT_MS_MAX};
 use super::watch::{EventKind, ReleaseCause, WatchLog};
 use super::LockStateMachine;
+use crate::faults::Faults;
 use crate::time::Instant;
 
 /// One namespace: its classes, its held keys and an age index of its holds.
@@ -264,7 +265,7 @@ impl LockStateMachine {
                 &mut ns_state.holds_by_age,
                 (&namespace, &key),
                 (mode, None),
-                (revision, time),
+                (revision, time, self.faults),
                 &mut self.watch,
             );
             ns_state.locks.insert(key, entry);
@@ -292,12 +293,12 @@ impl LockStateMachine {
                     holds_by_age,
                     (&namespace, &key),
                     (mode, slot),
-                    (revision, time),
+                    (revision, time, self.faults),
                     &mut self.watch,
                 );
                 if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
-                    // The token's revision: `revision` itself (but for the simulation's token
-                    // fault), as the key's floor in `grant`.
+                    // The token's revision: `revision` itself (but for the planted bug
+                    // `Faults::token_wrap`), as the key's floor in `grant`.
                     semaphore.floors.insert(slot, Revision(token.0));
                 }
                 vacant.insert(entry);
@@ -890,19 +891,16 @@ fn grant(
     holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
     ns_key: (&Arc<str>, &Arc<str>),
     (mode, slot): (LockMode, Option<u32>),
-    (revision, time): (Revision, Instant),
+    (revision, time, faults): (Revision, Instant, Faults),
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
-    #[cfg(not(madsim))]
-    let token = Token::at(revision);
-    // The simulation's deliberately broken build may wrap tokens (`node::fault_injection`).
-    #[cfg(madsim)]
-    let token = crate::node::fault_injection::grant_token(revision);
+    // `Token::at(revision)`, but for the planted bug `Faults::token_wrap`.
+    let token = faults.grant_token(revision);
     let mut entry = LockEntry {
         mode,
         holders: BTreeMap::new(),
         waiters: VecDeque::new(),
-        // The token's revision: `revision` itself (but for the simulation's token fault).
+        // The token's revision: `revision` itself (but for the planted bug `Faults::token_wrap`).
         floor: Revision(token.0),
     };
     let hold = Hold {

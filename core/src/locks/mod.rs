@@ -98,6 +98,7 @@ use lock::NamespaceState;
 use session::Session;
 use watch::WatchLog;
 
+use crate::faults::Faults;
 use crate::time::Instant;
 
 /// The replicated lock state. See the module docs and `docs/locks.md`.
@@ -128,6 +129,9 @@ pub struct LockStateMachine {
     wait_ends: wait::WaitEnds,
     /// The cluster version the applied log is at (`version`; docs/upgrades.md).
     cluster_version: u32,
+    /// The planted bugs this replica runs with (`crate::faults`; none unless a test set them).
+    /// Not replicated: not in the snapshot or the digest.
+    faults: Faults,
 }
 
 impl LockStateMachine {
@@ -147,8 +151,15 @@ impl LockStateMachine {
             wait_deadlines: BTreeSet::new(),
             wait_ends: wait::WaitEnds::default(),
             cluster_version: CLUSTER_VERSION,
+            faults: Faults::NONE,
             config,
         }
+    }
+
+    /// Sets the planted bugs this state runs with (the node passes its replica's; a restored
+    /// state starts with none).
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
     }
 
     pub fn config(&self) -> &LockConfig {

@@ -182,10 +182,9 @@ impl LockStateMachine {
     /// whatever its deadline, and the leader puts an `ExpireWaits` before every hand-off in the
     /// log instead (`node::waits`), as a 0.1 replica expects. The gate is the applied cluster
     /// version, so applying stays a function of the log (and of a snapshot, which carries it).
-    /// Off under the simulation's planted bug `late_wait_expiry`.
+    /// Off under the planted bug `Faults::late_wait_expiry`.
     pub(crate) fn hand_off_expires_waits(&self) -> bool {
-        #[cfg(madsim)]
-        if crate::node::fault_injection::get().late_wait_expiry {
+        if self.faults.late_wait_expiry {
             return false;
         }
         self.at_cluster_version(CLUSTER_VERSION_HAND_OFF_EXPIRY)

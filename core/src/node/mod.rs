@@ -56,8 +56,6 @@
 //! assert!(node.keepalive(now, picket_core::locks::SessionId(1), &proof).is_err());
 //! ```
 
-#[cfg(madsim)]
-pub mod fault_injection;
 mod leases;
 mod query;
 mod waits;
@@ -280,6 +278,7 @@ impl Node {
         // that applied nothing yet reports it; set again when slot 1 is applied (the first
         // membership may have been a guess until then).
         let mut sm = LockStateMachine::new(cfg.locks.clone());
+        sm.set_faults(cfg.replica.faults);
         sm.begin_cluster_version(replica.schedule().entries()[0].1.cluster_version);
         let mut node = Node {
             counters: NodeCounters::default(),
@@ -771,9 +770,12 @@ impl Node {
             Value::Noop => return,
         };
         let id = self.replica.id();
-        // The simulation's deliberately broken build may apply at the local clock.
-        #[cfg(madsim)]
-        let stamp = fault_injection::apply_stamp(id, stamp, self.now);
+        // A planted bug may apply at the local clock (`Faults::apply_with_local_clock`).
+        let stamp = self
+            .replica
+            .config()
+            .faults
+            .apply_stamp(id, stamp, self.now);
         for entry in commands {
             let ended = ended_session(&entry.command);
             let waited = waited_key(&entry.command);
@@ -844,6 +846,7 @@ impl Node {
             Ok(sm) => sm,
             Err(error) => panic!("snapshot at slot {slot} does not restore: {error}"),
         };
+        self.sm.set_faults(self.replica.config().faults);
         self.slot_applied = slot;
         self.counters.snapshots_installed += 1;
         self.recheck_waits();

@@ -258,16 +258,9 @@ impl Node {
     }
 
     /// When the leader proposes `ExpireWaits` on its own: at the earliest wait deadline (late
-    /// under the simulation's `late_wait_expiry` fault).
+    /// under the planted bug `Faults::late_wait_expiry`).
     pub(super) fn wait_expiry_due(&self) -> Option<Instant> {
-        #[cfg(not(madsim))]
-        let late_ms = 0;
-        #[cfg(madsim)]
-        let late_ms = if super::fault_injection::get().late_wait_expiry {
-            super::fault_injection::LATE_WAIT_EXPIRY_MS
-        } else {
-            0
-        };
+        let late_ms = self.replica.config().faults.wait_expiry_late_ms();
         self.sm.wait_deadline_next().map(|at| at.add_ms(late_ms))
     }
 
@@ -337,8 +330,7 @@ impl Node {
         if self.sm.cluster_version() >= CLUSTER_VERSION_HAND_OFF_EXPIRY {
             return false;
         }
-        #[cfg(madsim)]
-        if super::fault_injection::get().late_wait_expiry {
+        if self.replica.config().faults.late_wait_expiry {
             return false;
         }
         !self.ready

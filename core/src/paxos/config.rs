@@ -3,6 +3,7 @@
 use thiserror::Error;
 
 use super::ballot::NodeId;
+use crate::faults::Faults;
 
 /// α unless configured otherwise. It is a rule of the whole cluster: every replica must use the
 /// same α (a change's effect is computed from it), so picketd does not make it configurable.
@@ -39,6 +40,9 @@ pub struct Config {
     pub reconfig_delay_slots: usize,
     /// Seed of the election-jitter RNG.
     pub seed: u64,
+    /// Planted bugs and injected faults ([`Faults`]): none ([`Faults::NONE`]) but in tests.
+    /// The node and its lock state machine read theirs from here too.
+    pub faults: Faults,
 }
 
 /// A configuration the replica refuses, naming the rule broken.
@@ -73,6 +77,7 @@ impl Config {
             pending_max: 10_000,
             reconfig_delay_slots: RECONFIG_DELAY_SLOTS_DEFAULT,
             seed,
+            faults: Faults::NONE,
         }
     }
 

@@ -94,8 +94,8 @@ where
         while let Some(v) = self.log.get(&self.applied.next()) {
             let slot = self.applied.next();
             if let Value::Reconfig(m) = v {
-                #[cfg(feature = "testkit")]
-                let alpha = if super::fault_injection::reconfig_at_once() {
+                // The planted bug `Faults::reconfig_at_once` governs from the next slot.
+                let alpha = if self.cfg.faults.reconfig_at_once {
                     1
                 } else {
                     alpha

@@ -80,8 +80,6 @@ mod acceptor;
 mod ballot;
 mod config;
 mod election;
-#[cfg(feature = "testkit")]
-pub mod fault_injection;
 mod io;
 mod leader;
 mod learner;

@@ -21,6 +21,7 @@ use rand_chacha::ChaCha8Rng;
 pub use checker::Checker;
 pub use machine::{History, Machine};
 
+use crate::faults::Faults;
 use crate::paxos::{
     Action, Ballot, Config, Durable, Input, Membership, Message, NodeId, Persist, ProposeError,
     ReadId, ReconfigError, Replica, RoleKind, Schedule, Slot, Value,
@@ -48,6 +49,8 @@ pub struct ClusterConfig {
     pub window_slots: usize,
     pub batch_commands_max: usize,
     pub pending_max: usize,
+    /// Every replica's planted bugs ([`Faults`]; none by default).
+    pub faults: Faults,
 }
 
 impl ClusterConfig {
@@ -68,6 +71,7 @@ impl ClusterConfig {
             window_slots: 8,
             batch_commands_max: 4,
             pending_max: 1000,
+            faults: Faults::NONE,
         }
     }
 
@@ -89,6 +93,7 @@ impl ClusterConfig {
             batch_commands_max: self.batch_commands_max,
             pending_max: self.pending_max,
             seed: self.seed,
+            faults: self.faults,
         }
     }
 }

@@ -106,6 +106,12 @@ pub struct Config {
     /// "Backups"); absent: none.
     #[serde(default)]
     pub backup: Option<BackupSection>,
+    /// Planted bugs and injected faults (`picket_core::faults`): never read from the file (no
+    /// key sets one), so picketd always runs with none. The simulation sets them on the parsed
+    /// configuration; the replica's core, its log recovery, its driver and its peer transport
+    /// read them from here.
+    #[serde(skip)]
+    pub faults: picket_core::faults::Faults,
 }
 
 fn default_cluster_id() -> String {

@@ -17,8 +17,11 @@
 //! A background snapshot save of the store is polled by the thread after every commit, and
 //! every [`SAVE_POLL`] while the thread is idle with a save running.
 //!
-//! Not in the simulation: there the driver always persists inline (an OS thread is outside the
-//! simulated schedule).
+//! Where the loop runs is a [`PersistSpawner`]: an OS thread in picketd, a task of the async
+//! runtime in the simulation (`cfg(madsim)`: an OS thread is outside the simulated schedule), so
+//! the simulation covers `persist = "thread"` too, as the snapshot saver's `SaveRunner` lets it
+//! cover background saves. Both run the same group commit ([`Serving`]); only how they wait for
+//! work differs.
 
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -60,12 +63,47 @@ struct Work {
     sync_snapshot: bool,
 }
 
+/// How the persist loop gets a flow of control of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PersistSpawner {
+    /// A dedicated OS thread named `picket-persist`, which spins for [`SPIN`] after a commit,
+    /// then parks: picketd's.
+    Thread,
+    /// A task of the async runtime, awaiting its work: the simulation's (one madsim task, so
+    /// that the group commits run inside the simulated schedule and a seed replays them). It
+    /// writes in the runtime's turn, so it is no place for a real disk.
+    Task,
+}
+
+impl Default for PersistSpawner {
+    /// [`PersistSpawner::Thread`]; under `cfg(madsim)`, [`PersistSpawner::Task`].
+    fn default() -> PersistSpawner {
+        if cfg!(madsim) {
+            PersistSpawner::Task
+        } else {
+            PersistSpawner::Thread
+        }
+    }
+}
+
+/// The driver's end of the work channel (the kind its spawner's loop waits on).
+enum WorkSender {
+    Thread(mpsc::Sender<Work>),
+    Task(async_mpsc::UnboundedSender<Work>),
+}
+
+/// The persist loop's own flow of control.
+enum Worker {
+    Thread(JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
 /// The driver's end of the persist thread.
 pub struct PersistThread {
-    work: Option<mpsc::Sender<Work>>,
+    work: Option<WorkSender>,
     events: async_mpsc::UnboundedReceiver<PersistEvent>,
     counters: Arc<Mutex<StoreCounters>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Worker>,
     /// The id of the last persist sent, and of the last one acknowledged.
     sent: Option<PersistId>,
     acknowledged: Option<PersistId>,
@@ -78,13 +116,37 @@ impl PersistThread {
     pub fn spawn<D: Disk + Clone + 'static>(
         store: DurableStore<D>,
     ) -> std::io::Result<PersistThread> {
-        let (work, work_rx) = mpsc::channel();
+        PersistThread::spawn_with(store, PersistSpawner::Thread)
+    }
+
+    /// Moves `store` to the persist loop, run where `spawner` says. [`PersistSpawner::Task`]
+    /// must be called inside the async runtime.
+    pub fn spawn_with<D: Disk + Clone + 'static>(
+        store: DurableStore<D>,
+        spawner: PersistSpawner,
+    ) -> std::io::Result<PersistThread> {
         let (events_tx, events) = async_mpsc::unbounded_channel();
         let counters = Arc::new(Mutex::new(store.counters().clone()));
-        let shared = Arc::clone(&counters);
-        let thread = std::thread::Builder::new()
-            .name("picket-persist".into())
-            .spawn(move || serve(store, &work_rx, &events_tx, &shared))?;
+        let serving = Serving {
+            store,
+            events: events_tx,
+            counters: Arc::clone(&counters),
+            last_written: None,
+        };
+        let (work, thread) = match spawner {
+            PersistSpawner::Thread => {
+                let (work, work_rx) = mpsc::channel();
+                let thread = std::thread::Builder::new()
+                    .name("picket-persist".into())
+                    .spawn(move || serve(serving, &work_rx))?;
+                (WorkSender::Thread(work), Worker::Thread(thread))
+            }
+            PersistSpawner::Task => {
+                let (work, work_rx) = async_mpsc::unbounded_channel();
+                let task = tokio::spawn(serve_task(serving, work_rx));
+                (WorkSender::Task(work), Worker::Task(task))
+            }
+        };
         Ok(PersistThread {
             work: Some(work),
             events,
@@ -106,14 +168,15 @@ impl PersistThread {
             assert!(last > sent, "persist {last} sent after persist {sent}");
         }
         self.sent = Some(last);
-        let sent = self.work.as_ref().is_some_and(|work| {
-            work.send(Work {
-                persists,
-                sync_snapshot,
-            })
-            .is_ok()
-        });
-        sent
+        let batch = Work {
+            persists,
+            sync_snapshot,
+        };
+        match &self.work {
+            Some(WorkSender::Thread(work)) => work.send(batch).is_ok(),
+            Some(WorkSender::Task(work)) => work.send(batch).is_ok(),
+            None => false,
+        }
     }
 
     /// Whether a batch was sent and not yet acknowledged.
@@ -160,9 +223,20 @@ impl PersistThread {
         if self.failure_reported {
             return Some("it stopped after the write failure it reported".into());
         }
-        let thread = self.thread.take()?;
+        let thread = match self.thread.take()? {
+            Worker::Thread(thread) => thread,
+            Worker::Task(task) => {
+                if !task.is_finished() {
+                    self.thread = Some(Worker::Task(task));
+                    return None;
+                }
+                // A task that ended without reporting a failure panicked (its runtime has the
+                // message).
+                return Some("the persist task panicked".into());
+            }
+        };
         if !thread.is_finished() {
-            self.thread = Some(thread);
+            self.thread = Some(Worker::Thread(thread));
             return None;
         }
         let panic = thread.join().err()?;
@@ -178,10 +252,12 @@ impl PersistThread {
 
 impl Drop for PersistThread {
     /// Closes the channel and waits for the thread: the batch it is writing is finished (and
-    /// the store's files are closed) before the driver is gone.
+    /// the store's files are closed) before the driver is gone. A task cannot be waited for
+    /// here: it is between two group commits whenever the driver runs, and ends at its next
+    /// look at the closed channel.
     fn drop(&mut self) {
         self.work.take();
-        if let Some(thread) = self.thread.take() {
+        if let Some(Worker::Thread(thread)) = self.thread.take() {
             let _ = thread.join();
         }
     }
@@ -193,52 +269,103 @@ fn lock(counters: &Mutex<StoreCounters>) -> std::sync::MutexGuard<'_, StoreCount
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The thread: waits for work, joins every queued batch into one group commit, reports it.
-/// Returns when the driver's end is dropped or a write failed.
-fn serve<D: Disk + Clone + 'static>(
-    mut store: DurableStore<D>,
-    work: &mpsc::Receiver<Work>,
-    events: &async_mpsc::UnboundedSender<PersistEvent>,
-    counters: &Mutex<StoreCounters>,
-) {
-    let mut last_written: Option<PersistId> = None;
-    while let Some(first) = next_work(work, store.save_in_flight()) {
-        if let Some(first) = first {
-            let mut group = first.persists;
-            let mut sync_snapshot = first.sync_snapshot;
-            while let Ok(more) = work.try_recv() {
-                group.extend(more.persists);
-                sync_snapshot |= more.sync_snapshot;
-            }
-            let last = group.last().map(|p| p.id).expect("a batch is never empty");
-            if let (Some(before), Some(first)) = (last_written, group.first()) {
-                assert!(first.id > before, "persist {} after {before}", first.id);
-            }
-            let started = Instant::now();
-            if let Err(error) = store.persist_owned(group) {
-                *lock(counters) = store.counters().clone();
-                let _ = events.send(PersistEvent::Failed(error));
-                return;
-            }
-            last_written = Some(last);
-            *lock(counters) = store.counters().clone();
-            let took = started.elapsed();
-            let _ = events.send(PersistEvent::Persisted {
-                last,
-                took,
-                sync_snapshot,
-            });
+/// The persist loop's state, whichever spawner runs it: the store and the driver's ends.
+struct Serving<D: Disk + Clone + 'static> {
+    store: DurableStore<D>,
+    events: async_mpsc::UnboundedSender<PersistEvent>,
+    counters: Arc<Mutex<StoreCounters>>,
+    last_written: Option<PersistId>,
+}
+
+impl<D: Disk + Clone + 'static> Serving<D> {
+    /// Writes `first` and every batch `more` yields (those queued behind it) as one group
+    /// commit, and reports it. `false`: the write failed (reported); the loop stops.
+    fn commit(&mut self, first: Work, mut more: impl FnMut() -> Option<Work>) -> bool {
+        let mut group = first.persists;
+        let mut sync_snapshot = first.sync_snapshot;
+        while let Some(more) = more() {
+            group.extend(more.persists);
+            sync_snapshot |= more.sync_snapshot;
         }
-        match store.poll_saved() {
+        let last = group.last().map(|p| p.id).expect("a batch is never empty");
+        if let (Some(before), Some(first)) = (self.last_written, group.first()) {
+            assert!(first.id > before, "persist {} after {before}", first.id);
+        }
+        let started = Instant::now();
+        if let Err(error) = self.store.persist_owned(group) {
+            *lock(&self.counters) = self.store.counters().clone();
+            let _ = self.events.send(PersistEvent::Failed(error));
+            return false;
+        }
+        self.last_written = Some(last);
+        *lock(&self.counters) = self.store.counters().clone();
+        let took = started.elapsed();
+        let _ = self.events.send(PersistEvent::Persisted {
+            last,
+            took,
+            sync_snapshot,
+        });
+        true
+    }
+
+    /// Reports a background snapshot save that ended. `false`: polling failed (reported).
+    fn poll_saved(&mut self) -> bool {
+        match self.store.poll_saved() {
             Ok(Some(outcome)) => {
-                *lock(counters) = store.counters().clone();
-                let _ = events.send(PersistEvent::Saved(outcome));
+                *lock(&self.counters) = self.store.counters().clone();
+                let _ = self.events.send(PersistEvent::Saved(outcome));
+                true
             }
-            Ok(None) => {}
+            Ok(None) => true,
             Err(error) => {
-                let _ = events.send(PersistEvent::Failed(error));
+                let _ = self.events.send(PersistEvent::Failed(error));
+                false
+            }
+        }
+    }
+}
+
+/// The thread ([`PersistSpawner::Thread`]): waits for work, joins every queued batch into one
+/// group commit, reports it. Returns when the driver's end is dropped or a write failed.
+fn serve<D: Disk + Clone + 'static>(mut serving: Serving<D>, work: &mpsc::Receiver<Work>) {
+    while let Some(first) = next_work(work, serving.store.save_in_flight()) {
+        if let Some(first) = first {
+            if !serving.commit(first, || work.try_recv().ok()) {
                 return;
             }
+        }
+        if !serving.poll_saved() {
+            return;
+        }
+    }
+}
+
+/// The task ([`PersistSpawner::Task`]): the thread's loop, awaiting its work instead of
+/// spinning and parking (it polls a running save every [`SAVE_POLL`] as the thread does).
+async fn serve_task<D: Disk + Clone + 'static>(
+    mut serving: Serving<D>,
+    mut work: async_mpsc::UnboundedReceiver<Work>,
+) {
+    loop {
+        let first = if serving.store.save_in_flight() {
+            match tokio::time::timeout(SAVE_POLL, work.recv()).await {
+                Ok(Some(batch)) => Some(batch),
+                Ok(None) => return,
+                Err(_) => None,
+            }
+        } else {
+            match work.recv().await {
+                Some(batch) => Some(batch),
+                None => return,
+            }
+        };
+        if let Some(first) = first {
+            if !serving.commit(first, || work.try_recv().ok()) {
+                return;
+            }
+        }
+        if !serving.poll_saved() {
+            return;
         }
     }
 }
@@ -321,8 +448,14 @@ mod tests {
                 .unwrap();
         }
         drop(work_tx);
-        let counters = Mutex::new(StoreCounters::default());
-        serve(store, &work_rx, &events_tx, &counters);
+        let counters = Arc::new(Mutex::new(StoreCounters::default()));
+        let serving = Serving {
+            store,
+            events: events_tx,
+            counters: Arc::clone(&counters),
+            last_written: None,
+        };
+        serve(serving, &work_rx);
         match events.try_recv() {
             Ok(PersistEvent::Persisted { last, .. }) => assert_eq!(last, 3),
             other => panic!("expected one acknowledgement of persist 3, got {other:?}"),
@@ -356,5 +489,36 @@ mod tests {
         assert!(thread.in_flight(), "nothing was acknowledged");
         assert_eq!(disk.sync_data_count(), syncs);
         assert_eq!(thread.counters().commits, 0);
+    }
+
+    /// The simulation's spawner: the same loop as a task, batches queued before it runs
+    /// joined into one group commit, and the task ends when the driver's end is dropped.
+    #[tokio::test]
+    async fn the_task_spawner_joins_queued_batches_into_one_group_commit() {
+        let disk = SimDisk::new(1);
+        let store = store(&disk);
+        let mut thread = PersistThread::spawn_with(store, PersistSpawner::Task).unwrap();
+        // The task has not run yet (one runtime thread): all three wait for it.
+        for id in 1..=3 {
+            assert!(thread.send(vec![promise(id, id)], false));
+        }
+        match thread.recv().await {
+            Some(PersistEvent::Persisted { last, .. }) => assert_eq!(last, 3),
+            other => panic!("expected one acknowledgement of persist 3, got {other:?}"),
+        }
+        assert!(!thread.in_flight());
+        assert_eq!(thread.counters().commits, 1);
+        assert!(thread.send(vec![promise(4, 4)], false));
+        match thread.recv().await {
+            Some(PersistEvent::Persisted { last, .. }) => assert_eq!(last, 4),
+            other => panic!("expected the acknowledgement of persist 4, got {other:?}"),
+        }
+        assert_eq!(thread.counters().commits, 2);
+        drop(thread);
+        // The task sees the closed channel and ends, closing the store.
+        tokio::task::yield_now().await;
+        let (_, recovered) =
+            DurableStore::open(disk.clone(), Path::new("/data"), StorageConfig::default()).unwrap();
+        assert_eq!(recovered.durable.promised.round, 4);
     }
 }

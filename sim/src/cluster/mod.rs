@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
+use picket_core::faults::Faults;
 use picket_core::paxos::NodeId;
 use picket_server::node::durable::EmptyDataDir;
 use picket_storage::{Disk, SimDisk};
@@ -88,10 +89,11 @@ pub const MEMBERSHIP_CHANGE_BOUND_MS: u64 = 30_000;
 /// Runs one seed inside the current madsim runtime.
 pub async fn run(config: RunConfig) -> RunReport {
     let plan = Plan::draw(config.seed, config.scenario, config.plan);
-    set_core_faults(config.broken);
-    // The real server's buggify points (lossy, duplicating, reordering links; slow fsyncs).
-    picket_server::node::buggify::set(plan.buggify);
-    let shared = Shared::new(config.broken);
+    let shared = Shared::new(
+        config.broken,
+        faults(config.broken, plan.buggify),
+        plan.persist_thread,
+    );
     lock(&shared).semaphores = workload::draw_semaphores(config.seed);
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
     let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
@@ -141,7 +143,7 @@ pub async fn run(config: RunConfig) -> RunReport {
     cluster.collect_final().await;
 
     let mut s = lock(&shared);
-    let slow_fsyncs = picket_server::node::buggify::slow_fsyncs();
+    let slow_fsyncs = s.slow_fsyncs.values().sum();
     s.counters.insert("slow-fsync", slow_fsyncs);
     let history = s.history.clone();
     let violations = check_all(&history);
@@ -159,17 +161,19 @@ pub async fn run(config: RunConfig) -> RunReport {
     }
 }
 
-/// The broken builds that live in the real core (`picket_core::node::fault_injection`, compiled
-/// only under `--cfg madsim`): set for this run, cleared when the run breaks nothing.
-fn set_core_faults(broken: Option<Break>) {
-    use picket_core::node::fault_injection::{self, Faults};
-    fault_injection::set(Faults {
+/// The faults every replica of a run starts with: the planted bug of `broken`, if it lives in
+/// the real code (core, storage, the server's peer transport), and the real server's buggify
+/// points (lossy, duplicating, reordering links; slow fsyncs) when the plan turns them on.
+fn faults(broken: Option<Break>, buggify: bool) -> Faults {
+    Faults {
         apply_with_local_clock: (broken == Some(Break::DigestMutation)).then_some(NodeId(1)),
         token_wrap: broken == Some(Break::TokenReuse),
         late_wait_expiry: broken == Some(Break::LateExpiry),
-    });
-    picket_storage::recovery::fault_injection::set_old_tail_rule(broken == Some(Break::CutSynced));
-    picket_server::node::buggify::set_peers_from_file(broken == Some(Break::PeersFromFile));
+        old_tail_rule: broken == Some(Break::CutSynced),
+        peers_from_file: broken == Some(Break::PeersFromFile),
+        buggify,
+        ..Faults::NONE
+    }
 }
 
 impl Cluster {

@@ -190,10 +190,15 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
         (None, None) => ctx,
     };
     let cluster_id = restored.as_ref().map(|r| r.cluster_id.as_str());
-    let config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms, cluster_id))
+    let mut config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms, cluster_id))
         .expect("the simulated replica's configuration is valid");
     let (start, broken) = {
         let s = lock(&ctx.shared);
+        // The run's planted bug and buggify switch (no file key sets them).
+        config.faults = s.faults;
+        if s.persist_thread {
+            config.storage.persist = picket_server::config::PersistMode::Thread;
+        }
         (s.start, s.broken)
     };
     let clock = Arc::new(SimClock {
@@ -249,6 +254,8 @@ async fn serve_replica<D: Disk + Clone + 'static>(
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
             s.applied.insert(ctx.id, status.revision.0);
+            s.slow_fsyncs
+                .insert((ctx.id, boot), status.counters.slow_fsyncs);
             s.ready
                 .insert(ctx.id, status.not_serving_because().is_none());
             let seen = s

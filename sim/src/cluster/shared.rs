@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use picket_core::faults::Faults;
 use picket_core::paxos::NodeId;
 use picket_server::node::durable::EmptyDataDir;
 
@@ -49,7 +50,7 @@ pub enum Break {
     /// release): checker 2, per slot.
     SlotBypass,
     /// The transport takes its peers from the config file again, as before issue 34
-    /// (`picket_server::node::buggify::set_peers_from_file`): a replica that joined with a
+    /// (the planted bug `Faults::peers_from_file`): a replica that joined with a
     /// contact list not naming the leader is never promoted, one that leads never reaches the
     /// voters its file leaves out: checker 6 (liveness). Membership scenario.
     PeersFromFile,
@@ -112,6 +113,13 @@ pub struct Shared {
     pub trace_lines: u64,
     pub start: tokio::time::Instant,
     pub broken: Option<Break>,
+    /// The faults every replica of the run starts with (`picket_server::config::Config::faults`):
+    /// the planted bug of `broken`, if it lives in the real code, and the plan's buggify switch.
+    pub faults: Faults,
+    /// Every replica runs with `[storage] persist = "thread"` (`Plan::persist_thread`).
+    pub persist_thread: bool,
+    /// Each boot's slow fsyncs (`DriverCounters::slow_fsyncs`), as of its last status read.
+    pub slow_fsyncs: BTreeMap<(NodeId, u64), u64>,
     /// The last replica that reported itself leader.
     pub leader: Option<NodeId>,
     /// Replicas whose store failed; restarted by the nemesis.
@@ -154,13 +162,16 @@ pub struct RestoredCluster {
 pub type SharedRef = Arc<Mutex<Shared>>;
 
 impl Shared {
-    pub fn new(broken: Option<Break>) -> SharedRef {
+    pub fn new(broken: Option<Break>, faults: Faults, persist_thread: bool) -> SharedRef {
         Arc::new(Mutex::new(Shared {
             history: History::default(),
             trace: Fnv::default(),
             trace_lines: 0,
             start: tokio::time::Instant::now(),
             broken,
+            faults,
+            persist_thread,
+            slow_fsyncs: BTreeMap::new(),
             leader: None,
             wedged: BTreeSet::new(),
             applied: BTreeMap::new(),

@@ -204,6 +204,9 @@ pub struct DriverCounters {
     pub proposals: u64,
     /// Slots of log that compactions cut and the driver freed off its turn (`free_retired`).
     pub retired_slots_freed: u64,
+    /// Group commits the simulation's buggify point made slow (`Faults::buggify`; always 0
+    /// outside the simulation).
+    pub slow_fsyncs: u64,
 }
 
 /// A peer message for the driver.

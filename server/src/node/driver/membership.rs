@@ -135,10 +135,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         // Exactly the members of the memberships that govern the slots from the next one to
         // apply on; while the first membership is a guess, the contacts too (whom to learn from).
         let mut known: BTreeSet<NodeId> = BTreeSet::from([me]);
-        #[cfg(madsim)]
-        let planted = crate::node::buggify::peers_from_file();
-        #[cfg(not(madsim))]
-        let planted = false;
+        // The planted bug `Faults::peers_from_file` (picketd never sets it).
+        let planted = self.node.replica().config().faults.peers_from_file;
         if planted {
             // The planted bug (the code before issue 34): every id of the log and the file
             // is accepted, but only the file's members and those a change added are dialed.

@@ -46,7 +46,7 @@ use crate::node::members::{
     next_membership, ChangeRequest, Known, MemberChange, MembershipChanged, Next,
 };
 use crate::node::peer::MemberSet;
-use crate::node::persist::{PersistEvent, PersistThread};
+use crate::node::persist::{PersistEvent, PersistSpawner, PersistThread};
 use crate::node::refusal::Refusal;
 
 /// A Paxos message of the node.
@@ -71,6 +71,9 @@ const DIGESTS_QUEUED_MAX: usize = 1_024;
 /// How often the namespace series (longest hold, holds, waiters) and the session count are
 /// recomputed from the applied state.
 const STATS_EVERY_MS: u64 = 1_000;
+/// How long a slow fsync of the simulation's buggify point takes (a disk busy with something
+/// else, a RAID controller flushing): `Driver::slow_fsync`.
+pub const SLOW_FSYNC: Duration = Duration::from_millis(50);
 
 struct PendingProposal {
     reply: Responder<Answered>,
@@ -98,7 +101,7 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     /// When the namespace series are recomputed next.
     stats_next: Instant,
     /// Simulation only: a group commit written whose fsync the buggify point made slow; `run`
-    /// waits this long before it acknowledges the persist (`crate::node::buggify::slow_fsync`).
+    /// waits this long before it acknowledges the persist (`Driver::slow_fsync`).
     #[cfg(madsim)]
     slow_fsync: Option<(paxos::PersistId, Duration)>,
     /// How this start's recovery ended; `durable_state_lost` follows the core.
@@ -591,12 +594,27 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 }
             }
             #[cfg(madsim)]
-            if let Some(stall) = crate::node::buggify::slow_fsync() {
+            if let Some(stall) = self.slow_fsync() {
                 self.slow_fsync = Some((last, stall));
                 return Ok(());
             }
             self.node.persisted(self.clock.now(), last)?;
         }
+    }
+
+    /// Simulation only, the buggify point of the persist path: while the replica's
+    /// `Faults::buggify` switch is on, 5% of group commits take a slow fsync of [`SLOW_FSYNC`]
+    /// (the driver is stalled that long, as a blocking fsync stalls it, before it acknowledges
+    /// the persist). Drawn from the simulator's seeded RNG; counted in `slow_fsyncs`.
+    #[cfg(madsim)]
+    fn slow_fsync(&mut self) -> Option<Duration> {
+        use madsim::rand::Rng;
+        let slow = self.node.replica().config().faults.buggify
+            && madsim::rand::thread_rng().gen_bool(0.05);
+        if slow {
+            self.counters.slow_fsyncs += 1;
+        }
+        slow.then_some(SLOW_FSYNC)
     }
 
     /// Frees the log a compaction cut (`Node::take_retired`) on a thread of its own: ~10^4

@@ -6,8 +6,7 @@ use super::*;
 pub(super) enum Persister<D: Disk + Clone + 'static> {
     /// In the driver's turn.
     Inline(Box<DurableStore<D>>),
-    /// On the persist thread (never in the simulation).
-    #[cfg_attr(madsim, allow(dead_code))]
+    /// On the persist thread (in the simulation, a simulation task: `PersistSpawner`).
     Thread(PersistThread),
 }
 
@@ -15,20 +14,19 @@ impl<D: Disk + Clone + 'static> Persister<D> {
     pub(super) fn new(store: DurableStore<D>, mode: PersistMode) -> Persister<D> {
         match mode {
             PersistMode::Inline => Persister::Inline(Box::new(store)),
-            #[cfg(madsim)]
-            PersistMode::Thread => Persister::Inline(Box::new(store)),
-            #[cfg(not(madsim))]
-            PersistMode::Thread => match PersistThread::spawn(store) {
-                Ok(thread) => {
-                    tracing::info!(
+            PersistMode::Thread => {
+                match PersistThread::spawn_with(store, PersistSpawner::default()) {
+                    Ok(thread) => {
+                        tracing::info!(
                         "group commits are written by the persist thread ([storage] persist = \"thread\")"
                     );
-                    Persister::Thread(thread)
+                        Persister::Thread(thread)
+                    }
+                    // `spawn` failed before the store moved to a thread: it cannot be had back,
+                    // and a replica without its store cannot go on.
+                    Err(error) => panic!("cannot start the persist thread: {error}"),
                 }
-                // `spawn` failed before the store moved to a thread: it cannot be had back,
-                // and a replica without its store cannot go on.
-                Err(error) => panic!("cannot start the persist thread: {error}"),
-            },
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use picket_core::faults::Faults;
 use picket_core::node::{NodeCommand, NodeSnapshot};
 use picket_core::paxos::NodeId;
 use picket_net::convert::paxos::message_from_wire;
@@ -37,6 +38,9 @@ pub struct Inbound {
     pub timing: PeerTiming,
     pub driver: DriverHandle,
     pub counters: Arc<PeerCounters>,
+    /// The replica's faults: with `buggify` on, received frames pass the frame-fault layer
+    /// ([`FrameFaults`], simulation only).
+    pub faults: Faults,
     /// The TLS server end, with `[tls]`.
     #[cfg(not(madsim))]
     pub tls: Option<crate::tls::PeerServerTls>,
@@ -117,7 +121,7 @@ async fn serve(
         counters: inbound.counters.clone(),
     };
     #[cfg(madsim)]
-    let mut faults = super::faults::FrameFaults::default();
+    let mut faults = FrameFaults::new(inbound.faults.buggify);
     let counters = &inbound.counters;
     let link = &inbound.link;
     let ended = conn::run(conn, None, &timing, counters, &mut shutdown, |kind| {
@@ -216,4 +220,78 @@ fn not_a_hello(what: &str) -> Refusal {
              wire version 1 dials with gRPC)"
         ),
     )
+}
+
+/// **Simulation only** (`--cfg madsim`): the frame-fault layer of the peer transport, above the
+/// framing, on the receiving end of each connection. madsim's TCP never loses, duplicates or
+/// reorders bytes (a clogged link stalls, a killed node shows as the end of the stream), so this
+/// is where a seed gets a lossy link: while the replica's buggify switch is on
+/// ([`Faults::buggify`]), each message frame received is
+///
+/// - dropped with 1% probability (the run's message **loss**);
+/// - delivered twice with 2%;
+/// - delayed by 1-50 ms with 2% (delivered later, behind frames that came after it);
+/// - held back with 3% and delivered after the next frame (a swap with its successor; a ping
+///   or the end of the connection releases it too, so nothing is held indefinitely).
+///
+/// Every draw comes from the simulator's seeded RNG, so a seed replays them exactly. Paxos must
+/// shrug all of it off (it re-sends what matters).
+#[cfg(madsim)]
+#[derive(Debug)]
+struct FrameFaults {
+    on: bool,
+    /// The frame held back for a swap, if any.
+    held: Option<NodeMessage>,
+}
+
+#[cfg(madsim)]
+impl FrameFaults {
+    fn new(on: bool) -> FrameFaults {
+        FrameFaults { on, held: None }
+    }
+
+    /// True with `probability` (the switch is on).
+    fn fire(probability: f64) -> bool {
+        use madsim::rand::Rng;
+        madsim::rand::thread_rng().gen_bool(probability)
+    }
+
+    /// Delivers `msg` as a lossy, duplicating, delaying, reordering link would.
+    fn pass(&mut self, msg: NodeMessage, inbox: &Inbox) {
+        if !self.on {
+            inbox.deliver(msg);
+            return;
+        }
+        let held = self.held.take();
+        if Self::fire(0.01) {
+            // Lost.
+        } else if Self::fire(0.02) {
+            inbox.deliver(msg.clone());
+            inbox.deliver(msg);
+        } else if Self::fire(0.02) {
+            use madsim::rand::Rng;
+            let delay =
+                std::time::Duration::from_millis(madsim::rand::thread_rng().gen_range(1..=50));
+            let inbox = inbox.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                inbox.deliver(msg);
+            });
+        } else if held.is_none() && Self::fire(0.03) {
+            self.held = Some(msg);
+            return;
+        } else {
+            inbox.deliver(msg);
+        }
+        if let Some(held) = held {
+            inbox.deliver(held);
+        }
+    }
+
+    /// Delivers the frame held back, if any (another frame arrived, or the connection ends).
+    fn release(&mut self, inbox: &Inbox) {
+        if let Some(held) = self.held.take() {
+            inbox.deliver(held);
+        }
+    }
 }

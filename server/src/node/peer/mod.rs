@@ -27,8 +27,9 @@
 //!   certificate against the host of its `peer_address` (`crate::tls::PeerTls`).
 //!
 //! Under madsim the same code runs on `madsim::net` TCP, which never loses, duplicates or
-//! reorders bytes; the frame-fault layer ([`faults`], `cfg(madsim)`) above the framing does, from
-//! the simulation's seeded RNG.
+//! reorders bytes; the frame-fault layer (`inbound::FrameFaults`, `cfg(madsim)`, on while the
+//! replica's `Faults::buggify` switch is) above the framing does, from the simulation's seeded
+//! RNG.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -36,8 +37,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 mod conn;
-#[cfg(madsim)]
-pub mod faults;
 pub mod frame;
 mod inbound;
 mod outbound;

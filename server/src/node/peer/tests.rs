@@ -284,6 +284,7 @@ async fn listen_at(addr: SocketAddr, me: u64, timing: PeerTiming) -> Listening {
         timing,
         driver,
         counters: counters.clone(),
+        faults: picket_core::faults::Faults::NONE,
         tls: None,
     };
     let task = tokio::spawn(run_inbound(listener, inbound, stopped));
@@ -615,6 +616,7 @@ mod tls {
             timing: fast(),
             driver,
             counters: counters.clone(),
+            faults: picket_core::faults::Faults::NONE,
             tls: Some(tls.server()),
         };
         let task = tokio::spawn(run_inbound(listener, inbound, stopped));
