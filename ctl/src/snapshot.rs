@@ -6,7 +6,7 @@ use std::path::Path;
 
 use picket_net::backup::{decode_backup, Backup};
 use picket_net::client::Client;
-use picket_server::backup::{read_backup_file, write_file_atomically};
+use picket_net::backup::{read_backup_file, write_file_atomically};
 use serde_json::json;
 
 use super::render::{utc, Report};
