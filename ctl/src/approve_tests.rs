@@ -146,8 +146,7 @@ impl Admin for FakeAdmin {
             }],
         }))
     }
-    type SaveSnapshotStream =
-        ChannelStream<Result<proto::SnapshotChunk, Status>>;
+    type SaveSnapshotStream = ChannelStream<Result<proto::SnapshotChunk, Status>>;
     /// A good backup in 10-byte chunks, one of them left out (a broken stream).
     async fn save_snapshot(
         &self,

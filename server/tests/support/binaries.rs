@@ -44,6 +44,10 @@ fn short_version(binary: &Path) -> String {
         .arg("-V")
         .output()
         .unwrap_or_else(|e| panic!("{} -V: {e}", binary.display()));
-    assert!(output.status.success(), "{} -V: {output:?}", binary.display());
+    assert!(
+        output.status.success(),
+        "{} -V: {output:?}",
+        binary.display()
+    );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
