@@ -1,6 +1,7 @@
 //! Backup files: the whole replicated lock state at one revision, with a header and a checksum
 //! (docs/storage.md, "Backup files"). Written by `picketctl snapshot save`, read by `picketctl
-//! snapshot status` and `picketd restore`.
+//! snapshot status` and `picketd restore`, through [`write_file_atomically`] (whole or not at
+//! all, mode 0600: it holds session-secret hashes and the audit trail) and [`read_backup_file`].
 //!
 //! ```text
 //! offset  size  field
@@ -31,6 +32,9 @@
 //! flipped[30] ^= 1;
 //! assert_eq!(decode_backup(&flipped).unwrap_err().rule(), "backup_checksum");
 //! ```
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use picket_core::locks::LockSnapshot;
 use prost::Message as _;
@@ -195,6 +199,45 @@ pub fn decode_backup(bytes: &[u8]) -> Result<Backup, BackupError> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `bytes` to `path` whole or not at all: a temp file beside it (mode 0600), fsync,
+/// rename over `path`, fsync of the directory. An existing `path` is replaced only at the
+/// rename; a failure before it leaves `path` as it was and removes the temp file.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{}: not a file name", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let written = (|| -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
+
+/// Reads and checks a whole backup file; the error names the file and the rule.
+pub fn read_backup_file(path: &Path) -> Result<Backup, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    decode_backup(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

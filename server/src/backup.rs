@@ -1,23 +1,22 @@
 //! Backup files on disk and restores from them (docs/storage.md, "Backup files" and "Restoring a
 //! backup"; docs/runbooks/restore-from-backup.md):
 //!
-//! - [`write_file_atomically`]: a backup file written whole or not at all (temp file, fsync,
-//!   rename, fsync of the directory), mode 0600 (it holds session-secret hashes and the audit
-//!   trail);
-//! - [`read_backup_file`]: a file read and checked whole (every rule of `picket_net::backup`);
+//! - [`write_file_atomically`], [`read_backup_file`]: a backup file written whole or not at
+//!   all, and read and checked whole (re-exported from `picket_net::backup`, which picketctl
+//!   shares);
 //! - [`restore_floor`]: the revision the restored cluster starts at, above every token the old
 //!   cluster could have granted;
 //! - [`restore_data_dir`]: one replica's data directory of the new cluster ([`restore_store`]:
 //!   its store half, on any `Disk`).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use picket_core::locks::{LockSnapshot, Revision, RESTORED_REVISION_MAX};
 use picket_core::node::NodePersist;
 use picket_core::paxos::{Persist, Slot};
-use picket_net::backup::{decode_backup, Backup};
+use picket_net::backup::Backup;
+pub use picket_net::backup::{read_backup_file, write_file_atomically};
 use picket_net::convert::records::decode_snapshot_record;
 use picket_storage::{Disk, LogConfig, RealDisk, StorageConfig};
 
@@ -40,45 +39,6 @@ pub const CLUSTER_ID_FILE: &str = "cluster-id";
 /// replica that lacks it (a member added later) is sent the snapshot, never slots over an
 /// empty state.
 pub const RESTORED_SLOT: Slot = Slot(1);
-
-/// Writes `bytes` to `path` whole or not at all: a temp file beside it (mode 0600), fsync,
-/// rename over `path`, fsync of the directory. An existing `path` is replaced only at the
-/// rename; a failure before it leaves `path` as it was and removes the temp file.
-pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("{}: not a file name", path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let written = (|| -> std::io::Result<()> {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(&dir)?.sync_all()
-    })();
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", path.display())
-    })
-}
-
-/// Reads and checks a whole backup file; the error names the file and the rule.
-pub fn read_backup_file(path: &Path) -> Result<Backup, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    decode_backup(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-}
 
 /// What a restore starts the new cluster at, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]

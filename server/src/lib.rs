@@ -1,5 +1,5 @@
-//! picket-server: the node driver, the gRPC services and `picketd` (`picketctl` is its own
-//! binary, `src/bin/picketctl/`, a client of the cluster like any other).
+//! picket-server: the node driver, the gRPC services and `picketd` (`picketctl` is a crate of
+//! its own, `ctl/`, a client of the cluster like any other).
 //!
 //! - [`node`]: one replica. [`node::driver`]: one task owns the core `Node`; it feeds it peer
 //!   messages, client requests and timeouts, performs its `Persist` actions with group commit
@@ -15,13 +15,13 @@
 //! - [`error`]: why a replica did not start; [`exit_status`]: what `picketd`'s exit status
 //!   says about it; [`shutdown`]: the shutdown signal every task watches; [`tls`]: the TLS
 //!   configurations of the three ports.
-//! - [`version`]: what `--version` prints (release, commit, format versions);
-//!   `package_docs`: the man pages and completions of the Debian package.
+//! - [`version`], [`audit_report`], [`wall_clock`], [`package_docs`]: re-exported from
+//!   picket-common, which picketctl shares (what `--version` prints, the audit trail in words,
+//!   UTC text, the Debian package's man pages and completions).
 //!
 //! Operations (config reference, data layout, ports, TLS, recovery, logs): docs/operations.md.
 
 pub mod api;
-pub mod audit_report;
 pub mod auth;
 pub mod backup;
 pub mod config;
@@ -33,10 +33,9 @@ pub mod error;
 pub mod exit_status;
 pub mod metrics;
 pub mod node;
-pub mod package_docs;
 pub mod server;
 pub mod shutdown;
 #[cfg(not(madsim))]
 pub mod tls;
-pub mod version;
-pub mod wall_clock;
+
+pub use picket_common::{audit_report, package_docs, version, wall_clock};

@@ -47,7 +47,7 @@ fn picketd(args: &[&str]) -> std::process::Output {
 }
 
 fn picketctl_offline(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_picketctl"))
+    Command::new(picketctl_binary())
         .args(args)
         .output()
         .unwrap()
@@ -370,7 +370,7 @@ async fn bad_backup_files_are_refused_by_rule_and_change_nothing() {
         text(&busy)
     );
     // A save over an existing file that fails (no leader reachable) leaves the file as it was.
-    let endpoints_gone = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"))
+    let endpoints_gone = tokio::process::Command::new(picketctl_binary())
         .args([
             "--endpoints",
             "127.0.0.1:1",
@@ -461,7 +461,7 @@ async fn a_dev_cluster_restores_from_a_backup_of_another() {
     let first = granted(&first).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("dev.pkbk");
-    let saved = Command::new(env!("CARGO_BIN_EXE_picketctl"))
+    let saved = Command::new(picketctl_binary())
         .args([
             "--endpoints",
             &cluster.client_endpoints().join(","),

@@ -10,7 +10,7 @@
 //!   audit) runs the `picketctl` binary with `--auth-token ...` (mostly `--json`; `inspect` and
 //!   one request also as text), as the SRE would; `inspect` is gRPC `Admin.Inspect`. No step
 //!   goes through the gRPC Admin API directly. Approvals pass `--ack`: the interactive prompt
-//!   needs a terminal, and its logic is unit-tested in `src/bin/picketctl/confirm.rs`.
+//!   needs a terminal, and its logic is unit-tested in `ctl/src/confirm.rs`.
 //! - The protected resource is a `FencingGate` in this process: the holder's and the waiters'
 //!   writes go through it with their tokens.
 //! - `/metrics` and the HTTP inspection are read with plain `GET`s.

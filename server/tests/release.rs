@@ -4,8 +4,13 @@
 //! restart cannot cure; `generate-docs` writes the man pages and completions the Debian package
 //! ships. The package itself is tested by scripts/test-package.
 
+#[path = "support/binaries.rs"]
+mod binaries;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use binaries::picketctl_binary;
 
 use picket_server::exit_status::ExitStatus;
 use picket_server::version;
@@ -49,8 +54,8 @@ fn git_head() -> Option<String> {
 #[test]
 fn version_names_the_release_the_commit_and_the_format_versions() {
     for (binary, name) in [
-        (env!("CARGO_BIN_EXE_picketd"), "picketd"),
-        (env!("CARGO_BIN_EXE_picketctl"), "picketctl"),
+        (Path::new(env!("CARGO_BIN_EXE_picketd")), "picketd"),
+        (picketctl_binary(), "picketctl"),
     ] {
         let long = run({
             let mut c = Command::new(binary);
@@ -229,8 +234,8 @@ fn the_unit_restarts_on_failure_except_where_a_restart_cannot_help() {
 fn generate_docs_writes_man_pages_and_completions_of_visible_commands() {
     let dir = tempfile::tempdir().unwrap();
     for (binary, name, sub) in [
-        (env!("CARGO_BIN_EXE_picketd"), "picketd", "run"),
-        (env!("CARGO_BIN_EXE_picketctl"), "picketctl", "lock"),
+        (Path::new(env!("CARGO_BIN_EXE_picketd")), "picketd", "run"),
+        (picketctl_binary(), "picketctl", "lock"),
     ] {
         let out = dir.path().join(name);
         let done = run({

@@ -190,7 +190,7 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
     cluster.leader(ELECTION).await;
     let ttl_ms = TTL.as_millis().to_string();
     let args = ["lock", NS, "job", "--ttl-ms", &ttl_ms, "--", "sleep", "600"];
-    let mut ctl = Command::new(env!("CARGO_BIN_EXE_picketctl"))
+    let mut ctl = Command::new(picketctl_binary())
         .arg("--endpoints")
         .arg(cluster.endpoints.join(","))
         .args(args)

@@ -42,7 +42,7 @@ struct Picketctl {
 
 impl Picketctl {
     fn start(cluster: &Cluster, args: &[&str]) -> Picketctl {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_picketctl"))
+        let mut child = Command::new(picketctl_binary())
             .arg("--endpoints")
             .arg(cluster.endpoints.join(","))
             .args(args)

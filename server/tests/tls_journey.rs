@@ -266,7 +266,7 @@ async fn wrong_transport_or_missing_certificate_or_role_is_refused_with_the_flag
         .iter()
         .map(|e| e.replace("https://", "http://"))
         .collect();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"))
+    let output = tokio::process::Command::new(picketctl_binary())
         .args(quick)
         .arg("--endpoints")
         .arg(plain.join(","))

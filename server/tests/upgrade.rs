@@ -29,7 +29,7 @@ use picket_core::locks::Token;
 use picket_net::client::{Client, ClientConfig, ClientError, Session, SessionEvent};
 use picket_net::{proto, FencingGate};
 use serde_json::Value;
-use support::{json_of, Cluster};
+use support::{json_of, picketctl_binary, Cluster};
 
 /// The cluster version of a log written by the previous release (0.1.0 has none: 1).
 const CLUSTER_VERSION_PREVIOUS: u64 = 1;
@@ -478,10 +478,7 @@ async fn serving_and_caught_up(cluster: &Cluster, i: usize, boot: u64) {
 async fn both_clients_lock(cluster: &Cluster, previous: &Build, n: usize) {
     let previous_ctl = previous.picketd.with_file_name("picketctl");
     for (who, program) in [
-        (
-            "this release's",
-            PathBuf::from(env!("CARGO_BIN_EXE_picketctl")),
-        ),
+        ("this release's", picketctl_binary().to_path_buf()),
         ("the previous release's", previous_ctl),
     ] {
         let key = format!("cli/{n}");

@@ -8,8 +8,12 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/binaries.rs"]
+mod binaries;
 #[path = "../support/prom.rs"]
 mod prom;
+#[allow(unused_imports)] // not every test binary runs picketctl
+pub use binaries::picketctl_binary;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 pub mod alerts;
@@ -317,7 +321,7 @@ impl OidcCluster {
         json: bool,
         args: &[&str],
     ) -> (i32, String, String) {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        let mut command = tokio::process::Command::new(picketctl_binary());
         self.tls_flags(&mut command, cert);
         if json {
             command.arg("--json");
@@ -367,7 +371,7 @@ impl OidcCluster {
         tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
     ) {
         use tokio::io::AsyncBufReadExt;
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        let mut command = tokio::process::Command::new(picketctl_binary());
         self.tls_flags(&mut command, cert);
         command
             .arg("--json")

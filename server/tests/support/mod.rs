@@ -2,7 +2,10 @@
 
 #![allow(dead_code)]
 
+mod binaries;
 mod prom;
+#[allow(unused_imports)] // not every test binary runs picketctl
+pub use binaries::picketctl_binary;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 
@@ -353,7 +356,7 @@ impl Cluster {
     /// `picketctl --endpoints <every replica> ARGS`, not started: no token from the
     /// environment, no stdin, killed when dropped.
     pub fn picketctl(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_picketctl"));
+        let mut command = tokio::process::Command::new(picketctl_binary());
         command
             .arg("--endpoints")
             .arg(self.endpoints.join(","))

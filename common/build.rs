@@ -1,5 +1,5 @@
 //! Embeds the git commit `picketd` and `picketctl` were built from, for `--version`
-//! (`PICKET_GIT_COMMIT`, read by `src/version.rs`).
+//! (`PICKET_GIT_COMMIT`, read by `src/version.rs`; picket-server and picketctl both print it).
 //!
 //! In order: the `PICKET_GIT_COMMIT` environment variable (for a packager building from a
 //! source tarball who knows the commit), else `git rev-parse HEAD` when this crate is inside a

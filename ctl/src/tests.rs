@@ -533,7 +533,7 @@ async fn a_broken_backup_stream_writes_nothing_and_keeps_the_old_file() {
 /// the runbook literally).
 #[test]
 fn the_restore_runbooks_picketctl_commands_parse() {
-    let runbook = include_str!("../../../../docs/runbooks/restore-from-backup.md");
+    let runbook = include_str!("../../docs/runbooks/restore-from-backup.md");
     let mut in_block = false;
     let mut seen = 0;
     for line in runbook.lines() {

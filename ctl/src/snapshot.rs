@@ -4,9 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use picket_net::backup::{decode_backup, Backup};
+use picket_net::backup::{decode_backup, read_backup_file, write_file_atomically, Backup};
 use picket_net::client::Client;
-use picket_server::backup::{read_backup_file, write_file_atomically};
 use serde_json::json;
 
 use super::render::{utc, Report};

@@ -22,6 +22,20 @@ struct FakeAdmin {
     approvals: Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>,
 }
 
+/// The fake's response stream: a channel's receiving end.
+struct ChannelStream<T>(tokio::sync::mpsc::Receiver<T>);
+
+impl<T> futures_core::Stream for ChannelStream<T> {
+    type Item = T;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
 fn nope<T>() -> Result<Response<T>, Status> {
     Err(Status::unimplemented("fake admin"))
 }
@@ -132,8 +146,7 @@ impl Admin for FakeAdmin {
             }],
         }))
     }
-    type SaveSnapshotStream =
-        picket_server::api::stream::ChannelStream<Result<proto::SnapshotChunk, Status>>;
+    type SaveSnapshotStream = ChannelStream<Result<proto::SnapshotChunk, Status>>;
     /// A good backup in 10-byte chunks, one of them left out (a broken stream).
     async fn save_snapshot(
         &self,
@@ -155,9 +168,7 @@ impl Admin for FakeAdmin {
             };
             tx.try_send(Ok(chunk)).unwrap();
         }
-        Ok(Response::new(
-            picket_server::api::stream::ChannelStream::new(rx),
-        ))
+        Ok(Response::new(ChannelStream(rx)))
     }
     async fn get_replica_status(
         &self,

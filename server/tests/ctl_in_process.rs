@@ -1,5 +1,7 @@
-//! The client library and picketctl's force-release against a real in-process 3-replica
-//! cluster (`DevCluster`: real nodes, storage, gRPC on loopback, dev auth).
+//! The client library and picketctl's commands (the `picketctl` crate's library, called in
+//! process) against a real in-process 3-replica cluster (`DevCluster`: real nodes, storage,
+//! gRPC on loopback, dev auth). Here rather than in the picketctl crate, which does not depend
+//! on the server.
 
 use std::time::Duration;
 
@@ -7,8 +9,8 @@ use picket_net::client::{Client, ClientConfig, ClientError, Credentials, LostRea
 use picket_net::{proto, FencingError, FencingGate};
 use picket_server::dev::DevCluster;
 
-use super::commands::approve;
-use super::{Ack, CtlError};
+use picketctl::commands::approve;
+use picketctl::{Ack, CtlError};
 
 const NS: &str = "orders";
 
@@ -172,11 +174,11 @@ async fn a_session_outlives_its_leader_and_the_client_follows_the_new_one() {
     cluster.shutdown().await;
 }
 
-fn cli(cluster: &DevCluster, args: &[&str]) -> super::Cli {
+fn cli(cluster: &DevCluster, args: &[&str]) -> picketctl::Cli {
     let endpoints = cluster.client_endpoints().join(",");
     let mut argv = vec!["picketctl", "--endpoints", &endpoints];
     argv.extend_from_slice(args);
-    <super::Cli as clap::Parser>::try_parse_from(argv).unwrap()
+    <picketctl::Cli as clap::Parser>::try_parse_from(argv).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +194,7 @@ async fn lock_runs_the_command_with_the_token_and_exits_with_its_status() {
         &cluster,
         &["lock", NS, "batch/1", "--", "sh", "-c", &script],
     );
-    let code = super::execute(command).await.unwrap();
+    let code = picketctl::execute(command).await.unwrap();
     assert_eq!(code, 7, "exits with the command's status");
     let seen = std::fs::read_to_string(&out).unwrap();
     let fields: Vec<&str> = seen.split_whitespace().collect();
@@ -216,7 +218,7 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
             "lock", NS, "batch/2", "--ttl-ms", "3000", "--", "sleep", "30",
         ],
     );
-    let running = tokio::spawn(super::execute(command));
+    let running = tokio::spawn(picketctl::execute(command));
     let operator = client(&cluster, leader, "alice", "on-call");
     let approver = client(&cluster, leader, "bob", "on-call");
     // Wait until the command holds the lock.
@@ -258,7 +260,7 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
         .expect("the command is killed long before its 30 s sleep ends")
         .unwrap()
         .unwrap();
-    assert_eq!(code, super::EXIT_LOCK_LOST);
+    assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     cluster.shutdown().await;
 }
 
@@ -316,7 +318,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
             &script,
         ],
     );
-    let running = tokio::spawn(super::execute(command));
+    let running = tokio::spawn(picketctl::execute(command));
     let operator = client(&cluster, leader, "alice", "on-call");
     let approver = client(&cluster, leader, "bob", "on-call");
     let token = holder_token(&operator, "batch/3").await;
@@ -363,7 +365,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
         .expect("picketctl stops the command at the next keepalive")
         .unwrap()
         .unwrap();
-    assert_eq!(code, super::EXIT_LOCK_LOST);
+    assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !process_gone(sleep_pid) {
         assert!(
@@ -405,9 +407,9 @@ async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
         &["lock", NS, "short/1", "--timeout", "1s", "--", "true"],
     );
     let started = tokio::time::Instant::now();
-    let error = super::execute(command).await.unwrap_err();
+    let error = picketctl::execute(command).await.unwrap_err();
     assert!(matches!(error, CtlError::TimedOut(_)), "{error}");
-    assert_eq!(error.exit(), super::EXIT_TIMED_OUT);
+    assert_eq!(error.exit(), picketctl::EXIT_TIMED_OUT);
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "bounded by --timeout"
@@ -430,7 +432,7 @@ async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
         &cluster,
         &["lock", NS, "short/1", "--", "sh", "-c", &script],
     );
-    assert_eq!(super::execute(command).await.unwrap(), 0);
+    assert_eq!(picketctl::execute(command).await.unwrap(), 0);
     assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "ok");
     // Busy, with --no-wait, has its own exit status.
     let _held = session.lock(NS, "short/1").await.unwrap();
@@ -438,8 +440,8 @@ async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
         &cluster,
         &["lock", NS, "short/1", "--no-wait", "--", "true"],
     );
-    let error = super::execute(command).await.unwrap_err();
-    assert_eq!(error.exit(), super::EXIT_BUSY, "{error}");
+    let error = picketctl::execute(command).await.unwrap_err();
+    assert_eq!(error.exit(), picketctl::EXIT_BUSY, "{error}");
     cluster.shutdown().await;
 }
 
@@ -451,7 +453,7 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
     let (mut cluster, leader) = cluster().await;
     let command = cli(&cluster, &["cluster", "members"]);
     let client = Client::new(command.global.client_config(None)).unwrap();
-    let members = super::cluster::members(&command.global, &client)
+    let members = picketctl::cluster::members(&command.global, &client)
         .await
         .unwrap();
     let listed = members.json["members"].as_array().unwrap().clone();
@@ -476,7 +478,7 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
     let mut all_serve = false;
     for _ in 0..50 {
         let command = cli(&cluster, &["cluster", "status"]);
-        let (report, serving) = super::cluster::status(&command.global, &client)
+        let (report, serving) = picketctl::cluster::status(&command.global, &client)
             .await
             .unwrap();
         if serving {
@@ -499,14 +501,14 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(all_serve, "the three replicas never all served");
-    let exit = super::execute(cli(&cluster, &["--json", "cluster", "status"])).await;
-    assert_eq!(exit.unwrap(), super::EXIT_OK);
+    let exit = picketctl::execute(cli(&cluster, &["--json", "cluster", "status"])).await;
+    assert_eq!(exit.unwrap(), picketctl::EXIT_OK);
 
     // A stopped follower: listed, with the reason; the others still answer; exit status 1.
     let victim = (leader + 1) % 3;
     cluster.stop(victim).await;
     let command = cli(&cluster, &["--timeout-ms", "1000", "cluster", "status"]);
-    let (report, serving) = super::cluster::status(&command.global, &client)
+    let (report, serving) = picketctl::cluster::status(&command.global, &client)
         .await
         .unwrap();
     assert!(!serving, "{}", report.human);
@@ -515,11 +517,11 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
     assert!(!rows[victim]["error"].as_str().unwrap().is_empty());
     assert!(report.human.contains("no answer"), "{}", report.human);
     assert_eq!(rows[leader]["status"]["role"], "leader", "{}", report.human);
-    let exit = super::execute(cli(
+    let exit = picketctl::execute(cli(
         &cluster,
         &["--timeout-ms", "1000", "cluster", "status"],
     ))
     .await;
-    assert_eq!(exit.unwrap(), super::EXIT_ERROR);
+    assert_eq!(exit.unwrap(), picketctl::EXIT_ERROR);
     cluster.shutdown().await;
 }

@@ -4,16 +4,19 @@
 //! Every command talks to the cluster through `picket_net::client` (leader following, retries,
 //! timeouts). Output is for people by default and JSON with `--json` (one object per command;
 //! `watch` prints one object per event). See `picketctl --help` and `docs/client.md`.
+//!
+//! A crate of its own, so the CLI takes none of picketd's HTTP server, templates or allocator;
+//! what both binaries say (`--version`, the audit trail in words, UTC time, man pages) comes from
+//! picket-common. This library is the binary's (`src/main.rs` calls [`main`]) and the server's
+//! in-process end-to-end tests' (`server/tests/ctl_in_process.rs`); it is not an API.
 
 mod actions;
 #[cfg(all(test, not(madsim)))]
 mod approve_tests;
 mod child;
-mod cluster;
-mod commands;
+pub mod cluster;
+pub mod commands;
 mod confirm;
-#[cfg(all(test, not(madsim)))]
-mod e2e;
 mod render;
 mod run;
 mod snapshot;
@@ -58,8 +61,8 @@ pub const EXIT_TERMINATED: u8 = 143;
 #[derive(Debug, Parser)]
 #[command(
     name = "picketctl",
-    version = picket_server::version::short(),
-    long_version = picket_server::version::long(),
+    version = picket_common::version::short(),
+    long_version = picket_common::version::long(),
     about = "Take locks and operate a Picket lock cluster",
     long_about = "Take locks and operate a Picket lock cluster.\n\n\
         With no flags picketctl talks to `picketd dev` (127.0.0.1:7401-7403). Any replica will do: \
@@ -362,11 +365,11 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Parses the arguments, runs the command, and answers the exit status.
-fn main() -> ExitCode {
+/// Parses the arguments, runs the command, and answers the exit status (the binary's `main`).
+pub fn main() -> ExitCode {
     // `picketctl generate-docs --out-dir DIR`: the Debian package's man pages and completions
     // (not a command of `Cli`, so absent from its help, pages and completions).
-    if let Some(status) = picket_server::package_docs::run_if_asked(Cli::command) {
+    if let Some(status) = picket_common::package_docs::run_if_asked(Cli::command) {
         return status;
     }
     let cli = Cli::parse();

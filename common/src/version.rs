@@ -9,7 +9,7 @@ use picket_storage::format;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The git commit the binary was built from (40 hex digits), or `unknown` when it was built
-/// outside a git checkout without `PICKET_GIT_COMMIT` (server/build.rs).
+/// outside a git checkout without `PICKET_GIT_COMMIT` (common/build.rs).
 pub const COMMIT: &str = env!("PICKET_GIT_COMMIT");
 
 /// The peer protocol version this build speaks (`PeerHello.protocol_version`).
