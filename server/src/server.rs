@@ -123,6 +123,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     let storage_config = StorageConfig {
         log: LogConfig {
             preallocate_bytes: config.storage.preallocate_bytes,
+            write_mode: config.storage.write_mode.into(),
             ..LogConfig::default()
         },
         ..StorageConfig::default()

@@ -41,6 +41,9 @@ pub struct LogConfig {
 /// write) is made durable. docs/PERFORMANCE.md has the A/B that chose the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WriteMode {
+    /// The records in one `pwrite`, the commit record in another, then the `fdatasync`: what
+    /// `append` then `sync` do (every group commit before issue 39), kept for the A/B.
+    Separate,
     /// One `pwrite`, then one `fdatasync` of the segment.
     #[default]
     Fdatasync,
@@ -325,6 +328,10 @@ impl<D: Disk> Log<D> {
     }
 
     fn append_sync_unchecked<R: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<()> {
+        if self.config.write_mode == WriteMode::Separate {
+            self.append_unchecked(records)?;
+            return self.sync_inner();
+        }
         let mut buf = std::mem::take(&mut self.buf);
         let mut pending = Vec::with_capacity(records.len());
         let mut result = self.encode_batch(records, &mut buf, &mut pending);

@@ -194,13 +194,16 @@ proptest! {
     #[test]
     fn recovery_keeps_synced_records_and_a_prefix_of_the_rest(
         seed in any::<u64>(),
-        dsync in any::<bool>(),
+        mode in prop_oneof![
+            Just(WriteMode::Separate),
+            Just(WriteMode::Fdatasync),
+            Just(WriteMode::Dsync)
+        ],
         // None, in small steps (zero-fills, and the fdatasyncs they bring, happen often), the
         // whole segment at creation (the default, capped at the segment size).
         preallocate in prop_oneof![Just(0u64), Just(96), Just(4 << 20)],
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        let mode = if dsync { WriteMode::Dsync } else { WriteMode::Fdatasync };
         run(seed, (mode, preallocate), ops)?;
     }
 }

@@ -105,7 +105,7 @@ fn one_sync_is_one_fdatasync_for_a_whole_batch() {
 
 #[test]
 fn append_sync_is_one_sync_per_group_commit_in_either_write_mode_and_survives_crash() {
-    for mode in [WriteMode::Fdatasync, WriteMode::Dsync] {
+    for mode in [WriteMode::Separate, WriteMode::Fdatasync, WriteMode::Dsync] {
         let disk = SimDisk::new(3);
         let mut config = StorageConfig::default();
         config.log.write_mode = mode;
@@ -134,7 +134,7 @@ fn append_sync_is_one_sync_per_group_commit_in_either_write_mode_and_survives_cr
 
 #[test]
 fn append_sync_rolls_over_and_recovers_on_a_real_disk_in_either_write_mode() {
-    for mode in [WriteMode::Fdatasync, WriteMode::Dsync] {
+    for mode in [WriteMode::Separate, WriteMode::Fdatasync, WriteMode::Dsync] {
         let dir = tempdir();
         let mut config = small();
         config.log.write_mode = mode;
