@@ -116,13 +116,17 @@ fn append_sync_is_one_sync_per_group_commit_in_either_write_mode_and_survives_cr
         let before = disk.sync_data_count();
         for round in 0..10u64 {
             let batch = recs(round * 40 + 1..round * 40 + 41);
-            st.log.append_sync(round * 40 + 1, &batch).expect("append_sync");
+            st.log
+                .append_sync(round * 40 + 1, &batch)
+                .expect("append_sync");
             assert_eq!(st.log.synced_index(), round * 40 + 40, "{mode:?}");
         }
         assert_eq!(disk.sync_data_count() - before, 10, "{mode:?}");
         // Appended and not synced, then a group commit: both are durable after it.
         st.log.append(401, &recs(401..403)).expect("append");
-        st.log.append_sync(403, &recs(403..405)).expect("append_sync");
+        st.log
+            .append_sync(403, &recs(403..405))
+            .expect("append_sync");
         assert_eq!(st.log.synced_index(), 404, "{mode:?}");
         drop(st);
         disk.crash_with(CrashMode::DropUnsynced);

@@ -175,7 +175,11 @@ async fn serve(
             session_request::Request::Acquire(m) => Some(m.session_id),
             _ => None,
         };
-        calls.push(answered(seq, acquiring, dispatch(service, credentials, body)));
+        calls.push(answered(
+            seq,
+            acquiring,
+            dispatch(service, credentials, body),
+        ));
     }
 }
 
@@ -220,15 +224,21 @@ async fn dispatch(
             Out::KeepAlive(keep_alive_entry(&api.driver, &api.told, m, principal).await?)
         }
         In::Acquire(m) => {
-            let principal = auth.lock_caller_with(metadata, certificate, Some(&m.namespace)).await?;
+            let principal = auth
+                .lock_caller_with(metadata, certificate, Some(&m.namespace))
+                .await?;
             Out::Acquire(service.acquire_as(&principal, m).await?)
         }
         In::Release(m) => {
-            let principal = auth.lock_caller_with(metadata, certificate, Some(&m.namespace)).await?;
+            let principal = auth
+                .lock_caller_with(metadata, certificate, Some(&m.namespace))
+                .await?;
             Out::Release(service.release_as(&principal, m).await?)
         }
         In::CancelWait(m) => {
-            let principal = auth.lock_caller_with(metadata, certificate, Some(&m.namespace)).await?;
+            let principal = auth
+                .lock_caller_with(metadata, certificate, Some(&m.namespace))
+                .await?;
             Out::CancelWait(service.cancel_wait_as(&principal, m).await?)
         }
         In::CloseSession(m) => {

@@ -202,8 +202,10 @@ const MODES: [(WriteMode, &str); 3] = [
 /// The three write modes of `append_sync`, interleaved group commit by group commit (so all see
 /// the same disk), for batches of 1 and 16 records of 256 B and 1 of 2,300 B.
 fn write_modes(dir: &Path, secs: f64) {
-    println!("
-== append_sync by write_mode, interleaved op by op, {secs}s per case ==");
+    println!(
+        "
+== append_sync by write_mode, interleaved op by op, {secs}s per case =="
+    );
     for (batch, len) in [(1usize, RECORD_LEN), (16, RECORD_LEN), (1, 2300)] {
         let mut writers: Vec<(CommitWriter, PathBuf, f64, Vec<f64>)> = MODES
             .iter()
