@@ -143,6 +143,9 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
         if a.contains_key("batch") {
             cfg.batch_commands_max = num(&a, "batch") as usize;
         }
+        if a.contains_key("lease") {
+            cfg.read_lease_ms = num(&a, "lease");
+        }
         let mut c = Sim::new(cfg);
         c.trace = Some(Vec::new());
         *sim = Some(c);
@@ -244,6 +247,15 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
                 "{at}: read not ready: {ready:?}"
             );
         }
+        "check-read-pending" => {
+            let n = node(&a, "node");
+            let id = num(&a, "id");
+            let done = c.node(n).reads_ready.iter().chain(&c.node(n).reads_failed);
+            assert!(
+                !done.map(|r| r.0).any(|r| r == id),
+                "{at}: read r{id} is not pending"
+            );
+        }
         "check-read-failed" => {
             let n = node(&a, "node");
             let failed: Vec<u64> = c.node(n).reads_failed.iter().map(|r| r.0).collect();
@@ -331,4 +343,5 @@ scripts!(
     snapshot_transfer,
     lost_disk,
     read_index,
+    lease_read,
 );
