@@ -65,6 +65,9 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
         if a.has("batch") {
             cfg.batch_commands_max = a.num("batch") as usize;
         }
+        if a.has("lease") {
+            cfg.read_lease_ms = a.num("lease");
+        }
         let mut c = Sim::new(cfg);
         c.trace = Some(Vec::new());
         *sim = Some(c);
@@ -178,6 +181,15 @@ fn run(sim: &mut Option<Sim>, command: &str, at: &str) -> Vec<String> {
                 "{at}: read not ready: {ready:?}"
             );
         }
+        "check-read-pending" => {
+            let n = node(&a, "node");
+            let id = a.num("id");
+            let done = c.node(n).reads_ready.iter().chain(&c.node(n).reads_failed);
+            assert!(
+                !done.map(|r| r.0).any(|r| r == id),
+                "{at}: read r{id} is not pending"
+            );
+        }
         "check-read-failed" => {
             let n = node(&a, "node");
             let failed: Vec<u64> = c.node(n).reads_failed.iter().map(|r| r.0).collect();
@@ -226,6 +238,7 @@ scripts!(
     snapshot_transfer,
     lost_disk,
     read_index,
+    lease_read,
 );
 
 /// Every script in the directory has a test above (a new file is not silently skipped).
@@ -237,6 +250,7 @@ fn every_script_runs() {
             "duelling_proposers",
             "follower_catchup",
             "leader_crash_mid_pipeline",
+            "lease_read",
             "lost_disk",
             "minority_partition",
             "normal_commit",

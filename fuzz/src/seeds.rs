@@ -346,6 +346,7 @@ fn peer_messages() -> Vec<Msg> {
             slot_chosen: Slot(5),
             seq: 11,
             incarnation: 0,
+            lease_ms: 300,
         },
         Message::CatchupReply {
             snapshot: Some((Slot(2), busy_machine().snapshot())),

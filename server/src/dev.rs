@@ -75,6 +75,7 @@ impl Default for DevOptions {
                 election_timeout_ms_min: 300,
                 election_timeout_ms_max: 600,
                 heartbeat_ms: 50,
+                read_mode: Default::default(),
             },
             sessions: Sessions::default(),
             force_releases: ForceReleases::default(),

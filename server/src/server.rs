@@ -187,6 +187,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
     replica.election_timeout_ms_min = config.timing.election_timeout_ms_min;
     replica.election_timeout_ms_max = config.timing.election_timeout_ms_max;
     replica.heartbeat_ms = config.timing.heartbeat_ms;
+    replica.read_lease_ms = config.timing.read_lease_ms();
     replica.window_slots = config.limits.window_slots;
     replica.batch_commands_max = config.limits.batch_commands_max;
     replica.pending_max = config.limits.proposals_pending_max;

@@ -27,6 +27,19 @@ where
             self.nack(from, ballot);
             return;
         }
+        if ballot > self.promised && self.lease_refuses(from) {
+            // A read lease we granted runs: its holder may be serving reads without a round,
+            // so no other proposer may take over through us until it ends. No answer: the
+            // candidate campaigns again at its next election timeout.
+            self.counters.lease_refusals += 1;
+            // And grant no more leases until it can have tried again: the holder's lease then
+            // lapses (it reads by read-index again) and the next prepare is answered. Without
+            // this, a live leader renewing its lease would keep out for ever a proposer that
+            // does not need to win a pre-vote first: a replica recovering from disk loss.
+            let until = self.lease_granted.map_or(self.now, |(_, u)| u);
+            self.lease_withheld_until = until.add_ms(self.cfg.election_timeout_ms_max);
+            return;
+        }
         if ballot > self.promised {
             self.raise_promise(ballot);
             self.observe_ballot(ballot);
@@ -118,6 +131,7 @@ where
         ballot: Ballot,
         slot_chosen: Slot,
         seq: u64,
+        lease_asked: u64,
     ) {
         if ballot.node != from {
             self.counters.dropped_malformed += 1;
@@ -135,17 +149,41 @@ where
         }
         self.note_leader(from, ballot);
         // Our promise is <= `ballot` now, so no higher ballot can have used us in a phase 1
-        // before this instant: that is what confirms the leader's reads.
+        // before this instant: that is what confirms the leader's reads. With a lease granted,
+        // that stays true until `now + lease_ms` on our clock (`lease_refuses`).
         let applied = self.applied;
+        let lease_ms = if self.now < self.lease_withheld_until {
+            0
+        } else {
+            lease_asked.min(self.cfg.read_lease_ms)
+        };
+        if lease_ms > 0 {
+            let until = self.now.add_ms(lease_ms);
+            let until = self
+                .lease_granted
+                .map_or(until, |(_, earlier)| earlier.max(until));
+            self.lease_granted = Some((Some(from), until));
+        }
         self.send(
             from,
             Message::HeartbeatAck {
                 ballot,
                 seq,
                 applied,
+                lease_ms,
             },
         );
         self.learn_commit(from, ballot, slot_chosen);
+    }
+
+    /// Whether a read lease we granted forbids promising a ballot of `proposer` now: until it
+    /// ends, only its holder may raise our promise (a holder campaigning again has left the
+    /// leadership the lease was for). A lease granted to another holder since replaces it:
+    /// that holder led at a ballot above the first, which needed promises of a quorum that
+    /// the first lease's grantors could give only once their grants had ended.
+    pub(super) fn lease_refuses(&self, proposer: NodeId) -> bool {
+        self.lease_granted
+            .is_some_and(|(holder, until)| self.now < until && holder != Some(proposer))
     }
 
     pub(super) fn nack(&mut self, to: NodeId, ballot: Ballot) {

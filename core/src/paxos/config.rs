@@ -9,6 +9,10 @@ use crate::faults::Faults;
 /// same α (a change's effect is computed from it), so picketd does not make it configurable.
 pub const RECONFIG_DELAY_SLOTS_DEFAULT: usize = 64;
 
+/// The clock-rate bound read leases assume unless configured otherwise: 1 %, the margin the
+/// client library already takes off session TTLs (docs/client.md).
+pub const CLOCK_DRIFT_PPM_DEFAULT: u64 = 10_000;
+
 /// Configuration of one replica.
 ///
 /// `members` is the cluster's first membership (3 or 5 voters, `id` among them), which governs
@@ -38,11 +42,28 @@ pub struct Config {
     /// α: a membership change chosen at slot s governs the slots from s + α on; the leader
     /// proposes at slot i only once it has applied every slot up to i - α.
     pub reconfig_delay_slots: usize,
+    /// Read leases (`read_index.rs`): 0 turns them off (every read waits for a heartbeat
+    /// round: read-index). Otherwise, as leader, the lease this replica asks its heartbeats'
+    /// receivers for; as acceptor, the longest it grants (it grants none when 0), and how long
+    /// after it starts it promises no other proposer's ballot (a lease its previous run
+    /// granted may still run).
+    pub read_lease_ms: u64,
+    /// The bound on clock rate differences the lease assumes, in parts per million: a leader
+    /// trusts a lease of `d` ms for `d - lease_margin_ms(d)` ms of its own clock.
+    pub clock_drift_ppm: u64,
     /// Seed of the election-jitter RNG.
     pub seed: u64,
     /// Planted bugs and injected faults ([`Faults`]): none ([`Faults::NONE`]) but in tests.
     /// The node and its lock state machine read theirs from here too.
     pub faults: Faults,
+}
+
+/// How much of a lease of `lease_ms` a leader gives up for clock drift: with every clock's rate
+/// within `ppm` of true time, `lease_ms` on the granter's clock lasts at least
+/// `lease_ms (1 - ρ) / (1 + ρ)` > `lease_ms (1 - 2ρ)` on the leader's, so the margin is
+/// `2ρ lease_ms` rounded up, plus 1 ms for the rounding of `Instant` to milliseconds.
+pub fn lease_margin_ms(lease_ms: u64, ppm: u64) -> u64 {
+    (lease_ms.saturating_mul(2).saturating_mul(ppm)).div_ceil(1_000_000) + 1
 }
 
 /// A configuration the replica refuses, naming the rule broken.
@@ -60,6 +81,12 @@ pub enum ConfigError {
     Timeouts { min: u64, max: u64, heartbeat: u64 },
     #[error("window_slots, batch_commands_max, pending_max and reconfig_delay_slots must be >= 1")]
     ZeroBound,
+    #[error("read lease {lease} ms must be 0 or above heartbeat {heartbeat} ms plus its drift margin, with clock_drift_ppm {ppm} below 100000")]
+    Lease {
+        lease: u64,
+        heartbeat: u64,
+        ppm: u64,
+    },
 }
 
 impl Config {
@@ -76,6 +103,8 @@ impl Config {
             batch_commands_max: 256,
             pending_max: 10_000,
             reconfig_delay_slots: RECONFIG_DELAY_SLOTS_DEFAULT,
+            read_lease_ms: 0,
+            clock_drift_ppm: CLOCK_DRIFT_PPM_DEFAULT,
             seed,
             faults: Faults::NONE,
         }
@@ -120,6 +149,18 @@ impl Config {
         {
             return Err(ConfigError::ZeroBound);
         }
+        if self.read_lease_ms > 0
+            && (self.clock_drift_ppm >= 100_000
+                || self.read_lease_ms
+                    <= self.heartbeat_ms
+                        + lease_margin_ms(self.read_lease_ms, self.clock_drift_ppm))
+        {
+            return Err(ConfigError::Lease {
+                lease: self.read_lease_ms,
+                heartbeat: self.heartbeat_ms,
+                ppm: self.clock_drift_ppm,
+            });
+        }
         Ok(())
     }
 
@@ -159,6 +200,15 @@ mod tests {
         c.heartbeat_ms = 50;
         c.window_slots = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroBound));
+        c.window_slots = 64;
+        c.read_lease_ms = 52;
+        assert!(matches!(c.validate(), Err(ConfigError::Lease { .. })));
+        c.read_lease_ms = 150;
+        assert_eq!(c.validate(), Ok(()));
+        c.clock_drift_ppm = 100_000;
+        assert!(matches!(c.validate(), Err(ConfigError::Lease { .. })));
+        assert_eq!(lease_margin_ms(150, 10_000), 4);
+        assert_eq!(lease_margin_ms(300, 0), 1);
         assert_eq!(Config::new(NodeId(1), ids(5), 0).quorum(), 3);
         let mut joiner = Config::new(NodeId(6), ids(3), 0);
         assert_eq!(joiner.validate(), Err(ConfigError::NotMember(NodeId(6))));

@@ -62,11 +62,30 @@ where
             }
             return;
         }
+        if self.lease_refuses(self.cfg.id) {
+            // A read lease we granted runs: we may not promise our own ballot either.
+            self.put_off_campaign();
+            return;
+        }
         if self.amnesiac {
             self.start_recovery();
         } else {
             self.start_pre_vote();
         }
+    }
+
+    /// Not now: a read lease we granted runs (`lease_refuses`). Listens again for an election
+    /// timeout, or until the lease ends if that is later.
+    pub(super) fn put_off_campaign(&mut self) {
+        self.counters.lease_refusals += 1;
+        let until = self.lease_granted.map_or(self.now, |(_, u)| u);
+        if !matches!(self.role, Role::Follower) {
+            self.become_follower(self.leader);
+        }
+        self.deadline_election = self
+            .now
+            .add_ms(self.election_timeout_ms_random())
+            .max(until);
     }
 
     /// A member said a membership from `from_slot` on leaves us out (`Input::Removed`).
@@ -121,8 +140,11 @@ where
             .schedule
             .over(self.applied.next(), self.slot_known_max())
             .any(|m| m.is_voter(from));
-        let granted =
-            voter && !self.amnesiac && !self.leader_is_live() && round > self.promised.round;
+        let granted = voter
+            && !self.amnesiac
+            && !self.leader_is_live()
+            && !self.lease_refuses(from)
+            && round > self.promised.round;
         self.send(from, Message::PreVoteReply { round, granted });
         if !voter {
             // A pre-vote from a replica we do not count as a voter: either it was removed and

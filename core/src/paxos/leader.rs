@@ -54,6 +54,11 @@ pub(super) struct LeaderState<C> {
     /// The last slot each peer said it had applied, in its latest heartbeat acknowledgement.
     pub(super) applied_by: BTreeMap<NodeId, Slot>,
     pub(super) reads: VecDeque<PendingRead>,
+    /// With read leases: when each heartbeat round still able to give a lease was sent.
+    pub(super) hb_sent: BTreeMap<u64, Instant>,
+    /// With read leases: until when each peer's grant lets us count it (its lease, counted from
+    /// when we sent the round it acknowledged, less the drift margin, on our clock).
+    pub(super) lease_end: BTreeMap<NodeId, Instant>,
     /// While amnesiac: our durable snapshot must reach this slot (besides every slot up to
     /// `slot_top` chosen again at our ballot) to end recovery; the second element is whom to
     /// fetch that snapshot from.
@@ -68,6 +73,11 @@ where
     /// Starts phase 1 at a fresh ballot above every round seen. The ballot is durably promised
     /// before any `Prepare` leaves, so a restarted replica never reuses it.
     pub(super) fn become_candidate(&mut self) {
+        if self.lease_refuses(self.cfg.id) {
+            // Reached from a pre-vote or a recovery that began before we granted a lease.
+            self.put_off_campaign();
+            return;
+        }
         let round = self.promised.round.max(self.round_seen_max) + 1;
         let ballot = Ballot::new(round, self.cfg.id);
         self.fail_leader_work();
@@ -257,6 +267,8 @@ where
             hb_acked: BTreeMap::new(),
             applied_by: BTreeMap::new(),
             reads: VecDeque::new(),
+            hb_sent: BTreeMap::new(),
+            lease_end: BTreeMap::new(),
             recovery_goal: amnesiac.then_some(floor),
         }));
         self.leader = Some(self.cfg.id);
@@ -556,14 +568,29 @@ where
 
     pub(super) fn broadcast_heartbeat(&mut self) {
         let chosen = self.applied;
+        let (now, lease_ms) = (self.now, self.cfg.read_lease_ms);
         let Role::Leader(l) = &mut self.role else {
             return;
         };
+        if lease_ms > 0 {
+            // Each round its own number, so an acknowledgement names the send time a lease
+            // counts from. Rounds sent a lease ago can give none any more.
+            l.hb_seq += 1;
+            l.hb_sent.insert(l.hb_seq, now);
+            while l
+                .hb_sent
+                .first_key_value()
+                .is_some_and(|(_, t)| now.ms_since(*t) >= lease_ms)
+            {
+                l.hb_sent.pop_first();
+            }
+        }
         let msg = Message::Heartbeat {
             ballot: l.ballot,
             slot_chosen: chosen,
             seq: l.hb_seq,
             incarnation: self.incarnation,
+            lease_ms,
         };
         self.broadcast(&msg);
     }

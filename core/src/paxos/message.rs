@@ -44,20 +44,27 @@ pub enum Message<C, S> {
     Accepted { ballot: Ballot, slot: Slot },
     /// "Your `ballot` is below what I promised."
     Nack { ballot: Ballot, promised: Ballot },
-    /// Leader liveness, commit point and read-index confirmation round `seq`.
+    /// Leader liveness, commit point and read-index confirmation round `seq`. `lease_ms`
+    /// (0: none; 0 from a replica of a version before read leases) asks the receiver to promise
+    /// no ballot of another proposer for that long from when it receives this (a read lease,
+    /// `read_index.rs`).
     Heartbeat {
         ballot: Ballot,
         slot_chosen: Slot,
         seq: u64,
         incarnation: u64,
+        lease_ms: u64,
     },
     /// "At the time I received heartbeat `seq` I had promised nothing above `ballot`."
     /// `applied`: the last slot the sender had applied (0 from a replica of a version that did
     /// not say): how far behind a learner is, for its promotion.
+    /// `lease_ms`: the lease granted (0: none; at most the one asked), counted by the sender
+    /// from when it received heartbeat `seq`.
     HeartbeatAck {
         ballot: Ballot,
         seq: u64,
         applied: Slot,
+        lease_ms: u64,
     },
     /// "Send me the chosen values from `slot_from` on (or a snapshot)."
     CatchupRequest { slot_from: Slot },

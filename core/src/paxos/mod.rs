@@ -94,7 +94,9 @@ mod replica;
 mod tests;
 
 pub use ballot::{Ballot, NodeId, Slot, Value};
-pub use config::{Config, ConfigError, RECONFIG_DELAY_SLOTS_DEFAULT};
+pub use config::{
+    lease_margin_ms, Config, ConfigError, CLOCK_DRIFT_PPM_DEFAULT, RECONFIG_DELAY_SLOTS_DEFAULT,
+};
 pub use io::{
     Action, CompactError, Durable, Input, Persist, PersistId, ProposeError, ReadId, ReconfigError,
     RoleKind, StepError,

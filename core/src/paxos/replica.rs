@@ -33,6 +33,10 @@ pub struct Counters {
     pub nacks_sent: u64,
     pub elections_started: u64,
     pub catchups_requested: u64,
+    /// Prepares refused, and campaigns put off, because a read lease we granted still runs.
+    pub lease_refusals: u64,
+    /// Linearizable reads confirmed by the leader's read lease (no heartbeat round of their own).
+    pub reads_by_lease: u64,
 }
 
 /// What one promiser reported: ((slot applied, slot snapshot), accepted entries).
@@ -137,6 +141,12 @@ pub struct Replica<C, S> {
     pub(super) leader_seen_at: Option<Instant>,
     pub(super) round_seen_max: u64,
     pub(super) deadline_election: Instant,
+    /// The read lease we granted last (`read_index.rs`): until the instant, we promise no
+    /// ballot of a proposer other than the node named (`None`: of anyone, ourselves included;
+    /// so after a start, for a lease the previous run may have granted).
+    pub(super) lease_granted: Option<(Option<NodeId>, Instant)>,
+    /// No lease granted before this instant: we refused a proposer because of one.
+    pub(super) lease_withheld_until: Instant,
     pub(super) role_reported: (RoleKind, Option<NodeId>),
     pub(super) next_read_id: u64,
 
@@ -233,6 +243,8 @@ where
             leader_seen_at: None,
             round_seen_max: round_restored,
             deadline_election: Instant::ZERO,
+            lease_granted: None,
+            lease_withheld_until: Instant::ZERO,
             role_reported: (RoleKind::Follower, None),
             next_read_id: 1,
             actions: VecDeque::new(),
@@ -252,6 +264,9 @@ where
             r.snapshot = Some((slot, snap));
         }
         r.deadline_election = r.now.add_ms(r.election_timeout_ms_random());
+        if r.cfg.read_lease_ms > 0 {
+            r.lease_granted = Some((None, r.now.add_ms(r.cfg.read_lease_ms)));
+        }
         r.refresh_peers();
         r.check_invariants();
         Ok(r)
@@ -570,16 +585,18 @@ where
                 slot_chosen,
                 seq,
                 incarnation,
+                lease_ms,
             } => {
                 if self.fenced(from, incarnation) {
-                    self.on_heartbeat(from, ballot, slot_chosen, seq);
+                    self.on_heartbeat(from, ballot, slot_chosen, seq, lease_ms);
                 }
             }
             Message::HeartbeatAck {
                 ballot,
                 seq,
                 applied,
-            } => self.on_heartbeat_ack(from, ballot, seq, applied),
+                lease_ms,
+            } => self.on_heartbeat_ack(from, ballot, seq, applied, lease_ms),
             Message::CatchupRequest { slot_from } => self.on_catchup_request(from, slot_from),
             Message::CatchupReply {
                 snapshot,

@@ -214,6 +214,7 @@ fn on_heartbeat_learns_the_commit_point_and_applies() {
         slot_chosen: Slot(1),
         seq: 4,
         incarnation: 0,
+        lease_ms: 0,
     };
     assert_eq!(
         deliver(&mut r, 1, hb),
@@ -223,7 +224,8 @@ fn on_heartbeat_learns_the_commit_point_and_applies() {
                 Message::HeartbeatAck {
                     ballot: b(1, 1),
                     seq: 4,
-                    applied: Slot(0)
+                    applied: Slot(0),
+                    lease_ms: 0
                 }
             ),
             A::Apply {
@@ -242,6 +244,7 @@ fn behind_by_a_heartbeat(r: &mut R) {
         slot_chosen: Slot(2),
         seq: 0,
         incarnation: 0,
+        lease_ms: 0,
     };
     let out = deliver(r, 1, hb);
     assert_eq!(
@@ -408,6 +411,7 @@ fn read_index_waits_for_a_quorum_round() {
         slot_chosen: Slot(0),
         seq: 1,
         incarnation: 0,
+        lease_ms: 0,
     };
     assert_eq!(drain(&mut r), vec![send(2, hb.clone()), send(3, hb)]);
     // An acknowledgement of an older round does not confirm the read.
@@ -418,7 +422,8 @@ fn read_index_waits_for_a_quorum_round() {
             Message::HeartbeatAck {
                 ballot: b(1, 1),
                 seq: 0,
-                applied: Slot(0)
+                applied: Slot(0),
+                lease_ms: 0
             }
         ),
         vec![]
@@ -430,7 +435,8 @@ fn read_index_waits_for_a_quorum_round() {
             Message::HeartbeatAck {
                 ballot: b(1, 1),
                 seq: 1,
-                applied: Slot(0)
+                applied: Slot(0),
+                lease_ms: 0
             }
         ),
         vec![A::ReadReady {
@@ -509,6 +515,7 @@ fn compact_replaces_the_log_with_the_snapshot() {
         slot_chosen: Slot(1),
         seq: 0,
         incarnation: 0,
+        lease_ms: 0,
     };
     deliver(&mut r, 1, hb);
     r.compact(Slot(1), vec![1]).expect("applied");
@@ -1035,4 +1042,175 @@ fn a_catchup_reply_that_brings_nothing_does_not_ask_again_at_once() {
         retried,
         [send(3, Message::CatchupRequest { slot_from: Slot(1) })]
     );
+}
+
+// ---- read leases ----
+
+fn lease_replica(id: u64) -> R {
+    let mut cfg = config(id);
+    cfg.read_lease_ms = 150;
+    Replica::new(cfg, Durable::default(), Instant::ZERO).expect("valid")
+}
+
+fn deliver_at(r: &mut R, at: u64, from: u64, msg: M) -> Vec<A> {
+    r.step(
+        Instant::from_millis(at),
+        Input::Message {
+            from: NodeId(from),
+            msg,
+        },
+    )
+    .expect("step");
+    drain(r)
+}
+
+fn heartbeat_ack(seq: u64, lease_ms: u64) -> M {
+    Message::HeartbeatAck {
+        ballot: b(1, 1),
+        seq,
+        applied: Slot(0),
+        lease_ms,
+    }
+}
+
+#[test]
+fn a_read_lease_confirms_reads_without_a_round_until_it_ends() {
+    let mut r = lease_replica(1);
+    elect(&mut r);
+    drain(&mut r);
+    // Round 1 went out at T (1000 ms) on taking over. An acknowledgement that grants no lease
+    // (a replica of an older version) confirms reads, and gives no lease.
+    assert_eq!(deliver_at(&mut r, 1000, 2, heartbeat_ack(1, 0)), vec![]);
+    let rid = r.read_index(Instant::from_millis(1010)).expect("leader");
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(0),
+        seq: 2,
+        incarnation: 0,
+        lease_ms: 150,
+    };
+    assert_eq!(drain(&mut r), vec![send(2, hb.clone()), send(3, hb)]);
+    assert_eq!(
+        deliver_at(&mut r, 1010, 3, heartbeat_ack(2, 150)),
+        vec![A::ReadReady {
+            id: rid,
+            slot_applied_min: Slot(0)
+        }]
+    );
+    // n3 granted 150 ms from its receipt of round 2 (sent at 1010): the lease holds until
+    // 1010 + 150 - 4 (the drift margin) on our clock. Reads in it need no round.
+    for at in [1011, 1155] {
+        let rid = r.read_index(Instant::from_millis(at)).expect("leader");
+        assert_eq!(
+            drain(&mut r),
+            vec![A::ReadReady {
+                id: rid,
+                slot_applied_min: Slot(0)
+            }],
+            "at {at}"
+        );
+    }
+    assert_eq!(r.counters().reads_by_lease, 2);
+    // At its end, a read waits for a round again.
+    let rid = r.read_index(Instant::from_millis(1156)).expect("leader");
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(0),
+        seq: 3,
+        incarnation: 0,
+        lease_ms: 150,
+    };
+    assert_eq!(drain(&mut r), vec![send(2, hb.clone()), send(3, hb)]);
+    // A grant for an older round does not confirm it (nor renew the lease past its end).
+    assert_eq!(deliver_at(&mut r, 1157, 2, heartbeat_ack(2, 150)), vec![]);
+    assert_eq!(
+        deliver_at(&mut r, 1158, 2, heartbeat_ack(3, 150)),
+        vec![A::ReadReady {
+            id: rid,
+            slot_applied_min: Slot(0)
+        }]
+    );
+    assert_eq!(r.counters().reads_by_lease, 2);
+}
+
+#[test]
+fn a_lease_grantor_promises_no_other_proposer_until_it_ends() {
+    let mut r = lease_replica(2);
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(0),
+        seq: 7,
+        incarnation: 0,
+        lease_ms: 500,
+    };
+    // It grants at most its own read_lease_ms.
+    assert_eq!(
+        deliver_at(&mut r, 1000, 1, hb)[1..],
+        [send(
+            1,
+            Message::HeartbeatAck {
+                ballot: b(1, 1),
+                seq: 7,
+                applied: Slot(0),
+                lease_ms: 150,
+            }
+        )]
+    );
+    // Another proposer is not answered while the lease runs; its holder is.
+    assert_eq!(deliver_at(&mut r, 1149, 3, prepare(b(2, 3), 1)), vec![]);
+    assert_eq!(r.counters().lease_refusals, 1);
+    assert_eq!(r.ballot_promised(), Ballot::ZERO);
+    let mut holder = lease_replica(2);
+    deliver_at(
+        &mut holder,
+        1000,
+        1,
+        Message::Heartbeat {
+            ballot: b(1, 1),
+            slot_chosen: Slot(0),
+            seq: 7,
+            incarnation: 0,
+            lease_ms: 150,
+        },
+    );
+    assert_eq!(
+        deliver_at(&mut holder, 1100, 1, prepare(b(2, 1), 1)),
+        vec![persist_promise(1, b(2, 1))]
+    );
+    // Once it has ended, the other proposer is promised.
+    assert_eq!(
+        deliver_at(&mut r, 1150, 3, prepare(b(2, 3), 1)),
+        vec![persist_promise(1, b(2, 3))]
+    );
+}
+
+#[test]
+fn a_started_replica_promises_nobody_for_a_lease() {
+    // Its previous run may have granted a lease it no longer remembers.
+    let mut r = lease_replica(2);
+    assert_eq!(deliver_at(&mut r, 149, 3, prepare(b(1, 3), 1)), vec![]);
+    assert_eq!(deliver_at(&mut r, 149, 1, prepare(b(1, 1), 1)), vec![]);
+    assert_eq!(r.counters().lease_refusals, 2);
+    assert_eq!(
+        deliver_at(&mut r, 150, 3, prepare(b(1, 3), 1)),
+        vec![persist_promise(1, b(1, 3))]
+    );
+}
+
+#[test]
+fn a_leader_without_leases_asks_for_none() {
+    let mut r = replica(1);
+    elect(&mut r);
+    drain(&mut r);
+    assert_eq!(deliver_at(&mut r, 1000, 2, heartbeat_ack(0, 150)), vec![]);
+    r.read_index(Instant::from_millis(1001)).expect("leader");
+    let hb = Message::Heartbeat {
+        ballot: b(1, 1),
+        slot_chosen: Slot(0),
+        seq: 1,
+        incarnation: 0,
+        lease_ms: 0,
+    };
+    assert_eq!(drain(&mut r), vec![send(2, hb.clone()), send(3, hb)]);
+    assert_eq!(r.counters().reads_by_lease, 0);
 }

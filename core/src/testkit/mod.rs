@@ -51,6 +51,8 @@ pub struct ClusterConfig {
     pub pending_max: usize,
     /// Every replica's planted bugs ([`Faults`]; none by default).
     pub faults: Faults,
+    /// `Config::read_lease_ms` of every replica (0: read-index).
+    pub read_lease_ms: u64,
 }
 
 impl ClusterConfig {
@@ -72,6 +74,7 @@ impl ClusterConfig {
             batch_commands_max: 4,
             pending_max: 1000,
             faults: Faults::NONE,
+            read_lease_ms: 0,
         }
     }
 
@@ -92,6 +95,8 @@ impl ClusterConfig {
             window_slots: self.window_slots,
             batch_commands_max: self.batch_commands_max,
             pending_max: self.pending_max,
+            read_lease_ms: self.read_lease_ms,
+            clock_drift_ppm: crate::paxos::CLOCK_DRIFT_PPM_DEFAULT,
             seed: self.seed,
             faults: self.faults,
         }
@@ -334,8 +339,15 @@ where
         }
         n.machine = M::empty();
         n.applied = Slot::ZERO;
-        n.replica =
-            Some(Replica::new(cfg, n.durable.clone(), Instant::ZERO).expect("valid config"));
+        // Started at the cluster's time when leases are on: a restarted replica refuses
+        // promises for a lease from its start (`Config::read_lease_ms`). Without them, at
+        // zero, as the recorded scripts were (its first election deadline is then past).
+        let start = if cfg.read_lease_ms > 0 {
+            self.now
+        } else {
+            Instant::ZERO
+        };
+        n.replica = Some(Replica::new(cfg, n.durable.clone(), start).expect("valid config"));
         self.log(format!("{id}: restart"));
         self.drain(id);
     }

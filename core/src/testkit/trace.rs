@@ -93,11 +93,18 @@ fn message<C: Debug, S: Debug>(m: &Message<C, S>) -> String {
             slot_chosen,
             seq,
             incarnation,
+            lease_ms,
         } => format!(
-            "heartbeat {ballot} chosen=s{slot_chosen} seq={seq}{}",
-            inc(*incarnation)
+            "heartbeat {ballot} chosen=s{slot_chosen} seq={seq}{}{}",
+            inc(*incarnation),
+            lease(*lease_ms)
         ),
-        Message::HeartbeatAck { ballot, seq, .. } => format!("heartbeat-ack {ballot} seq={seq}"),
+        Message::HeartbeatAck {
+            ballot,
+            seq,
+            lease_ms,
+            ..
+        } => format!("heartbeat-ack {ballot} seq={seq}{}", lease(*lease_ms)),
         Message::CatchupRequest { slot_from } => format!("catchup-request from=s{slot_from}"),
         Message::CatchupReply {
             snapshot, entries, ..
@@ -134,5 +141,14 @@ fn inc(incarnation: u64) -> String {
         String::new()
     } else {
         format!(" inc={incarnation}")
+    }
+}
+
+/// A read lease asked or granted, when there is one.
+fn lease(ms: u64) -> String {
+    if ms == 0 {
+        String::new()
+    } else {
+        format!(" lease={ms}ms")
     }
 }

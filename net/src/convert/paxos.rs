@@ -172,20 +172,24 @@ pub fn message_to_wire<C: WireCommand, S: WireSnapshot>(msg: Message<C, S>) -> p
             slot_chosen,
             seq,
             incarnation,
+            lease_ms,
         } => pm::Kind::Heartbeat(pm::Heartbeat {
             ballot: Some(ballot.into()),
             slot_chosen: slot_chosen.0,
             seq,
             incarnation,
+            lease_ms,
         }),
         Message::HeartbeatAck {
             ballot,
             seq,
             applied,
+            lease_ms,
         } => pm::Kind::HeartbeatAck(pm::HeartbeatAck {
             ballot: Some(ballot.into()),
             seq,
             applied: applied.0,
+            lease_ms,
         }),
         Message::CatchupRequest { slot_from } => pm::Kind::CatchupRequest(pm::CatchupRequest {
             slot_from: slot_from.0,
@@ -276,11 +280,13 @@ pub fn message_from_wire<C: WireCommand, S: WireSnapshot>(
             slot_chosen: Slot(m.slot_chosen),
             seq: m.seq,
             incarnation: m.incarnation,
+            lease_ms: m.lease_ms,
         },
         pm::Kind::HeartbeatAck(m) => Message::HeartbeatAck {
             ballot: ballot(m.ballot, "heartbeat_ack.ballot")?,
             seq: m.seq,
             applied: Slot(m.applied),
+            lease_ms: m.lease_ms,
         },
         pm::Kind::CatchupRequest(m) => Message::CatchupRequest {
             slot_from: Slot(m.slot_from),

@@ -884,21 +884,23 @@ pub mod paxos {
             ),
             (ballot(), slot()).prop_map(|(ballot, slot)| Message::Accepted { ballot, slot }),
             (ballot(), ballot()).prop_map(|(ballot, promised)| Message::Nack { ballot, promised }),
-            (ballot(), slot(), any::<u64>(), any::<u64>()).prop_map(
-                |(ballot, slot_chosen, seq, incarnation)| Message::Heartbeat {
+            (ballot(), slot(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                |(ballot, slot_chosen, seq, incarnation, lease_ms)| Message::Heartbeat {
                     ballot,
                     slot_chosen,
                     seq,
                     incarnation,
+                    lease_ms,
                 }
             ),
-            (ballot(), any::<u64>(), slot()).prop_map(|(ballot, seq, applied)| {
-                Message::HeartbeatAck {
+            (ballot(), any::<u64>(), slot(), any::<u64>()).prop_map(
+                |(ballot, seq, applied, lease_ms)| Message::HeartbeatAck {
                     ballot,
                     seq,
                     applied,
+                    lease_ms,
                 }
-            }),
+            ),
             slot().prop_map(|slot_from| Message::CatchupRequest { slot_from }),
             (
                 option::of((slot(), super::snapshot(), option::of(schedule()))),

@@ -260,6 +260,19 @@ impl Config {
                 "must be at least election_timeout_ms_min",
             ));
         }
+        let lease = t.read_lease_ms();
+        let margin =
+            picket_core::paxos::lease_margin_ms(lease, picket_core::paxos::CLOCK_DRIFT_PPM_DEFAULT);
+        if lease > 0 && lease <= t.heartbeat_ms + margin {
+            return Err(invalid(
+                "timing.read_mode",
+                format!(
+                    "lease needs election_timeout_ms_min ({lease}, the lease) above heartbeat_ms \
+                     ({}) plus the {margin} ms clock-drift margin",
+                    t.heartbeat_ms
+                ),
+            ));
+        }
         let s = &self.sessions;
         if s.ttl_ms_min == 0 {
             return Err(invalid("sessions.ttl_ms_min", "must be non-zero"));

@@ -93,6 +93,8 @@ pub struct Timing {
     pub election_timeout_ms_min: u64,
     pub election_timeout_ms_max: u64,
     pub heartbeat_ms: u64,
+    /// How the leader confirms a linearizable read (inspection, listing).
+    pub read_mode: ReadMode,
 }
 
 impl Default for Timing {
@@ -101,8 +103,33 @@ impl Default for Timing {
             election_timeout_ms_min: 300,
             election_timeout_ms_max: 600,
             heartbeat_ms: 75,
+            read_mode: ReadMode::default(),
         }
     }
+}
+
+impl Timing {
+    /// The replica's `read_lease_ms`: with leases, as long as the shortest election timeout
+    /// (a follower waits that long before it campaigns anyway); 0 with read-index.
+    pub fn read_lease_ms(&self) -> u64 {
+        match self.read_mode {
+            ReadMode::ReadIndex => 0,
+            ReadMode::Lease => self.election_timeout_ms_min,
+        }
+    }
+}
+
+/// `[timing] read_mode` (docs/protocol.md, "Linearizable reads"; the A/B in
+/// docs/PERFORMANCE.md, "Lease reads").
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadMode {
+    /// Each read waits for a heartbeat round started after it to be acknowledged by a quorum.
+    #[default]
+    ReadIndex,
+    /// A read is confirmed at once while the leader holds a read lease granted by a quorum with
+    /// its heartbeats; otherwise as with read-index.
+    Lease,
 }
 
 /// Session TTL bounds (cluster-wide; part of the replicated state, so equal on every member).

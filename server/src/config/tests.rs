@@ -96,6 +96,32 @@ fn a_backup_section_has_defaults_and_bounds() {
 }
 
 #[test]
+fn read_mode_picks_the_lease() {
+    let plain = Config::parse(GOOD).unwrap();
+    assert_eq!(plain.timing.read_mode, ReadMode::ReadIndex);
+    assert_eq!(plain.timing.read_lease_ms(), 0);
+    let text = GOOD.replace(
+        "heartbeat_ms = 20",
+        "heartbeat_ms = 20\nread_mode = \"lease\"",
+    );
+    let lease = Config::parse(&text).unwrap();
+    assert_eq!(lease.timing.read_mode, ReadMode::Lease);
+    assert_eq!(
+        lease.timing.read_lease_ms(),
+        lease.timing.election_timeout_ms_min
+    );
+    // The lease must outlast a heartbeat interval and its drift margin.
+    let min = lease.timing.election_timeout_ms_min;
+    let e = error_of(&text.replace("heartbeat_ms = 20", &format!("heartbeat_ms = {}", min - 2)));
+    assert!(e.starts_with("timing.read_mode: "), "{e}");
+    let e = error_of(&GOOD.replace(
+        "heartbeat_ms = 20",
+        "heartbeat_ms = 20\nread_mode = \"leases\"",
+    ));
+    assert!(e.contains("read_mode"), "{e}");
+}
+
+#[test]
 fn errors_name_the_field() {
     let e = error_of(&GOOD.replace("node_id = 2", "node_id = 9"));
     assert!(e.starts_with("node_id: "), "{e}");
