@@ -124,7 +124,6 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         log: LogConfig {
             preallocate_bytes: config.storage.preallocate_bytes,
             faults: config.faults,
-            write_mode: config.storage.write_mode.into(),
             ..LogConfig::default()
         },
         ..StorageConfig::default()
