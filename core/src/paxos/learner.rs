@@ -93,6 +93,10 @@ where
         let alpha = self.cfg.reconfig_delay_slots as u64;
         while let Some(v) = self.log.get(&self.applied.next()) {
             let slot = self.applied.next();
+            if slot == Slot(1) && self.first_membership_unknown {
+                // Its cluster version is the first membership's, not known yet.
+                break;
+            }
             if let Value::Reconfig(m) = v {
                 // The planted bug `Faults::reconfig_at_once` governs from the next slot.
                 let alpha = if self.cfg.faults.reconfig_at_once {
@@ -257,7 +261,7 @@ where
         // (the cluster's first membership included) if we know it: the asker may have only
         // guessed its first membership (a joining or rejoining replica).
         let from_start = snapshot.is_none() && start == Slot(1) && self.snapshot.is_none();
-        let schedule = (snapshot.is_some() || (from_start && !self.membership_guessed))
+        let schedule = (snapshot.is_some() || (from_start && !self.first_membership_unknown))
             .then(|| self.schedule.clone());
         if snapshot.is_none() && entries.is_empty() && schedule.is_none() {
             self.counters.dropped_stale += 1;
@@ -303,6 +307,7 @@ where
             if installs {
                 if schedule.is_some() {
                     self.membership_guessed = false;
+                    self.first_membership_unknown = false;
                 }
                 self.schedule = schedule
                     .unwrap_or_else(|| Schedule::new(Membership::voters(self.cfg.members.clone())));
@@ -359,7 +364,7 @@ where
     /// governed nothing this replica acted on: it neither campaigned nor recovered with it.
     fn learn_membership_first(&mut self, schedule: &Schedule) {
         let (first_from, first) = &schedule.entries()[0];
-        if !self.membership_guessed || self.snapshot.is_some() || *first_from != Slot(1) {
+        if !self.first_membership_unknown || self.snapshot.is_some() || *first_from != Slot(1) {
             return;
         }
         if first.validate().is_err() {
@@ -368,6 +373,7 @@ where
         }
         self.schedule.replace_first(first.clone());
         self.membership_guessed = false;
+        self.first_membership_unknown = false;
         self.refresh_peers();
         self.persist_issued += 1;
         self.actions.push_back(Action::Persist(super::io::Persist {
@@ -380,6 +386,8 @@ where
             incarnation: None,
             recovered: false,
         }));
+        // A recovery that waited for it goes on.
+        self.continue_recovery();
     }
 
     /// Whether the driver should compact now (`Replica::compact` at what its state machine

@@ -133,6 +133,17 @@ where
             }
             return;
         }
+        if self.first_membership_unknown && self.snapshot.is_none() {
+            // Without a snapshot this replica may lead and apply from slot 1, whose cluster
+            // version is the first membership's: learn it first. A peer that holds the log
+            // from slot 1 sends it with the (maybe empty) entries; learning it comes back here.
+            // An answer without it leaves the election deadline to start recovery again.
+            let ask = replies.keys().copied().next();
+            if let Some(peer) = ask {
+                self.request_catchup(peer);
+            }
+            return;
+        }
         // Every answer counts, a member's or not: the highest incarnation anyone knows.
         let known = replies.values().copied().max().unwrap_or(0);
         let next = known.max(self.incarnation) + 1;

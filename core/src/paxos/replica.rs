@@ -80,6 +80,15 @@ pub struct Replica<C, S> {
     /// first answer that carries the membership (a snapshot's schedule, or the schedule of a
     /// replica that holds the log from slot 1) replaces the guess.
     pub(super) membership_guessed: bool,
+    /// The first membership in `schedule` is not known: this replica recorded none, and it
+    /// stands in from `Config::members` (a `joining` replica's contacts, or the configured
+    /// members of a replica that lost its disk and came back with `--rejoin`). The voters may
+    /// be right, but the cluster version the log starts at (`Membership::cluster_version`)
+    /// and the addresses are not known. Until a peer's catch-up says them (as for
+    /// `membership_guessed`), slot 1 is not applied (applied at the wrong cluster version,
+    /// the log would give another state: simulation seed 1017) and the guess is not passed on
+    /// in a catch-up reply.
+    pub(super) first_membership_unknown: bool,
     /// A member told us a membership from this slot on leaves us out (`Input::Removed`), and
     /// we knew of none so new: we were removed. Never campaigns while set.
     pub(super) removed: Option<Slot>,
@@ -183,6 +192,7 @@ where
         // truth when it is the first membership (a new cluster's, or data of a version before
         // it was recorded), a guess when it is only a contact list (`joining`: a replica that
         // joins, or one that lost its disk and came back with a short list).
+        let first_membership_unknown = schedule.is_none() && (cfg.joining || lost);
         let membership_guessed = schedule.is_none() && cfg.joining;
         let schedule =
             schedule.unwrap_or_else(|| Schedule::new(Membership::voters(cfg.members.clone())));
@@ -215,6 +225,7 @@ where
             cfg,
             schedule,
             membership_guessed,
+            first_membership_unknown,
             removed: None,
             was_member: false,
             peers: Vec::new(),
@@ -510,6 +521,12 @@ where
     /// `membership_guessed`): the transport then also talks to the configured contacts.
     pub fn membership_guessed(&self) -> bool {
         self.membership_guessed
+    }
+
+    /// Whether the first membership (and so the cluster version the log starts at) is still
+    /// unknown (see `first_membership_unknown`): slot 1 waits for a peer to say it.
+    pub fn first_membership_unknown(&self) -> bool {
+        self.first_membership_unknown
     }
 
     /// The first slot of the membership that a member said leaves us out, if we were removed.

@@ -638,9 +638,11 @@ fn amnesiac_replica_does_not_vote() {
 /// 1 < 2` in storage).
 #[test]
 fn restart_mid_recovery_keeps_the_persisted_incarnation() {
+    // It had learned the first membership before the restart (recovery waits for it).
     let restored = Durable {
         lost: true,
         incarnations: [(NodeId(1), 2)].into_iter().collect(),
+        schedule: Some(first_schedule()),
         ..Durable::default()
     };
     let mut r = R::new(config(1), restored, Instant::ZERO).expect("valid");
@@ -893,6 +895,89 @@ fn a_guessing_rejoiner_does_not_recover_on_its_guess() {
         })
         .collect();
     assert_eq!(asked, vec![NodeId(1), NodeId(3)]);
+}
+
+#[test]
+fn a_rejoiner_applies_slot_1_only_at_the_first_membership_a_peer_says() {
+    // Disk lost, restarted with `--rejoin` and the full member list: the voters are right but
+    // the cluster version the log starts at is not known (simulation seed 1017: applied at
+    // version 1, the log gave another state than on the replicas that recorded version 2).
+    let d: Durable<u32, Vec<u32>> = Durable {
+        lost: true,
+        ..Durable::default()
+    };
+    let mut r = R::new(config(3), d, Instant::ZERO).expect("valid");
+    assert!(r.first_membership_unknown());
+    assert!(!r.membership_guessed(), "the voters are not a guess: it may recover");
+
+    // A peer that only guessed its first membership too sends the entries alone: stored, not
+    // applied.
+    let entries = vec![(Slot(1), batch(&[1], 5)), (Slot(2), batch(&[2], 6))];
+    let out = deliver(
+        &mut r,
+        2,
+        Message::CatchupReply {
+            snapshot: None,
+            schedule: None,
+            entries: entries.clone(),
+        },
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, A::Apply { .. })),
+        "slot 1 applied before its cluster version was known: {out:?}"
+    );
+    assert_eq!(r.slot_applied(), Slot::ZERO);
+    // Nor does it pass its guess on.
+    let reply = deliver(&mut r, 1, Message::CatchupRequest { slot_from: Slot(1) });
+    assert!(
+        !reply.iter().any(|a| matches!(
+            a,
+            A::Send {
+                msg: Message::CatchupReply {
+                    schedule: Some(_),
+                    ..
+                },
+                ..
+            }
+        )),
+        "{reply:?}"
+    );
+
+    // A peer that knows it: recorded, and then slots 1 and 2 are applied.
+    let mut known = addressed_first();
+    known.cluster_version = 2;
+    let first = Schedule::new(known);
+    let out = deliver(
+        &mut r,
+        1,
+        Message::CatchupReply {
+            snapshot: None,
+            schedule: Some(first.clone()),
+            entries,
+        },
+    );
+    assert!(!r.first_membership_unknown());
+    assert_eq!(r.schedule(), &first);
+    assert_eq!(r.schedule().entries()[0].1.cluster_version, 2);
+    let applied: Vec<Slot> = out
+        .iter()
+        .filter_map(|a| match a {
+            A::Apply { slot, .. } => Some(*slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(applied, vec![Slot(1), Slot(2)]);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            A::Persist(Persist {
+                schedule: Some(s),
+                snapshot: None,
+                ..
+            }) if s == &first
+        )),
+        "the learned first membership is recorded: {out:?}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             promised,
             accepted,
             snapshot,
+            schedule,
             incarnation,
             recovered,
             ..
@@ -24,6 +25,12 @@ pub(super) fn render<C: Debug, S: Debug>(id: NodeId, action: &Action<C, S>) -> S
             }
             if let Some((slot, _)) = snapshot {
                 s += &format!(" snapshot=s{slot}");
+            } else if let Some(schedule) = schedule {
+                // The first membership, learned from a peer.
+                s += &format!(
+                    " first-membership(v{})",
+                    schedule.entries()[0].1.cluster_version
+                );
             }
             if let Some((node, inc)) = incarnation {
                 s += &format!(" incarnation({node}={inc})");
