@@ -557,7 +557,8 @@ async fn a_leader_whose_last_synced_record_was_cut_starts_amnesiac() {
 /// it is part of a quorum again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_replica_is_refused_without_a_flag_and_rejoins_with_rejoin() {
-    let mut cluster = Cluster::start();
+    // Never compacted: the rejoined replica replays the log from slot 1.
+    let mut cluster = Cluster::start_snapshot_every(1_000_000);
     let leader = cluster.leader(ELECTION).await;
     let eps = cluster.endpoints.clone();
     let s = create_session(&eps[leader], "svc", 30_000).await;
@@ -580,6 +581,38 @@ async fn a_wiped_replica_is_refused_without_a_flag_and_rejoins_with_rejoin() {
 
     cluster.spawn_with(victim, &["--rejoin"]);
     wait_amnesiac_recovers(&cluster, victim, "started with --rejoin", "k9", last).await;
+    // It replayed the log from slot 1 (nothing was compacted) at the cluster version the
+    // log starts at, which only the `--init` replicas had recorded: it learned it from a peer
+    // (simulation seed 1017 found it applying at version 1 beside replicas at version 2).
+    let version = |endpoint: String| async move {
+        status_of(&endpoint)
+            .await
+            .map(|status| (status.cluster_version, status.slot_applied))
+    };
+    let (leader_version, _) = version(eps[leader].clone()).await.expect("leader status");
+    let (victim_version, victim_applied) =
+        version(eps[victim].clone()).await.expect("victim status");
+    assert_eq!(leader_version, picket_core::locks::CLUSTER_VERSION);
+    assert!(
+        victim_applied > 1,
+        "the victim applied {victim_applied} slots"
+    );
+    assert_eq!(
+        victim_version, leader_version,
+        "the rejoined replica's cluster version"
+    );
+    // Had it applied the log at version 1, it would also have proposed a step to 2 once it led
+    // (recovery makes it lead), which the others refuse as not above theirs, and only its
+    // audit would show.
+    let log = cluster.log(victim);
+    assert!(
+        !log.contains("proposed a cluster version step"),
+        "the rejoined replica applied the log at another cluster version:\n{log}"
+    );
+    assert!(
+        log.contains("learned the cluster's first membership from a peer"),
+        "{log}"
+    );
     commits_through(&mut cluster, leader, victim, s, last).await;
 }
 

@@ -908,7 +908,10 @@ fn a_rejoiner_applies_slot_1_only_at_the_first_membership_a_peer_says() {
     };
     let mut r = R::new(config(3), d, Instant::ZERO).expect("valid");
     assert!(r.first_membership_unknown());
-    assert!(!r.membership_guessed(), "the voters are not a guess: it may recover");
+    assert!(
+        !r.membership_guessed(),
+        "the voters are not a guess: it may recover"
+    );
 
     // A peer that only guessed its first membership too sends the entries alone: stored, not
     // applied.

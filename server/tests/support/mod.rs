@@ -55,6 +55,12 @@ impl Cluster {
         Cluster::start_storage(false, &format!("persist = {persist:?}\n"), "")
     }
 
+    /// [`Cluster::start`] compacting its log every `slots` slots (16 otherwise): a large value
+    /// keeps the log from slot 1, so a replica that catches up replays it.
+    pub fn start_snapshot_every(slots: u64) -> Cluster {
+        Cluster::start_storage(false, &format!("snapshot_every_slots = {slots}\n"), "")
+    }
+
     /// `storage` (keys of `[storage]`) and `extra` (whole sections) go into every file.
     fn start_storage(tls: bool, storage: &str, extra: &str) -> Cluster {
         let mut cluster = Cluster::configure_storage(tls, storage, extra);
@@ -99,10 +105,15 @@ impl Cluster {
             String::new()
         };
         let scheme = if tls { "https" } else { "http" };
+        let snapshot_every = if storage.contains("snapshot_every_slots") {
+            ""
+        } else {
+            "snapshot_every_slots = 16\n"
+        };
         let mut configs = Vec::new();
         for i in 0..3 {
             let text = format!(
-                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\nsnapshot_every_slots = 16\n{storage}{tls_section}{extra}",
+                "cluster_id = \"e2e\"\nnode_id = {}\ndata_dir = \"node-{}\"\ninsecure_dev_auth = true\n{members}\n[timing]\nelection_timeout_ms_min = 300\nelection_timeout_ms_max = 600\nheartbeat_ms = 50\n[storage]\npreallocate_bytes = 0\n{snapshot_every}{storage}{tls_section}{extra}",
                 i + 1,
                 i + 1
             );

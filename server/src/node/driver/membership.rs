@@ -114,11 +114,25 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         let schedule = schedule.clone();
         let me = self.handle.id;
         let was_guessed = self.schedule_seen.as_ref().is_some_and(|(_, g, _)| *g);
+        let first_before = self
+            .schedule_seen
+            .as_ref()
+            .map(|(s, _, _)| s.entries()[0].clone());
         if was_guessed && !guessed {
             tracing::info!(node = %me, membership = %schedule.entries()[0].1,
                 newest = %schedule.last(), from_slot = schedule.last_from().0,
                 "learned the cluster's membership from a peer (the config file's members were \
                  only whom to contact)");
+        } else if first_before.is_some_and(|(from, first)| {
+            let (now_from, now) = &schedule.entries()[0];
+            from == paxos::Slot(1) && *now_from == from && *now != first
+        }) {
+            // A replica back with --rejoin knew the voters, not the version the log starts at.
+            let first = &schedule.entries()[0].1;
+            tracing::info!(node = %me, membership = %first,
+                cluster_version = first.cluster_version,
+                "learned the cluster's first membership from a peer, with the cluster version \
+                 its log starts at");
         }
         let Some(dialer) = &mut self.dialer else {
             // Tests without a transport: the members are whom `peers_out` reaches.
