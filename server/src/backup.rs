@@ -261,6 +261,7 @@ pub fn restore_store<D: Disk + Clone + 'static>(
     let storage_config = StorageConfig {
         log: LogConfig {
             preallocate_bytes: config.storage.preallocate_bytes,
+            write_mode: config.storage.write_mode.into(),
             ..LogConfig::default()
         },
         ..StorageConfig::default()

@@ -124,6 +124,7 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
         log: LogConfig {
             preallocate_bytes: config.storage.preallocate_bytes,
             faults: config.faults,
+            write_mode: config.storage.write_mode.into(),
             ..LogConfig::default()
         },
         ..StorageConfig::default()

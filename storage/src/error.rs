@@ -178,6 +178,8 @@ pub enum IoOp {
     SetLen,
     Stat,
     Write,
+    /// A write that is durable when it returns (`pwritev2` with `RWF_DSYNC`).
+    WriteDsync,
     SnapshotSave,
 }
 
@@ -197,14 +199,15 @@ impl IoOp {
             IoOp::SetLen => "set_len",
             IoOp::Stat => "stat",
             IoOp::Write => "write",
+            IoOp::WriteDsync => "write (RWF_DSYNC)",
             IoOp::SnapshotSave => "snapshot save",
         }
     }
 
-    /// A file's `fdatasync` or a directory's `fsync`: what `picket_storage_fsync_errors_total`
+    /// A file's `fdatasync` (or a write that syncs itself) or a directory's `fsync`: what `picket_storage_fsync_errors_total`
     /// counts (after one, the data on disk is unknown and the replica stops).
     pub fn is_sync(self) -> bool {
-        matches!(self, IoOp::Fdatasync | IoOp::FsyncDir)
+        matches!(self, IoOp::Fdatasync | IoOp::FsyncDir | IoOp::WriteDsync)
     }
 }
 

@@ -41,7 +41,7 @@ use std::path::Path;
 pub use blob::{DamagedSnapshot, HardStateFile, SnapshotLoad, SnapshotStore};
 pub use disk::{Disk, DiskFile, RealDisk, RealFile};
 pub use error::{CorruptionKind, Error, IoOp, Result};
-pub use log::{Log, LogConfig};
+pub use log::{Log, LogConfig, WriteMode};
 pub use recovery::{RecoveryReport, TornTail};
 pub use sim_disk::{CrashMode, SimDisk, SimFile};
 

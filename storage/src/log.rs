@@ -37,6 +37,27 @@ pub struct LogConfig {
     /// Planted bugs ([`Faults`]; none but in the simulation): recovery reads
     /// [`Faults::old_tail_rule`].
     pub faults: Faults,
+    /// How [`Log::append_sync`] makes its one write of a group commit durable. Default
+    /// [`WriteMode::Fdatasync`].
+    pub write_mode: WriteMode,
+}
+
+/// How a group commit written by [`Log::append_sync`] (its records and commit record, in one
+/// write) is made durable. docs/PERFORMANCE.md has the A/B that chose the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    /// The records in one `pwrite`, the commit record in another, then the `fdatasync`: what
+    /// `append` then `sync` do (every group commit before issue 39), kept for the A/B.
+    Separate,
+    /// One `pwrite`, then one `fdatasync` of the segment.
+    #[default]
+    Fdatasync,
+    /// One `pwritev2` with `RWF_DSYNC`: durable when it returns, with the file size, and no
+    /// `fdatasync`. It does not sync the segment's other unsynced writes (the synced-end marker
+    /// of the commit before, a zero-fill): those become durable at the next `fdatasync` (a
+    /// zero-fill step, a roll-over, a truncation) or by the kernel's writeback, so after a
+    /// power loss the marker may lag more than one group commit (docs/storage.md).
+    Dsync,
 }
 
 impl Default for LogConfig {
@@ -48,6 +69,7 @@ impl Default for LogConfig {
             batch_bytes_max: 256 << 20,
             preallocate_bytes: 4 << 20,
             faults: Faults::NONE,
+            write_mode: WriteMode::Fdatasync,
         }
     }
 }
@@ -294,11 +316,112 @@ impl<D: Disk> Log<D> {
         Ok(())
     }
 
+    /// Appends `records` as [`Log::append`] does and makes every record appended so far
+    /// durable as [`Log::sync`] does, in one group commit whose records and commit record go to
+    /// the segment in **one** write: a `pwrite` and an `fdatasync`, or, with
+    /// [`WriteMode::Dsync`], one `pwritev2(RWF_DSYNC)` and nothing else (then the synced-end
+    /// marker, not itself synced, as after every sync). A batch that rolls the segment over,
+    /// or earlier appends not yet synced, take the two-step path of `append` + `sync`.
+    pub fn append_sync<R: AsRef<[u8]>>(&mut self, first_index: u64, records: &[R]) -> Result<()> {
+        self.check_open()?;
+        self.check_batch(first_index, records)?;
+        let result = self.append_sync_unchecked(records);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        self.check_invariants();
+        result
+    }
+
+    fn append_sync_unchecked<R: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<()> {
+        if self.config.write_mode == WriteMode::Separate {
+            self.append_unchecked(records)?;
+            return self.sync_inner();
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut pending = Vec::with_capacity(records.len());
+        let mut result = self.encode_batch(records, &mut buf, &mut pending);
+        if result.is_ok() {
+            result = self.write_committed(&mut buf, &mut pending);
+        }
+        self.buf = buf;
+        result
+    }
+
+    /// The one write of [`Log::append_sync`]: `buf` (frames at `pending` offsets) and the
+    /// commit record closing them, at the end of the last segment, made durable.
+    fn write_committed(&mut self, buf: &mut Vec<u8>, pending: &mut Vec<u32>) -> Result<()> {
+        // Unsynced records from before (appended, not synced) are not in this write's range.
+        let dsync = self.config.write_mode == WriteMode::Dsync && !self.dirty;
+        let next_index = self.next_index() + pending.len() as u64;
+        let seg = self.last_segment();
+        let commit = seg.version >= SEGMENT_VERSION_2 && (seg.uncommitted || !pending.is_empty());
+        if commit {
+            format::encode_commit(buf, next_index);
+        }
+        if buf.is_empty() {
+            return self.sync_inner();
+        }
+        let prealloc = self.preallocate_to(seg.end + buf.len() as u64);
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("a log always has a segment");
+        if dsync {
+            seg.file
+                .write_all_at_dsync(buf, seg.end)
+                .map_err(Error::io(IoOp::WriteDsync, &seg.path))?;
+        } else {
+            seg.file
+                .write_all_at(buf, seg.end)
+                .map_err(Error::io(IoOp::Write, &seg.path))?;
+            self.dirty = true;
+        }
+        seg.end += buf.len() as u64;
+        seg.len = seg.len.max(seg.end);
+        seg.offsets.append(pending);
+        seg.uncommitted = false;
+        if prealloc > seg.len {
+            // Zeros after the data: a crash that keeps them is a clean end, not a torn tail.
+            // After a dsync write they are unsynced until the next fdatasync, which the next
+            // group commit then does (so the zeros' blocks reach the disk early, as before).
+            write_zeros(&mut seg.file, &seg.path, seg.len, prealloc)?;
+            seg.len = prealloc;
+            self.dirty = true;
+        }
+        if !dsync {
+            let seg = self.last_segment_mut();
+            seg.file
+                .sync_data()
+                .map_err(Error::io(IoOp::Fdatasync, &seg.path))?;
+            self.dirty = false;
+        }
+        self.synced_index = self.last_index();
+        let end = self.last_segment().end;
+        self.write_marker(end)
+    }
+
     fn append_unchecked<R: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
+        let mut pending = Vec::with_capacity(records.len());
+        let mut result = self.encode_batch(records, &mut buf, &mut pending);
+        if result.is_ok() {
+            result = self.write_pending(&buf, &mut pending);
+        }
+        self.buf = buf;
+        result
+    }
+
+    /// Encodes `records` into `buf` (cleared first), their offsets into `pending`, for the end
+    /// of the last segment; what does not fit in it is written, committed and synced there and
+    /// the segment rolled over first, so `buf` holds what goes into the last segment.
+    fn encode_batch<R: AsRef<[u8]>>(
+        &mut self,
+        records: &[R],
+        buf: &mut Vec<u8>,
+        pending: &mut Vec<u32>,
+    ) -> Result<()> {
         buf.clear();
-        let mut pending: Vec<u32> = Vec::new();
-        let mut result = Ok(());
         for r in records {
             let payload = r.as_ref();
             let frame = (RECORD_HEADER_LEN + payload.len()) as u64;
@@ -308,21 +431,20 @@ impl<D: Disk> Log<D> {
             // Room for the frame and the commit record that will close it.
             let needed = frame + COMMIT_FRAME_LEN as u64;
             if has_records && at + needed > self.config.segment_size_bytes {
-                result = self.flush_and_roll(&buf, &mut pending);
-                if result.is_err() {
-                    break;
-                }
+                self.flush_and_roll(buf, pending)?;
                 buf.clear();
-                continue_into(&mut buf, &mut pending, self.last_segment().end, payload);
+                continue_into(buf, pending, self.last_segment().end, payload);
                 continue;
             }
-            continue_into(&mut buf, &mut pending, seg.end, payload);
+            continue_into(buf, pending, seg.end, payload);
         }
-        if result.is_ok() {
-            result = self.write_pending(&buf, &mut pending);
-        }
-        self.buf = buf;
-        result
+        Ok(())
+    }
+
+    fn last_segment_mut(&mut self) -> &mut Segment<D::File> {
+        self.segments
+            .last_mut()
+            .expect("a log always has a segment")
     }
 
     /// Writes `buf` (frames at `pending` offsets) at the end of the last segment.

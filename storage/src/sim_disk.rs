@@ -514,6 +514,66 @@ impl DiskFile for SimFile {
             Ok(())
         })
     }
+
+    /// Like `pwritev2(RWF_DSYNC)`: the written range and the file's length become durable;
+    /// every other unsynced write stays unsynced (a crash may still lose or tear it). With a
+    /// `set_len` pending the whole file is synced instead (a shrink then a regrow has no
+    /// simple range form). Counted as a `sync_data`. An injected sync failure leaves the write
+    /// done but not durable, as a failed `fdatasync` after it would.
+    fn write_all_at_dsync(&mut self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        self.write_all_at(bytes, offset)?;
+        self.with_inode(|st, id| {
+            st.take_sync_failure()?;
+            let node = st.inodes.get_mut(&id).expect("checked above");
+            if node.ops.iter().any(|op| matches!(op, Op::SetLen(_))) {
+                for op in std::mem::take(&mut node.ops) {
+                    apply(&mut node.durable, &op);
+                }
+            } else {
+                let (start, end) = (offset, offset + bytes.len() as u64);
+                if node.durable.len() < node.data.len() {
+                    node.durable.resize(node.data.len(), 0);
+                }
+                let range = to_usize(start)..to_usize(end);
+                node.durable[range.clone()].copy_from_slice(&node.data[range]);
+                // The range's durable bytes are now its newest: no older write may replay
+                // over them at a crash.
+                node.ops = std::mem::take(&mut node.ops)
+                    .into_iter()
+                    .flat_map(|op| clip(op, start, end))
+                    .collect();
+            }
+            st.sync_data_count += 1;
+            Ok(())
+        })
+    }
+}
+
+/// What is left of an unsynced write outside `[start, end)` (zero, one or two writes).
+fn clip(op: Op, start: u64, end: u64) -> Vec<Op> {
+    let Op::Write { offset, data } = op else {
+        return vec![op];
+    };
+    let op_end = offset + data.len() as u64;
+    if op_end <= start || offset >= end {
+        return vec![Op::Write { offset, data }];
+    }
+    let mut kept = Vec::new();
+    if offset < start {
+        let head = to_usize(start - offset);
+        kept.push(Op::Write {
+            offset,
+            data: data[..head].to_vec(),
+        });
+    }
+    if op_end > end {
+        let tail = to_usize(end - offset);
+        kept.push(Op::Write {
+            offset: end,
+            data: data[tail..].to_vec(),
+        });
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -547,6 +607,37 @@ mod tests {
         assert!(
             f.len().is_err(),
             "handle from before the crash must be stale"
+        );
+    }
+
+    #[test]
+    fn a_dsync_write_is_durable_alone_and_never_overwritten_by_an_older_write() {
+        for seed in 0..64 {
+            let disk = setup(seed);
+            let mut f = disk.create(&p("/d/f")).expect("create");
+            f.write_all_at(b"head", 0).expect("write");
+            f.sync_data().expect("sync");
+            disk.sync_dir(&p("/d")).expect("sync dir");
+            f.write_all_at(b"HEAD", 0).expect("write"); // unsynced, outside the range
+            f.write_all_at(b"0000000000", 4).expect("write"); // unsynced, under the range
+            f.write_all_at_dsync(b"data", 6).expect("dsync write");
+            let syncs = disk.sync_data_count();
+            disk.crash();
+            let got = disk.read_file(&p("/d/f")).expect("file");
+            assert_eq!(got.len(), 14, "seed {seed}: the length is durable: {got:?}");
+            assert_eq!(&got[6..10], b"data", "seed {seed}: {got:?}");
+            assert_eq!(syncs, 2, "a dsync write counts as a sync");
+        }
+        let disk = setup(1);
+        let mut f = disk.create(&p("/d/f")).expect("create");
+        disk.sync_dir(&p("/d")).expect("sync dir");
+        f.write_all_at(b"lost", 0).expect("write");
+        f.write_all_at_dsync(b"kept", 4).expect("dsync write");
+        disk.crash_with(CrashMode::DropUnsynced);
+        assert_eq!(
+            disk.read_file(&p("/d/f")).as_deref(),
+            Some(&b"\0\0\0\0kept"[..]),
+            "only the dsync write's range is durable"
         );
     }
 

@@ -4,13 +4,15 @@
 
 use std::path::Path;
 
-use picket_storage::{CrashMode, Log, LogConfig, SimDisk};
+use picket_storage::{CrashMode, Log, LogConfig, SimDisk, WriteMode};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
     /// Append records of these lengths.
     Append(Vec<usize>),
+    /// `append_sync` of records of these lengths (one write per group commit).
+    AppendSync(Vec<usize>),
     Sync,
     Crash(bool),
     /// Truncate after `first - 1 + frac * len`, in per mille.
@@ -22,6 +24,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => prop::collection::vec(0usize..120, 0..8).prop_map(Op::Append),
+        3 => prop::collection::vec(0usize..120, 0..8).prop_map(Op::AppendSync),
         3 => Just(Op::Sync),
         2 => any::<bool>().prop_map(Op::Crash),
         1 => (0u32..=1000).prop_map(Op::Truncate),
@@ -43,10 +46,12 @@ struct Model {
     synced: usize,
 }
 
-fn config() -> LogConfig {
+fn config(write_mode: WriteMode, preallocate_bytes: u64) -> LogConfig {
     LogConfig {
         segment_size_bytes: 400,
         record_size_max: 256,
+        preallocate_bytes,
+        write_mode,
         ..LogConfig::default()
     }
 }
@@ -56,7 +61,12 @@ fn read_all(log: &Log<SimDisk>) -> Vec<Vec<u8>> {
         .expect("read whole log")
 }
 
-fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(
+    seed: u64,
+    (write_mode, preallocate): (WriteMode, u64),
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let config = || config(write_mode, preallocate);
     let disk = SimDisk::new(seed);
     let dir = Path::new("/n/log");
     let (mut log, _) = Log::open(disk.clone(), dir, config()).expect("open empty");
@@ -78,6 +88,20 @@ fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .collect();
                 log.append(log.next_index(), &batch).expect("append");
                 m.records.extend(batch);
+            }
+            Op::AppendSync(lens) => {
+                let batch: Vec<Vec<u8>> = lens
+                    .iter()
+                    .map(|&l| {
+                        serial += 1;
+                        payload(serial, l)
+                    })
+                    .collect();
+                log.append_sync(log.next_index(), &batch)
+                    .expect("append_sync");
+                m.records.extend(batch);
+                m.synced = m.records.len();
+                prop_assert_eq!(log.synced_index(), log.last_index());
             }
             Op::Sync => {
                 log.sync().expect("sync");
@@ -170,8 +194,16 @@ proptest! {
     #[test]
     fn recovery_keeps_synced_records_and_a_prefix_of_the_rest(
         seed in any::<u64>(),
+        mode in prop_oneof![
+            Just(WriteMode::Separate),
+            Just(WriteMode::Fdatasync),
+            Just(WriteMode::Dsync)
+        ],
+        // None, in small steps (zero-fills, and the fdatasyncs they bring, happen often), the
+        // whole segment at creation (the default, capped at the segment size).
+        preallocate in prop_oneof![Just(0u64), Just(96), Just(4 << 20)],
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        run(seed, ops)?;
+        run(seed, (mode, preallocate), ops)?;
     }
 }

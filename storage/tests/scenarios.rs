@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use picket_storage::{
     CorruptionKind, CrashMode, Disk, Error, IoOp, Log, LogConfig, RealDisk, SimDisk, SnapshotStore,
-    Storage, StorageConfig,
+    Storage, StorageConfig, WriteMode,
 };
 
 const ROOT: &str = "/node";
@@ -18,6 +18,7 @@ fn small() -> StorageConfig {
             batch_records_max: 50,
             batch_bytes_max: 4000,
             preallocate_bytes: 100,
+            write_mode: WriteMode::Fdatasync,
             ..LogConfig::default()
         },
         ..StorageConfig::default()
@@ -101,6 +102,60 @@ fn one_sync_is_one_fdatasync_for_a_whole_batch() {
     // A sync with nothing new to sync costs no fdatasync.
     st.log.sync().expect("sync");
     assert_eq!(disk.sync_data_count() - before, 10);
+}
+
+#[test]
+fn append_sync_is_one_sync_per_group_commit_in_either_write_mode_and_survives_crash() {
+    for mode in [WriteMode::Separate, WriteMode::Fdatasync, WriteMode::Dsync] {
+        let disk = SimDisk::new(3);
+        let mut config = StorageConfig::default();
+        config.log.write_mode = mode;
+        let root = Path::new(ROOT);
+        let mut st = Storage::open(disk.clone(), root, config.clone())
+            .expect("open")
+            .0;
+        let before = disk.sync_data_count();
+        for round in 0..10u64 {
+            let batch = recs(round * 40 + 1..round * 40 + 41);
+            st.log
+                .append_sync(round * 40 + 1, &batch)
+                .expect("append_sync");
+            assert_eq!(st.log.synced_index(), round * 40 + 40, "{mode:?}");
+        }
+        assert_eq!(disk.sync_data_count() - before, 10, "{mode:?}");
+        // Appended and not synced, then a group commit: both are durable after it.
+        st.log.append(401, &recs(401..403)).expect("append");
+        st.log
+            .append_sync(403, &recs(403..405))
+            .expect("append_sync");
+        assert_eq!(st.log.synced_index(), 404, "{mode:?}");
+        drop(st);
+        disk.crash_with(CrashMode::DropUnsynced);
+        let (st, report) = Storage::open(disk.clone(), root, config).expect("recover");
+        assert_eq!(all(&st.log), recs(1..405), "{mode:?}");
+        assert!(report.torn_tail.is_none(), "{mode:?}: {report:?}");
+    }
+}
+
+#[test]
+fn append_sync_rolls_over_and_recovers_on_a_real_disk_in_either_write_mode() {
+    for mode in [WriteMode::Separate, WriteMode::Fdatasync, WriteMode::Dsync] {
+        let dir = tempdir();
+        let mut config = small();
+        config.log.write_mode = mode;
+        let mut st = Storage::open(RealDisk, dir.path(), config.clone())
+            .expect("open")
+            .0;
+        for i in 1..41 {
+            st.log.append_sync(i, &recs(i..i + 1)).expect("append_sync");
+        }
+        st.log.append_sync(41, &recs(41..61)).expect("append_sync");
+        assert!(st.log.segment_count() > 2, "{mode:?}");
+        drop(st);
+        let (st, report) = Storage::open(RealDisk, dir.path(), config).expect("recover");
+        assert_eq!(all(&st.log), recs(1..61), "{mode:?}");
+        assert!(report.torn_tail.is_none(), "{mode:?}: {report:?}");
+    }
 }
 
 #[test]

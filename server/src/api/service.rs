@@ -234,6 +234,58 @@ fn reply_as<T: TryFrom<Reply, Error = WrongReply>>(reply: Reply) -> Result<T, St
 #[derive(Debug, Clone)]
 pub struct LockService(pub Api);
 
+/// The bodies of the lock calls the session stream also carries, for a caller already
+/// authenticated as `principal` (by [`crate::auth::Authenticator::lock_caller`] or, on the
+/// stream, `lock_caller_with`): one implementation for the unary call and the stream.
+impl LockService {
+    pub(crate) async fn acquire_as(
+        &self,
+        principal: &str,
+        request: proto::AcquireRequest,
+    ) -> Result<proto::AcquireResponse, Status> {
+        let wait_ms = request.wait_ms;
+        let command = request.into_command(principal)?;
+        let (reply, revision) = self.0.propose(command, wait_ms).await?;
+        match reply {
+            Reply::Acquire(reply) => Ok(proto::AcquireResponse::new(reply, revision)),
+            other => Err(Status::from(WrongReply {
+                expected: "Acquire",
+                got: Box::new(other),
+            })),
+        }
+    }
+
+    pub(crate) async fn release_as(
+        &self,
+        principal: &str,
+        request: proto::ReleaseRequest,
+    ) -> Result<proto::ReleaseResponse, Status> {
+        let command = request.into_command(principal)?;
+        let (reply, _) = self.0.propose(command, 0).await?;
+        reply_as(reply)
+    }
+
+    pub(crate) async fn cancel_wait_as(
+        &self,
+        principal: &str,
+        request: proto::CancelWaitRequest,
+    ) -> Result<proto::CancelWaitResponse, Status> {
+        let command = request.into_command(principal)?;
+        let (reply, revision) = self.0.propose(command, 0).await?;
+        proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)
+    }
+
+    pub(crate) async fn close_session_as(
+        &self,
+        principal: &str,
+        request: proto::CloseSessionRequest,
+    ) -> Result<proto::CloseSessionResponse, Status> {
+        let command = request.into_command(principal)?;
+        let (reply, _) = self.0.propose(command, 0).await?;
+        reply_as(reply)
+    }
+}
+
 #[tonic::async_trait]
 impl proto::lock_server::Lock for LockService {
     async fn create_session(
@@ -256,9 +308,9 @@ impl proto::lock_server::Lock for LockService {
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
         let principal = self.0.auth.lock_caller(&request, None).await?;
-        let command = request.into_inner().into_command(&principal)?;
-        let (reply, _) = self.0.propose(command, 0).await?;
-        Ok(Response::new(reply_as(reply)?))
+        self.close_session_as(&principal, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     type KeepAliveStream = ChannelStream<Result<proto::KeepAliveResponse, Status>>;
@@ -304,19 +356,9 @@ impl proto::lock_server::Lock for LockService {
     ) -> Result<Response<proto::AcquireResponse>, Status> {
         let ns = Some(request.get_ref().namespace.as_str());
         let principal = self.0.auth.lock_caller(&request, ns).await?;
-        let request = request.into_inner();
-        let wait_ms = request.wait_ms;
-        let command = request.into_command(&principal)?;
-        let (reply, revision) = self.0.propose(command, wait_ms).await?;
-        match reply {
-            Reply::Acquire(reply) => {
-                Ok(Response::new(proto::AcquireResponse::new(reply, revision)))
-            }
-            other => Err(Status::from(WrongReply {
-                expected: "Acquire",
-                got: Box::new(other),
-            })),
-        }
+        self.acquire_as(&principal, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn release(
@@ -325,9 +367,9 @@ impl proto::lock_server::Lock for LockService {
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
         let ns = Some(request.get_ref().namespace.as_str());
         let principal = self.0.auth.lock_caller(&request, ns).await?;
-        let command = request.into_inner().into_command(&principal)?;
-        let (reply, _) = self.0.propose(command, 0).await?;
-        Ok(Response::new(reply_as(reply)?))
+        self.release_as(&principal, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn cancel_wait(
@@ -336,10 +378,9 @@ impl proto::lock_server::Lock for LockService {
     ) -> Result<Response<proto::CancelWaitResponse>, Status> {
         let ns = Some(request.get_ref().namespace.as_str());
         let principal = self.0.auth.lock_caller(&request, ns).await?;
-        let command = request.into_inner().into_command(&principal)?;
-        let (reply, revision) = self.0.propose(command, 0).await?;
-        let response = proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)?;
-        Ok(Response::new(response))
+        self.cancel_wait_as(&principal, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     type SessionStream = ChannelStream<Result<proto::SessionResponse, Status>>;

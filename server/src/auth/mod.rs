@@ -296,14 +296,25 @@ impl Authenticator {
         let certificate = self.certificate_caller(request);
         let namespace = namespace.map(str::to_owned);
         async move {
-            if !self.is_on() {
-                return self.client_principal(&metadata).await;
-            }
-            let caller = self.caller_with(&metadata, certificate?).await?;
-            caller
-                .require_lock_role(namespace.as_deref())
-                .map_err(Status::from)
+            self.lock_caller_with(&metadata, &certificate, namespace.as_deref())
+                .await
         }
+    }
+
+    /// [`Authenticator::lock_caller`] from a request's metadata and its connection's
+    /// certificate caller ([`Authenticator::certificate_caller`]), read once: the session
+    /// stream checks each of its calls with this, without copying the stream's metadata.
+    pub async fn lock_caller_with(
+        &self,
+        metadata: &MetadataMap,
+        certificate: &Result<Option<Caller>, Status>,
+        namespace: Option<&str>,
+    ) -> Result<String, Status> {
+        if !self.is_on() {
+            return self.client_principal(metadata).await;
+        }
+        let caller = self.caller_with(metadata, certificate.clone()?).await?;
+        caller.require_lock_role(namespace).map_err(Status::from)
     }
 
     /// Admits a read (inspection, holds, classes, audit, pending force-releases, `Watch`): with

@@ -216,6 +216,35 @@ pub struct StorageSection {
     /// `"thread"` (a dedicated persist thread, double-buffered with the driver;
     /// `crate::node::persist`). docs/PERFORMANCE.md has the A/B that chose the default.
     pub persist: PersistMode,
+    /// How a group commit's one write is made durable: `"fdatasync"` (default: a `pwrite`, then
+    /// an `fdatasync`), `"separate"` (the records and the commit record in two writes, as before
+    /// issue 39) or `"dsync"` (one `pwritev2` with `RWF_DSYNC`, Linux 4.7+; older kernels
+    /// fall back to the former). docs/PERFORMANCE.md has the A/B that chose the default.
+    pub write_mode: WriteMode,
+}
+
+/// How the log's group commits are made durable (`[storage] write_mode`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteMode {
+    /// The records and the commit record in two `pwrite`s, then an `fdatasync` (the log's way
+    /// before issue 39; kept for the A/B).
+    Separate,
+    /// A `pwrite` of the records and commit record, then an `fdatasync`.
+    #[default]
+    Fdatasync,
+    /// One `pwritev2(RWF_DSYNC)` of the records and commit record.
+    Dsync,
+}
+
+impl From<WriteMode> for picket_storage::WriteMode {
+    fn from(mode: WriteMode) -> Self {
+        match mode {
+            WriteMode::Separate => picket_storage::WriteMode::Separate,
+            WriteMode::Fdatasync => picket_storage::WriteMode::Fdatasync,
+            WriteMode::Dsync => picket_storage::WriteMode::Dsync,
+        }
+    }
 }
 
 /// Where the driver's group commits are written (`[storage] persist`).
@@ -236,6 +265,7 @@ impl Default for StorageSection {
             snapshot_every_slots: 10_000,
             preallocate_bytes: 4 << 20,
             persist: PersistMode::Inline,
+            write_mode: WriteMode::Fdatasync,
         }
     }
 }

@@ -178,6 +178,21 @@ fn the_persist_mode_is_inline_unless_the_thread_is_chosen() {
 }
 
 #[test]
+fn the_write_mode_is_fdatasync_unless_dsync_is_chosen() {
+    assert_eq!(
+        Config::parse(GOOD).unwrap().storage.write_mode,
+        WriteMode::Fdatasync
+    );
+    let dsync = format!("{GOOD}\n[storage]\nwrite_mode = \"dsync\"\n");
+    assert_eq!(
+        Config::parse(&dsync).unwrap().storage.write_mode,
+        WriteMode::Dsync
+    );
+    let e = error_of(&format!("{GOOD}\n[storage]\nwrite_mode = \"odirect\"\n"));
+    assert!(e.contains("fdatasync") && e.contains("dsync"), "{e}");
+}
+
+#[test]
 fn the_console_reads_alerts_only_from_a_configured_alertmanager_url() {
     assert_eq!(Config::parse(GOOD).unwrap().console.alertmanager_url, None);
     let with = format!("{GOOD}\n[console]\nalertmanager_url = \"http://127.0.0.1:9093\"\n");

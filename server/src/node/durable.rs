@@ -476,8 +476,9 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             self.counters.snapshots_saved += 1;
         }
         if !records.is_empty() {
-            self.append(&records)?;
-            self.log.sync()?;
+            // One group commit: the records and their commit record in one write (the last
+            // chunk's), made durable by it (`[storage] write_mode`).
+            self.append_sync(&records)?;
             self.counters.log_syncs += 1;
         }
         if let Some((slot, _, _)) = &sync {
@@ -575,7 +576,9 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
         self.save_in_flight.is_some()
     }
 
-    fn append(&mut self, records: &[(Slot, Vec<u8>)]) -> Result<(), StoreError> {
+    /// Appends `records` in chunks within the log's batch limits and makes them all durable:
+    /// the last chunk goes with `Log::append_sync`, which syncs the earlier ones too.
+    fn append_sync(&mut self, records: &[(Slot, Vec<u8>)]) -> Result<(), StoreError> {
         let batch_max = self.log.config().batch_records_max;
         let bytes_max = self.log.config().batch_bytes_max;
         let mut start = 0;
@@ -591,7 +594,11 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
             }
             let first = self.log.next_index();
             let chunk: Vec<&[u8]> = records[start..end].iter().map(|r| &r.1[..]).collect();
-            self.log.append(first, &chunk)?;
+            if end == records.len() {
+                self.log.append_sync(first, &chunk)?;
+            } else {
+                self.log.append(first, &chunk)?;
+            }
             for (offset, (slot, _)) in records[start..end].iter().enumerate() {
                 self.slot_records.insert(*slot, first + offset as u64);
             }

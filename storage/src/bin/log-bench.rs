@@ -3,6 +3,8 @@
 //! ```text
 //! cargo run --release -p picket-storage --bin log-bench            # ~1-2 minutes
 //! cargo run --release -p picket-storage --bin log-bench -- --quick # seconds, small sizes
+//! cargo run --release -p picket-storage --bin log-bench -- --write-modes # the write_mode A/B only
+//! LOG_BENCH_MODE=dsync target/release/log-bench --one-mode # one mode alone (for strace -c)
 //! ```
 //!
 //! Environment: `LOG_BENCH_DIR` (default `target/log-bench`, which must be on a real disk, not a
@@ -18,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use picket_storage::{Log, LogConfig, RealDisk};
+use picket_storage::{Log, LogConfig, RealDisk, WriteMode};
 
 const RECORD_LEN: usize = 256;
 
@@ -165,6 +167,102 @@ fn group_commit(dir: &Path, secs: f64) {
     }
 }
 
+/// `append_sync` of `batch` records in one write mode: one group commit per step.
+struct CommitWriter {
+    log: Log<RealDisk>,
+    records: Vec<Vec<u8>>,
+}
+
+impl CommitWriter {
+    fn new(dir: &Path, batch: usize, len: usize, write_mode: WriteMode) -> CommitWriter {
+        let config = LogConfig {
+            write_mode,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(RealDisk, dir, config).expect("open log");
+        let records = (0..batch).map(|i| vec![i as u8; len]).collect();
+        CommitWriter { log, records }
+    }
+
+    fn step(&mut self) -> f64 {
+        let start = Instant::now();
+        self.log
+            .append_sync(self.log.next_index(), &self.records)
+            .expect("append_sync");
+        start.elapsed().as_secs_f64()
+    }
+}
+
+const MODES: [(WriteMode, &str); 3] = [
+    (WriteMode::Separate, "separate"),
+    (WriteMode::Fdatasync, "fdatasync"),
+    (WriteMode::Dsync, "dsync"),
+];
+
+/// The three write modes of `append_sync`, interleaved group commit by group commit (so all see
+/// the same disk), for batches of 1 and 16 records of 256 B and 1 of 2,300 B.
+fn write_modes(dir: &Path, secs: f64) {
+    println!(
+        "
+== append_sync by write_mode, interleaved op by op, {secs}s per case =="
+    );
+    for (batch, len) in [(1usize, RECORD_LEN), (16, RECORD_LEN), (1, 2300)] {
+        let mut writers: Vec<(CommitWriter, PathBuf, f64, Vec<f64>)> = MODES
+            .iter()
+            .map(|(mode, name)| {
+                let d = dir.join(format!("modes-{name}"));
+                if d.exists() {
+                    check(fs::remove_dir_all(&d), "remove old log");
+                }
+                (CommitWriter::new(&d, batch, len, *mode), d, 0.0, Vec::new())
+            })
+            .collect();
+        let mut total = 0.0;
+        while total < secs {
+            for (w, _, time, lat) in &mut writers {
+                let t = w.step();
+                *time += t;
+                total += t;
+                lat.push(t);
+            }
+        }
+        let mut line = format!("batch {batch:>2} x {len:>4} B:");
+        for ((_, name), (_, d, time, lat)) in MODES.iter().zip(&mut writers) {
+            lat.sort_by(f64::total_cmp);
+            let p50 = lat[lat.len() / 2] * 1e3;
+            line += &format!(
+                " | {name} {:.0}/s p50 {p50:.3} ms",
+                lat.len() as f64 / *time
+            );
+            check(fs::remove_dir_all(d), "remove log dir");
+        }
+        println!("{line}");
+    }
+}
+
+/// One write mode alone (`LOG_BENCH_MODE`), `LOG_BENCH_OPS` group commits of one 256 B record:
+/// what `strace -c` counts per group commit.
+fn one_mode(dir: &Path) {
+    let name = std::env::var("LOG_BENCH_MODE").unwrap_or_else(|_| "fdatasync".into());
+    let (mode, _) = *MODES
+        .iter()
+        .find(|(_, n)| *n == name)
+        .expect("LOG_BENCH_MODE: separate, fdatasync or dsync");
+    let ops: u64 = env_or("LOG_BENCH_OPS", 10_000);
+    let d = dir.join(format!("one-{name}"));
+    if d.exists() {
+        check(fs::remove_dir_all(&d), "remove old log");
+    }
+    let mut w = CommitWriter::new(&d, 1, RECORD_LEN, mode);
+    let start = Instant::now();
+    for _ in 0..ops {
+        w.step();
+    }
+    let took = start.elapsed().as_secs_f64();
+    println!("{name}: {ops} group commits, {:.0}/s", ops as f64 / took);
+    check(fs::remove_dir_all(&d), "remove log dir");
+}
+
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
@@ -270,6 +368,14 @@ fn main() {
     print_environment(&dir);
     let begin = Instant::now();
 
+    if std::env::args().any(|a| a == "--one-mode") {
+        one_mode(&dir);
+        return;
+    }
+    write_modes(&dir, s.secs);
+    if std::env::args().any(|a| a == "--write-modes") {
+        return;
+    }
     group_commit(&dir, s.secs);
 
     println!("\n== recovery scan of a {} MiB log ==", s.recovery_mib);

@@ -608,8 +608,11 @@ pub async fn start(replicas: usize, leader: usize) -> (Arc<Mutex<State>>, Vec<St
     }));
     let mut endpoints = Vec::new();
     for index in 0..replicas {
+        // TCP_NODELAY as picketd's own listener sets it (`serve_with_incoming` ignores the
+        // builder's `tcp_nodelay`).
         let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
-            .expect("bind loopback");
+            .expect("bind loopback")
+            .with_nodelay(Some(true));
         let addr = incoming.local_addr().unwrap();
         endpoints.push(format!("http://{addr}"));
         let replica = Replica {

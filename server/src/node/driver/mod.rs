@@ -256,6 +256,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DriverError> {
         // The members a restart's log knows of beyond the config file (added by a change).
         self.sync_members();
+        // One shutdown future for the whole loop: a `changed()` made every turn would register
+        // and unregister a waiter (two locks) each time.
+        let stop = crate::shutdown::stopped(&mut shutdown);
+        tokio::pin!(stop);
         loop {
             self.process_actions()?;
             #[cfg(madsim)]
@@ -265,19 +269,12 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                 self.node.persisted(self.clock.now(), last)?;
                 continue;
             }
-            if *shutdown.borrow() {
-                return Ok(());
-            }
             let now = self.clock.now();
             let sleep_ms = self.next_wakeup().map(|at| at.ms_since(now));
             let sleep = tokio::time::sleep(Duration::from_millis(sleep_ms.unwrap_or(3_600_000)));
             tokio::select! {
                 biased;
-                changed = shutdown.changed() => {
-                    if changed.is_err() {
-                        return Ok(());
-                    }
-                }
+                () = &mut stop => return Ok(()),
                 event = persist_event(&mut self.persister) => self.on_persisted(event)?,
                 Some(input) = self.peer_in.recv() => self.on_peer(input),
                 Some(request) = self.requests.recv() => self.on_request(request),

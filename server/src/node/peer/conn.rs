@@ -95,10 +95,13 @@ pub async fn run(
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut heard = Instant::now();
     let mut written = Instant::now();
+    // Made once, not per frame (each `changed()` registers and unregisters a waiter).
+    let stop = crate::shutdown::stopped(shutdown);
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.changed() => return Ended::Shutdown,
+            () = &mut stop => return Ended::Shutdown,
             read = conn.reader.next_frame() => match read {
                 Ok(Some(bytes)) => {
                     heard = Instant::now();
