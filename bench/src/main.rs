@@ -8,6 +8,9 @@
 //!   then `LockGuard::release`; latency = lock sent .. release answered. k = 0 for `--keys 1`,
 //!   else `splitmix64(client) % keys`.
 //! - `lock-fresh`: a session per op: create_session ; lock ; release ; close.
+//! - `inspect`: a linearizable read per op, `Admin.Inspect` of key k (`allow_stale` false),
+//!   one `Client` per logical client: the read path (`[timing] read_mode`, read index or lease;
+//!   issue 39's A/B). Not one of the reference's workloads: no etcd or ZooKeeper figure.
 //! - `keepalive`: one session and one `KeepAlive` stream per client, opened on the raw generated
 //!   tonic client (the library keeps its sessions alive by itself every ttl/3 and has no knob to
 //!   send one keepalive on demand); op = send `{session_id, seq}`, wait for the reply with `seq`.
@@ -42,7 +45,7 @@ use clap::Parser;
 #[derive(Parser, Clone, Debug)]
 #[command(name = "picket-bench")]
 pub struct Args {
-    /// lock | lock-fresh | keepalive | failover | probe-fsync | probe-tcp | probe-commit |
+    /// lock | lock-fresh | inspect | keepalive | failover | probe-fsync | probe-tcp | probe-commit |
     /// count-pcap
     #[arg(long, default_value = "lock")]
     pub workload: String,
@@ -152,7 +155,7 @@ fn main() {
     let code = runtime.block_on(async move {
         match args.workload.as_str() {
             "failover" => failover::run(args).await,
-            "lock" | "lock-fresh" | "keepalive" => workload::run(args).await,
+            "lock" | "lock-fresh" | "inspect" | "keepalive" => workload::run(args).await,
             other => {
                 eprintln!("picket-bench: unknown workload {other:?}");
                 64

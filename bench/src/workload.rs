@@ -85,6 +85,10 @@ enum Prepared {
     Fresh {
         client: Client,
     },
+    /// `inspect`: linearizable reads, one `Client` (connection) per logical client.
+    Inspect {
+        client: Client,
+    },
     KeepAlive {
         session_id: u64,
         /// Drawn by the server (the request sent none) and returned once.
@@ -106,6 +110,10 @@ async fn prepare(args: &Args, endpoints: Vec<String>) -> Result<Prepared, String
         "lock-fresh" => {
             let client = Client::new(config(args, endpoints)).map_err(|e| e.to_string())?;
             Ok(Prepared::Fresh { client })
+        }
+        "inspect" => {
+            let client = Client::new(config(args, endpoints)).map_err(|e| e.to_string())?;
+            Ok(Prepared::Inspect { client })
         }
         _ => prepare_keepalive(args, &endpoints[0]).await,
     }
@@ -166,6 +174,20 @@ async fn one_op(args: &Args, prepared: &mut Prepared, k: u64) -> Result<(), Stri
                 .map_err(|e| e.to_string())?;
             session.close().await.map(|_| ()).map_err(|e| e.to_string())
         }
+        Prepared::Inspect { client } => {
+            let info = client
+                .inspect(proto::InspectRequest {
+                    namespace: args.namespace.clone(),
+                    key: key_name(args, k),
+                    allow_stale: false,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if info.revision == 0 {
+                return Err("inspect answered revision 0 (nothing applied?)".into());
+            }
+            Ok(())
+        }
         Prepared::KeepAlive {
             session_id,
             session_secret,
@@ -203,7 +225,7 @@ async fn cleanup(prepared: Prepared) {
         Prepared::Lock { session } => {
             let _ = tokio::time::timeout(bound, session.close()).await;
         }
-        Prepared::Fresh { .. } => {}
+        Prepared::Fresh { .. } | Prepared::Inspect { .. } => {}
         Prepared::KeepAlive {
             session_id,
             session_secret,

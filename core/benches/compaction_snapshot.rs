@@ -56,8 +56,7 @@ fn state() -> LockStateMachine {
             namespace: "bench".into(),
             key: key.clone(),
             mode: LockMode::Exclusive,
-            wait: false,
-            wait_timeout_ms: None,
+            wait: None,
         };
         if let Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) = sm.apply(at, acquire) {
             let release = Command::Release {

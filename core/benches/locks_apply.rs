@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use picket_core::locks::{
     Command, Identity, LockConfig, LockMode, LockStateMachine, Reply, RequestId, SessionId,
-    SessionProof, Token,
+    SessionProof, Token, Wait,
 };
 use picket_core::time::Instant;
 
@@ -34,8 +34,7 @@ fn acquire(session: SessionId, request: u64, key: String, wait: bool) -> Command
         namespace: "orders".into(),
         key,
         mode: LockMode::Exclusive,
-        wait,
-        wait_timeout_ms: None,
+        wait: wait.then_some(Wait::UNBOUNDED),
     }
 }
 

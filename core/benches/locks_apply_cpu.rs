@@ -39,8 +39,7 @@ fn acquire(session: SessionId, request: u64, key: String) -> Command {
         namespace: "orders".into(),
         key,
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     }
 }
 

@@ -69,8 +69,7 @@ fn main() {
                 namespace: "orders".into(),
                 key: format!("invoice/{i:06}-{h}"),
                 mode: LockMode::Exclusive,
-                wait: false,
-                wait_timeout_ms: None,
+                wait: None,
             };
             sm.apply(Instant::from_millis(2), command).expect("acquire");
         }

@@ -6,7 +6,7 @@ use common::World;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, ForceReleaseId,
     LockConfig, LockError, LockMode, LockStateMachine, ReleaseCause, Reply, RequestId, Revision,
-    Role, SessionId, SessionProof, Token, WatchFilter,
+    Role, SessionId, SessionProof, Token, Wait, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -20,8 +20,7 @@ impl World {
             namespace: "orders".into(),
             key: key.into(),
             mode: LockMode::Exclusive,
-            wait,
-            wait_timeout_ms: None,
+            wait: wait.then_some(Wait::UNBOUNDED),
         };
         match self.apply(command) {
             Ok(Reply::Acquire(reply)) => reply,
@@ -845,7 +844,7 @@ mod random {
                 let command = match &op {
                     Op::Acquire { session, key, wait } => {
                         w.request += 1;
-                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), mode: LockMode::Exclusive, wait: *wait , wait_timeout_ms: None}
+                        Command::Acquire { session: sessions[*session], proof: SessionProof::legacy(), request: RequestId(w.request), namespace: "orders".into(), key: KEYS[*key].into(), mode: LockMode::Exclusive, wait: (*wait).then_some(Wait::UNBOUNDED) }
                     }
                     Op::Release { session, key } => {
                         w.request += 1;

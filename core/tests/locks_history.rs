@@ -4,7 +4,7 @@
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, Identity,
     LockConfig, LockMode, LockStateMachine, Reply, RequestId, Revision, Role, SessionId,
-    SessionProof, Token, WatchError, WatchFilter,
+    SessionProof, Token, Wait, WatchError, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -36,8 +36,7 @@ fn acquire(ns: &str, session: SessionId, request: u64, key: &str) -> Command {
         namespace: ns.into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait: true,
-        wait_timeout_ms: None,
+        wait: Some(Wait::UNBOUNDED),
     }
 }
 

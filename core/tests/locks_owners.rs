@@ -4,7 +4,7 @@
 
 use picket_core::locks::{
     AcquireReply, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine, NotYours,
-    RememberedReply, Reply, RequestId, SecretHash, SessionId, SessionProof, Token,
+    RememberedReply, Reply, RequestId, SecretHash, SessionId, SessionProof, Token, Wait,
     UNAUTHENTICATED_PRINCIPAL,
 };
 use picket_core::time::Instant;
@@ -59,8 +59,7 @@ fn acquire(session: SessionId, proof: &SessionProof, request: u64, key: &str) ->
         namespace: "orders".into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait: true,
-        wait_timeout_ms: None,
+        wait: Some(Wait::UNBOUNDED),
     }
 }
 

@@ -3,7 +3,7 @@
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, Identity, LockConfig,
     LockError, LockMode, LockStateMachine, NameError, ReleaseCause, Reply, RequestId, Revision,
-    Role, SessionId, SessionProof, Token, WaitEnd, WaitEndKind,
+    Role, SessionId, SessionProof, Token, Wait, WaitEnd, WaitEndKind,
 };
 use picket_core::time::Instant;
 
@@ -38,8 +38,7 @@ fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
         namespace: "ns".into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait,
-        wait_timeout_ms: None,
+        wait: wait.then_some(Wait::UNBOUNDED),
     }
 }
 
@@ -142,11 +141,8 @@ fn from_cluster_version_2_a_hand_off_removes_the_expired_wait_at_the_head_of_its
         );
         let token = granted(apply(&mut sm, 20, acquire(holder, 1, "k", false)));
         let mut timed = acquire(quick, 1, "k", true);
-        if let Command::Acquire {
-            wait_timeout_ms, ..
-        } = &mut timed
-        {
-            *wait_timeout_ms = Some(100);
+        if let Command::Acquire { wait, .. } = &mut timed {
+            *wait = Some(Wait::within_ms(100));
         }
         let queued = |position| Ok(Reply::Acquire(AcquireReply::Queued { position }));
         assert_eq!(apply(&mut sm, 30, timed), queued(1));
@@ -261,8 +257,7 @@ fn retries_are_idempotent() {
         namespace: "BAD".into(),
         key: "k".into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     assert!(matches!(apply(&mut sm, 9, bad), Err(LockError::BadName(_))));
     assert!(matches!(
@@ -456,8 +451,7 @@ fn every_lock_error_names_its_rule() {
         namespace: "ns".into(),
         key: "".into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     assert_eq!(
         apply(&mut sm, 1, empty_key),
@@ -615,8 +609,7 @@ fn holds_are_listed_by_age_and_the_longest_per_namespace() {
         namespace: "other".into(),
         key: "x".into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     apply(&mut sm, 300, other).unwrap();
     let holds = sm

@@ -9,7 +9,7 @@ use common::World;
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, LockError, LockMode,
-    LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token,
+    LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token, Wait,
     WaitEndKind, WatchFilter, PERMITS_MAX,
 };
 use picket_core::time::Instant;
@@ -40,8 +40,7 @@ impl World {
             namespace: "ns".into(),
             key: "k".into(),
             mode,
-            wait,
-            wait_timeout_ms: None,
+            wait: wait.then_some(Wait::UNBOUNDED),
         }
     }
 
@@ -420,8 +419,7 @@ fn a_request_id_is_bound_to_its_mode() {
         namespace: "ns".into(),
         key: "k".into(),
         mode: Shared,
-        wait: true,
-        wait_timeout_ms: None,
+        wait: Some(Wait::UNBOUNDED),
     };
     assert!(matches!(
         w.apply(other),

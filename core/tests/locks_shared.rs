@@ -8,7 +8,7 @@ use common::World;
 
 use picket_core::locks::{
     AcquireReply, Actor, Command, EventKind, LockError, LockMode, Reply, RequestId, Revision, Role,
-    SessionId, SessionProof, Token, WaitEndKind,
+    SessionId, SessionProof, Token, Wait, WaitEndKind,
 };
 use picket_core::time::Instant;
 
@@ -30,8 +30,9 @@ impl World {
             namespace: "ns".into(),
             key: "k".into(),
             mode,
-            wait,
-            wait_timeout_ms,
+            wait: wait.then_some(Wait {
+                timeout_ms: wait_timeout_ms,
+            }),
         })
     }
 

@@ -54,9 +54,9 @@ use std::collections::{BTreeSet, VecDeque};
 
 use picket_core::locks::{
     Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, SecretHash, SessionId,
-    SessionProof, Token,
+    SessionProof, Token, Wait,
 };
-use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage};
+use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage, Proposal};
 use picket_core::paxos::{self, Input, Membership, NodeId, Schedule, Slot, Value};
 use picket_core::testkit::script::Line;
 use picket_core::time::Instant;
@@ -293,13 +293,13 @@ impl World {
         self.now = end;
     }
 
-    fn propose(&mut self, i: usize, command: Command, hold_ms: Option<u64>) {
+    fn propose(&mut self, i: usize, command: Command, answer_within_ms: Option<u64>) {
         let now = self.now;
-        let result = self
-            .node(i)
-            .propose_batch_held(now, vec![(command, hold_ms)])
-            .pop()
-            .expect("one result");
+        let proposal = Proposal {
+            command,
+            answer_within_ms,
+        };
+        let result = self.node(i).propose(now, proposal);
         match result {
             Ok(proposal) => self.say(format!("n{}: proposed p{}", i + 1, proposal.0)),
             Err(refused) => self.say(format!("n{}: refused: {refused}", i + 1)),
@@ -430,8 +430,9 @@ impl World {
                     request: RequestId(line.num("req")),
                     namespace: NAMESPACE.into(),
                     key: line.key(),
-                    wait: line.flag("wait"),
-                    wait_timeout_ms: line.opt_num("timeout"),
+                    wait: line.flag("wait").then_some(Wait {
+                        timeout_ms: line.opt_num("timeout"),
+                    }),
                     mode: if line.flag("shared") {
                         LockMode::Shared
                     } else {

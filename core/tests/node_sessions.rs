@@ -5,11 +5,12 @@
 
 use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, LockMode, NotYours, Outcome,
-    ReleaseCause, Reply, RequestId, Revision, SecretHash, SessionId, SessionProof, Token,
+    ReleaseCause, Reply, RequestId, Revision, SecretHash, SessionId, SessionProof, Token, Wait,
     WatchFilter,
 };
 use picket_core::node::{
-    Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Query,
+    Action, Answer, KeepAliveError, Node, NodeConfig, NodeDurable, NodeProposeError, Proposal,
+    Query,
 };
 use picket_core::paxos::{self, Input, NodeId, RoleKind};
 use picket_core::time::Instant;
@@ -229,14 +230,17 @@ impl Sim {
         self.commit_held(command, None)
     }
 
-    /// [`Self::commit`], with the hold time of a waiting `Acquire` (`Some(0)`: answered
-    /// `Queued` as soon as it is applied).
-    fn commit_held(&mut self, command: Command, hold_ms: Option<u64>) -> Outcome {
+    /// [`Self::commit`], with how long a waiting `Acquire`'s answer waits for the grant
+    /// (`Some(0)`: answered `Queued` as soon as it is applied).
+    fn commit_held(&mut self, command: Command, answer_within_ms: Option<u64>) -> Outcome {
         for _ in 0..20 {
             let leader = self.wait_for_leader();
             let node = self.nodes[leader].as_mut().unwrap();
-            let held = vec![(command.clone(), hold_ms)];
-            let Ok(proposal) = node.propose_batch_held(self.now, held).pop().unwrap() else {
+            let proposal = Proposal {
+                command: command.clone(),
+                answer_within_ms,
+            };
+            let Ok(proposal) = node.propose(self.now, proposal) else {
                 self.run_for(10);
                 continue;
             };
@@ -335,8 +339,7 @@ fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
         namespace: "ns".into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
@@ -456,8 +459,7 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
                 namespace: "ns".into(),
                 key: "k".into(),
                 mode: LockMode::Exclusive,
-                wait: true,
-                wait_timeout_ms: None,
+                wait: Some(Wait::UNBOUNDED),
             };
             let queued = sim.commit_held(waiting, Some(0));
             assert_eq!(
@@ -629,8 +631,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
         namespace: "ns".into(),
         key: "k".into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     let proposal = sim.nodes[leader]
         .as_mut()
@@ -730,8 +731,7 @@ fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> T
         namespace: "ns".into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
@@ -963,8 +963,7 @@ fn waiting(session: SessionId, request: u64, key: &str, timeout_ms: Option<u64>)
         namespace: "ns".into(),
         key: key.into(),
         mode: LockMode::Exclusive,
-        wait: true,
-        wait_timeout_ms: timeout_ms,
+        wait: Some(Wait { timeout_ms }),
     }
 }
 
@@ -1338,8 +1337,7 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
             namespace: "ns".into(),
             key: "k".into(),
             mode: LockMode::Exclusive,
-            wait: false,
-            wait_timeout_ms: None,
+            wait: None,
         },
     );
     assert!(tried.is_ok(), "{tried:?}");

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use picket_core::locks::{
+use picket_core::locks::{Wait, 
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
     LockMode, LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof,
     Token, PERMITS_MAX,
@@ -277,8 +277,7 @@ fn wide_command(op: &WideOp, sessions: &[SessionId], now: &mut Instant) -> Optio
             namespace: pick(&NAMESPACES, *ns).into(),
             key: pick(&KEYS, *key).into(),
             mode: [LockMode::Exclusive, LockMode::Shared, LockMode::Permit][usize::from(*mode % 3)],
-            wait: *wait,
-            wait_timeout_ms: None,
+            wait: (*wait).then_some(Wait::UNBOUNDED),
         },
         WideOp::Release {
             session: s,

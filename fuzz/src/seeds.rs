@@ -6,7 +6,7 @@
 //! far deeper than random bytes); the schedule targets, which read their input through
 //! `arbitrary`, get a few pseudo-random inputs of several lengths.
 
-use picket_core::locks::{
+use picket_core::locks::{Wait, 
     Actor, ClassSpec, Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, Role,
     SessionId, SessionProof, Token,
 };
@@ -155,8 +155,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             mode: LockMode::Exclusive,
-            wait: false,
-            wait_timeout_ms: None,
+            wait: None,
         },
         Command::Acquire {
             session: SessionId(2),
@@ -165,8 +164,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             mode: LockMode::Exclusive,
-            wait: true,
-            wait_timeout_ms: None,
+            wait: Some(Wait::UNBOUNDED),
         },
         Command::Acquire {
             session: SessionId(2),
@@ -175,8 +173,7 @@ pub fn busy_machine() -> LockStateMachine {
             namespace: "jobs".into(),
             key: "nightly".into(),
             mode: LockMode::Exclusive,
-            wait: false,
-            wait_timeout_ms: None,
+            wait: None,
         },
         Command::RequestForceRelease {
             actor: Actor::new("bob", &[Role::OnCall]),
@@ -218,8 +215,7 @@ fn sample_commands() -> Vec<Command> {
             namespace: "orders".into(),
             key: "invoice/1".into(),
             mode: LockMode::Exclusive,
-            wait: true,
-            wait_timeout_ms: None,
+            wait: Some(Wait::UNBOUNDED),
         },
         Command::Release {
             session: SessionId(1),

@@ -1,7 +1,7 @@
 //! Arbitrary bytes never panic a decoder: they decode or answer a typed error. (These become
 //! fuzz targets.)
 
-use picket_core::locks::{Command, LockMode, LockSnapshot};
+use picket_core::locks::{Command, LockMode, LockSnapshot, Wait};
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::NodeId;
 use picket_net::convert::paxos::{decode_peer_message, PeerBatchIn};
@@ -49,7 +49,7 @@ proptest! {
             namespace: "orders".into(),
             key: "k".into(),
             mode: LockMode::Exclusive,
-            wait: true, wait_timeout_ms: None,
+            wait: Some(Wait::UNBOUNDED),
         };
         let mut entry = proto::LogEntry {
             slot: 1,

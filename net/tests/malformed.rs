@@ -72,9 +72,9 @@ fn a_good_acquire_converts() {
         ..acquire()
     })
     .unwrap();
-    assert!(matches!(command, Command::Acquire { wait: true, .. }));
+    assert!(matches!(command, Command::Acquire { wait: Some(_), .. }));
     let command = into_command(acquire()).unwrap();
-    assert!(matches!(command, Command::Acquire { wait: false, .. }));
+    assert!(matches!(command, Command::Acquire { wait: None, .. }));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use picket_core::locks::{
     AuditRecord, Command, Event, HoldInfo, Identity, KeyInfo, LockConfig, LockMode, LockSnapshot,
-    LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof,
+    LockStateMachine, Reply, RequestId, SecretHash, SessionId, SessionProof, Wait,
 };
 use picket_core::time::Instant;
 use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
@@ -134,8 +134,7 @@ fn run(ops: &[Op]) -> LockStateMachine {
                     namespace: "orders".into(),
                     key: format!("k{key}"),
                     mode: LockMode::Exclusive,
-                    wait,
-                    wait_timeout_ms: None,
+                    wait: wait.then_some(Wait::UNBOUNDED),
                 }
             }
             Op::Release { session, key } => {

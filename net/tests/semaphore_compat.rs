@@ -43,8 +43,7 @@ fn a_state_with_a_semaphore_round_trips_through_the_snapshot_encoding() {
         namespace: "ns".into(),
         key: "pool".into(),
         mode: LockMode::Permit,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     assert!(matches!(
         sm.apply(at, acquire),

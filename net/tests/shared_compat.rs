@@ -37,8 +37,7 @@ fn an_acquire_without_a_mode_is_exclusive_and_a_shared_one_round_trips() {
         namespace: "orders".into(),
         key: "k".into(),
         mode: LockMode::Shared,
-        wait: false,
-        wait_timeout_ms: None,
+        wait: None,
     };
     let bytes = proto::Command::from(shared.clone()).encode_to_vec();
     assert_eq!(decode_command(&bytes).unwrap(), shared);

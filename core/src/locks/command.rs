@@ -127,6 +127,28 @@ impl std::fmt::Display for LockMode {
     }
 }
 
+/// How an `Acquire` that cannot be granted at once waits: in the key's FIFO queue, until it is
+/// granted, cancelled (`CancelWait`, the session's end) or, with `timeout_ms`, until the log
+/// time of queueing plus that passed (the wait is then removed: by the leader's `ExpireWaits`,
+/// or by the next hand-off of the key from cluster version 2). On the wire: `wait = true` and
+/// `wait_timeout_ms` (0: none) of the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Wait {
+    pub timeout_ms: Option<u64>,
+}
+
+impl Wait {
+    /// Waits until granted or cancelled, with no deadline of its own.
+    pub const UNBOUNDED: Wait = Wait { timeout_ms: None };
+
+    /// Waits at most `ms` after it was queued.
+    pub const fn within_ms(ms: u64) -> Wait {
+        Wait {
+            timeout_ms: Some(ms),
+        }
+    }
+}
+
 /// A command in the replicated log. Applying it is deterministic: same state, same command, same
 /// time -> same new state and same reply, on every replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,11 +168,9 @@ pub enum Command {
     },
     /// Proposed by the leader when sessions' deadlines passed. Unknown ids are skipped.
     ExpireSessions { sessions: Vec<SessionId> },
-    /// Takes `key` in `namespace`, or queues for it (`wait`), or answers `Busy`.
-    /// `wait_timeout_ms`: with `wait`, the wait's deadline is the log time of queueing plus
-    /// this; `ExpireWaits` removes the wait once it passed. `None`: no deadline (the wait ends
-    /// with a grant, a `CancelWait` or the session). Ignored without `wait`.
-    /// `mode`: exclusive, or shared with other shared holders (see `docs/locks.md`).
+    /// Takes `key` in `namespace`, or queues for it (`wait`: see [`Wait`]), or, with no wait,
+    /// answers `Busy`. `mode`: exclusive, or shared with other shared holders (see
+    /// `docs/locks.md`).
     Acquire {
         session: SessionId,
         proof: SessionProof,
@@ -158,8 +178,7 @@ pub enum Command {
         namespace: String,
         key: String,
         mode: LockMode,
-        wait: bool,
-        wait_timeout_ms: Option<u64>,
+        wait: Option<Wait>,
     },
     /// Leaves the queue of `key`. Idempotent: a session that does not wait changes nothing;
     /// one that already holds the key (the cancel raced the grant) is answered the grant.

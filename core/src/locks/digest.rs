@@ -80,8 +80,7 @@ mod tests {
             namespace: "ns".into(),
             key: key.into(),
             mode: LockMode::Exclusive,
-            wait: false,
-            wait_timeout_ms: None,
+            wait: None,
         }
     }
 

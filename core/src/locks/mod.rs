@@ -21,8 +21,7 @@
 //! let Ok(Reply::SessionCreated { session, .. }) = created else { panic!("{created:?}") };
 //! let acquire = Command::Acquire {
 //!     session, proof: SessionProof::new(secret_hash, "svc-billing"), request: RequestId(1),
-//!     namespace: "orders".into(), key: "invoice/42".into(), mode: LockMode::Exclusive, wait: false,
-//!     wait_timeout_ms: None,
+//!     namespace: "orders".into(), key: "invoice/42".into(), mode: LockMode::Exclusive, wait: None,
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
@@ -59,7 +58,7 @@ pub use audit::{AuditAction, AuditPage, AuditQuery, AuditRecord};
 pub use class::{ClassSpec, DESCRIPTION_LEN_MAX, OWNER_LEN_MAX, RUNBOOK_URL_LEN_MAX};
 pub use command::{
     AcquireReply, Actor, Command, Identity, LockMode, Outcome, Remembered, RememberedReply, Reply,
-    RequestTarget, Role,
+    RequestTarget, Role, Wait,
 };
 pub use config::LockConfig;
 pub use error::{LockError, WatchError};
@@ -266,9 +265,8 @@ impl LockStateMachine {
                 key,
                 mode,
                 wait,
-                wait_timeout_ms,
             } => {
-                let wait = wait.then_some(wait_timeout_ms);
+                let wait = wait.map(|w| w.timeout_ms);
                 self.apply_acquire(session, &proof, request, namespace, key, mode, wait)
             }
             Command::CancelWait {

@@ -162,8 +162,7 @@ mod tests {
             namespace: "orders".into(),
             key: key.into(),
             mode: LockMode::Exclusive,
-            wait,
-            wait_timeout_ms: None,
+            wait: wait.then_some(crate::locks::Wait::UNBOUNDED),
         };
         sm.apply(Instant::from_millis(2), command)
             .expect("acquire applies")

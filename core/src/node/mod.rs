@@ -77,7 +77,7 @@ use crate::time::Instant;
 
 use leases::Leases;
 pub use query::{Answer, Query, OVERDUE_HOLDS_MAX, OVERDUE_HOLDS_PER_NAMESPACE_MAX};
-use waits::{waited_key, Hold, PendingWaits};
+use waits::{waited_key, PendingAnswer, PendingWaits};
 
 /// Expired sessions proposed in one command at most.
 const EXPIRE_BATCH_MAX: usize = 1_000;
@@ -252,7 +252,7 @@ pub struct Node {
     /// Leader only: when to try proposing expiries again after the replica was busy.
     expiry_retry_at: Option<Instant>,
     /// Our clients' proposals not yet applied, with how long a waiting `Acquire` is held.
-    pending: BTreeMap<ProposalId, Hold>,
+    pending: BTreeMap<ProposalId, PendingAnswer>,
     /// Leader only: our clients' `Acquire` proposals applied as `Queued`, answered when the
     /// wait ends (granted, cancelled, expired, session ended) or their hold time passes.
     waits: PendingWaits,
@@ -266,6 +266,25 @@ pub struct Node {
     reads: BTreeMap<ReadId, Query>,
     actions: VecDeque<Action>,
     now: Instant,
+}
+
+/// What a driver hands the node to propose: the command, and for an `Acquire` that waits how
+/// long its answer may wait for the grant before it is answered `Queued` (the wait goes on in
+/// the state machine; a retry with the same request id waits again). `None`: until the wait
+/// ends. Ignored for every other command. A bare [`Command`] is a proposal with `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proposal {
+    pub command: Command,
+    pub answer_within_ms: Option<u64>,
+}
+
+impl From<Command> for Proposal {
+    fn from(command: Command) -> Proposal {
+        Proposal {
+            command,
+            answer_within_ms: None,
+        }
+    }
 }
 
 impl Node {
@@ -366,51 +385,46 @@ impl Node {
         result
     }
 
-    /// Proposes a client command; its outcome comes back as `Action::Reply` once applied.
+    /// Proposes a client command (a [`Command`], or a [`Proposal`] that says how long a waiting
+    /// `Acquire`'s answer may wait for the grant); its outcome comes back as `Action::Reply`
+    /// once applied.
     pub fn propose(
         &mut self,
         now: Instant,
-        command: Command,
+        proposal: impl Into<Proposal>,
     ) -> Result<ProposalId, NodeProposeError> {
-        self.propose_batch(now, vec![command])
+        self.propose_batch(now, vec![proposal.into()])
             .pop()
             .expect("one result per command")
     }
 
-    /// Proposes `commands` in order, letting them share slots: all are queued before the
+    /// Proposes `proposals` in order, letting them share slots: all are queued before the
     /// replica fills its window, so the requests a driver took in one turn become one batch
-    /// (one slot, one log record per replica) instead of one slot each. One result per command,
-    /// in order. A refused command changes nothing; when the pending queue has room for only
-    /// some, the first ones are taken and the rest refused as `Busy`.
-    pub fn propose_batch(
+    /// (one slot, one log record per replica) instead of one slot each. One result per
+    /// proposal, in order. A refused proposal changes nothing; when the pending queue has room
+    /// for only some, the first ones are taken and the rest refused as `Busy`. The reply of a
+    /// waiting `Acquire` is one `Action::Reply` (granted; queued, when its
+    /// [`Proposal::answer_within_ms`] passed first; or the error that ended the wait) or one
+    /// `Action::ProposalFailed`.
+    pub fn propose_batch<P: Into<Proposal>>(
         &mut self,
         now: Instant,
-        commands: Vec<Command>,
-    ) -> Vec<Result<ProposalId, NodeProposeError>> {
-        let held = commands.into_iter().map(|c| (c, None)).collect();
-        self.propose_batch_held(now, held)
-    }
-
-    /// [`Self::propose_batch`], with how long each waiting `Acquire` that is applied as
-    /// `Queued` is held before it is answered `Queued` (the wait goes on in the state machine;
-    /// a retry with the same request id is held again). `None`: until the wait ends. The reply
-    /// of a waiting `Acquire` is one `Action::Reply` (granted, queued when its hold time
-    /// passed, or the error that ended the wait) or one `Action::ProposalFailed`.
-    pub fn propose_batch_held(
-        &mut self,
-        now: Instant,
-        commands: Vec<(Command, Option<u64>)>,
+        proposals: Vec<P>,
     ) -> Vec<Result<ProposalId, NodeProposeError>> {
         self.now = self.now.max(now);
         let room = self.replica.proposal_room();
         let max = self.cfg.replica.pending_max;
-        let mut results = Vec::with_capacity(commands.len());
+        let mut results = Vec::with_capacity(proposals.len());
         let mut entries = Vec::new();
         let mut waits_new = 0;
         // Cluster version 1: an `ExpireWaits` goes first (`waits`, "Wait expiry and the
         // hand-offs in the log"); it takes room in the queue like the commands.
         let mut expiry_first = false;
-        for (command, hold_ms) in commands {
+        for proposal in proposals {
+            let Proposal {
+                command,
+                answer_within_ms,
+            } = proposal.into();
             if matches!(
                 command,
                 Command::ExpireSessions { .. }
@@ -451,7 +465,7 @@ impl Node {
                 results.push(Err(refused));
                 continue;
             }
-            let waits = matches!(command, Command::Acquire { wait: true, .. });
+            let waits = matches!(command, Command::Acquire { wait: Some(_), .. });
             let waits_max = self.cfg.waits_pending_max;
             if waits && self.waits.len() + self.pending_waiting + waits_new >= waits_max {
                 let max = waits_max;
@@ -462,8 +476,11 @@ impl Node {
             self.proposal_next += 1;
             waits_new += usize::from(waits);
             expiry_first |= expiry_needed;
-            let hold = Hold { ms: hold_ms, waits };
-            self.pending.insert(proposal, hold);
+            let answer = PendingAnswer {
+                within_ms: answer_within_ms,
+                waits,
+            };
+            self.pending.insert(proposal, answer);
             entries.push(NodeCommand {
                 origin: self.replica.id(),
                 boot: self.cfg.boot,
@@ -795,14 +812,14 @@ impl Node {
             }
             self.answer_ended_waits();
             let ours = entry.origin == id && entry.boot == self.cfg.boot;
-            let Some(hold) = ours.then(|| self.pending.remove(&entry.proposal)).flatten() else {
+            let Some(answer) = ours.then(|| self.pending.remove(&entry.proposal)).flatten() else {
                 continue;
             };
-            self.pending_waiting -= usize::from(hold.waits);
+            self.pending_waiting -= usize::from(answer.waits);
             let queued = matches!(outcome, Ok(Reply::Acquire(AcquireReply::Queued { .. })));
             match waited {
                 Some(key) if queued => {
-                    let hold_end = hold.ms.map(|ms| self.now.add_ms(ms));
+                    let hold_end = answer.within_ms.map(|ms| self.now.add_ms(ms));
                     self.waits.insert(entry.proposal, key, hold_end);
                 }
                 _ => self.actions.push_back(Action::Reply {
@@ -1171,11 +1188,11 @@ mod invariant_tests {
     #[should_panic(expected = "was never issued")]
     fn a_pending_proposal_never_issued_is_caught() {
         let mut node = follower();
-        let hold = Hold {
-            ms: None,
+        let answer = PendingAnswer {
+            within_ms: None,
             waits: false,
         };
-        node.pending.insert(ProposalId(node.proposal_next), hold);
+        node.pending.insert(ProposalId(node.proposal_next), answer);
         node.check_invariants();
     }
 

@@ -12,11 +12,12 @@ use crate::time::Instant;
 
 use super::{Action, Node, NodeCommand, ProposalId};
 
-/// How long a pending proposal that turns into a wait is held before it is answered `Queued`
-/// (`None`: until the wait ends).
+/// What the node keeps of a pending proposal until it is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Hold {
-    pub ms: Option<u64>,
+pub(super) struct PendingAnswer {
+    /// How long the answer of an `Acquire` that is queued waits for the grant before it is
+    /// answered `Queued` (`None`: until the wait ends): [`super::Proposal::answer_within_ms`].
+    pub within_ms: Option<u64>,
     /// An `Acquire` with a wait (counted against the bound of pending waits).
     pub waits: bool,
 }
@@ -28,7 +29,7 @@ pub(super) type WaitKey = (SessionId, String, String);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Waited {
     pub key: WaitKey,
-    /// The `Acquire`'s `wait_timeout_ms` (for the `WaitExpired` answer).
+    /// The `Acquire`'s `Wait::timeout_ms` (for the `WaitExpired` answer).
     pub timeout_ms: Option<u64>,
 }
 
@@ -39,12 +40,11 @@ pub(super) fn waited_key(command: &Command) -> Option<Waited> {
             session,
             namespace,
             key,
-            wait: true,
-            wait_timeout_ms,
+            wait: Some(wait),
             ..
         } => Some(Waited {
             key: (*session, namespace.clone(), key.clone()),
-            timeout_ms: *wait_timeout_ms,
+            timeout_ms: wait.timeout_ms,
         }),
         _ => None,
     }

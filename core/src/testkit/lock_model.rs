@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use crate::locks::{
     AcquireReply, Actor, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine,
     NameError, NotYours, Outcome, Reply, RequestId, Role, SecretHash, SessionId, SessionProof,
-    Token, PERMITS_MAX, UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
+    Token, Wait, PERMITS_MAX, UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
 };
 
 pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
@@ -483,7 +483,6 @@ impl Model {
                 key,
                 mode,
                 wait,
-                wait_timeout_ms,
             } => {
                 self.check(session.0, proof)?;
                 let sent = Sent {
@@ -494,7 +493,7 @@ impl Model {
                     token: None,
                     mode: Some(*mode),
                 };
-                self.acquire(session.0, sent, *mode, wait.then_some(*wait_timeout_ms))
+                self.acquire(session.0, sent, *mode, wait.map(|w| w.timeout_ms))
             }
             Command::CancelWait {
                 session,
@@ -908,8 +907,9 @@ impl Driver {
                     namespace: NAMESPACES[*ns % NAMESPACES.len()].into(),
                     key: KEYS[*key % KEYS.len()].into(),
                     mode,
-                    wait: *wait,
-                    wait_timeout_ms: WAIT_TIMEOUTS[*timeout % WAIT_TIMEOUTS.len()],
+                    wait: (*wait).then_some(Wait {
+                        timeout_ms: WAIT_TIMEOUTS[*timeout % WAIT_TIMEOUTS.len()],
+                    }),
                 };
                 self.record(session, &command);
                 command

@@ -15,7 +15,7 @@ use picket_core::locks::LockError;
 use picket_core::locks::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, AcquireReply, Actor,
     AuditPage, AuditQuery, ClassSpec, Command, ForceReleaseId, Identity, Reply, RequestId,
-    Revision, SessionId, SessionProof, Token, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
+    Revision, SessionId, SessionProof, Token, Wait, WatchFilter, WatchPage, DESCRIPTION_LEN_MAX,
     IDENTITY_FIELD_LEN_MAX, KEY_LEN_MAX, OWNER_LEN_MAX, REASON_LEN_MAX, RUNBOOK_URL_LEN_MAX,
 };
 use picket_core::node::{Answer, Query};
@@ -225,8 +225,9 @@ impl proto::AcquireRequest {
             namespace: v.namespace,
             key: v.key,
             mode: mode_from_wire(v.mode, "acquire.mode")?,
-            wait: v.wait_ms > 0,
-            wait_timeout_ms: (v.wait_timeout_ms > 0).then_some(v.wait_timeout_ms),
+            wait: (v.wait_ms > 0).then_some(Wait {
+                timeout_ms: (v.wait_timeout_ms > 0).then_some(v.wait_timeout_ms),
+            }),
         })
     }
 }

@@ -2,7 +2,7 @@
 
 use picket_core::locks::{
     AcquireReply, ClassSpec, Command, ForceReleaseId, Reply, RequestId, Revision, SecretHash,
-    SessionId, SessionProof, Token, SECRET_HASH_LEN,
+    SessionId, SessionProof, Token, Wait, SECRET_HASH_LEN,
 };
 use picket_core::time::Instant;
 
@@ -41,16 +41,15 @@ impl From<Command> for proto::Command {
                 key,
                 mode,
                 wait,
-                wait_timeout_ms,
             } => pc::Kind::Acquire(pc::Acquire {
                 session_id: session.0,
                 request_id: request.0,
                 namespace,
                 key,
-                wait,
+                wait: wait.is_some(),
                 secret_hash: hash_to_wire(proof.secret_hash),
                 principal: proof.principal,
-                wait_timeout_ms,
+                wait_timeout_ms: wait.and_then(|w| w.timeout_ms),
                 mode: mode_to_wire(mode),
             }),
             Command::CancelWait {
@@ -233,8 +232,10 @@ fn command_from_kind(kind: pc::Kind) -> Result<Command, ConvertError> {
             namespace: c.namespace,
             key: c.key,
             mode: mode_from_wire(c.mode, "acquire.mode")?,
-            wait: c.wait,
-            wait_timeout_ms: c.wait_timeout_ms,
+            // A timeout without `wait` was always ignored (written by no release, but read so).
+            wait: c.wait.then_some(Wait {
+                timeout_ms: c.wait_timeout_ms,
+            }),
         },
         pc::Kind::CancelWait(c) => Command::CancelWait {
             session: SessionId(c.session_id),

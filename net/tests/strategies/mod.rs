@@ -9,7 +9,7 @@ use picket_core::locks::{
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
     LockMode, LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply,
     Reply, RequestId, RequestTarget, Revision, Role, SecretHash, SemaphoreSnapshot, SessionId,
-    SessionProof, SessionSnapshot, Token, WaiterInfo, WaiterSnapshot,
+    SessionProof, SessionSnapshot, Token, Wait, WaiterInfo, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -135,8 +135,9 @@ pub fn command() -> impl Strategy<Value = Command> {
                         namespace,
                         key,
                         mode,
-                        wait,
-                        wait_timeout_ms,
+                        wait: wait.then_some(Wait {
+                            timeout_ms: wait_timeout_ms,
+                        }),
                     }
                 }
             ),

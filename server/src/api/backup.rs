@@ -90,12 +90,9 @@ pub async fn save_snapshot(
     // cluster version 2: while a cluster runs release 0.1 beside this one (an upgrade under
     // way), the save is in this replica's log only (docs/upgrades.md).
     let recorded = api
-        .propose(
-            Command::RecordSnapshotSave {
-                actor: actor.clone(),
-            },
-            0,
-        )
+        .propose(Command::RecordSnapshotSave {
+            actor: actor.clone(),
+        })
         .await;
     let recorded_at = match recorded {
         Ok((_, at)) => at.0,

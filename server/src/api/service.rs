@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use picket_core::locks::{Actor, Command, Reply, Revision, Role, WatchError, FORCE_RELEASE_ROLES};
-use picket_core::node::{Answer, Query};
+use picket_core::node::{Answer, Proposal, Query};
 use picket_net::convert::api::{
     AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart, WrongReply,
 };
@@ -97,16 +97,12 @@ impl Api {
 
     pub(crate) async fn propose(
         &self,
-        command: Command,
-        wait_ms: u64,
+        proposal: impl Into<Proposal>,
     ) -> Result<(Reply, Revision), Status> {
+        let proposal = proposal.into();
         let answered: Answered = self
             .driver
-            .ask(|reply| DriverRequest::Propose {
-                command,
-                wait_ms,
-                reply,
-            })
+            .ask(|reply| DriverRequest::Propose { proposal, reply })
             .await??;
         match answered.outcome {
             Ok(reply) => Ok((reply, answered.revision)),
@@ -243,9 +239,14 @@ impl LockService {
         principal: &str,
         request: proto::AcquireRequest,
     ) -> Result<proto::AcquireResponse, Status> {
-        let wait_ms = request.wait_ms;
+        // A try (wait_ms 0) does not wait; a wait's answer waits up to wait_ms for the grant.
+        let answer_within_ms = (request.wait_ms > 0).then_some(request.wait_ms);
         let command = request.into_command(principal)?;
-        let (reply, revision) = self.0.propose(command, wait_ms).await?;
+        let proposal = Proposal {
+            command,
+            answer_within_ms,
+        };
+        let (reply, revision) = self.0.propose(proposal).await?;
         match reply {
             Reply::Acquire(reply) => Ok(proto::AcquireResponse::new(reply, revision)),
             other => Err(Status::from(WrongReply {
@@ -261,7 +262,7 @@ impl LockService {
         request: proto::ReleaseRequest,
     ) -> Result<proto::ReleaseResponse, Status> {
         let command = request.into_command(principal)?;
-        let (reply, _) = self.0.propose(command, 0).await?;
+        let (reply, _) = self.0.propose(command).await?;
         reply_as(reply)
     }
 
@@ -271,7 +272,7 @@ impl LockService {
         request: proto::CancelWaitRequest,
     ) -> Result<proto::CancelWaitResponse, Status> {
         let command = request.into_command(principal)?;
-        let (reply, revision) = self.0.propose(command, 0).await?;
+        let (reply, revision) = self.0.propose(command).await?;
         proto::CancelWaitResponse::new(reply, revision).map_err(Status::from)
     }
 
@@ -281,7 +282,7 @@ impl LockService {
         request: proto::CloseSessionRequest,
     ) -> Result<proto::CloseSessionResponse, Status> {
         let command = request.into_command(principal)?;
-        let (reply, _) = self.0.propose(command, 0).await?;
+        let (reply, _) = self.0.propose(command).await?;
         reply_as(reply)
     }
 }
@@ -294,7 +295,7 @@ impl proto::lock_server::Lock for LockService {
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
         let principal = self.0.auth.lock_caller(&request, None).await?;
         let (command, drawn) = request.into_inner().into_command(&principal)?;
-        let (reply, _) = self.0.propose(command, 0).await?;
+        let (reply, _) = self.0.propose(command).await?;
         let mut response: proto::CreateSessionResponse = reply_as(reply)?;
         // A secret drawn here is returned this once; only its hash was logged.
         if let Some(secret) = drawn {
@@ -475,7 +476,7 @@ impl AdminService {
         &self,
         command: Command,
     ) -> Result<Response<T>, Status> {
-        let (reply, _) = self.0.propose(command, 0).await?;
+        let (reply, _) = self.0.propose(command).await?;
         Ok(Response::new(reply_as(reply)?))
     }
 
@@ -566,7 +567,7 @@ impl proto::admin_server::Admin for AdminService {
         let ns = &request.get_ref().namespace;
         let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
         let command = request.into_inner().into_command(actor)?;
-        let (reply, revision) = self.0.propose(command, 0).await?;
+        let (reply, revision) = self.0.propose(command).await?;
         let response = proto::SetSemaphoreResponse::from_reply(reply, revision)?;
         Ok(Response::new(response))
     }

@@ -91,7 +91,7 @@ mod tests {
     use super::*;
     use picket_core::locks::{
         Actor, ClassSpec, Command, Identity, LockConfig, LockMode, RequestId, Role, SessionId,
-        SessionProof,
+        SessionProof, Wait,
     };
 
     fn session(sm: &mut LockStateMachine, t: u64, name: &str) -> SessionId {
@@ -132,8 +132,7 @@ mod tests {
                 namespace: ns.to_owned(),
                 key: key.to_owned(),
                 mode,
-                wait: true,
-                wait_timeout_ms: None,
+                wait: Some(Wait::UNBOUNDED),
             },
         );
         assert!(reply.is_ok(), "{reply:?}");

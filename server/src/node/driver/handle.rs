@@ -36,11 +36,10 @@ pub(crate) type Responder<T> = oneshot::Sender<Result<T, Refusal>>;
 /// A request from a gRPC handler.
 #[derive(Debug)]
 pub enum Request {
-    /// Propose `command`. For an `Acquire` with `wait_ms > 0`, a `Queued` answer is held up to
-    /// `wait_ms` for the grant.
+    /// Propose a command (for a waiting `Acquire`, with how long its answer waits for the
+    /// grant: [`Proposal::answer_within_ms`]).
     Propose {
-        command: Command,
-        wait_ms: u64,
+        proposal: Proposal,
         reply: Responder<Answered>,
     },
     /// A keepalive of a caller that presented `proof` (checked against the applied state):

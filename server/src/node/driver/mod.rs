@@ -24,10 +24,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use picket_core::locks::{
-    Command, LostHold, Outcome, Revision, SessionId, SessionProof, WatchError, WatchFilter,
-    WatchPage,
+    LostHold, Outcome, Revision, SessionId, SessionProof, WatchError, WatchFilter, WatchPage,
 };
-use picket_core::node::{Action, Answer, KeepAliveError, Node, ProposalId, Query};
+use picket_core::node::{Action, Answer, KeepAliveError, Node, Proposal, ProposalId, Query};
 use picket_core::paxos::{
     self, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
 };
@@ -75,12 +74,6 @@ const STATS_EVERY_MS: u64 = 1_000;
 /// else, a RAID controller flushing): `Driver::slow_fsync`.
 pub const SLOW_FSYNC: Duration = Duration::from_millis(50);
 
-struct PendingProposal {
-    reply: Responder<Answered>,
-    /// How long the node holds a waiting `Acquire` before answering `Queued`.
-    hold_ms: Option<u64>,
-}
-
 /// The driver task's state.
 pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     node: Node,
@@ -92,9 +85,10 @@ pub struct Driver<D: Disk + Clone + 'static, C: Clock> {
     peer_in: mpsc::Receiver<PeerInput>,
     applied_tx: watch::Sender<Revision>,
     peers_out: BTreeMap<NodeId, mpsc::Sender<NodeMessage>>,
-    proposals: BTreeMap<ProposalId, PendingProposal>,
-    /// Commands taken this turn, proposed together at its end (they share slots).
-    to_propose: Vec<(Command, PendingProposal)>,
+    /// Whom to answer for each proposal the Node took (the Node keeps the rest).
+    proposals: BTreeMap<ProposalId, Responder<Answered>>,
+    /// Proposals taken this turn, proposed together at its end (they share slots).
+    to_propose: Vec<(Proposal, Responder<Answered>)>,
     reads: BTreeMap<ReadId, Responder<(Revision, Answer)>>,
     counters: DriverCounters,
     metrics: Arc<Metrics>,
@@ -417,11 +411,7 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
     fn on_request(&mut self, request: Request) {
         let now = self.clock.now();
         match request {
-            Request::Propose {
-                command,
-                wait_ms,
-                reply,
-            } => self.on_propose(command, wait_ms, reply),
+            Request::Propose { proposal, reply } => self.to_propose.push((proposal, reply)),
             Request::KeepAlive {
                 session,
                 proof,
@@ -468,33 +458,23 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
         }
     }
 
-    fn on_propose(&mut self, command: Command, wait_ms: u64, reply: Responder<Answered>) {
-        let waits = matches!(command, Command::Acquire { wait: true, .. });
-        let hold_ms = (waits && wait_ms > 0).then_some(wait_ms);
-        self.to_propose
-            .push((command, PendingProposal { reply, hold_ms }));
-    }
-
     /// Proposes the commands taken this turn in one batch (see [`Node::propose_batch`]).
     fn propose_taken(&mut self) {
         if self.to_propose.is_empty() {
             return;
         }
-        let (commands, pending): (Vec<(Command, Option<u64>)>, Vec<PendingProposal>) =
-            std::mem::take(&mut self.to_propose)
-                .into_iter()
-                .map(|(command, pending)| ((command, pending.hold_ms), pending))
-                .unzip();
-        let results = self.node.propose_batch_held(self.clock.now(), commands);
-        for (result, pending) in results.into_iter().zip(pending) {
+        let (proposals, replies): (Vec<Proposal>, Vec<Responder<Answered>>) =
+            std::mem::take(&mut self.to_propose).into_iter().unzip();
+        let results = self.node.propose_batch(self.clock.now(), proposals);
+        for (result, reply) in results.into_iter().zip(replies) {
             match result {
                 Ok(proposal) => {
                     self.counters.proposals += 1;
-                    self.proposals.insert(proposal, pending);
+                    self.proposals.insert(proposal, reply);
                 }
                 Err(error) => {
                     let refusal = Refusal::propose(error, |n| self.handle.endpoint_of(n));
-                    let _ = pending.reply.send(Err(refusal));
+                    let _ = reply.send(Err(refusal));
                 }
             }
         }
@@ -526,8 +506,8 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
                         proposal,
                         leader_hint,
                     } => {
-                        if let Some(pending) = self.proposals.remove(&proposal) {
-                            let _ = pending.reply.send(Err(self.handle.not_leader(leader_hint)));
+                        if let Some(reply) = self.proposals.remove(&proposal) {
+                            let _ = reply.send(Err(self.handle.not_leader(leader_hint)));
                         }
                     }
                     Action::ReadReply {
@@ -660,10 +640,10 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
 
     /// Answers a proposal at the revision the Node stamped on it when it was applied.
     fn on_reply(&mut self, proposal: ProposalId, revision: Revision, outcome: Outcome) {
-        let Some(pending) = self.proposals.remove(&proposal) else {
+        let Some(reply) = self.proposals.remove(&proposal) else {
             return;
         };
-        let _ = pending.reply.send(Ok(Answered { outcome, revision }));
+        let _ = reply.send(Ok(Answered { outcome, revision }));
     }
 
     fn on_applied(&mut self, revision: Revision) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use picket_core::locks::{
     AcquireReply, Command, Identity, LockConfig, LockMode, Reply, RequestId, SessionId,
-    SessionProof,
+    SessionProof, Wait,
 };
 use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, NodeId};
@@ -182,8 +182,10 @@ impl Harness {
         self.drivers[at]
             .handle()
             .submit(Request::Propose {
-                command,
-                wait_ms,
+                proposal: Proposal {
+                    command,
+                    answer_within_ms: (wait_ms > 0).then_some(wait_ms),
+                },
                 reply,
             })
             .unwrap();
@@ -231,8 +233,7 @@ fn acquire(session: SessionId, request: u64, wait: bool) -> Command {
         namespace: "orders".into(),
         key: "k".into(),
         mode: LockMode::Exclusive,
-        wait,
-        wait_timeout_ms: None,
+        wait: wait.then_some(Wait::UNBOUNDED),
     }
 }
 

@@ -76,11 +76,8 @@ pub(super) fn a_wait_deadline_is_enforced_by_the_cluster_and_answers_the_held_ca
     };
     // b waits at most 300 ms (server-side deadline), its call held up to 60 s; c waits on.
     let mut within = acquire(b, 1, true);
-    if let Command::Acquire {
-        wait_timeout_ms, ..
-    } = &mut within
-    {
-        *wait_timeout_ms = Some(300);
+    if let Command::Acquire { wait, .. } = &mut within {
+        *wait = Some(Wait::within_ms(300));
     }
     let mut b_rx = h.propose(leader, within, 60_000);
     let mut c_rx = h.propose(leader, acquire(c, 1, true), 60_000);
