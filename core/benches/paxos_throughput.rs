@@ -16,7 +16,7 @@ use picket_core::time::Instant;
 
 type R = Replica<u64, ()>;
 
-struct Driver {
+struct BenchCluster {
     replicas: Vec<R>,
     wire: VecDeque<(NodeId, NodeId, Message<u64, ()>)>,
     now: Instant,
@@ -24,7 +24,7 @@ struct Driver {
     applied_commands: u64,
 }
 
-impl Driver {
+impl BenchCluster {
     fn new(batch: usize) -> Self {
         let members = vec![NodeId(1), NodeId(2), NodeId(3)];
         let replicas = members
@@ -37,7 +37,7 @@ impl Driver {
                 Replica::new(c, Durable::default(), Instant::ZERO).expect("config")
             })
             .collect();
-        let mut d = Driver {
+        let mut d = BenchCluster {
             replicas,
             wire: VecDeque::new(),
             now: Instant::ZERO,
@@ -133,7 +133,7 @@ fn throughput(c: &mut Criterion) {
     g.warm_up_time(Duration::from_secs(2));
     for (batch, n) in [(1usize, 20_000u64), (256, 512_000)] {
         g.throughput(Throughput::Elements(n));
-        let mut d = Driver::new(batch);
+        let mut d = BenchCluster::new(batch);
         g.bench_function(format!("batch_{batch}"), |b| b.iter(|| d.commit(n)));
     }
     g.finish();

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use picket_core::locks::{LockSnapshot, LockStateMachine, Revision};
 use picket_core::testkit::lock_model::{
-    assert_same_state, config, Driver, LockKey, Model, Op, KEYS, MODES, NAMESPACES, PERMITS,
+    assert_same_state, config, LockKey, Model, Op, OpClient, KEYS, MODES, NAMESPACES, PERMITS,
     PRINCIPALS, SECRETS, TTLS, WAIT_TIMEOUTS,
 };
 use picket_core::time::Instant;
@@ -85,11 +85,11 @@ fn semaphore_op() -> impl Strategy<Value = Op> {
 fn run_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut sm = LockStateMachine::new(config());
     let mut model = Model::default();
-    let mut driver = Driver::default();
+    let mut client = OpClient::default();
     let mut last_tokens = BTreeMap::new();
     let mut granted_tokens: BTreeMap<LockKey, Vec<u64>> = BTreeMap::new();
     for (step, op) in ops.iter().enumerate() {
-        let command = driver.command(op, &model);
+        let command = client.command(op, &model);
         let before = sm.snapshot();
         let stamp = Instant::from_millis(1_000 + step as u64);
         model.time_ms = stamp.as_millis();
@@ -97,7 +97,7 @@ fn run_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
         let expected = model.apply(&command);
         prop_assert_eq!(&outcome, &expected, "step {} command {:?}", step, command);
         prop_assert_eq!(sm.revision(), Revision(model.revision));
-        driver.observe(&command, &outcome);
+        client.observe(&command, &outcome);
         sm.check_invariants();
         assert_same_state(&sm, &model, &mut last_tokens);
         if outcome.is_err() {

@@ -23,7 +23,7 @@ use picket_core::locks::{Wait,
 };
 use picket_core::time::Instant;
 
-use picket_core::testkit::lock_model::{self, assert_same_state, Driver, Model, Op};
+use picket_core::testkit::lock_model::{self, assert_same_state, OpClient, Model, Op};
 
 /// Commands per input.
 const STEPS_MAX: usize = 128;
@@ -44,12 +44,12 @@ pub fn run(data: &[u8]) {
 fn run_model(u: &mut Unstructured) -> Result<()> {
     let mut sm = LockStateMachine::new(lock_model::config());
     let mut model = Model::default();
-    let mut driver = Driver::default();
+    let mut client = OpClient::default();
     let mut last_tokens = BTreeMap::new();
     let mut checks = Checks::default();
     for step in 0..STEPS_MAX {
         let op = model_op(u)?;
-        let command = driver.command(&op, &model);
+        let command = client.command(&op, &model);
         let stamp = Instant::from_millis(1_000 + step as u64);
         let outcome = checks.apply(&mut sm, stamp, command.clone());
         // The model's log time, as the state machine's (stamps rise here): wait deadlines
@@ -58,7 +58,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
         let expected = model.apply(&command);
         assert_eq!(outcome, expected, "step {step} command {command:?}");
         assert_eq!(sm.revision(), Revision(model.revision));
-        driver.observe(&command, &outcome);
+        client.observe(&command, &outcome);
         assert_same_state(&sm, &model, &mut last_tokens);
         if u.ratio(1, 16)? {
             sm = LockStateMachine::restore(sm.snapshot()).expect("own snapshot restores");
@@ -67,7 +67,7 @@ fn run_model(u: &mut Unstructured) -> Result<()> {
     Ok(())
 }
 
-/// One step of the model mode (indexes are taken modulo their vocabulary by the model's driver).
+/// One step of the model mode (indexes are taken modulo their vocabulary by the model's `OpClient`).
 fn model_op(u: &mut Unstructured) -> Result<Op> {
     let small = |u: &mut Unstructured| u.arbitrary::<u8>().map(usize::from);
     Ok(match u.int_in_range(0..=9u8)? {

@@ -811,7 +811,7 @@ impl Model {
 /// Turns generated ops into commands, tracking session ids, their secrets and request ids like
 /// a client would.
 #[derive(Default)]
-pub struct Driver {
+pub struct OpClient {
     sessions: Vec<u64>,
     /// session -> (secret hash, principal) it was created with.
     owners: BTreeMap<u64, (Option<SecretHash>, String)>,
@@ -819,7 +819,7 @@ pub struct Driver {
     sent: BTreeMap<u64, Vec<Command>>,
 }
 
-impl Driver {
+impl OpClient {
     fn session(&self, index: usize) -> SessionId {
         // One index past the known sessions names a session that never existed.
         SessionId(self.sessions.get(index % 8).copied().unwrap_or(9_999))
