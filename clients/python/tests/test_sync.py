@@ -159,15 +159,49 @@ def test_a_revoked_session_loses_every_lock(cluster, operators, key):
     assert raised.value.rule == "session_lost"
 
 
+def _interrupt_main_until(stop: threading.Event) -> threading.Thread:
+    """Interrupts the main thread after 0.5 s, and again every 0.2 s until `stop` is set.
+
+    One interrupt is not enough: Python runs the handler of a pending signal at the next
+    bytecode of the main thread, which may be inside a weakref callback or a `__del__` (the
+    WeakSet of a client's sessions), where the KeyboardInterrupt is printed and dropped; the
+    blocking call then never sees it (a CI run hung here under load)."""
+
+    def run() -> None:
+        if stop.wait(0.5):
+            return
+        while not stop.is_set():
+            _thread.interrupt_main()
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_interrupting(stop: threading.Event, thread: threading.Thread) -> None:
+    """Stops the interrupter and absorbs an interrupt it sent before it saw `stop`."""
+    while True:
+        try:
+            stop.set()
+            thread.join()
+            time.sleep(0.3)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def test_keyboard_interrupt_ends_a_blocking_lock_and_leaves_no_waiter(client, key):
     with client.session() as a, client.session() as b:
         with a.lock(NS, key):
-            timer = threading.Timer(0.5, _thread.interrupt_main)
-            timer.start()
+            stop = threading.Event()
+            interrupter = _interrupt_main_until(stop)
             started = time.monotonic()
             with pytest.raises(KeyboardInterrupt):
                 b.lock(NS, key)
-            assert time.monotonic() - started < 5
+            ended = time.monotonic() - started
+            _stop_interrupting(stop, interrupter)
+            assert ended < 5
             wait_until(lambda: client.inspect(NS, key)["queue_depth"] == 0, "the wait removed")
         # the key is free once a releases: nothing was granted to b behind our back
         wait_until(lambda: not client.inspect(NS, key)["holders"], "the key free")
