@@ -16,14 +16,14 @@
 use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use picket_core::locks::{Wait, 
+use picket_core::locks::{
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
     LockMode, LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof,
-    Token, PERMITS_MAX,
+    Token, Wait, PERMITS_MAX,
 };
 use picket_core::time::Instant;
 
-use picket_core::testkit::lock_model::{self, assert_same_state, OpClient, Model, Op};
+use picket_core::testkit::lock_model::{self, assert_same_state, Model, Op, OpClient};
 
 /// Commands per input.
 const STEPS_MAX: usize = 128;
