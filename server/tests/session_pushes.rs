@@ -16,8 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_net::client::{
-    Client, ClientConfig, Credentials, KeepAliveAck, LockGuard, LostReason, Session, SessionEnd,
-    SessionEvent, SessionState,
+    Client, KeepAliveAck, LockGuard, LostReason, Session, SessionEnd, SessionEvent, SessionState,
 };
 use picket_net::proto::{
     self, session_event, session_request::Request as In, session_response::Response as Out,
@@ -35,14 +34,7 @@ const TTL: Duration = Duration::from_secs(300);
 const STEP: Duration = Duration::from_secs(60);
 
 fn client(cluster: &Cluster, principal: Option<&str>) -> Client {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "session-pushes");
-    config.session_ttl = Some(TTL);
-    config.credentials = Credentials {
-        principal: principal.map(str::to_owned),
-        roles: principal.map(|_| "on-call".to_owned()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
+    on_call_client(cluster, "session-pushes", TTL, principal)
 }
 
 /// A session whose first keepalive was acknowledged (the next one is `TTL / 3` away), and its
@@ -69,25 +61,10 @@ async fn force_release(cluster: &Cluster, guard: &LockGuard, revoke_session: boo
 
 /// Alice requests and Bob approves a force-release of the hold of `key` with `token`: its id.
 async fn force_release_of(cluster: &Cluster, key: &str, token: u64, revoke_session: bool) -> u64 {
-    let requested = client(cluster, Some("alice"))
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: key.into(),
-            expected_token: token,
-            reason: "test: pushes".into(),
-            revoke_session,
-            holder_session_id: 0,
-            checklist: None,
-        })
-        .await
-        .unwrap();
-    client(cluster, Some("bob"))
-        .approve_force_release(proto::ApproveForceReleaseRequest {
-            force_release_id: requested.force_release_id,
-            acknowledged_fenced: requested.fenced,
-        })
-        .await
-        .unwrap();
+    let request = force_release_request(NS, key, token, "test: pushes", revoke_session);
+    let alice = client(cluster, Some("alice"));
+    let requested = alice.request_force_release(request).await.unwrap();
+    approve_as_requested(&client(cluster, Some("bob")), &requested).await;
     requested.force_release_id
 }
 

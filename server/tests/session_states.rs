@@ -13,9 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picket_net::client::{
-    Client, ClientConfig, Credentials, LostReason, Session, SessionEvent, SessionState,
-};
+use picket_net::client::{Client, LostReason, Session, SessionEvent, SessionState};
 use picket_net::proto;
 use support::*;
 
@@ -24,14 +22,7 @@ const ELECTION: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(10);
 
 fn client(cluster: &Cluster, principal: Option<&str>) -> Client {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "session-states");
-    config.session_ttl = Some(TTL);
-    config.credentials = Credentials {
-        principal: principal.map(str::to_owned),
-        roles: principal.map(|_| "on-call".to_owned()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
+    on_call_client(cluster, "session-states", TTL, principal)
 }
 
 /// `picketctl lock` started in the background, its stderr lines collected as they come.
@@ -233,24 +224,9 @@ async fn a_force_release_without_revocation_is_a_hold_lost_and_the_session_stays
     let mut events = session.events();
     let alice = client(&cluster, Some("alice"));
     let bob = client(&cluster, Some("bob"));
-    let requested = alice
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "stuck".into(),
-            expected_token: guard.token().0,
-            reason: "test: no revocation".into(),
-            revoke_session: false,
-            holder_session_id: 0,
-            checklist: None,
-        })
-        .await
-        .unwrap();
-    bob.approve_force_release(proto::ApproveForceReleaseRequest {
-        force_release_id: requested.force_release_id,
-        acknowledged_fenced: requested.fenced,
-    })
-    .await
-    .unwrap();
+    let request = force_release_request(NS, "stuck", guard.token().0, "test: no revocation", false);
+    let requested = alice.request_force_release(request).await.unwrap();
+    approve_as_requested(&bob, &requested).await;
     let event = tokio::time::timeout(TTL, events.next())
         .await
         .expect("reported at a keepalive")

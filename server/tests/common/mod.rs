@@ -10,10 +10,14 @@
 
 #[path = "../support/binaries.rs"]
 mod binaries;
+#[path = "../support/client.rs"]
+mod client;
 #[path = "../support/prom.rs"]
 mod prom;
 #[allow(unused_imports)] // not every test binary runs picketctl
 pub use binaries::picketctl_binary;
+#[allow(unused_imports)] // not every test binary drives the client library
+pub use client::*;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 pub mod alerts;

@@ -3,9 +3,12 @@
 #![allow(dead_code)]
 
 mod binaries;
+mod client;
 mod prom;
 #[allow(unused_imports)] // not every test binary runs picketctl
 pub use binaries::picketctl_binary;
+#[allow(unused_imports)] // not every test binary drives the client library
+pub use client::*;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 
@@ -411,6 +414,22 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// A client-library client of every replica of `cluster`, named `name`, asking for sessions of
+/// `ttl`: as `principal` with the role `on-call` (dev auth), or with no credentials at all.
+pub fn on_call_client(
+    cluster: &Cluster,
+    name: &str,
+    ttl: Duration,
+    principal: Option<&str>,
+) -> picket_net::client::Client {
+    let mut config = picket_net::client::ClientConfig::new(cluster.endpoints.clone(), name);
+    config.session_ttl = Some(ttl);
+    if let Some(principal) = principal {
+        config.credentials = dev_credentials(principal, "on-call");
+    }
+    picket_net::client::Client::new(config).unwrap()
 }
 
 /// Runs `command` to success and parses its standard output as JSON.
