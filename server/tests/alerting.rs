@@ -321,17 +321,13 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     let requested = cluster
         .picketctl(
             Some(&alice),
-            &[
-                "force-release",
-                "request",
+            &force_release_args(
                 NS,
                 KEY,
-                "--token",
                 &token_arg,
-                "--reason",
                 "paged: holder stuck",
-                "--revoke-session",
-            ],
+                &["--revoke-session"],
+            ),
         )
         .await
         .ok();

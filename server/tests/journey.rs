@@ -401,17 +401,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     // Request (alice). Without a token, or with a role for another namespace: refused.
     let reason = "INC-7: ledger-writer on web-1 renews but never releases, 3 waiters";
     let token_arg = old_token.0.to_string();
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-        "--revoke-session",
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
     let (rule, error) = cluster.picketctl(None, &request).await.refused(1);
     assert!(!rule.is_empty(), "{error}");
     let (rule, error) = cluster.picketctl(Some(&viewer), &request).await.refused(1);
@@ -637,20 +627,9 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
     let reason = "INC-8: batch runner hung; owner confirms the process is stopped";
     let token_arg = old_token.0.to_string();
     // An advisory request without the checklist is refused by picketctl: nothing is sent.
+    let unanswered = force_release_args(NS, KEY, &token_arg, reason, &[]);
     let (rule, error) = cluster
-        .picketctl(
-            Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &token_arg,
-                "--reason",
-                reason,
-            ],
-        )
+        .picketctl(Some(&alice), &unanswered)
         .await
         .refused(2);
     assert_eq!(rule, "refused_by_picketctl", "{error}");
@@ -664,45 +643,15 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
     let (rule, error) = cluster
         .picketctl(
             Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &wrong,
-                "--reason",
-                reason,
-                "--holder-stopped",
-                "yes",
-                "--double-run-acceptable",
-                "no",
-            ],
+            &force_release_args(NS, KEY, &wrong, reason, &CHECKLIST_ANSWERED),
         )
         .await
         .refused(1);
     assert_eq!(rule, "token_mismatch", "{error}");
     // Requested as a person reads it: the warning is in plain words, before anything else.
-    let shown = cluster
-        .picketctl_text(
-            Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &token_arg,
-                "--reason",
-                reason,
-                "--revoke-session",
-                "--holder-stopped",
-                "yes",
-                "--double-run-acceptable",
-                "no",
-            ],
-        )
-        .await;
+    let mut request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
+    request.extend(CHECKLIST_ANSWERED);
+    let shown = cluster.picketctl_text(Some(&alice), &request).await;
     for part in [
         "ADVISORY (not fenced)",
         "releasing may let two writers in",
@@ -882,16 +831,7 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     // Step 4: a request without --revoke-session says what the holder will and will not learn.
     let token_arg = token.to_string();
     let reason = "INC-9: nightly batch hung";
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &[]);
     let text = cluster.picketctl_text(Some(&alice), &request).await;
     for part in ["WITHOUT --revoke-session", "learns NOTHING", "FENCED"] {
         assert!(text.contains(part), "request lacks {part:?}:\n{text}");
@@ -955,8 +895,8 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     assert!(text.contains("STALE: the class is advisory now"), "{text}");
     // A new request (the stale one does not block it) shows the new kind; the class is advisory
     // now, so it answers the checklist.
-    let mut advisory_request = request.to_vec();
-    advisory_request.extend(["--holder-stopped", "yes", "--double-run-acceptable", "no"]);
+    let mut advisory_request = request.clone();
+    advisory_request.extend(CHECKLIST_ANSWERED);
     let requested = cluster
         .picketctl(Some(&alice), &advisory_request)
         .await

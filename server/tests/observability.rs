@@ -261,16 +261,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
     let (s, secret) = (created.session_id, created.session_secret);
     let acquired = locks
         .acquire(bearer(
-            proto::AcquireRequest {
-                session_id: s,
-                request_id: 1,
-                namespace: NS.into(),
-                key: KEY.into(),
-                wait_ms: 0,
-                wait_timeout_ms: 0,
-                session_secret: secret.clone(),
-                mode: 0,
-            },
+            try_acquire_request(s, 1, NS, KEY, secret.clone()),
             &svc,
         ))
         .await

@@ -199,16 +199,13 @@ async fn open_victim(caller: Caller) -> Victim {
     );
     let acquired = caller
         .lock()
-        .acquire(caller.request(proto::AcquireRequest {
-            session_id: created.session_id,
-            request_id: 1,
-            namespace: NS.into(),
-            key: KEY.into(),
-            wait_ms: 0,
-            wait_timeout_ms: 0,
-            session_secret: secret.clone(),
-            mode: 0,
-        }))
+        .acquire(caller.request(try_acquire_request(
+            created.session_id,
+            1,
+            NS,
+            KEY,
+            secret.clone(),
+        )))
         .await
         .unwrap()
         .into_inner();
@@ -285,16 +282,13 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
     for (request_id, key) in [(1, KEY), (1_000, "order/31")] {
         let acquire = caller
             .lock()
-            .acquire(caller.request(proto::AcquireRequest {
-                session_id: victim.session,
+            .acquire(caller.request(try_acquire_request(
+                victim.session,
                 request_id,
-                namespace: NS.into(),
-                key: key.into(),
-                wait_ms: 0,
-                wait_timeout_ms: 0,
-                session_secret: secret.clone(),
-                mode: 0,
-            }))
+                NS,
+                key,
+                secret.clone(),
+            )))
             .await;
         rules.push(("acquire", rule_of(acquire, "acquire", name)));
     }

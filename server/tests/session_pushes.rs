@@ -10,9 +10,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_net::client::{
@@ -167,22 +164,7 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
     cluster.leader(ELECTION).await;
     let ttl_ms = TTL.as_millis().to_string();
     let args = ["lock", NS, "job", "--ttl-ms", &ttl_ms, "--", "sleep", "600"];
-    let mut ctl = Command::new(picketctl_binary())
-        .arg("--endpoints")
-        .arg(cluster.endpoints.join(","))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let pipe = ctl.stderr.take().unwrap();
-    let collected = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            collected.lock().unwrap().push(line);
-        }
-    });
+    let mut ctl = Picketctl::start(&cluster, &args);
     let at = cluster.endpoints[cluster.leader(ELECTION).await].clone();
     let holder = loop {
         let info = inspect(&at, NS, "job", false).await.unwrap();
@@ -193,37 +175,13 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
     };
     let request = force_release_of(&cluster, "job", holder.token, false).await;
     let wanted = format!("request {request}");
-    let deadline = tokio::time::Instant::now() + STEP;
-    let line = loop {
-        let found = lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("LOCK LOST"))
-            .cloned();
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "picketctl logged no loss: {:#?}",
-            lines.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = ctl.wait_for_line("LOCK LOST", STEP).await;
     assert!(
         line.contains("force-released") && line.contains(&wanted),
         "{line}"
     );
-    let status = tokio::task::spawn_blocking(move || ctl.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        status.code(),
-        Some(3),
-        "lock lost: {:#?}",
-        lines.lock().unwrap()
-    );
+    let code = ctl.exit_code(STEP).await;
+    assert_eq!(code, 3, "lock lost: {:#?}", ctl.lines());
 }
 
 /// A raw `Session` stream (no client library).
@@ -275,16 +233,7 @@ impl Raw {
 
     /// A grant of `key` to `session` (a try): its token. Nothing is pushed meanwhile.
     async fn acquire(&mut self, seq: u64, at: &str, session: u64, key: &str) -> u64 {
-        let acquire = proto::AcquireRequest {
-            session_id: session,
-            request_id: seq,
-            namespace: NS.into(),
-            key: key.into(),
-            wait_ms: 0,
-            session_secret: secret_of(at, session),
-            wait_timeout_ms: 0,
-            mode: 0,
-        };
+        let acquire = try_acquire_request(session, seq, NS, key, secret_of(at, session));
         let (Out::Acquire(acquired), before) = self.call(seq, In::Acquire(acquire)).await else {
             panic!("an acquire answer");
         };

@@ -8,9 +8,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_net::client::{Client, LostReason, Session, SessionEvent, SessionState};
@@ -23,75 +20,6 @@ const TTL: Duration = Duration::from_secs(10);
 
 fn client(cluster: &Cluster, principal: Option<&str>) -> Client {
     on_call_client(cluster, "session-states", TTL, principal)
-}
-
-/// `picketctl lock` started in the background, its stderr lines collected as they come.
-struct Picketctl {
-    child: std::process::Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Picketctl {
-    fn start(cluster: &Cluster, args: &[&str]) -> Picketctl {
-        let mut child = Command::new(picketctl_binary())
-            .arg("--endpoints")
-            .arg(cluster.endpoints.join(","))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let pipe = child.stderr.take().unwrap();
-        let lines = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        });
-        Picketctl { child, stderr }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    async fn wait_for_line(&self, what: &str, within: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(line) = self.lines().into_iter().find(|l| l.contains(what)) {
-                return line;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "picketctl said no `{what}` within {within:?}: {:#?}",
-                self.lines()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn exit_code(&mut self, within: Duration) -> i32 {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().expect("exited, not signalled");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "picketctl still runs after {within:?}: {:#?}",
-                self.lines()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Picketctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn wait_for_state(

@@ -9,39 +9,13 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Session};
+use picket_net::client::ClientError;
 use picket_net::proto;
 use support::*;
 
 const NS: &str = "orders";
 const KEY: &str = "catalog/1";
 const ELECTION: Duration = Duration::from_secs(10);
-
-async fn session(cluster: &Cluster, name: &str) -> Session {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
-    config.session_ttl = Some(Duration::from_secs(10));
-    Client::new(config).unwrap().create_session().await.unwrap()
-}
-
-/// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
-async fn eventually(
-    cluster: &Cluster,
-    leader: usize,
-    what: &str,
-    ok: impl Fn(&proto::KeyInfo) -> bool,
-) -> proto::KeyInfo {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
-            .await
-            .unwrap();
-        if ok(&info) {
-            return info;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64)> {
     info.holders
@@ -64,11 +38,12 @@ const EXCLUSIVE: i32 = proto::LockMode::Exclusive as i32;
 async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
     let cluster = Cluster::start();
     let leader = cluster.leader(ELECTION).await;
+    let watched = cluster.key_at(leader, NS, KEY);
     let dir = tempfile::tempdir().unwrap();
     let stop = dir.path().join("stop");
 
     // Reader 1: the client library.
-    let reader = session(&cluster, "reader").await;
+    let reader = cluster.session("reader").await;
     let read = reader.lock_shared(NS, KEY).await.unwrap();
     // Reader 2: picketctl, holding until the stop file appears.
     // Bounded (60 s): if the test fails, picketctl is killed but this command, in its own
@@ -81,10 +56,9 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         .picketctl(&["lock", "--shared", NS, KEY, "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    let info = eventually(&cluster, leader, "two shared holders", |i| {
-        i.holders.len() == 2
-    })
-    .await;
+    let info = watched
+        .until("two shared holders", |i| i.holders.len() == 2)
+        .await;
     assert_eq!(info.mode, SHARED);
     assert!(info.holders.iter().all(|h| h.mode == SHARED));
     assert_eq!(info.holder.as_ref().unwrap().session_id, reader.id());
@@ -93,17 +67,18 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     assert!(ctl_hold.token > read_token);
 
     // A writer waits for both readers.
-    let writer = session(&cluster, "writer").await;
+    let writer = cluster.session("writer").await;
     let writing = tokio::spawn({
         let writer = writer.clone();
         async move { writer.lock(NS, KEY).await }
     });
-    eventually(&cluster, leader, "the writer queues", |i| {
-        waiters(i) == vec![(writer.id(), EXCLUSIVE)]
-    })
-    .await;
+    watched
+        .until("the writer queues", |i| {
+            waiters(i) == vec![(writer.id(), EXCLUSIVE)]
+        })
+        .await;
     // A reader after the writer does not overtake it: busy without waiting, queued with.
-    let late = session(&cluster, "late-reader").await;
+    let late = cluster.session("late-reader").await;
     assert!(matches!(
         late.try_lock_shared(NS, KEY).await,
         Err(ClientError::Held { .. })
@@ -118,10 +93,11 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         let late = late.clone();
         async move { late.lock_shared(NS, KEY).await }
     });
-    eventually(&cluster, leader, "the late reader queues behind", |i| {
-        waiters(i) == vec![(writer.id(), EXCLUSIVE), (late.id(), SHARED)]
-    })
-    .await;
+    watched
+        .until("the late reader queues behind", |i| {
+            waiters(i) == vec![(writer.id(), EXCLUSIVE), (late.id(), SHARED)]
+        })
+        .await;
 
     // picketctl inspect lists every holder with its mode, and the waiters' modes.
     let shown = cluster
@@ -160,10 +136,9 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
 
     // Both readers leave; only then the writer is granted, with a token above both.
     read.release().await.unwrap();
-    let info = eventually(&cluster, leader, "one reader left", |i| {
-        i.holders.len() == 1
-    })
-    .await;
+    let info = watched
+        .until("one reader left", |i| i.holders.len() == 1)
+        .await;
     assert_eq!(holders(&info), vec![(ctl_hold.session_id, ctl_hold.token)]);
     assert!(
         !writing.is_finished(),
@@ -182,10 +157,11 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         .unwrap();
     let write_token = write.token().0;
     assert!(write_token > read_token && write_token > ctl_hold.token);
-    let info = eventually(&cluster, leader, "the writer holds", |i| {
-        i.mode == EXCLUSIVE && !i.holders.is_empty()
-    })
-    .await;
+    let info = watched
+        .until("the writer holds", |i| {
+            i.mode == EXCLUSIVE && !i.holders.is_empty()
+        })
+        .await;
     assert_eq!(holders(&info), vec![(writer.id(), write_token)]);
     assert_eq!(
         info.floor,

@@ -168,17 +168,7 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
     // Alice requests; she cannot approve her own request; bob approves.
     let token_arg = old_token.to_string();
     let reason = "INC-9: ledger holder hung";
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-        "--revoke-session",
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
     let (rule, error) = cluster
         .picketctl_cert(Some(&people.mallory), None, &request)
         .await

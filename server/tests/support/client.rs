@@ -1,6 +1,6 @@
-//! Requests the tests make through the client library (`picket_net::client`), whichever way
-//! they start the cluster: `tests/support` (plain clusters), `tests/common` (OIDC clusters) and
-//! the tests of an in-process dev cluster include this one file.
+//! Requests the tests make through the client library (`picket_net::client`) or picketctl,
+//! whichever way they start the cluster: `tests/support` (plain clusters), `tests/common` (OIDC
+//! clusters) and the tests of an in-process dev cluster include this one file.
 
 #![allow(dead_code)]
 
@@ -124,4 +124,53 @@ pub fn approval_of(
         force_release_id: requested.force_release_id,
         acknowledged_fenced: requested.fenced,
     }
+}
+
+/// A try (no wait) for an exclusive hold of `ns`/`key` by `session` with its `secret`, as its
+/// request `request_id`.
+pub fn try_acquire_request(
+    session: u64,
+    request_id: u64,
+    ns: &str,
+    key: &str,
+    secret: Vec<u8>,
+) -> proto::AcquireRequest {
+    proto::AcquireRequest {
+        session_id: session,
+        request_id,
+        namespace: ns.into(),
+        key: key.into(),
+        wait_ms: 0,
+        wait_timeout_ms: 0,
+        session_secret: secret,
+        mode: 0,
+    }
+}
+
+/// The answers to the advisory checklist that let picketctl send a force-release request: the
+/// holder has stopped, and a second writer is not acceptable.
+pub const CHECKLIST_ANSWERED: [&str; 4] =
+    ["--holder-stopped", "yes", "--double-run-acceptable", "no"];
+
+/// picketctl's arguments `force-release request NS KEY --token TOKEN --reason REASON`, then
+/// `flags`.
+pub fn force_release_args<'a>(
+    ns: &'a str,
+    key: &'a str,
+    token: &'a str,
+    reason: &'a str,
+    flags: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "force-release",
+        "request",
+        ns,
+        key,
+        "--token",
+        token,
+        "--reason",
+        reason,
+    ];
+    args.extend_from_slice(flags);
+    args
 }

@@ -432,6 +432,120 @@ pub fn on_call_client(
     picket_net::client::Client::new(config).unwrap()
 }
 
+/// `picketctl --endpoints <every replica> ARGS` (e.g. `lock`) started in the background, its
+/// stderr lines collected as they come; killed when dropped.
+pub struct Picketctl {
+    child: std::process::Child,
+    stderr: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Picketctl {
+    pub fn start(cluster: &Cluster, args: &[&str]) -> Picketctl {
+        let mut child = Command::new(picketctl_binary())
+            .arg("--endpoints")
+            .arg(cluster.endpoints.join(","))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let pipe = child.stderr.take().unwrap();
+        let lines = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Picketctl { child, stderr }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub async fn wait_for_line(&self, what: &str, within: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|l| l.contains(what)) {
+                return line;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "picketctl said no `{what}` within {within:?}: {:#?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn exit_code(&mut self, within: Duration) -> i32 {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().expect("exited, not signalled");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "picketctl still runs after {within:?}: {:#?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Picketctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Cluster {
+    /// A session named `name` of a client-library client of every replica, with a 10 s TTL.
+    pub async fn session(&self, name: &str) -> picket_net::client::Session {
+        let mut config = picket_net::client::ClientConfig::new(self.endpoints.clone(), name);
+        config.session_ttl = Some(Duration::from_secs(10));
+        let client = picket_net::client::Client::new(config).unwrap();
+        client.create_session().await.unwrap()
+    }
+
+    /// `ns`/`key` as replica `i` shows it.
+    pub fn key_at(&self, i: usize, ns: &str, key: &str) -> KeyAt {
+        KeyAt {
+            endpoint: self.endpoints[i].clone(),
+            ns: ns.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+}
+
+/// One key as one replica's inspection shows it ([`Cluster::key_at`]).
+pub struct KeyAt {
+    pub endpoint: String,
+    pub ns: String,
+    pub key: String,
+}
+
+impl KeyAt {
+    /// Waits (15 s at the most) until the inspection satisfies `ok`, and returns it.
+    pub async fn until(&self, what: &str, ok: impl Fn(&proto::KeyInfo) -> bool) -> proto::KeyInfo {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let info = inspect(&self.endpoint, &self.ns, &self.key, false)
+                .await
+                .unwrap();
+            if ok(&info) {
+                return info;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// Runs `command` to success and parses its standard output as JSON.
 pub async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
     let out = command.output().await.unwrap();
