@@ -16,10 +16,10 @@
 use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use picket_core::locks::{Wait, 
+use picket_core::locks::{
     Actor, AuditAction, ClassSpec, Command, EventKind, ForceReleaseId, Identity, LockConfig,
     LockMode, LockSnapshot, LockStateMachine, Revision, Role, SecretHash, SessionId, SessionProof,
-    Token, PERMITS_MAX,
+    Token, Wait, PERMITS_MAX,
 };
 use picket_core::time::Instant;
 

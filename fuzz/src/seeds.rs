@@ -6,9 +6,9 @@
 //! far deeper than random bytes); the schedule targets, which read their input through
 //! `arbitrary`, get a few pseudo-random inputs of several lengths.
 
-use picket_core::locks::{Wait, 
+use picket_core::locks::{
     Actor, ClassSpec, Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, Role,
-    SessionId, SessionProof, Token,
+    SessionId, SessionProof, Token, Wait,
 };
 use picket_core::node::{NodeCommand, ProposalId};
 use picket_core::paxos::{
