@@ -3,6 +3,8 @@
 //! restarts, all from one seed. Sessions survive leader changes; a session kept alive is never
 //! expired; an abandoned one is expired within TTL + one election timeout.
 
+mod common;
+
 use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, LockMode, NotYours, Outcome,
     ReleaseCause, Reply, RequestId, Revision, SecretHash, SessionId, SessionProof, Token, Wait,
@@ -315,16 +317,10 @@ impl Sim {
 }
 
 fn create_session(sim: &mut Sim, name: &str) -> SessionId {
-    let identity = Identity {
-        name: name.into(),
-        host: "h".into(),
-        pid: 1,
-        principal: name.into(),
-    };
     match sim.commit(Command::CreateSession {
         secret_hash: None,
         ttl_ms: Some(TTL_MS),
-        identity,
+        identity: identity(name),
     }) {
         Ok(Reply::SessionCreated { session, .. }) => session,
         other => panic!("{other:?}"),
@@ -332,16 +328,13 @@ fn create_session(sim: &mut Sim, name: &str) -> SessionId {
 }
 
 fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
-    let command = Command::Acquire {
+    match sim.commit(common::acquire_of(
         session,
-        proof: SessionProof::legacy(),
-        request: RequestId(1),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
-    match sim.commit(command) {
+        1,
+        key,
+        LockMode::Exclusive,
+        None,
+    )) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     }
@@ -912,21 +905,7 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
     let now = sim.now;
     let node = sim.nodes[leader].as_mut().unwrap();
     let before = node.session_remaining_ms(now, session);
-    let refusals = [
-        (
-            SessionProof::new(SecretHash([6; 32]), "alice"),
-            NotYours::WrongSecret,
-        ),
-        (SessionProof::legacy(), NotYours::SecretMissing),
-        (
-            SessionProof::new(secret, "mallory"),
-            NotYours::OtherPrincipal {
-                owner: "alice".into(),
-                caller: "mallory".into(),
-            },
-        ),
-    ];
-    for (proof, why) in refusals {
+    for (proof, why) in common::not_alices(secret, SecretHash([6; 32])) {
         assert_eq!(
             node.keepalive(now, session, &proof),
             Err(KeepAliveError::NotYours { session, why })
@@ -956,15 +935,13 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
 // ---- waiting acquires: the node answers each once, when its wait ends ----
 
 fn waiting(session: SessionId, request: u64, key: &str, timeout_ms: Option<u64>) -> Command {
-    Command::Acquire {
+    common::acquire_of(
         session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: Some(Wait { timeout_ms }),
-    }
+        request,
+        key,
+        LockMode::Exclusive,
+        Some(Wait { timeout_ms }),
+    )
 }
 
 /// Proposes at the ready leader without waiting for the answer: (leader, proposal).
@@ -1001,14 +978,7 @@ fn keep_all_alive_for(sim: &mut Sim, sessions: &[SessionId], ms: u64) {
 }
 
 fn release(sim: &mut Sim, session: SessionId, request: u64, key: &str, token: Token) -> Outcome {
-    sim.commit(Command::Release {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        token,
-    })
+    sim.commit(common::release_of(session, request, key, token))
 }
 
 #[test]
