@@ -225,11 +225,11 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
     )
     .await
     .unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("the command is killed long before its 30 s sleep ends")
-        .unwrap()
-        .unwrap();
+    let code = requests::joined(
+        running,
+        "the command is killed long before its 30 s sleep ends",
+    )
+    .await;
     assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     cluster.shutdown().await;
 }
@@ -314,11 +314,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
         "{}",
         report.human
     );
-    let code = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("picketctl stops the command at the next keepalive")
-        .unwrap()
-        .unwrap();
+    let code = requests::joined(running, "picketctl stops the command at the next keepalive").await;
     assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !process_gone(sleep_pid) {

@@ -62,23 +62,10 @@ fn resource_key(key: &str) -> String {
 /// Puts the class of `orders` (max expected hold 2 s, the runbook link) as `carol`
 /// (picket-admin); a put without a token is refused first.
 async fn put_class(cluster: &OidcCluster, fenced: bool) {
-    let mut args = vec![
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--ttl-ms-default",
-        "3000",
-        "--ttl-ms-max",
-        "10000",
-        "--hold-ms-max-expected",
-        "2000",
-        "--owner",
-        "team-ledger",
-        "--runbook-url",
-        RUNBOOK,
-    ];
+    let mut args = class_put_args(NS, "ledger");
+    args.extend(["--ttl-ms-default", "3000", "--ttl-ms-max", "10000"]);
+    args.extend(["--hold-ms-max-expected", "2000", "--owner", "team-ledger"]);
+    args.extend(["--runbook-url", RUNBOOK]);
     if fenced {
         args.push("--fenced");
     }
@@ -123,14 +110,7 @@ fn spawn_waiter(
 
 /// The key's inspection through the client library (linearizable).
 async fn inspect(client: &Client, key: &str) -> proto::KeyInfo {
-    client
-        .inspect(proto::InspectRequest {
-            namespace: NS.into(),
-            key: key.into(),
-            allow_stale: false,
-        })
-        .await
-        .unwrap()
+    inspect_key(client, NS, key).await
 }
 
 /// Queues `names` one after the other (each visible in the queue before the next starts, so
@@ -303,12 +283,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     let other = observer.create_session().await.unwrap();
     let other_guard = other.lock(NS, "invoice/43").await.unwrap();
     let holds = cluster.picketctl(Some(&alice), &["holds", NS]).await.ok();
-    let keys: Vec<&str> = holds["holds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["key"].as_str().unwrap())
-        .collect();
+    let keys: Vec<&str> = each(&holds["holds"], |h| h["key"].as_str().unwrap());
     assert_eq!(keys, [KEY, "invoice/43"], "{holds}");
     other_guard.release().await.unwrap();
 
@@ -359,19 +334,11 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     for json in [&shown, &http] {
         assert_holder(json, &holder_session, old_token);
         assert_eq!(json["queue_depth"], 3, "{json}");
-        let names: Vec<&str> = json["waiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["identity"]["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> = each(&json["waiters"], |w| {
+            w["identity"]["name"].as_str().unwrap()
+        });
         assert_eq!(names, ["waiter-1", "waiter-2", "waiter-3"], "{json}");
-        let sessions: Vec<u64> = json["waiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["session_id"].as_u64().unwrap())
-            .collect();
+        let sessions: Vec<u64> = each(&json["waiters"], |w| w["session_id"].as_u64().unwrap());
         assert_eq!(sessions, waiters, "{json}");
         assert_eq!(json["class"]["fenced"], true, "{json}");
         assert_eq!(json["class"]["runbook_url"], RUNBOOK, "{json}");
@@ -409,13 +376,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     assert!(error.contains("picket-operator"), "{error}");
     let requested = cluster.picketctl(Some(&alice), &request).await.ok();
     assert_eq!(requested["fenced"], true, "{requested}");
-    assert!(
-        requested["safety"]
-            .as_str()
-            .unwrap()
-            .contains("refuse the old holder's writes"),
-        "{requested}"
-    );
+    assert_says(&requested, "safety", "refuse the old holder's writes");
     assert_eq!(
         requested["key"]["holder"]["token"], old_token.0,
         "{requested}"
@@ -855,17 +816,8 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     );
 
     // The class owner makes the class advisory while the request waits.
-    let mut advisory = vec![
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--ttl-ms-default",
-        "3000",
-        "--ttl-ms-max",
-        "10000",
-    ];
+    let mut advisory = class_put_args(NS, "ledger");
+    advisory.extend(["--ttl-ms-default", "3000", "--ttl-ms-max", "10000"]);
     advisory.extend(["--hold-ms-max-expected", "2000", "--runbook-url", RUNBOOK]);
     cluster.picketctl(Some(&carol), &advisory).await.ok();
     // Step 5: the approval is refused, naming both kinds, whatever it acknowledges.
@@ -903,22 +855,10 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
         .ok();
     assert_eq!(requested["fenced"], false, "{requested}");
     let second = requested["force_release_id"].as_u64().unwrap().to_string();
-    let approved = cluster
-        .picketctl(
-            Some(&dave),
-            &["force-release", "approve", &second, "--ack", "advisory"],
-        )
-        .await
-        .ok();
+    let approved = cluster.approve(&dave, &second, "advisory").await;
     assert_eq!(approved["fenced"], false, "{approved}");
     assert!(approved["session_revoked"].is_null(), "{approved}");
-    assert!(
-        approved["holder_learns"]
-            .as_str()
-            .unwrap()
-            .contains("learns NOTHING"),
-        "{approved}"
-    );
+    assert_says(&approved, "holder_learns", "learns NOTHING");
     let floor = approved["floor"].as_u64().unwrap();
 
     // The holder learns at its next keepalive: picketctl stops the command's whole group,

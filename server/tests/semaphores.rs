@@ -33,11 +33,9 @@ fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64, Option<u32>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let watched = cluster.key_at(leader, NS, KEY);
-    let dir = tempfile::tempdir().unwrap();
-    let stop = dir.path().join("stop");
-    let slot_file = dir.path().join("slot");
+    let watched = cluster.key_at(cluster.leader(ELECTION).await, NS, KEY);
+    let hold = HoldUntilStopped::new();
+    let slot_file = hold.file("slot");
 
     // A permit of a key that is no semaphore is refused by rule.
     let a = cluster.session("worker-a").await;
@@ -55,11 +53,10 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // Two holders in distinct slots: the client library and picketctl lock --permit.
     let permit_a = a.acquire_permit(NS, KEY).await.unwrap();
     assert_eq!(permit_a.slot(), Some(0));
-    let script = format!(
-        "echo \"$PICKET_SLOT\" > '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
-        slot_file.display(),
-        stop.display()
-    );
+    let script = hold.script(&format!(
+        "echo \"$PICKET_SLOT\" > '{}'; ",
+        slot_file.display()
+    ));
     let mut ctl_holder = cluster
         .picketctl_as(
             "svc",
@@ -95,16 +92,12 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         c.try_acquire_permit(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = cluster
-        .picketctl_as(
-            "svc",
-            ROLES,
-            &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
-        )
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    assert_busy(cluster.picketctl_as(
+        "svc",
+        ROLES,
+        &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
+    ))
+    .await;
     let waiting = tokio::spawn({
         let c = c.clone();
         async move { c.acquire_permit(NS, KEY).await }
@@ -118,11 +111,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // a's permit frees: c gets slot 0 with a token above a's.
     let a_token = permit_a.token();
     permit_a.release().await.unwrap();
-    let permit_c = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("c is granted")
-        .unwrap()
-        .unwrap();
+    let permit_c = joined(waiting, "c is granted").await;
     assert_eq!(permit_c.slot(), Some(0), "the freed slot");
     assert!(permit_c.token() > a_token);
     // The new holder of slot 0 writes; the superseded one is refused; slot 1 is not.
@@ -138,12 +127,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     let shown = json_of(cluster.picketctl_as("svc", ROLES, &["--json", "inspect", NS, KEY])).await;
     assert_eq!(shown["permits"], 2, "{shown}");
     assert_eq!(shown["mode"], "permit", "{shown}");
-    let slots: Vec<u64> = shown["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["slot"].as_u64().unwrap())
-        .collect();
+    let slots: Vec<u64> = each(&shown["holders"], |h| h["slot"].as_u64().unwrap());
     assert_eq!(
         slots,
         vec![1, 0],
@@ -233,17 +217,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     assert!(!d_waiting.is_finished(), "1 holder of 1 permit: d waits");
 
     // The picketctl holder ends: d is granted slot 0 (the only slot below N).
-    std::fs::write(&stop, b"").unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), ctl_holder.wait())
-        .await
-        .expect("picketctl exits when its command does")
-        .unwrap();
-    assert!(code.success(), "{code:?}");
-    let permit_d = tokio::time::timeout(Duration::from_secs(10), d_waiting)
-        .await
-        .expect("d is granted")
-        .unwrap()
-        .unwrap();
+    hold.stop();
+    exits_successfully(&mut ctl_holder).await;
+    let permit_d = joined(d_waiting, "d is granted").await;
     assert_eq!(permit_d.slot(), Some(0));
     assert!(permit_d.token().0 > floor);
     gate.check_slot(&fence_key, 0, permit_d.token()).unwrap();
@@ -256,9 +232,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // Free again, the declaration stays until removed.
     let removed = ctl_set_permits(&cluster, "0", "done").await;
     assert_eq!(removed["previous_permits"], 1, "{removed}");
-    let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
-        .await
-        .unwrap();
+    let info = inspect(&watched.endpoint, NS, KEY, false).await.unwrap();
     assert_eq!(info.permits, None);
 }
 

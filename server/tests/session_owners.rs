@@ -449,11 +449,8 @@ async fn with_oidc_nobody_acts_on_another_principals_session() {
 async fn with_mutual_tls_nobody_acts_on_another_principals_session() {
     // Every verified certificate may lock (`certificate_roles` defaults to picket-client).
     let cluster = OidcCluster::start_with(Options {
-        oidc: false,
-        tls: true,
-        mtls: true,
-        extra: String::new(),
         election_timeout_ms: STABLE_ELECTIONS_MS,
+        ..Options::mtls(String::new())
     });
     let leader = cluster.leader(Duration::from_secs(20)).await;
     let endpoint = &cluster.endpoints[leader];

@@ -262,9 +262,7 @@ fn no_pushes(messages: &[proto::SessionResponse]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_stream_that_subscribed_gets_pushes_and_an_old_style_stream_works_unchanged() {
-    let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
+    let (cluster, _, at) = cluster_with_leader(ELECTION).await;
     let a = create_session(&at, "raw-a", 10_000).await;
 
     // `subscribed` asked for pushes and carries `a`; `old` is a client from before pushes;

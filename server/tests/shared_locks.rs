@@ -37,21 +37,14 @@ const EXCLUSIVE: i32 = proto::LockMode::Exclusive as i32;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
     let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let watched = cluster.key_at(leader, NS, KEY);
-    let dir = tempfile::tempdir().unwrap();
-    let stop = dir.path().join("stop");
+    let watched = cluster.key_at(cluster.leader(ELECTION).await, NS, KEY);
+    let hold = HoldUntilStopped::new();
 
     // Reader 1: the client library.
     let reader = cluster.session("reader").await;
     let read = reader.lock_shared(NS, KEY).await.unwrap();
-    // Reader 2: picketctl, holding until the stop file appears.
-    // Bounded (60 s): if the test fails, picketctl is killed but this command, in its own
-    // process group, is not; it must end by itself once its stop file's directory is gone.
-    let script = format!(
-        "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
-        stop.display()
-    );
+    // Reader 2: picketctl, holding until told to stop.
+    let script = hold.script("");
     let mut ctl_reader = cluster
         .picketctl(&["lock", "--shared", NS, KEY, "--", "sh", "-c", &script])
         .spawn()
@@ -83,12 +76,7 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         late.try_lock_shared(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = cluster
-        .picketctl(&["lock", "--shared", "--no-wait", NS, KEY, "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    assert_busy(cluster.picketctl(&["lock", "--shared", "--no-wait", NS, KEY, "--", "true"])).await;
     let late_reading = tokio::spawn({
         let late = late.clone();
         async move { late.lock_shared(NS, KEY).await }
@@ -108,15 +96,10 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     assert!(shown.status.success(), "{shown:?}");
     let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(json["mode"], "shared");
-    let listed: Vec<(u64, String)> = json["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            let mode = h["mode"].as_str().unwrap().to_owned();
-            (h["session_id"].as_u64().unwrap(), mode)
-        })
-        .collect();
+    let listed: Vec<(u64, String)> = each(&json["holders"], |h| {
+        let mode = h["mode"].as_str().unwrap().to_owned();
+        (h["session_id"].as_u64().unwrap(), mode)
+    });
     assert_eq!(
         listed,
         vec![
@@ -144,17 +127,9 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
         !writing.is_finished(),
         "the writer still waits for the other reader"
     );
-    std::fs::write(&stop, b"").unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), ctl_reader.wait())
-        .await
-        .expect("picketctl exits when its command does")
-        .unwrap();
-    assert!(code.success(), "{code:?}");
-    let write = tokio::time::timeout(Duration::from_secs(10), writing)
-        .await
-        .expect("the writer is granted")
-        .unwrap()
-        .unwrap();
+    hold.stop();
+    exits_successfully(&mut ctl_reader).await;
+    let write = joined(writing, "the writer is granted").await;
     let write_token = write.token().0;
     assert!(write_token > read_token && write_token > ctl_hold.token);
     let info = watched
@@ -172,10 +147,6 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
 
     // The late reader follows the writer.
     write.release().await.unwrap();
-    let late_read = tokio::time::timeout(Duration::from_secs(10), late_reading)
-        .await
-        .expect("the late reader is granted")
-        .unwrap()
-        .unwrap();
+    let late_read = joined(late_reading, "the late reader is granted").await;
     assert!(late_read.token().0 > write_token);
 }

@@ -67,6 +67,20 @@ pub struct Options {
     pub election_timeout_ms: (u64, u64),
 }
 
+impl Options {
+    /// Mutual TLS instead of OIDC: client certificates are the credentials; `extra` as
+    /// [`Options::extra`].
+    pub fn mtls(extra: String) -> Options {
+        Options {
+            oidc: false,
+            tls: true,
+            mtls: true,
+            extra,
+            ..Options::default()
+        }
+    }
+}
+
 /// The election timeouts of a test whose calls go to one replica, the leader it found first.
 pub const STABLE_ELECTIONS_MS: (u64, u64) = (2_000, 4_000);
 
@@ -230,6 +244,12 @@ impl OidcCluster {
     /// status and its stdout parsed as JSON (`Null` when it printed nothing).
     pub async fn picketctl(&self, token: Option<&str>, args: &[&str]) -> Ctl {
         self.picketctl_cert(None, token, args).await
+    }
+
+    /// `picketctl force-release approve ID --ack ACK` as the holder of `token`: its JSON answer.
+    pub async fn approve(&self, token: &str, id: &str, ack: &str) -> serde_json::Value {
+        let args = ["force-release", "approve", id, "--ack", ack];
+        self.picketctl(Some(token), &args).await.ok()
     }
 
     /// [`OidcCluster::picketctl`] presenting the client certificate `cert` (`--cert/--key`).

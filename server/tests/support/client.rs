@@ -174,3 +174,31 @@ pub fn force_release_args<'a>(
     args.extend_from_slice(flags);
     args
 }
+
+/// What the spawned `task` returned, within 10 s (`what`: what the test waits for).
+pub async fn joined<T, E: std::fmt::Debug>(
+    task: tokio::task::JoinHandle<Result<T, E>>,
+    what: &str,
+) -> T {
+    let joined = tokio::time::timeout(std::time::Duration::from_secs(10), task).await;
+    joined.expect(what).unwrap().unwrap()
+}
+
+/// `f` of each item of the JSON array `list` (a picketctl or HTTP answer's), in order.
+pub fn each<'a, T>(list: &'a serde_json::Value, f: impl Fn(&'a serde_json::Value) -> T) -> Vec<T> {
+    list.as_array().unwrap().iter().map(f).collect()
+}
+
+/// picketctl's arguments `classes put NS --name NAME` (flags to add after them).
+pub fn class_put_args<'a>(ns: &'a str, name: &'a str) -> Vec<&'a str> {
+    vec!["classes", "put", ns, "--name", name]
+}
+
+/// Asserts that the text `json[field]` (of a picketctl or HTTP answer) contains `part`.
+#[track_caller]
+pub fn assert_says(json: &serde_json::Value, field: &str, part: &str) {
+    let text = json[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field}: {json}"));
+    assert!(text.contains(part), "{field} lacks {part:?}: {json}");
+}

@@ -546,6 +546,66 @@ impl KeyAt {
     }
 }
 
+/// Waits (10 s at the most) for `child` (a picketctl whose command was told to stop) to exit
+/// successfully.
+pub async fn exits_successfully(child: &mut tokio::process::Child) {
+    let code = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("picketctl exits when its command does")
+        .unwrap();
+    assert!(code.success(), "{code:?}");
+}
+
+/// Runs `command` (a `picketctl lock --no-wait` of a held key) and asserts that it exits with
+/// picketctl's status for busy (5).
+pub async fn assert_busy(mut command: tokio::process::Command) {
+    let busy = command.output().await.unwrap();
+    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+}
+
+/// [`Cluster::start`] with a leader elected within `election`: the cluster, the leader's index
+/// and its endpoint.
+pub async fn cluster_with_leader(election: Duration) -> (Cluster, usize, String) {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(election).await;
+    let at = cluster.endpoints[leader].clone();
+    (cluster, leader, at)
+}
+
+/// A command for `picketctl lock ... -- sh -c` that holds the lock until the test says stop:
+/// it waits for a stop file in a temporary directory of its own. Bounded (60 s): if the test
+/// fails, picketctl is killed but this command, in its own process group, is not; it must end
+/// by itself once its stop file's directory is gone.
+pub struct HoldUntilStopped {
+    dir: tempfile::TempDir,
+}
+
+impl HoldUntilStopped {
+    pub fn new() -> HoldUntilStopped {
+        HoldUntilStopped {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// A file `name` in the directory (for the command to write to).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The script: `first`, then the wait for the stop file.
+    pub fn script(&self, first: &str) -> String {
+        format!(
+            "{first}i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+            self.file("stop").display()
+        )
+    }
+
+    /// Tells the command to end.
+    pub fn stop(&self) {
+        std::fs::write(self.file("stop"), b"").unwrap();
+    }
+}
+
 /// Runs `command` to success and parses its standard output as JSON.
 pub async fn json_of(mut command: tokio::process::Command) -> serde_json::Value {
     let out = command.output().await.unwrap();
