@@ -197,15 +197,10 @@ async fn open_victim(caller: Caller) -> Victim {
         created.session_secret.is_empty(),
         "a client-chosen secret is never sent back"
     );
+    let request = try_acquire_request(created.session_id, 1, NS, KEY, secret.clone());
     let acquired = caller
         .lock()
-        .acquire(caller.request(try_acquire_request(
-            created.session_id,
-            1,
-            NS,
-            KEY,
-            secret.clone(),
-        )))
+        .acquire(caller.request(request))
         .await
         .unwrap()
         .into_inner();
@@ -280,16 +275,8 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
     rules.push(("keepalive", rule));
     // The victim's own request id (a "retry") and a fresh one for another key.
     for (request_id, key) in [(1, KEY), (1_000, "order/31")] {
-        let acquire = caller
-            .lock()
-            .acquire(caller.request(try_acquire_request(
-                victim.session,
-                request_id,
-                NS,
-                key,
-                secret.clone(),
-            )))
-            .await;
+        let request = try_acquire_request(victim.session, request_id, NS, key, secret.clone());
+        let acquire = caller.lock().acquire(caller.request(request)).await;
         rules.push(("acquire", rule_of(acquire, "acquire", name)));
     }
     let release = caller
