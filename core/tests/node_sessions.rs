@@ -445,15 +445,8 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
             let session = create_session(&mut sim, "gone");
             let other = create_session(&mut sim, "waiting");
             acquire(&mut sim, session, "k");
-            let waiting = Command::Acquire {
-                session: other,
-                proof: SessionProof::legacy(),
-                request: RequestId(1),
-                namespace: "ns".into(),
-                key: "k".into(),
-                mode: LockMode::Exclusive,
-                wait: Some(Wait::UNBOUNDED),
-            };
+            let waiting =
+                common::acquire_of(other, 1, "k", LockMode::Exclusive, Some(Wait::UNBOUNDED));
             let queued = sim.commit_held(waiting, Some(0));
             assert_eq!(
                 queued,
@@ -617,15 +610,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
 
     // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
     sim.isolated = Some(leader);
-    let command = Command::Acquire {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(7),
-        namespace: "ns".into(),
-        key: "k".into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
+    let command = common::acquire_of(session, 7, "k", LockMode::Exclusive, None);
     let proposal = sim.nodes[leader]
         .as_mut()
         .unwrap()
@@ -717,15 +702,7 @@ fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
 }
 
 fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> Token {
-    let command = Command::Acquire {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
+    let command = common::acquire_of(session, request, key, LockMode::Exclusive, None);
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
@@ -1300,15 +1277,7 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
     // A try (no wait) is not a wait and is not refused.
     let tried = sim.nodes[leader].as_mut().unwrap().propose(
         now,
-        Command::Acquire {
-            session: second,
-            proof: SessionProof::legacy(),
-            request: RequestId(2),
-            namespace: "ns".into(),
-            key: "k".into(),
-            mode: LockMode::Exclusive,
-            wait: None,
-        },
+        common::acquire_of(second, 2, "k", LockMode::Exclusive, None),
     );
     assert!(tried.is_ok(), "{tried:?}");
 }
