@@ -3,8 +3,8 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, EventKind, Identity,
-    LockConfig, LockMode, LockStateMachine, Reply, RequestId, Revision, Role, SessionId,
-    SessionProof, Token, Wait, WatchError, WatchFilter,
+    LockConfig, LockMode, LockSnapshot, LockStateMachine, Reply, RequestId, Revision, Role,
+    SessionId, SessionProof, Token, Wait, WatchError, WatchFilter,
 };
 use picket_core::time::Instant;
 
@@ -136,69 +136,82 @@ fn inconsistent_snapshots_are_refused_with_the_rule() {
         let error = LockStateMachine::restore(snapshot).unwrap_err();
         assert!(error.to_string().contains(needle), "{error} lacks {needle}");
     };
-    let mut s = good.clone();
-    s.sessions.remove(0);
-    refuse(s, "is not listed");
-    let mut s = good.clone();
-    s.sessions.push(s.sessions[0].clone());
-    refuse(s, "listed twice");
-    let mut s = good.clone();
-    let holder = s.locks[0].holders[0].session;
-    s.locks[0].waiters.push(picket_core::locks::WaiterSnapshot {
-        session: holder,
-        mode: LockMode::Exclusive,
-        queued_at: Instant::ZERO,
-        deadline: None,
+    // `good` changed by `change`.
+    let changed = |change: fn(&mut LockSnapshot)| {
+        let mut s = good.clone();
+        change(&mut s);
+        s
+    };
+    let unlisted = changed(|s| {
+        s.sessions.remove(0);
     });
-    refuse(s, "holds or waits twice");
-    let mut s = good.clone();
-    s.locks.push(s.locks[0].clone());
-    refuse(s, "listed twice");
-    let mut s = good.clone();
-    s.locks[0].namespace = "Bad".into();
-    refuse(s, "namespace");
-    let mut s = good.clone();
-    s.locks[0].holders[0].token = Token(1_000);
-    refuse(s, "beyond revision");
-    let mut s = good.clone();
-    s.locks[0].floor = Revision(s.locks[0].holders[0].token.0 + 1);
-    refuse(s, "below floor");
-    let mut s = good.clone();
-    s.locks[0].holders.clear();
-    refuse(s, "without a holder");
-    let mut s = good.clone();
-    let second = s.locks[0].holders[0];
-    s.locks[0].holders.push(second);
+    refuse(unlisted, "is not listed");
+    refuse(
+        changed(|s| s.sessions.push(s.sessions[0].clone())),
+        "listed twice",
+    );
+    let holder_waits = changed(|s| {
+        let holder = s.locks[0].holders[0].session;
+        s.locks[0].waiters.push(picket_core::locks::WaiterSnapshot {
+            session: holder,
+            mode: LockMode::Exclusive,
+            queued_at: Instant::ZERO,
+            deadline: None,
+        });
+    });
+    refuse(holder_waits, "holds or waits twice");
+    refuse(
+        changed(|s| s.locks.push(s.locks[0].clone())),
+        "listed twice",
+    );
+    refuse(
+        changed(|s| s.locks[0].namespace = "Bad".into()),
+        "namespace",
+    );
+    refuse(
+        changed(|s| s.locks[0].holders[0].token = Token(1_000)),
+        "beyond revision",
+    );
+    refuse(
+        changed(|s| s.locks[0].floor = Revision(s.locks[0].holders[0].token.0 + 1)),
+        "below floor",
+    );
+    refuse(changed(|s| s.locks[0].holders.clear()), "without a holder");
+    let mut s = changed(|s| {
+        let second = s.locks[0].holders[0];
+        s.locks[0].holders.push(second);
+    });
     refuse(s.clone(), "exclusive with 2 holders");
     s.locks[0].mode = LockMode::Shared;
     refuse(s, "holds or waits twice");
-    let mut s = good.clone();
-    s.config.watch_retention = 1;
-    refuse(s, "retention");
-    let mut s = good.clone();
-    s.config.dedup_window = 0;
-    refuse(s, "dedup_window is 0");
-    let mut s = good.clone();
-    s.force_releases[0].expires_at = Instant::ZERO;
-    refuse(s, "still pending");
-    let mut s = good.clone();
-    let mut reversed: Vec<_> = s.events.iter().cloned().collect();
-    reversed.reverse();
-    s.events = reversed.into();
-    refuse(s, "out of revision order");
+    refuse(changed(|s| s.config.watch_retention = 1), "retention");
+    refuse(changed(|s| s.config.dedup_window = 0), "dedup_window is 0");
+    refuse(
+        changed(|s| s.force_releases[0].expires_at = Instant::ZERO),
+        "still pending",
+    );
+    let reversed = changed(|s| {
+        let mut reversed: Vec<_> = s.events.iter().cloned().collect();
+        reversed.reverse();
+        s.events = reversed.into();
+    });
+    refuse(reversed, "out of revision order");
     // Found by the record_decode fuzzer: a snapshot over a bound was restored and the next
     // command tripped the per-command bound check (a panic instead of a refusal).
-    let mut s = good.clone();
-    s.config.force_releases_pending_max = 0;
-    refuse(s, "1 pending force-releases, bound 0");
-    let mut s = good.clone();
-    s.config.sessions_max = 1;
-    refuse(s, "2 sessions, bound 1");
-    let mut s = good;
-    let mut future = s.events.back().unwrap().clone();
-    future.revision = Revision(s.revision.0 + 1);
-    s.events.push_back(future);
-    refuse(s, "beyond revision r7");
+    refuse(
+        changed(|s| s.config.force_releases_pending_max = 0),
+        "1 pending force-releases, bound 0",
+    );
+    refuse(
+        changed(|s| s.config.sessions_max = 1),
+        "2 sessions, bound 1",
+    );
+    let future = changed(|s| {
+        let mut future = s.events.back().unwrap().clone();
+        future.revision = Revision(s.revision.0 + 1);
+        s.events.push_back(future);
+    });
+    refuse(future, "beyond revision r7");
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! bound to their request, and how legacy (pre-secret) sessions, commands and remembered replies
 //! behave. Every refusal changes nothing but the revision.
 
+mod common;
+
 use picket_core::locks::{
     AcquireReply, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine, NotYours,
     RememberedReply, Reply, RequestId, SecretHash, SessionId, SessionProof, Token, Wait,
@@ -31,17 +33,8 @@ fn create_command(principal: &str, secret_hash: Option<SecretHash>) -> Command {
 
 /// Applies and checks that an error changed nothing but revision and time.
 fn apply(sm: &mut LockStateMachine, command: Command) -> Result<Reply, LockError> {
-    let before = sm.snapshot();
     let at = Instant::from_millis(1_000 + sm.revision().0);
-    let outcome = sm.apply(at, command);
-    sm.check_invariants();
-    if outcome.is_err() {
-        let mut after = sm.snapshot();
-        after.revision = before.revision;
-        after.time = before.time;
-        assert_eq!(after, before, "the error {outcome:?} changed the state");
-    }
-    outcome
+    common::apply_checked(sm, at, command)
 }
 
 fn create(sm: &mut LockStateMachine, principal: &str, secret: Option<SecretHash>) -> SessionId {
@@ -105,27 +98,14 @@ fn victim(sm: &mut LockStateMachine) -> (SessionId, Token) {
 fn only_the_secret_and_the_owning_principal_act_on_a_session() {
     let mut sm = LockStateMachine::new(LockConfig::default());
     let (session, token) = victim(&mut sm);
-    let attempts = [
-        (
-            SessionProof::new(OTHER_SECRET, "alice"),
-            NotYours::WrongSecret,
-        ),
-        (SessionProof::legacy(), NotYours::SecretMissing),
-        (
-            SessionProof::new(SECRET, "mallory"),
-            NotYours::OtherPrincipal {
-                owner: "alice".into(),
-                caller: "mallory".into(),
-            },
-        ),
-        (
-            SessionProof::new(SECRET, UNAUTHENTICATED_PRINCIPAL),
-            NotYours::OtherPrincipal {
-                owner: "alice".into(),
-                caller: UNAUTHENTICATED_PRINCIPAL.into(),
-            },
-        ),
-    ];
+    let mut attempts = common::not_alices(SECRET, OTHER_SECRET).to_vec();
+    attempts.push((
+        SessionProof::new(SECRET, UNAUTHENTICATED_PRINCIPAL),
+        NotYours::OtherPrincipal {
+            owner: "alice".into(),
+            caller: UNAUTHENTICATED_PRINCIPAL.into(),
+        },
+    ));
     for (proof, why) in attempts {
         let commands = [
             release(session, &proof, 2, "first", token),

@@ -1,5 +1,8 @@
 //! Sessions, locks, retries, classes, bounds and queries: each rule and each error.
 
+mod common;
+use common::{apply_checked, release_of};
+
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, ClassSpec, Command, Identity, LockConfig,
     LockError, LockMode, LockStateMachine, NameError, ReleaseCause, Reply, RequestId, Revision,
@@ -31,44 +34,20 @@ fn create(sm: &mut LockStateMachine, ttl_ms: Option<u64>) -> SessionId {
 }
 
 fn acquire(session: SessionId, request: u64, key: &str, wait: bool) -> Command {
-    Command::Acquire {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: wait.then_some(Wait::UNBOUNDED),
-    }
+    let wait = wait.then_some(Wait::UNBOUNDED);
+    common::acquire_of(session, request, key, LockMode::Exclusive, wait)
 }
 
-fn release(session: SessionId, request: u64, key: &str, token: Token) -> Command {
-    Command::Release {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        token,
-    }
-}
-
-/// Applies and checks that an error changed nothing but revision and time.
+/// Applies, checks that the command advanced the revision and that an error changed nothing
+/// but revision and time.
 fn apply(sm: &mut LockStateMachine, at: u64, command: Command) -> Result<Reply, LockError> {
-    let before = sm.snapshot();
-    let outcome = sm.apply(Instant::from_millis(at), command);
-    sm.check_invariants();
+    let before = sm.revision();
+    let outcome = apply_checked(sm, Instant::from_millis(at), command);
     assert_eq!(
         sm.revision().0,
-        before.revision.0 + 1,
+        before.0 + 1,
         "every command advances the revision"
     );
-    if outcome.is_err() {
-        let mut after = sm.snapshot();
-        after.revision = before.revision;
-        after.time = before.time;
-        assert_eq!(after, before, "the error {outcome:?} changed the state");
-    }
     outcome
 }
 
@@ -99,7 +78,7 @@ fn tokens_are_grant_revisions_and_waiters_are_fifo() {
         apply(&mut sm, 23, acquire(c, 1, "k", true)),
         Ok(Reply::Acquire(AcquireReply::Queued { position: 2 }))
     );
-    let released = apply(&mut sm, 30, release(a, 2, "k", token));
+    let released = apply(&mut sm, 30, release_of(a, 2, "k", token));
     let handoff = Token(sm.revision().0);
     assert_eq!(
         released,
@@ -154,7 +133,7 @@ fn from_cluster_version_2_a_hand_off_removes_the_expired_wait_at_the_head_of_its
         let mut restored = LockStateMachine::restore(sm.snapshot()).expect("restores");
         // The release at quick's deadline (queued at 30 with 100 ms: due at 130), with no
         // `ExpireWaits` before it in the log.
-        let release = release(holder, 2, "k", token);
+        let release = release_of(holder, 2, "k", token);
         let outcome = apply(&mut sm, 130, release.clone());
         assert_eq!(
             apply(&mut restored, 130, release),
@@ -224,7 +203,7 @@ fn retries_are_idempotent() {
         apply(&mut sm, 3, acquire(b, 1, "k", true)),
         Ok(Reply::Acquire(AcquireReply::Queued { position: 1 }))
     );
-    let released = apply(&mut sm, 4, release(a, 3, "k", token)).unwrap();
+    let released = apply(&mut sm, 4, release_of(a, 3, "k", token)).unwrap();
     let Reply::Released {
         next: Some((_, token_b)),
         ..
@@ -237,12 +216,15 @@ fn retries_are_idempotent() {
         token_b
     );
     // A retried release answers the same, though the session no longer holds the key.
-    assert_eq!(apply(&mut sm, 6, release(a, 3, "k", token)), Ok(released));
+    assert_eq!(
+        apply(&mut sm, 6, release_of(a, 3, "k", token)),
+        Ok(released)
+    );
     // Once out of the window (2 requests), a retry is refused, not re-applied.
     apply(&mut sm, 7, acquire(a, 4, "x", false)).unwrap();
     apply(&mut sm, 7, acquire(a, 5, "y", false)).unwrap();
     assert_eq!(
-        apply(&mut sm, 8, release(a, 3, "k", token)),
+        apply(&mut sm, 8, release_of(a, 3, "k", token)),
         Err(LockError::RequestTooOld {
             session: a,
             request: RequestId(3),
@@ -409,7 +391,7 @@ fn every_lock_error_names_its_rule() {
         Err(LockError::UnknownSession { session: ghost })
     );
     assert_eq!(
-        apply(&mut sm, 1, release(ghost, 1, "k", Token(1))),
+        apply(&mut sm, 1, release_of(ghost, 1, "k", Token(1))),
         Err(LockError::UnknownSession { session: ghost })
     );
     assert_eq!(
@@ -459,7 +441,7 @@ fn every_lock_error_names_its_rule() {
     );
     let token = granted(apply(&mut sm, 1, acquire(a, 2, "k", false)));
     assert_eq!(
-        apply(&mut sm, 1, release(b, 1, "k", token)),
+        apply(&mut sm, 1, release_of(b, 1, "k", token)),
         Err(LockError::NotHolder {
             namespace: "ns".into(),
             key: "k".into(),
@@ -467,7 +449,7 @@ fn every_lock_error_names_its_rule() {
         })
     );
     assert_eq!(
-        apply(&mut sm, 1, release(a, 3, "k", Token(token.0 + 1))),
+        apply(&mut sm, 1, release_of(a, 3, "k", Token(token.0 + 1))),
         Err(LockError::WrongToken {
             namespace: "ns".into(),
             key: "k".into(),

@@ -9,8 +9,8 @@ use common::World;
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, LockError, LockMode,
-    LockStateMachine, Reply, RequestId, Revision, Role, SessionId, SessionProof, Token, Wait,
-    WaitEndKind, WatchFilter, PERMITS_MAX,
+    LockStateMachine, Reply, Revision, Role, SessionId, SessionProof, Token, Wait, WatchFilter,
+    PERMITS_MAX,
 };
 use picket_core::time::Instant;
 
@@ -31,26 +31,13 @@ impl World {
         })
     }
 
-    fn acquire_command(&mut self, session: SessionId, mode: LockMode, wait: bool) -> Command {
-        self.request += 1;
-        Command::Acquire {
-            session,
-            proof: SessionProof::legacy(),
-            request: RequestId(self.request),
-            namespace: "ns".into(),
-            key: "k".into(),
-            mode,
-            wait: wait.then_some(Wait::UNBOUNDED),
-        }
-    }
-
     fn try_acquire(
         &mut self,
         session: SessionId,
         mode: LockMode,
         wait: bool,
     ) -> Result<Reply, LockError> {
-        let command = self.acquire_command(session, mode, wait);
+        let command = self.acquire_command(session, mode, wait.then_some(Wait::UNBOUNDED));
         self.apply(command)
     }
 
@@ -72,24 +59,9 @@ impl World {
         }
     }
 
-    fn release(&mut self, session: SessionId, token: Token) -> Option<(SessionId, Token)> {
-        self.request += 1;
-        match self.apply(Command::Release {
-            session,
-            proof: SessionProof::legacy(),
-            request: RequestId(self.request),
-            namespace: "ns".into(),
-            key: "k".into(),
-            token,
-        }) {
-            Ok(Reply::Released { next, .. }) => next,
-            other => panic!("{other:?}"),
-        }
-    }
-
     /// (session, token, slot) of every holder, oldest first.
     fn holders(&self) -> Vec<(SessionId, Token, Option<u32>)> {
-        let info = self.sm.inspect("ns", "k", Instant::ZERO).unwrap();
+        let info = self.inspect_k();
         info.holders
             .iter()
             .map(|h| (h.session, h.token, h.slot))
@@ -97,39 +69,19 @@ impl World {
     }
 
     fn waiters(&self) -> Vec<SessionId> {
-        let info = self.sm.inspect("ns", "k", Instant::ZERO).unwrap();
+        let info = self.inspect_k();
         info.waiters.iter().map(|w| w.session).collect()
     }
 
     fn slot_floors(&self) -> Vec<(u32, Revision)> {
-        self.sm
-            .inspect("ns", "k", Instant::ZERO)
-            .unwrap()
-            .slot_floors
-    }
-
-    /// (session, token, slot) granted by the last command to its waiters.
-    fn granted_now(&self) -> Vec<(SessionId, Token, Option<u32>)> {
-        self.sm
-            .wait_ends()
-            .iter()
-            .filter_map(|end| match end.kind {
-                WaitEndKind::Granted { token, slot } => Some((end.session, token, slot)),
-                WaitEndKind::Removed { .. } => None,
-            })
-            .collect()
+        self.inspect_k().slot_floors
     }
 }
 
 #[test]
 fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
     let mut w = World::new();
-    let (a, b, c, d) = (
-        w.session("a"),
-        w.session("b"),
-        w.session("c"),
-        w.session("d"),
-    );
+    let [a, b, c, d] = w.sessions(["a", "b", "c", "d"]);
     assert_eq!(
         w.set(2),
         Ok(Reply::SemaphoreSet {
@@ -163,7 +115,7 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
     let next = w.release(a, ta);
     let tc = Token(w.sm.revision().0);
     assert_eq!(next, Some((c, tc)));
-    assert_eq!(w.granted_now(), vec![(c, tc, Some(0))]);
+    assert_eq!(w.granted_slots(), vec![(c, tc, Some(0))]);
     assert_eq!(w.holders(), vec![(b, tb, Some(1)), (c, tc, Some(0))]);
     assert_eq!(w.waiters(), vec![d]);
     // Slot 0's floor is c's grant: a's token on slot 0 is superseded.
@@ -353,12 +305,7 @@ fn set_semaphore_rules_audit_and_watch() {
 #[test]
 fn lowering_n_keeps_the_holders_and_grants_only_slots_below_n() {
     let mut w = World::new();
-    let (a, b, c, d) = (
-        w.session("a"),
-        w.session("b"),
-        w.session("c"),
-        w.session("d"),
-    );
+    let [a, b, c, d] = w.sessions(["a", "b", "c", "d"]);
     w.set(3).unwrap();
     let (ta, _) = w.granted(a);
     let (tb, _) = w.granted(b);
@@ -392,7 +339,7 @@ fn lowering_n_keeps_the_holders_and_grants_only_slots_below_n() {
         })
     );
     assert_eq!(
-        w.granted_now(),
+        w.granted_slots(),
         vec![(e, Token(w.sm.revision().0), Some(1))]
     );
 }
@@ -402,7 +349,7 @@ fn a_request_id_is_bound_to_its_mode() {
     let mut w = World::new();
     let a = w.session("a");
     w.set(2).unwrap();
-    let first = w.acquire_command(a, Permit, true);
+    let first = w.acquire_command(a, Permit, Some(Wait::UNBOUNDED));
     let Ok(Reply::Acquire(granted)) = w.apply(first.clone()) else {
         panic!("refused");
     };
@@ -431,7 +378,7 @@ fn a_request_id_is_bound_to_its_mode() {
 #[test]
 fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
     let mut w = World::new();
-    let (a, b, c) = (w.session("a"), w.session("b"), w.session("c"));
+    let [a, b, c] = w.sessions(["a", "b", "c"]);
     w.set(2).unwrap();
     let (ta, sa) = w.granted(a);
     let (tb, _) = w.granted(b);
@@ -449,20 +396,7 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
     let Ok(Reply::ForceReleaseRequested { id, .. }) = w.apply(request) else {
         panic!("request refused");
     };
-    let approve = Command::ApproveForceRelease {
-        actor: Actor::new("bob", &[Role::OnCall]),
-        id,
-        acknowledged_fenced: false,
-    };
-    let Ok(Reply::ForceReleaseApproved {
-        floor,
-        released_token,
-        next,
-        ..
-    }) = w.apply(approve)
-    else {
-        panic!("approval refused");
-    };
+    let (floor, released_token, next) = w.approve_advisory(Actor::new("bob", &[Role::OnCall]), id);
     let revision = w.sm.revision();
     assert_eq!(released_token, ta);
     assert_eq!(floor, revision, "the slot's floor is the release");
@@ -489,7 +423,7 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
 #[test]
 fn ending_sessions_and_cancelled_waits_free_permits_for_the_queue() {
     let mut w = World::new();
-    let (a, b, c) = (w.session("a"), w.session("b"), w.session("c"));
+    let [a, b, c] = w.sessions(["a", "b", "c"]);
     w.set(1).unwrap();
     w.granted(a);
     assert_eq!(w.acquire(b, true), AcquireReply::Queued { position: 1 });
@@ -514,7 +448,7 @@ fn ending_sessions_and_cancelled_waits_free_permits_for_the_queue() {
     })
     .unwrap();
     assert_eq!(
-        w.granted_now(),
+        w.granted_slots(),
         vec![(c, Token(w.sm.revision().0), Some(0))]
     );
 }
@@ -522,7 +456,7 @@ fn ending_sessions_and_cancelled_waits_free_permits_for_the_queue() {
 #[test]
 fn a_snapshot_breaking_a_semaphore_invariant_is_refused() {
     let mut w = World::new();
-    let (a, b, c) = (w.session("a"), w.session("b"), w.session("c"));
+    let [a, b, c] = w.sessions(["a", "b", "c"]);
     w.set(2).unwrap();
     w.granted(a);
     w.granted(b);

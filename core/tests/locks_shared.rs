@@ -7,8 +7,8 @@ mod common;
 use common::World;
 
 use picket_core::locks::{
-    AcquireReply, Actor, Command, EventKind, LockError, LockMode, Reply, RequestId, Revision, Role,
-    SessionId, SessionProof, Token, Wait, WaitEndKind,
+    AcquireReply, Actor, Command, EventKind, LockError, LockMode, Reply, Revision, Role, SessionId,
+    SessionProof, Token, Wait,
 };
 use picket_core::time::Instant;
 
@@ -22,18 +22,11 @@ impl World {
         wait: bool,
         wait_timeout_ms: Option<u64>,
     ) -> Result<Reply, LockError> {
-        self.request += 1;
-        self.apply(Command::Acquire {
-            session,
-            proof: SessionProof::legacy(),
-            request: RequestId(self.request),
-            namespace: "ns".into(),
-            key: "k".into(),
-            mode,
-            wait: wait.then_some(Wait {
-                timeout_ms: wait_timeout_ms,
-            }),
-        })
+        let wait = wait.then_some(Wait {
+            timeout_ms: wait_timeout_ms,
+        });
+        let command = self.acquire_command(session, mode, wait);
+        self.apply(command)
     }
 
     fn acquire(&mut self, session: SessionId, mode: LockMode, wait: bool) -> AcquireReply {
@@ -47,21 +40,6 @@ impl World {
         match self.acquire(session, mode, true) {
             AcquireReply::Granted { token, .. } => token,
             other => panic!("{session} {mode}: {other:?}"),
-        }
-    }
-
-    fn release(&mut self, session: SessionId, token: Token) -> Option<(SessionId, Token)> {
-        self.request += 1;
-        match self.apply(Command::Release {
-            session,
-            proof: SessionProof::legacy(),
-            request: RequestId(self.request),
-            namespace: "ns".into(),
-            key: "k".into(),
-            token,
-        }) {
-            Ok(Reply::Released { next, .. }) => next,
-            other => panic!("{other:?}"),
         }
     }
 
@@ -83,41 +61,30 @@ impl World {
 
     /// (session, token) of every holder, oldest first.
     fn holders(&self) -> Vec<(SessionId, Token)> {
-        let info = self.sm.inspect("ns", "k", Instant::ZERO).unwrap();
+        let info = self.inspect_k();
         info.holders.iter().map(|h| (h.session, h.token)).collect()
     }
 
     fn waiters(&self) -> Vec<(SessionId, LockMode)> {
-        let info = self.sm.inspect("ns", "k", Instant::ZERO).unwrap();
+        let info = self.inspect_k();
         info.waiters.iter().map(|w| (w.session, w.mode)).collect()
     }
 
     fn floor(&self) -> Option<Revision> {
-        self.sm.inspect("ns", "k", Instant::ZERO).unwrap().floor
+        self.inspect_k().floor
     }
 
     /// The sessions the last command granted the key to (its wait ends).
     fn granted_now(&self) -> Vec<(SessionId, Token)> {
-        self.sm
-            .wait_ends()
-            .iter()
-            .filter_map(|end| match end.kind {
-                WaitEndKind::Granted { token, .. } => Some((end.session, token)),
-                WaitEndKind::Removed { .. } => None,
-            })
-            .collect()
+        let granted = self.granted_slots();
+        granted.into_iter().map(|(s, t, _)| (s, t)).collect()
     }
 }
 
 #[test]
 fn shared_holders_coexist_and_a_queued_writer_is_never_overtaken() {
     let mut w = World::new();
-    let (r1, r2, writer, r3) = (
-        w.session("r1"),
-        w.session("r2"),
-        w.session("writer"),
-        w.session("r3"),
-    );
+    let [r1, r2, writer, r3] = w.sessions(["r1", "r2", "writer", "r3"]);
     let t1 = w.granted(r1, Shared);
     let t2 = w.granted(r2, Shared);
     assert!(t2 > t1);
@@ -174,13 +141,7 @@ fn busy(holder: SessionId, token: Token) -> AcquireReply {
 #[test]
 fn a_run_of_shared_waiters_is_granted_in_one_revision() {
     let mut w = World::new();
-    let (writer, a, b, writer2, c) = (
-        w.session("writer"),
-        w.session("a"),
-        w.session("b"),
-        w.session("writer2"),
-        w.session("c"),
-    );
+    let [writer, a, b, writer2, c] = w.sessions(["writer", "a", "b", "writer2", "c"]);
     let tw = w.granted(writer, Exclusive);
     assert_eq!(
         w.acquire(a, Shared, true),
@@ -232,12 +193,7 @@ fn a_run_of_shared_waiters_is_granted_in_one_revision() {
 #[test]
 fn a_removed_writer_lets_the_readers_behind_it_join() {
     let mut w = World::new();
-    let (r1, writer, r2, r3) = (
-        w.session("r1"),
-        w.session("writer"),
-        w.session("r2"),
-        w.session("r3"),
-    );
+    let [r1, writer, r2, r3] = w.sessions(["r1", "writer", "r2", "r3"]);
     let t1 = w.granted(r1, Shared);
     assert_eq!(
         w.acquire(writer, Exclusive, true),
@@ -279,7 +235,7 @@ fn a_removed_writer_lets_the_readers_behind_it_join() {
 #[test]
 fn a_session_cannot_change_its_mode_on_a_key() {
     let mut w = World::new();
-    let (r1, r2, writer) = (w.session("r1"), w.session("r2"), w.session("writer"));
+    let [r1, r2, writer] = w.sessions(["r1", "r2", "writer"]);
     let t1 = w.granted(r1, Shared);
     // Same mode again: the hold it has (idempotent).
     assert_eq!(
@@ -341,12 +297,7 @@ fn a_session_cannot_change_its_mode_on_a_key() {
 #[test]
 fn force_release_names_one_shared_holder() {
     let mut w = World::new();
-    let (writer, a, b, writer2) = (
-        w.session("writer"),
-        w.session("a"),
-        w.session("b"),
-        w.session("writer2"),
-    );
+    let [writer, a, b, writer2] = w.sessions(["writer", "a", "b", "writer2"]);
     let tw = w.granted(writer, Exclusive);
     w.acquire(a, Shared, true);
     w.acquire(b, Shared, true);
@@ -390,20 +341,7 @@ fn force_release_names_one_shared_holder() {
     let Ok(Reply::ForceReleaseRequested { id, .. }) = w.apply(request(Some(a), r)) else {
         panic!("request refused");
     };
-    let approve = Command::ApproveForceRelease {
-        actor: bob,
-        id,
-        acknowledged_fenced: false,
-    };
-    let Ok(Reply::ForceReleaseApproved {
-        floor,
-        released_token,
-        next,
-        ..
-    }) = w.apply(approve)
-    else {
-        panic!("approval refused");
-    };
+    let (floor, released_token, next) = w.approve_advisory(bob, id);
     assert_eq!(released_token, r);
     assert_eq!(next, None, "b still reads: the writer waits");
     assert_eq!(floor, Revision(r.0), "the floor stays while b holds");
@@ -422,7 +360,7 @@ fn force_release_names_one_shared_holder() {
 #[test]
 fn closing_one_reader_keeps_the_others_and_every_hold_is_listed() {
     let mut w = World::new();
-    let (a, b, writer) = (w.session("a"), w.session("b"), w.session("writer"));
+    let [a, b, writer] = w.sessions(["a", "b", "writer"]);
     let ta = w.granted(a, Shared);
     let tb = w.granted(b, Shared);
     let holds =

@@ -3,6 +3,8 @@
 //! restarts, all from one seed. Sessions survive leader changes; a session kept alive is never
 //! expired; an abandoned one is expired within TTL + one election timeout.
 
+mod common;
+
 use picket_core::locks::{
     AcquireReply, Command, EventKind, Identity, LockConfig, LockMode, NotYours, Outcome,
     ReleaseCause, Reply, RequestId, Revision, SecretHash, SessionId, SessionProof, Token, Wait,
@@ -315,16 +317,10 @@ impl Sim {
 }
 
 fn create_session(sim: &mut Sim, name: &str) -> SessionId {
-    let identity = Identity {
-        name: name.into(),
-        host: "h".into(),
-        pid: 1,
-        principal: name.into(),
-    };
     match sim.commit(Command::CreateSession {
         secret_hash: None,
         ttl_ms: Some(TTL_MS),
-        identity,
+        identity: identity(name),
     }) {
         Ok(Reply::SessionCreated { session, .. }) => session,
         other => panic!("{other:?}"),
@@ -332,16 +328,13 @@ fn create_session(sim: &mut Sim, name: &str) -> SessionId {
 }
 
 fn acquire(sim: &mut Sim, session: SessionId, key: &str) -> Token {
-    let command = Command::Acquire {
+    match sim.commit(common::acquire_of(
         session,
-        proof: SessionProof::legacy(),
-        request: RequestId(1),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
-    match sim.commit(command) {
+        1,
+        key,
+        LockMode::Exclusive,
+        None,
+    )) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
     }
@@ -452,15 +445,8 @@ fn an_abandoned_session_expires_within_ttl_plus_two_election_timeouts() {
             let session = create_session(&mut sim, "gone");
             let other = create_session(&mut sim, "waiting");
             acquire(&mut sim, session, "k");
-            let waiting = Command::Acquire {
-                session: other,
-                proof: SessionProof::legacy(),
-                request: RequestId(1),
-                namespace: "ns".into(),
-                key: "k".into(),
-                mode: LockMode::Exclusive,
-                wait: Some(Wait::UNBOUNDED),
-            };
+            let waiting =
+                common::acquire_of(other, 1, "k", LockMode::Exclusive, Some(Wait::UNBOUNDED));
             let queued = sim.commit_held(waiting, Some(0));
             assert_eq!(
                 queued,
@@ -624,15 +610,7 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
 
     // Cut the leader off, then propose at it: it cannot commit, steps down and fails the proposal.
     sim.isolated = Some(leader);
-    let command = Command::Acquire {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(7),
-        namespace: "ns".into(),
-        key: "k".into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
+    let command = common::acquire_of(session, 7, "k", LockMode::Exclusive, None);
     let proposal = sim.nodes[leader]
         .as_mut()
         .unwrap()
@@ -724,15 +702,7 @@ fn a_lagging_replica_catches_up_from_a_snapshot_and_agrees() {
 }
 
 fn acquire_with(sim: &mut Sim, session: SessionId, request: u64, key: &str) -> Token {
-    let command = Command::Acquire {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: None,
-    };
+    let command = common::acquire_of(session, request, key, LockMode::Exclusive, None);
     match sim.commit(command) {
         Ok(Reply::Acquire(AcquireReply::Granted { token, .. })) => token,
         other => panic!("{other:?}"),
@@ -912,21 +882,7 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
     let now = sim.now;
     let node = sim.nodes[leader].as_mut().unwrap();
     let before = node.session_remaining_ms(now, session);
-    let refusals = [
-        (
-            SessionProof::new(SecretHash([6; 32]), "alice"),
-            NotYours::WrongSecret,
-        ),
-        (SessionProof::legacy(), NotYours::SecretMissing),
-        (
-            SessionProof::new(secret, "mallory"),
-            NotYours::OtherPrincipal {
-                owner: "alice".into(),
-                caller: "mallory".into(),
-            },
-        ),
-    ];
-    for (proof, why) in refusals {
+    for (proof, why) in common::not_alices(secret, SecretHash([6; 32])) {
         assert_eq!(
             node.keepalive(now, session, &proof),
             Err(KeepAliveError::NotYours { session, why })
@@ -956,15 +912,13 @@ fn a_keepalive_without_the_session_secret_changes_nothing() {
 // ---- waiting acquires: the node answers each once, when its wait ends ----
 
 fn waiting(session: SessionId, request: u64, key: &str, timeout_ms: Option<u64>) -> Command {
-    Command::Acquire {
+    common::acquire_of(
         session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        mode: LockMode::Exclusive,
-        wait: Some(Wait { timeout_ms }),
-    }
+        request,
+        key,
+        LockMode::Exclusive,
+        Some(Wait { timeout_ms }),
+    )
 }
 
 /// Proposes at the ready leader without waiting for the answer: (leader, proposal).
@@ -1001,14 +955,7 @@ fn keep_all_alive_for(sim: &mut Sim, sessions: &[SessionId], ms: u64) {
 }
 
 fn release(sim: &mut Sim, session: SessionId, request: u64, key: &str, token: Token) -> Outcome {
-    sim.commit(Command::Release {
-        session,
-        proof: SessionProof::legacy(),
-        request: RequestId(request),
-        namespace: "ns".into(),
-        key: key.into(),
-        token,
-    })
+    sim.commit(common::release_of(session, request, key, token))
 }
 
 #[test]
@@ -1330,15 +1277,7 @@ fn pending_waits_are_bounded_and_the_bound_is_a_clear_error() {
     // A try (no wait) is not a wait and is not refused.
     let tried = sim.nodes[leader].as_mut().unwrap().propose(
         now,
-        Command::Acquire {
-            session: second,
-            proof: SessionProof::legacy(),
-            request: RequestId(2),
-            namespace: "ns".into(),
-            key: "k".into(),
-            mode: LockMode::Exclusive,
-            wait: None,
-        },
+        common::acquire_of(second, 2, "k", LockMode::Exclusive, None),
     );
     assert!(tried.is_ok(), "{tried:?}");
 }

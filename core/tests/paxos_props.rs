@@ -124,12 +124,7 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
             }
             Op::Crash(i) => c.crash(pick(i)),
             Op::Restart(i) => c.restart(pick(i)),
-            Op::Partition(mask) => {
-                let group: Vec<NodeId> =
-                    (0..n).filter(|b| mask & (1 << b) != 0).map(pick).collect();
-                c.heal();
-                c.partition(&group);
-            }
+            Op::Partition(mask) => c.partition_mask(mask),
             Op::CutOneWay(a, b) => c.cut_one_way(pick(a), pick(b)),
             Op::Heal => c.heal(),
             Op::Compact(i) => {
@@ -137,21 +132,12 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
             }
             Op::LoseDisk(i) => {
                 // One lost disk at a time: recovery needs every other replica's answer.
-                let any_lost = c.any_disk_lost();
-                if !any_lost {
-                    c.crash_losing_disk(pick(i));
-                    c.restart(pick(i));
-                }
+                c.lose_one_disk(pick(i));
             }
         }
     }
     // Heal everything; a proposal must then be chosen within bounded time.
-    c.heal();
-    for id in c.ids() {
-        c.restart(id);
-    }
-    c.cfg.drop_per_mille = 0;
-    c.cfg.duplicate_per_mille = 0;
+    c.heal_everything();
     let took = c.commit_within(u64::MAX, 20_000);
     if tracing && took.is_none() {
         dump(c);
@@ -164,23 +150,15 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
     c.run_for(500);
     c.check_prefixes_agree();
     // A replica that lost its disk rejoins the voters once every other replica is reachable.
-    let mut waited = 0;
-    while c
-        .ids()
-        .iter()
-        .any(|id| c.replica(*id).is_some_and(|r| r.is_amnesiac()))
-    {
-        if waited >= 20_000 && tracing {
-            dump(c);
-        }
-        assert!(
-            waited < 20_000,
-            "seed {}: amnesiac replica never recovered",
-            c.cfg.seed
-        );
-        c.run_for(100);
-        waited += 100;
+    let recovered = c.until_no_amnesiac(20_000);
+    if !recovered && tracing {
+        dump(c);
     }
+    assert!(
+        recovered,
+        "seed {}: amnesiac replica never recovered",
+        c.cfg.seed
+    );
     assert!(
         c.commit_within(u64::MAX - 1, 20_000).is_some(),
         "no commit after recovery"

@@ -89,7 +89,7 @@ pub async fn one_shot(client: &Client, command: Command) -> Result<Report, CtlEr
             Ok(render::semaphore_set(&namespace, &key, permits, &response))
         }
         Command::Session { .. }
-        | Command::Lock { .. }
+        | Command::Lock(_)
         | Command::Watch { .. }
         | Command::Cluster(_)
         | Command::Snapshot(_) => Err(CtlError::Io(

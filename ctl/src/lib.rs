@@ -151,39 +151,7 @@ pub enum Command {
     ///
     /// Exit status: CMD's, or 2 bad arguments, 3 lock lost, 4 wait timed out, 5 busy
     /// (--no-wait), 6 unreachable, 129/130/143 signalled.
-    Lock {
-        namespace: String,
-        key: String,
-        /// Session TTL in milliseconds (default: the key's class default, else the cluster's).
-        #[arg(long)]
-        ttl_ms: Option<u64>,
-        /// Fail at once (exit 5) if the key is held instead of waiting.
-        #[arg(long)]
-        no_wait: bool,
-        /// Take the key in shared mode, together with other shared holders (waits behind an
-        /// exclusive request queued before it).
-        #[arg(long, conflicts_with = "permit")]
-        shared: bool,
-        /// Take a permit of a semaphore key (declared with `semaphore set`): up to N holders
-        /// together, each in its own slot; CMD also gets PICKET_SLOT. Refused on a lock
-        /// (`not_a_semaphore`), as exclusive or shared on a semaphore (`key_is_semaphore`).
-        #[arg(long)]
-        permit: bool,
-        /// Give up waiting after this long (e.g. 30s, 500ms, 2m; 1ms to one day; exit 4): the
-        /// wait's server-side deadline, so the cluster itself removes the wait.
-        #[arg(long, value_parser = parse_duration)]
-        timeout: Option<Duration>,
-        /// Between SIGTERM and SIGKILL of CMD's process group (default: 3s, or a third of the
-        /// session TTL if that is shorter; must be below the TTL).
-        #[arg(long, value_parser = parse_duration)]
-        kill_grace: Option<Duration>,
-        /// The name the session's identity records (default: CMD's program name).
-        #[arg(long)]
-        name: Option<String>,
-        /// The command to run under the lock (after `--`).
-        #[arg(last = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Lock(LockArgs),
     /// Release a hold of your own session (needs its id, its secret and the hold's token).
     ///
     /// Only the session's owner can: the server refuses a wrong or missing secret
@@ -268,6 +236,42 @@ pub enum Command {
     /// logged by the leader), or verify a file offline (docs/runbooks/restore-from-backup.md).
     #[command(subcommand)]
     Snapshot(SnapshotAction),
+}
+
+/// What `picketctl lock` was asked to do.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    pub namespace: String,
+    pub key: String,
+    /// Session TTL in milliseconds (default: the key's class default, else the cluster's).
+    #[arg(long)]
+    pub ttl_ms: Option<u64>,
+    /// Fail at once (exit 5) if the key is held instead of waiting.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Take the key in shared mode, together with other shared holders (waits behind an
+    /// exclusive request queued before it).
+    #[arg(long, conflicts_with = "permit")]
+    pub shared: bool,
+    /// Take a permit of a semaphore key (declared with `semaphore set`): up to N holders
+    /// together, each in its own slot; CMD also gets PICKET_SLOT. Refused on a lock
+    /// (`not_a_semaphore`), as exclusive or shared on a semaphore (`key_is_semaphore`).
+    #[arg(long)]
+    pub permit: bool,
+    /// Give up waiting after this long (e.g. 30s, 500ms, 2m; 1ms to one day; exit 4): the
+    /// wait's server-side deadline, so the cluster itself removes the wait.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL of CMD's process group (default: 3s, or a third of the
+    /// session TTL if that is shorter; must be below the TTL).
+    #[arg(long, value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+    /// The name the session's identity records (default: CMD's program name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The command to run under the lock (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// A failure of one picketctl command, with the exit status it maps to.
@@ -437,32 +441,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
     };
     match cli.command {
         Command::Session { keep, .. } => run::session(&client, keep, json).await,
-        Command::Lock {
-            namespace,
-            key,
-            ttl_ms,
-            no_wait,
-            shared,
-            permit,
-            timeout,
-            kill_grace,
-            name,
-            command,
-        } => {
-            let args = run::LockArgs {
-                namespace,
-                key,
-                ttl_ms,
-                no_wait,
-                shared,
-                permit,
-                timeout,
-                kill_grace,
-                name,
-                command,
-            };
-            run::lock(&cli.global, args, json).await
-        }
+        Command::Lock(args) => run::lock(&cli.global, args, json).await,
         Command::Watch {
             namespace,
             prefix,

@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use super::child::Group;
 use super::render;
 use super::{
-    CtlError, Global, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_LOCK_LOST, EXIT_OK, EXIT_TERMINATED,
+    CtlError, Global, LockArgs, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_LOCK_LOST, EXIT_OK,
+    EXIT_TERMINATED,
 };
 
 fn say(json: bool, value: serde_json::Value, words: &str) {
@@ -72,25 +73,6 @@ pub async fn session(client: &Client, keep: bool, json: bool) -> Result<u8, CtlE
 
 fn lost_error(session_id: u64, reason: LostReason) -> CtlError {
     CtlError::Client(picket_net::client::ClientError::SessionLost { session_id, reason })
-}
-
-/// What `picketctl lock` was asked to do.
-pub struct LockArgs {
-    pub namespace: String,
-    pub key: String,
-    pub ttl_ms: Option<u64>,
-    pub no_wait: bool,
-    /// Shared mode (else exclusive).
-    pub shared: bool,
-    /// A permit of a semaphore key (neither exclusive nor shared).
-    pub permit: bool,
-    /// Give up waiting for the lock after this long (and leave the queue).
-    pub timeout: Option<Duration>,
-    /// Between SIGTERM and SIGKILL of the command's group (`None`: 3 s or a third of the TTL).
-    pub kill_grace: Option<Duration>,
-    /// The session identity's name (default: the command's name, or `picketctl`).
-    pub name: Option<String>,
-    pub command: Vec<String>,
 }
 
 /// A signal picketctl stops on (SIGINT, SIGTERM, SIGHUP): the command's group is stopped, the

@@ -6,7 +6,7 @@ use picket_net::proto::{self};
 
 use super::approve_tests::fake_admin;
 use super::render;
-use super::{Cli, Command, CtlError, ForceRelease};
+use super::{Cli, Command, CtlError, ForceRelease, LockArgs};
 
 #[test]
 fn the_cli_is_well_formed_and_help_names_every_command() {
@@ -57,13 +57,13 @@ fn lock_takes_the_command_after_the_double_dash() {
     .unwrap();
     assert!(cli.global.json);
     match cli.command {
-        Command::Lock {
+        Command::Lock(LockArgs {
             namespace,
             key,
             command,
             no_wait,
             ..
-        } => {
+        }) => {
             assert_eq!((namespace.as_str(), key.as_str()), ("orders", "invoice/42"));
             assert_eq!(command, ["sh", "-c", "exit 3"]);
             assert!(!no_wait);
@@ -432,12 +432,12 @@ fn lock_flags_parse_durations_and_watch_starts_now_by_default() {
     ])
     .unwrap();
     match cli.command {
-        Command::Lock {
+        Command::Lock(LockArgs {
             timeout,
             kill_grace,
             name,
             ..
-        } => {
+        }) => {
             assert_eq!(timeout, Some(std::time::Duration::from_secs(2)));
             assert_eq!(kill_grace, Some(std::time::Duration::from_millis(500)));
             assert_eq!(name.as_deref(), Some("nightly"));

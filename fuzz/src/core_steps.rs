@@ -111,14 +111,7 @@ fn step(c: &mut Sim, op: Op, next_cmd: &mut u64) {
         }
         Op::Crash(i) => c.crash(pick(i)),
         Op::Restart(i) => c.restart(pick(i)),
-        Op::Partition(mask) => {
-            let group: Vec<NodeId> = (0..NODES as u8)
-                .filter(|b| mask & (1 << b) != 0)
-                .map(pick)
-                .collect();
-            c.heal();
-            c.partition(&group);
-        }
+        Op::Partition(mask) => c.partition_mask(mask),
         Op::CutOneWay(a, b) => c.cut_one_way(pick(a), pick(b)),
         Op::Heal => c.heal(),
         Op::Compact(i) => {
@@ -126,11 +119,7 @@ fn step(c: &mut Sim, op: Op, next_cmd: &mut u64) {
         }
         Op::LoseDisk(i) => {
             // One lost disk at a time: with 3 replicas, two lost disks lose a quorum's memory.
-            let any_lost = c.any_disk_lost();
-            if !any_lost {
-                c.crash_losing_disk(pick(i));
-                c.restart(pick(i));
-            }
+            c.lose_one_disk(pick(i));
         }
         Op::DropInFlight(a, b) => {
             c.drop_in_flight(pick(a), pick(b));
@@ -139,12 +128,7 @@ fn step(c: &mut Sim, op: Op, next_cmd: &mut u64) {
 }
 
 fn heal_and_check_liveness(c: &mut Sim) {
-    c.heal();
-    for id in c.ids() {
-        c.restart(id);
-    }
-    c.cfg.drop_per_mille = 0;
-    c.cfg.duplicate_per_mille = 0;
+    c.heal_everything();
     assert!(
         c.commit_within(u64::MAX, 20_000).is_some(),
         "seed {}: no commit within 20 s after healing",
@@ -152,20 +136,11 @@ fn heal_and_check_liveness(c: &mut Sim) {
     );
     c.run_for(500);
     c.check_prefixes_agree();
-    let mut waited = 0;
-    while c
-        .ids()
-        .iter()
-        .any(|id| c.replica(*id).is_some_and(|r| r.is_amnesiac()))
-    {
-        assert!(
-            waited < 20_000,
-            "seed {}: amnesiac replica never recovered",
-            c.cfg.seed
-        );
-        c.run_for(100);
-        waited += 100;
-    }
+    assert!(
+        c.until_no_amnesiac(20_000),
+        "seed {}: amnesiac replica never recovered",
+        c.cfg.seed
+    );
     assert!(
         c.commit_within(u64::MAX - 1, 20_000).is_some(),
         "seed {}: no commit after recovery",

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use common::alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
 use common::*;
-use picket_net::client::{Client, ClientConfig, Credentials};
+use picket_net::client::{Client, ClientConfig};
 use serde_json::Value;
 
 const NS: &str = "orders";
@@ -137,32 +137,17 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     // A fenced class with a 2 s max expected hold and an owner (no runbook of its own: the
     // alert links Picket's) on `invoice/`, and a batch class without a threshold on `nightly/`.
     let carol = cluster.token("carol", &["picket-admin"]);
-    let class = [
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--prefix",
-        "invoice/",
-        "--fenced",
-        "--hold-ms-max-expected",
-        "2000",
-        "--owner",
-        "team-ledger",
-    ];
+    let mut class = class_put_args(NS, "ledger");
+    class.extend(["--prefix", "invoice/", "--fenced"]);
+    class.extend(["--hold-ms-max-expected", "2000", "--owner", "team-ledger"]);
     cluster.picketctl(Some(&carol), &class).await.ok();
-    let batch = [
-        "classes", "put", NS, "--name", "batch", "--prefix", "nightly/",
-    ];
+    let mut batch = class_put_args(NS, "batch");
+    batch.extend(["--prefix", "nightly/"]);
     cluster.picketctl(Some(&carol), &batch).await.ok();
     let session_of = |name: &str| {
         let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
         config.session_ttl = Some(Duration::from_secs(3));
-        config.credentials = Credentials {
-            bearer: Some(cluster.token(&format!("svc-{name}"), &["picket-client"])),
-            ..Credentials::default()
-        };
+        config.credentials = bearer(cluster.token(&format!("svc-{name}"), &["picket-client"]));
         Client::new(config).unwrap()
     };
     // The nightly job's hold is the namespace's oldest, legitimately long; then the ledger
@@ -288,10 +273,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     assert_eq!(second_page["labels"]["class"], "ledger", "{second_page}");
     let admin = Client::new({
         let mut config = ClientConfig::new(cluster.endpoints.clone(), "on-call");
-        config.credentials = Credentials {
-            bearer: Some(alice_token(&cluster)),
-            ..Credentials::default()
-        };
+        config.credentials = bearer(alice_token(&cluster));
         config
     })
     .unwrap();
@@ -321,28 +303,18 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     let requested = cluster
         .picketctl(
             Some(&alice),
-            &[
-                "force-release",
-                "request",
+            &force_release_args(
                 NS,
                 KEY,
-                "--token",
                 &token_arg,
-                "--reason",
                 "paged: holder stuck",
-                "--revoke-session",
-            ],
+                &["--revoke-session"],
+            ),
         )
         .await
         .ok();
     let id = requested["force_release_id"].as_u64().unwrap().to_string();
-    let approved = cluster
-        .picketctl(
-            Some(&bob),
-            &["force-release", "approve", &id, "--ack", "fenced"],
-        )
-        .await
-        .ok();
+    let approved = cluster.approve(&bob, &id, "fenced").await;
     assert_eq!(approved["released_token"], token.0, "{approved}");
     let resolved = hook
         .alert_for("PicketHoldAboveClassMax", "resolved", Some(KEY), &logs)

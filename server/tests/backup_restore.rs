@@ -288,9 +288,7 @@ async fn a_restore_from_an_older_backup_never_rewinds_a_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_backup_files_are_refused_by_rule_and_change_nothing() {
-    let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
+    let (cluster, _, at) = cluster_with_leader(ELECTION).await;
     let session = create_session(&at, "svc", 30_000).await;
     acquire(&at, session, 1, NS, "k", 0).await.unwrap();
     let dir = cluster.dir.path();

@@ -15,21 +15,18 @@ mod support;
 use std::time::Duration;
 
 use pages::{between, csrf, Browser, Page};
-use picket_net::client::{Client, ClientConfig, Credentials, Session};
+use picket_net::client::{Client, ClientConfig, Session};
 use picket_net::proto;
 use picket_server::dev::DevCluster;
 use reqwest::header::COOKIE;
 use reqwest::StatusCode;
 
 const NS: &str = "orders";
+const RUNBOOK: &str = "https://runbooks.example.invalid/ledger";
 
 fn admin(cluster: &DevCluster, principal: &str, roles: &str) -> Client {
     let mut config = ClientConfig::new(cluster.client_endpoints(), "console-test");
-    config.credentials = Credentials {
-        principal: Some(principal.to_owned()),
-        roles: Some(roles.to_owned()),
-        bearer: None,
-    };
+    config.credentials = support::dev_credentials(principal, roles);
     Client::new(config).unwrap()
 }
 
@@ -56,23 +53,8 @@ async fn two_people_release_a_fenced_lock_through_the_console() {
         .await
         .unwrap();
     let carol = admin(&cluster, "carol", "picket-admin");
-    carol
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 10_000,
-                session_ttl_ms_max: 30_000,
-                hold_ms_max_expected: 1,
-                owner: "team-ledger".into(),
-                runbook_url: "https://runbooks.example.invalid/ledger".into(),
-                description: "ledger writes".into(),
-            }),
-        })
-        .await
-        .unwrap();
+    let class = support::owned_class("ledger", 30_000, 1, RUNBOOK);
+    support::put_class(&carol, NS, class).await;
     let stuck = service(&cluster, "ledger-writer").await;
     let held = stuck.lock(NS, "ledger/17").await.unwrap();
     let waiter = service(&cluster, "ledger-writer-2").await;
@@ -667,42 +649,8 @@ async fn the_audit_page_lists_what_happened_and_exports_it_as_json_and_csv() {
 
 /// A class `ledger` (fenced) over `ledger/` in [`NS`] with a max expected hold of `hold_ms`.
 async fn ledger_class(carol: &Client, hold_ms: u64) {
-    carol
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 10_000,
-                session_ttl_ms_max: 120_000,
-                hold_ms_max_expected: hold_ms,
-                owner: "team-ledger".into(),
-                runbook_url: String::new(),
-                description: "ledger writes".into(),
-            }),
-        })
-        .await
-        .unwrap();
-}
-
-/// Waits until `key` has `depth` waiters.
-async fn until_queue(admin: &Client, key: &str, depth: u64) {
-    for _ in 0..200 {
-        let info = admin
-            .inspect(proto::InspectRequest {
-                namespace: NS.into(),
-                key: key.into(),
-                allow_stale: false,
-            })
-            .await
-            .unwrap();
-        if info.queue_depth == depth {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{key} never had {depth} waiting");
+    let class = support::owned_class("ledger", 120_000, hold_ms, "");
+    support::put_class(carol, NS, class).await;
 }
 
 /// Alice requests a force-release of `key` (token `token`) through the console, Bob approves
@@ -786,10 +734,10 @@ async fn the_verify_page_shows_the_log_the_queue_draining_and_when_the_holder_wa
     let second = service(&cluster, "ledger-writer-3").await;
     let first_waits =
         tokio::spawn(async move { (first.lock(NS, "ledger/17").await.unwrap(), first) });
-    until_queue(&carol, "ledger/17", 1).await;
+    support::until_queue(&carol, NS, "ledger/17", 1).await;
     let second_waits =
         tokio::spawn(async move { (second.lock(NS, "ledger/17").await.unwrap(), second) });
-    until_queue(&carol, "ledger/17", 2).await;
+    support::until_queue(&carol, NS, "ledger/17", 2).await;
 
     let mut alice = Browser::at(&cluster.http_endpoint(0));
     alice.dev_sign_in("alice", &["picket-operator"]).await;

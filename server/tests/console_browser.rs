@@ -208,25 +208,6 @@ async fn column(browser: &Browser, css: &str) -> Vec<String> {
     panic!("{css}: replaced under every read");
 }
 
-/// Waits until `key` has `depth` waiters.
-async fn until_queue(admin: &Client, depth: u64) {
-    for _ in 0..200 {
-        let info = admin
-            .inspect(proto::InspectRequest {
-                namespace: NS.into(),
-                key: KEY.into(),
-                allow_stale: false,
-            })
-            .await
-            .unwrap();
-        if info.queue_depth == depth {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{KEY} never had {depth} waiting");
-}
-
 /// Signs in at the test OpenID Provider's login form, where the console sent the browser, as
 /// the provider's user `user` (password `<user>-pw`, tests/oidc_provider/provider.js).
 async fn sign_in_at_provider(browser: &Browser, provider: &Provider, user: &str) {
@@ -268,23 +249,12 @@ async fn sign_in_with(browser: &Browser, principal: &str, roles: &[&str]) {
 
 fn admin_client(cluster: &DevCluster, principal: &str, roles: &str) -> Client {
     let mut config = ClientConfig::new(cluster.client_endpoints(), "console-test");
-    config.credentials = Credentials {
-        principal: Some(principal.into()),
-        roles: Some(roles.into()),
-        bearer: None,
-    };
+    config.credentials = common::dev_credentials(principal, roles);
     Client::new(config).unwrap()
 }
 
 async fn inspect(client: &Client, key: &str) -> proto::KeyInfo {
-    client
-        .inspect(proto::InspectRequest {
-            namespace: NS.into(),
-            key: key.into(),
-            allow_stale: false,
-        })
-        .await
-        .unwrap()
+    common::inspect_key(client, NS, key).await
 }
 
 async fn classes_of(client: &Client) -> Vec<proto::ClassSpec> {
@@ -324,13 +294,6 @@ async fn service_at(endpoints: Vec<String>, name: &str, credentials: Credentials
     Client::new(config).unwrap().create_session().await.unwrap()
 }
 
-fn bearer(token: String) -> Credentials {
-    Credentials {
-        bearer: Some(token),
-        ..Credentials::default()
-    }
-}
-
 /// The whole journey, with OpenID Connect on: three `picketd` processes trusting the real test
 /// provider (keys through its discovery document), two people each in their own Chromium
 /// signing in there (authorization code with PKCE), the console's cookie sign-in and CSRF
@@ -344,29 +307,13 @@ async fn two_people_walk_the_journey_in_chromium() {
     let (cluster, _secret) = cluster_for(&provider).await;
     let admin = Client::new({
         let mut config = ClientConfig::new(cluster.endpoints.clone(), "console-test");
-        config.credentials = bearer(provider.setup_token().await);
+        config.credentials = common::bearer(provider.setup_token().await);
         config
     })
     .unwrap();
-    admin
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 10_000,
-                session_ttl_ms_max: 30_000,
-                hold_ms_max_expected: 1,
-                owner: "team-ledger".into(),
-                runbook_url: String::new(),
-                description: "ledger writes".into(),
-            }),
-        })
-        .await
-        .unwrap();
+    common::put_class(&admin, NS, common::owned_class("ledger", 30_000, 1, "")).await;
     // The services, with the provider's token for the lock client `worker`.
-    let worker = bearer(provider.worker_token().await);
+    let worker = common::bearer(provider.worker_token().await);
     let endpoints = cluster.endpoints.clone();
     let stuck = service_at(endpoints.clone(), "ledger-writer", worker.clone()).await;
     let held = stuck.lock(NS, KEY).await.unwrap();
@@ -376,13 +323,13 @@ async fn two_people_walk_the_journey_in_chromium() {
         (guard, waiter)
     });
     // A second waiter behind the first, so that the verify page sees the queue drain.
-    until_queue(&admin, 1).await;
+    common::until_queue(&admin, NS, KEY, 1).await;
     let third = service_at(endpoints.clone(), "ledger-writer-3", worker.clone()).await;
     let last = tokio::spawn(async move {
         let guard = third.lock(NS, KEY).await.unwrap();
         (guard, third)
     });
-    until_queue(&admin, 2).await;
+    common::until_queue(&admin, NS, KEY, 2).await;
 
     let profiles = tempfile::tempdir().unwrap();
     let driver = Driver::start(profiles.path().to_owned()).await;
@@ -870,20 +817,8 @@ async fn csrf_self_approval_an_expired_request_and_sign_out_in_chromium() {
         .await
         .unwrap();
     let reader = admin_client(&cluster, "reader", "");
-    admin_client(&cluster, "carol", "picket-admin")
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 10_000,
-                session_ttl_ms_max: 30_000,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let carol = admin_client(&cluster, "carol", "picket-admin");
+    common::put_class(&carol, NS, common::fenced_class("ledger", 10_000, 30_000)).await;
     let stuck = service(&cluster, "ledger-writer").await;
     let held = stuck.lock(NS, KEY).await.unwrap();
     let profiles = tempfile::tempdir().unwrap();
@@ -1117,23 +1052,12 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
         .unwrap();
     let carol = admin_client(&cluster, "carol", "picket-admin");
     for (name, prefix, fenced) in [("ledger", "ledger/", true), ("cache", "cache/", false)] {
-        carol
-            .put_class(proto::PutClassRequest {
-                namespace: NS.into(),
-                class: Some(proto::ClassSpec {
-                    name: name.into(),
-                    prefix: prefix.into(),
-                    fenced,
-                    session_ttl_ms_default: 10_000,
-                    session_ttl_ms_max: 30_000,
-                    hold_ms_max_expected: 1,
-                    owner: "team-ledger".into(),
-                    runbook_url: "https://runbooks.example.invalid/ledger".into(),
-                    description: format!("{name} writes"),
-                }),
-            })
-            .await
-            .unwrap();
+        let class = proto::ClassSpec {
+            prefix: prefix.into(),
+            fenced,
+            ..common::owned_class(name, 30_000, 1, "https://runbooks.example.invalid/ledger")
+        };
+        common::put_class(&carol, NS, class).await;
     }
     let stuck = service(&cluster, "ledger-writer").await;
     let held = stuck.lock(NS, KEY).await.unwrap();
@@ -1148,7 +1072,7 @@ async fn the_console_is_labelled_keyboard_operable_and_reflows_in_chromium() {
         let guard = waiter.lock(NS, KEY).await.unwrap();
         (guard, waiter)
     });
-    until_queue(&carol, 1).await;
+    common::until_queue(&carol, NS, KEY, 1).await;
 
     let profiles = tempfile::tempdir().unwrap();
     let driver = Driver::start(profiles.path().to_owned()).await;

@@ -14,7 +14,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::console::{csrf, refused_rule, Browser};
+use common::console::{assert_refused, assert_shows, csrf, refused_rule, Browser};
 use common::oidc_provider::Provider;
 use common::pki::{Name, TestPki};
 use common::{OidcCluster, Options, STABLE_ELECTIONS_MS};
@@ -116,12 +116,9 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
     let page = alice.sign_in(&issuer, &console, "alice", "alice-pw").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let page = alice.get(&format!("{console}/console/")).await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(
-        page.body
-            .contains("Signed in as <strong>alice</strong> (picket-operator)"),
-        "{}",
-        page.body
+    assert_shows(
+        &page,
+        "Signed in as <strong>alice</strong> (picket-operator)",
     );
     assert!(page.body.contains(KEY), "the longest hold: {}", page.body);
     let key_page = format!("{console}/console/keys/{NS}/{KEY}");
@@ -144,14 +141,12 @@ async fn signed_in_people_act_as_themselves_through_the_consoles_client_certific
     let page = bob.sign_in(&issuer, &console, "bob", "bob-pw").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let page = bob.submit(&key_page, &request, &form).await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert_refused(&page, "missing_role");
     assert!(page.body.contains("`bob`"), "{}", page.body);
     // Carol has no Picket role at all: not even signed in, whatever the certificate may do.
     let mut carol = Browser::new();
     let page = carol.sign_in(&issuer, &console, "carol", "carol-pw").await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert_refused(&page, "missing_role");
 
     // Alice requests; Dana (incident commander) approves on the page Alice's request links to.
     let page = alice.submit(&key_page, &request, &form).await;

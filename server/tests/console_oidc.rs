@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::console::{csrf, param, refused_rule, with_param, Browser};
+use common::console::{
+    assert_refused, assert_shows, csrf, param, refused_rule, with_param, Browser,
+};
 use common::oidc_provider::{cluster_for, Provider};
 use picket_net::client::{Client, ClientConfig, Credentials};
 use reqwest::StatusCode;
@@ -64,12 +66,9 @@ async fn people_sign_in_to_the_console_at_a_real_openid_provider() {
         page.set
     );
     let page = alice.get(&format!("{console}/console/")).await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(
-        page.body
-            .contains("Signed in as <strong>alice</strong> (picket-operator)"),
-        "{}",
-        page.body
+    assert_shows(
+        &page,
+        "Signed in as <strong>alice</strong> (picket-operator)",
     );
 
     // The same answer again (a replayed state): refused, and nobody is signed in by it.
@@ -122,15 +121,13 @@ async fn people_sign_in_to_the_console_at_a_real_openid_provider() {
     let page = bob
         .post(&format!("{console}/console/request/{NS}/ledger/17"), &form)
         .await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert_refused(&page, "missing_role");
     assert!(page.body.contains("picket-operator"), "{}", page.body);
 
     // Carol has no Picket role at all: the sign-in itself is refused, naming the rule.
     let mut carol = Browser::new();
     let page = carol.sign_in(&issuer, &console, "carol", "carol-pw").await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    assert_eq!(refused_rule(&page), "missing_role", "{}", page.body);
+    assert_refused(&page, "missing_role");
     assert!(!page.set.iter().any(|c| c.starts_with("picket_console=")));
 
     // A code exchanged with another sign-in's PKCE verifier: Dave begins two sign-ins, logs in
@@ -144,8 +141,7 @@ async fn people_sign_in_to_the_console_at_a_real_openid_provider() {
         .await;
     let crossed = with_param(&callback, "state", &param(&second, "state"));
     let page = dave.get(&crossed).await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    assert_eq!(refused_rule(&page), "code_refused", "{}", page.body);
+    assert_refused(&page, "code_refused");
     assert!(page.body.contains("invalid_grant"), "{}", page.body);
     assert!(!dave.cookies.contains_key("picket_console"));
 

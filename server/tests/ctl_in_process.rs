@@ -3,10 +3,13 @@
 //! gRPC on loopback, dev auth). Here rather than in the picketctl crate, which does not depend
 //! on the server.
 
+#[path = "support/client.rs"]
+mod requests;
+
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, LostReason, SessionEnd};
-use picket_net::{proto, FencingError, FencingGate};
+use picket_net::client::{Client, ClientConfig, ClientError, LostReason, SessionEnd};
+use picket_net::{FencingError, FencingGate};
 use picket_server::dev::DevCluster;
 
 use picketctl::commands::approve;
@@ -31,11 +34,7 @@ fn client(cluster: &DevCluster, leader: usize, principal: &str, roles: &str) -> 
     let mut config = ClientConfig::new(endpoints, "ctl-e2e");
     config.session_ttl = Some(Duration::from_secs(5));
     config.wait_slice = Duration::from_secs(2);
-    config.credentials = Credentials {
-        principal: Some(principal.to_owned()),
-        roles: Some(roles.to_owned()),
-        bearer: None,
-    };
+    config.credentials = requests::dev_credentials(principal, roles);
     Client::new(config).unwrap()
 }
 
@@ -92,33 +91,19 @@ async fn a_fenced_force_release_with_revoke_fires_the_holders_lost_signal() {
     let alice = client(&cluster, leader, "alice", "on-call,class-admin");
     let bob = client(&cluster, leader, "bob", "on-call");
 
-    alice
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 5_000,
-                session_ttl_ms_max: 60_000,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let class = requests::fenced_class("ledger", 5_000, 60_000);
+    requests::put_class(&alice, NS, class).await;
     let session = holder.create_session().await.unwrap();
     let guard = session.lock(NS, "ledger/7").await.unwrap();
 
     let requested = alice
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "ledger/7".into(),
-            expected_token: guard.token().0,
-            reason: "holder hung (test)".into(),
-            revoke_session: true,
-            holder_session_id: 0,
-            checklist: None,
-        })
+        .request_force_release(requests::force_release_request(
+            NS,
+            "ledger/7",
+            guard.token().0,
+            "holder hung (test)",
+            true,
+        ))
         .await
         .unwrap();
     assert!(requested.fenced);
@@ -222,30 +207,15 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
     let operator = client(&cluster, leader, "alice", "on-call");
     let approver = client(&cluster, leader, "bob", "on-call");
     // Wait until the command holds the lock.
-    let token = loop {
-        let info = operator
-            .inspect(proto::InspectRequest {
-                namespace: NS.into(),
-                key: "batch/2".into(),
-                allow_stale: false,
-            })
-            .await
-            .unwrap();
-        if let Some(holder) = info.holder {
-            break holder.token;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let token = holder_token(&operator, "batch/2").await;
     let requested = operator
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "batch/2".into(),
-            expected_token: token,
-            reason: "test: revoke the holder".into(),
-            revoke_session: true,
-            holder_session_id: 0,
-            checklist: None,
-        })
+        .request_force_release(requests::force_release_request(
+            NS,
+            "batch/2",
+            token,
+            "test: revoke the holder",
+            true,
+        ))
         .await
         .unwrap();
     approve(
@@ -255,25 +225,18 @@ async fn lock_kills_the_command_when_the_lock_is_lost() {
     )
     .await
     .unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("the command is killed long before its 30 s sleep ends")
-        .unwrap()
-        .unwrap();
+    let code = requests::joined(
+        running,
+        "the command is killed long before its 30 s sleep ends",
+    )
+    .await;
     assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     cluster.shutdown().await;
 }
 
 async fn holder_token(operator: &Client, key: &str) -> u64 {
     loop {
-        let info = operator
-            .inspect(proto::InspectRequest {
-                namespace: NS.into(),
-                key: key.into(),
-                allow_stale: false,
-            })
-            .await
-            .unwrap();
+        let info = requests::inspect_key(operator, NS, key).await;
         if let Some(holder) = info.holder {
             break holder.token;
         }
@@ -324,28 +287,19 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
     let token = holder_token(&operator, "batch/3").await;
     let sleep_pid = pid_in(&sleep_file).await;
     // The identity names the command (its pid) and --name, not picketctl.
-    let info = operator
-        .inspect(proto::InspectRequest {
-            namespace: NS.into(),
-            key: "batch/3".into(),
-            allow_stale: false,
-        })
-        .await
-        .unwrap();
+    let info = requests::inspect_key(&operator, NS, "batch/3").await;
     let identity = info.holder.unwrap().identity.unwrap();
     assert_eq!(identity.name, "nightly");
     assert_ne!(identity.pid, std::process::id(), "not picketctl's pid");
     assert!(!process_gone(identity.pid as i32), "the command runs");
     let requested = operator
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "batch/3".into(),
-            expected_token: token,
-            reason: "test: no revocation".into(),
-            revoke_session: false,
-            holder_session_id: 0,
-            checklist: None,
-        })
+        .request_force_release(requests::force_release_request(
+            NS,
+            "batch/3",
+            token,
+            "test: no revocation",
+            false,
+        ))
         .await
         .unwrap();
     let report = approve(
@@ -360,11 +314,7 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
         "{}",
         report.human
     );
-    let code = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("picketctl stops the command at the next keepalive")
-        .unwrap()
-        .unwrap();
+    let code = requests::joined(running, "picketctl stops the command at the next keepalive").await;
     assert_eq!(code, picketctl::EXIT_LOCK_LOST);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !process_gone(sleep_pid) {
@@ -385,20 +335,8 @@ async fn a_force_release_without_revocation_stops_the_commands_whole_group() {
 async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
     let (cluster, leader) = cluster().await;
     let admin = client(&cluster, leader, "carol", "class-admin");
-    admin
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "short".into(),
-                prefix: "short/".into(),
-                fenced: true,
-                session_ttl_ms_default: 3_000,
-                session_ttl_ms_max: 5_000,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let class = requests::fenced_class("short", 3_000, 5_000);
+    requests::put_class(&admin, NS, class).await;
     let holder = client(&cluster, leader, "svc", "");
     let session = holder.create_session().await.unwrap();
     let guard = session.lock(NS, "short/1").await.unwrap();
@@ -414,14 +352,7 @@ async fn a_wait_that_times_out_leaves_the_queue_and_the_class_ttl_is_used() {
         started.elapsed() < Duration::from_secs(8),
         "bounded by --timeout"
     );
-    let info = holder
-        .inspect(proto::InspectRequest {
-            namespace: NS.into(),
-            key: "short/1".into(),
-            allow_stale: false,
-        })
-        .await
-        .unwrap();
+    let info = requests::inspect_key(&holder, NS, "short/1").await;
     assert_eq!(info.queue_depth, 0, "the wait left the queue: {info:?}");
     guard.release().await.unwrap();
     // Without --ttl-ms the class's default (3 s, under its 5 s max) is used: the lock is taken.

@@ -79,31 +79,14 @@ async fn force_release_needs_two_people_and_raises_the_floor() {
     let mut admin_client = admin(&at).await.unwrap();
     let requested = admin_client
         .request_force_release(with_actor(
-            proto::RequestForceReleaseRequest {
-                namespace: NS.into(),
-                key: "ledger".into(),
-                expected_token: t,
-                reason: "holder is wedged".into(),
-                revoke_session: true,
-                holder_session_id: 0,
-                checklist: None,
-            },
+            force_release_request(NS, "ledger", t, "holder is wedged", true),
             "alice",
             "on-call",
         ))
         .await
         .unwrap()
         .into_inner();
-    let approve = |who: &str| {
-        with_actor(
-            proto::ApproveForceReleaseRequest {
-                force_release_id: requested.force_release_id,
-                acknowledged_fenced: requested.fenced,
-            },
-            who,
-            "on-call",
-        )
-    };
+    let approve = |who: &str| with_actor(approval_of(&requested), who, "on-call");
     let status = admin_client
         .approve_force_release(approve("alice"))
         .await

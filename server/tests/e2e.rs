@@ -16,9 +16,7 @@ const ELECTION: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_locks_fifo_handoff_and_rising_tokens() {
-    let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
+    let (cluster, leader, at) = cluster_with_leader(ELECTION).await;
 
     // A follower refuses with the leader's client endpoint, in details and metadata.
     let follower = (leader + 1) % 3;
@@ -85,9 +83,7 @@ async fn sessions_locks_fifo_handoff_and_rising_tokens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_clearly_and_changes_nothing() {
-    let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
+    let (_cluster, _, at) = cluster_with_leader(ELECTION).await;
     let s = create_session(&at, "svc", 10_000).await;
     let token = granted(&acquire(&at, s, 1, NS, "k", 0).await.unwrap()).unwrap();
 

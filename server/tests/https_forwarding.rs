@@ -73,13 +73,7 @@ async fn a_follower_answers_a_certificate_caller_from_its_own_state_and_says_why
         "[auth]\ncertificate_roles = []\n[auth.certificate_principal_roles]\n\
          {ALICE:?} = [\"picket-operator\"]\n"
     );
-    let cluster = OidcCluster::start_with(Options {
-        oidc: false,
-        tls: true,
-        mtls: true,
-        extra,
-        ..Options::default()
-    });
+    let cluster = OidcCluster::start_with(Options::mtls(extra));
     let leader = cluster.leader(STEP).await;
     let alice = cluster
         .pki
@@ -107,11 +101,5 @@ async fn a_follower_answers_a_certificate_caller_from_its_own_state_and_says_why
     })
     .await;
     assert_eq!(json["stale"], true, "{json}");
-    assert!(
-        json["stale_reason"]
-            .as_str()
-            .unwrap()
-            .contains("ask the leader"),
-        "{json}"
-    );
+    assert_says(&json, "stale_reason", "ask the leader");
 }

@@ -62,23 +62,10 @@ fn resource_key(key: &str) -> String {
 /// Puts the class of `orders` (max expected hold 2 s, the runbook link) as `carol`
 /// (picket-admin); a put without a token is refused first.
 async fn put_class(cluster: &OidcCluster, fenced: bool) {
-    let mut args = vec![
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--ttl-ms-default",
-        "3000",
-        "--ttl-ms-max",
-        "10000",
-        "--hold-ms-max-expected",
-        "2000",
-        "--owner",
-        "team-ledger",
-        "--runbook-url",
-        RUNBOOK,
-    ];
+    let mut args = class_put_args(NS, "ledger");
+    args.extend(["--ttl-ms-default", "3000", "--ttl-ms-max", "10000"]);
+    args.extend(["--hold-ms-max-expected", "2000", "--owner", "team-ledger"]);
+    args.extend(["--runbook-url", RUNBOOK]);
     if fenced {
         args.push("--fenced");
     }
@@ -123,14 +110,7 @@ fn spawn_waiter(
 
 /// The key's inspection through the client library (linearizable).
 async fn inspect(client: &Client, key: &str) -> proto::KeyInfo {
-    client
-        .inspect(proto::InspectRequest {
-            namespace: NS.into(),
-            key: key.into(),
-            allow_stale: false,
-        })
-        .await
-        .unwrap()
+    inspect_key(client, NS, key).await
 }
 
 /// Queues `names` one after the other (each visible in the queue before the next starts, so
@@ -303,12 +283,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     let other = observer.create_session().await.unwrap();
     let other_guard = other.lock(NS, "invoice/43").await.unwrap();
     let holds = cluster.picketctl(Some(&alice), &["holds", NS]).await.ok();
-    let keys: Vec<&str> = holds["holds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["key"].as_str().unwrap())
-        .collect();
+    let keys: Vec<&str> = each(&holds["holds"], |h| h["key"].as_str().unwrap());
     assert_eq!(keys, [KEY, "invoice/43"], "{holds}");
     other_guard.release().await.unwrap();
 
@@ -359,19 +334,11 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     for json in [&shown, &http] {
         assert_holder(json, &holder_session, old_token);
         assert_eq!(json["queue_depth"], 3, "{json}");
-        let names: Vec<&str> = json["waiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["identity"]["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> = each(&json["waiters"], |w| {
+            w["identity"]["name"].as_str().unwrap()
+        });
         assert_eq!(names, ["waiter-1", "waiter-2", "waiter-3"], "{json}");
-        let sessions: Vec<u64> = json["waiters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["session_id"].as_u64().unwrap())
-            .collect();
+        let sessions: Vec<u64> = each(&json["waiters"], |w| w["session_id"].as_u64().unwrap());
         assert_eq!(sessions, waiters, "{json}");
         assert_eq!(json["class"]["fenced"], true, "{json}");
         assert_eq!(json["class"]["runbook_url"], RUNBOOK, "{json}");
@@ -401,17 +368,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     // Request (alice). Without a token, or with a role for another namespace: refused.
     let reason = "INC-7: ledger-writer on web-1 renews but never releases, 3 waiters";
     let token_arg = old_token.0.to_string();
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-        "--revoke-session",
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
     let (rule, error) = cluster.picketctl(None, &request).await.refused(1);
     assert!(!rule.is_empty(), "{error}");
     let (rule, error) = cluster.picketctl(Some(&viewer), &request).await.refused(1);
@@ -419,13 +376,7 @@ async fn a_stuck_fenced_holder_is_force_released_by_two_people_and_the_queue_dra
     assert!(error.contains("picket-operator"), "{error}");
     let requested = cluster.picketctl(Some(&alice), &request).await.ok();
     assert_eq!(requested["fenced"], true, "{requested}");
-    assert!(
-        requested["safety"]
-            .as_str()
-            .unwrap()
-            .contains("refuse the old holder's writes"),
-        "{requested}"
-    );
+    assert_says(&requested, "safety", "refuse the old holder's writes");
     assert_eq!(
         requested["key"]["holder"]["token"], old_token.0,
         "{requested}"
@@ -637,20 +588,9 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
     let reason = "INC-8: batch runner hung; owner confirms the process is stopped";
     let token_arg = old_token.0.to_string();
     // An advisory request without the checklist is refused by picketctl: nothing is sent.
+    let unanswered = force_release_args(NS, KEY, &token_arg, reason, &[]);
     let (rule, error) = cluster
-        .picketctl(
-            Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &token_arg,
-                "--reason",
-                reason,
-            ],
-        )
+        .picketctl(Some(&alice), &unanswered)
         .await
         .refused(2);
     assert_eq!(rule, "refused_by_picketctl", "{error}");
@@ -664,45 +604,15 @@ async fn an_advisory_release_warns_of_two_writers_and_needs_the_advisory_acknowl
     let (rule, error) = cluster
         .picketctl(
             Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &wrong,
-                "--reason",
-                reason,
-                "--holder-stopped",
-                "yes",
-                "--double-run-acceptable",
-                "no",
-            ],
+            &force_release_args(NS, KEY, &wrong, reason, &CHECKLIST_ANSWERED),
         )
         .await
         .refused(1);
     assert_eq!(rule, "token_mismatch", "{error}");
     // Requested as a person reads it: the warning is in plain words, before anything else.
-    let shown = cluster
-        .picketctl_text(
-            Some(&alice),
-            &[
-                "force-release",
-                "request",
-                NS,
-                KEY,
-                "--token",
-                &token_arg,
-                "--reason",
-                reason,
-                "--revoke-session",
-                "--holder-stopped",
-                "yes",
-                "--double-run-acceptable",
-                "no",
-            ],
-        )
-        .await;
+    let mut request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
+    request.extend(CHECKLIST_ANSWERED);
+    let shown = cluster.picketctl_text(Some(&alice), &request).await;
     for part in [
         "ADVISORY (not fenced)",
         "releasing may let two writers in",
@@ -882,16 +792,7 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     // Step 4: a request without --revoke-session says what the holder will and will not learn.
     let token_arg = token.to_string();
     let reason = "INC-9: nightly batch hung";
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &[]);
     let text = cluster.picketctl_text(Some(&alice), &request).await;
     for part in ["WITHOUT --revoke-session", "learns NOTHING", "FENCED"] {
         assert!(text.contains(part), "request lacks {part:?}:\n{text}");
@@ -915,17 +816,8 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     );
 
     // The class owner makes the class advisory while the request waits.
-    let mut advisory = vec![
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--ttl-ms-default",
-        "3000",
-        "--ttl-ms-max",
-        "10000",
-    ];
+    let mut advisory = class_put_args(NS, "ledger");
+    advisory.extend(["--ttl-ms-default", "3000", "--ttl-ms-max", "10000"]);
     advisory.extend(["--hold-ms-max-expected", "2000", "--runbook-url", RUNBOOK]);
     cluster.picketctl(Some(&carol), &advisory).await.ok();
     // Step 5: the approval is refused, naming both kinds, whatever it acknowledges.
@@ -955,30 +847,18 @@ async fn a_picketctl_lock_holder_released_without_revocation_stops_and_the_tools
     assert!(text.contains("STALE: the class is advisory now"), "{text}");
     // A new request (the stale one does not block it) shows the new kind; the class is advisory
     // now, so it answers the checklist.
-    let mut advisory_request = request.to_vec();
-    advisory_request.extend(["--holder-stopped", "yes", "--double-run-acceptable", "no"]);
+    let mut advisory_request = request.clone();
+    advisory_request.extend(CHECKLIST_ANSWERED);
     let requested = cluster
         .picketctl(Some(&alice), &advisory_request)
         .await
         .ok();
     assert_eq!(requested["fenced"], false, "{requested}");
     let second = requested["force_release_id"].as_u64().unwrap().to_string();
-    let approved = cluster
-        .picketctl(
-            Some(&dave),
-            &["force-release", "approve", &second, "--ack", "advisory"],
-        )
-        .await
-        .ok();
+    let approved = cluster.approve(&dave, &second, "advisory").await;
     assert_eq!(approved["fenced"], false, "{approved}");
     assert!(approved["session_revoked"].is_null(), "{approved}");
-    assert!(
-        approved["holder_learns"]
-            .as_str()
-            .unwrap()
-            .contains("learns NOTHING"),
-        "{approved}"
-    );
+    assert_says(&approved, "holder_learns", "learns NOTHING");
     let floor = approved["floor"].as_u64().unwrap();
 
     // The holder learns at its next keepalive: picketctl stops the command's whole group,

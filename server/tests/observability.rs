@@ -261,16 +261,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
     let (s, secret) = (created.session_id, created.session_secret);
     let acquired = locks
         .acquire(bearer(
-            proto::AcquireRequest {
-                session_id: s,
-                request_id: 1,
-                namespace: NS.into(),
-                key: KEY.into(),
-                wait_ms: 0,
-                wait_timeout_ms: 0,
-                session_secret: secret.clone(),
-                mode: 0,
-            },
+            try_acquire_request(s, 1, NS, KEY, secret.clone()),
             &svc,
         ))
         .await
@@ -278,15 +269,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         .into_inner();
     let t = granted(&acquired).unwrap();
     let mut client = admin(&at).await.unwrap();
-    let request = proto::RequestForceReleaseRequest {
-        namespace: NS.into(),
-        key: KEY.into(),
-        expected_token: t,
-        reason: "holder renews but never releases".into(),
-        revoke_session: true,
-        holder_session_id: 0,
-        checklist: None,
-    };
+    let request = force_release_request(NS, KEY, t, "holder renews but never releases", true);
 
     // Metadata claims are not believed with OIDC on; a forged token is refused.
     let mut claimed = tonic::Request::new(request.clone());
@@ -311,15 +294,7 @@ async fn oidc_tokens_authenticate_admin_calls_and_the_two_person_rule_holds() {
         .await
         .unwrap()
         .into_inner();
-    let approve = |token: &str| {
-        bearer(
-            proto::ApproveForceReleaseRequest {
-                force_release_id: requested.force_release_id,
-                acknowledged_fenced: requested.fenced,
-            },
-            token,
-        )
-    };
+    let approve = |token: &str| bearer(approval_of(&requested), token);
     let refused = client
         .approve_force_release(approve(&alice))
         .await

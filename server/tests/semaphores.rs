@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, Session};
+use picket_net::client::{Client, ClientConfig, ClientError};
 use picket_net::fencing::{FencingError, FencingGate};
 use picket_net::proto;
 use support::*;
@@ -21,40 +21,6 @@ const KEY: &str = "render-pool";
 /// The roles every picketctl call of these tests claims.
 const ROLES: &str = "class-admin,on-call";
 const ELECTION: Duration = Duration::from_secs(10);
-
-fn config(cluster: &Cluster, name: &str) -> ClientConfig {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
-    config.session_ttl = Some(Duration::from_secs(10));
-    config
-}
-
-async fn session(cluster: &Cluster, name: &str) -> Session {
-    Client::new(config(cluster, name))
-        .unwrap()
-        .create_session()
-        .await
-        .unwrap()
-}
-
-/// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
-async fn eventually(
-    cluster: &Cluster,
-    leader: usize,
-    what: &str,
-    ok: impl Fn(&proto::KeyInfo) -> bool,
-) -> proto::KeyInfo {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
-            .await
-            .unwrap();
-        if ok(&info) {
-            return info;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// (session, token, slot) of every holder, oldest first.
 fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64, Option<u32>)> {
@@ -67,33 +33,17 @@ fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64, Option<u32>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let dir = tempfile::tempdir().unwrap();
-    let stop = dir.path().join("stop");
-    let slot_file = dir.path().join("slot");
+    let watched = cluster.key_at(cluster.leader(ELECTION).await, NS, KEY);
+    let hold = HoldUntilStopped::new();
+    let slot_file = hold.file("slot");
 
     // A permit of a key that is no semaphore is refused by rule.
-    let a = session(&cluster, "worker-a").await;
+    let a = cluster.session("worker-a").await;
     let refused = a.try_acquire_permit(NS, KEY).await.unwrap_err();
     assert_eq!(refused.rule(), Some("not_a_semaphore"), "{refused}");
 
     // The operator declares 2 permits.
-    let set = json_of(cluster.picketctl_as(
-        "carol",
-        ROLES,
-        &[
-            "--json",
-            "semaphore",
-            "set",
-            NS,
-            KEY,
-            "--permits",
-            "2",
-            "--reason",
-            "two render workers",
-        ],
-    ))
-    .await;
+    let set = ctl_set_permits(&cluster, "2", "two render workers").await;
     assert_eq!(set["previous_permits"], 0, "{set}");
     assert_eq!(set["permits"], 2, "{set}");
     // An exclusive lock of the semaphore is refused: never silently shared.
@@ -103,11 +53,10 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // Two holders in distinct slots: the client library and picketctl lock --permit.
     let permit_a = a.acquire_permit(NS, KEY).await.unwrap();
     assert_eq!(permit_a.slot(), Some(0));
-    let script = format!(
-        "echo \"$PICKET_SLOT\" > '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
-        slot_file.display(),
-        stop.display()
-    );
+    let script = hold.script(&format!(
+        "echo \"$PICKET_SLOT\" > '{}'; ",
+        slot_file.display()
+    ));
     let mut ctl_holder = cluster
         .picketctl_as(
             "svc",
@@ -116,10 +65,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         )
         .spawn()
         .unwrap();
-    let info = eventually(&cluster, leader, "two permits held", |i| {
-        i.holders.len() == 2
-    })
-    .await;
+    let info = watched
+        .until("two permits held", |i| i.holders.len() == 2)
+        .await;
     assert_eq!(info.permits, Some(2));
     assert_eq!(info.mode, proto::LockMode::Permit as i32);
     let ctl_hold = info.holders[1].clone();
@@ -139,38 +87,31 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
         .unwrap();
 
     // A third session queues; busy without waiting.
-    let c = session(&cluster, "worker-c").await;
+    let c = cluster.session("worker-c").await;
     assert!(matches!(
         c.try_acquire_permit(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = cluster
-        .picketctl_as(
-            "svc",
-            ROLES,
-            &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
-        )
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    assert_busy(cluster.picketctl_as(
+        "svc",
+        ROLES,
+        &["lock", "--permit", "--no-wait", NS, KEY, "--", "true"],
+    ))
+    .await;
     let waiting = tokio::spawn({
         let c = c.clone();
         async move { c.acquire_permit(NS, KEY).await }
     });
-    eventually(&cluster, leader, "c queues", |i| {
-        i.waiters.iter().map(|w| w.session_id).collect::<Vec<_>>() == vec![c.id()]
-    })
-    .await;
+    watched
+        .until("c queues", |i| {
+            i.waiters.iter().map(|w| w.session_id).collect::<Vec<_>>() == vec![c.id()]
+        })
+        .await;
 
     // a's permit frees: c gets slot 0 with a token above a's.
     let a_token = permit_a.token();
     permit_a.release().await.unwrap();
-    let permit_c = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("c is granted")
-        .unwrap()
-        .unwrap();
+    let permit_c = joined(waiting, "c is granted").await;
     assert_eq!(permit_c.slot(), Some(0), "the freed slot");
     assert!(permit_c.token() > a_token);
     // The new holder of slot 0 writes; the superseded one is refused; slot 1 is not.
@@ -186,12 +127,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     let shown = json_of(cluster.picketctl_as("svc", ROLES, &["--json", "inspect", NS, KEY])).await;
     assert_eq!(shown["permits"], 2, "{shown}");
     assert_eq!(shown["mode"], "permit", "{shown}");
-    let slots: Vec<u64> = shown["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["slot"].as_u64().unwrap())
-        .collect();
+    let slots: Vec<u64> = each(&shown["holders"], |h| h["slot"].as_u64().unwrap());
     assert_eq!(
         slots,
         vec![1, 0],
@@ -211,12 +147,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     assert!(human.contains("semaphore: 2 permits, 2 held"), "{human}");
 
     // Lowering N to 1 keeps both holders; a new request waits until fewer than 1 hold.
-    let mut admin_config = config(&cluster, "ops");
-    admin_config.credentials = Credentials {
-        principal: Some("carol".into()),
-        roles: Some("class-admin".into()),
-        bearer: None,
-    };
+    let mut admin_config = ClientConfig::new(cluster.endpoints.clone(), "ops");
+    admin_config.session_ttl = Some(Duration::from_secs(10));
+    admin_config.credentials = dev_credentials("carol", "class-admin");
     let admin = Client::new(admin_config).unwrap();
     let lowered = set_semaphore(&admin, 1, "one GPU left").await.unwrap();
     assert_eq!(lowered.previous_permits, 2);
@@ -236,12 +169,12 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     }
     let unchanged = set_semaphore(&admin, 1, "one GPU left").await.unwrap();
     assert_eq!(unchanged.previous_permits, 1, "the refusal changed nothing");
-    let d = session(&cluster, "worker-d").await;
+    let d = cluster.session("worker-d").await;
     let d_waiting = tokio::spawn({
         let d = d.clone();
         async move { d.acquire_permit(NS, KEY).await }
     });
-    let info = eventually(&cluster, leader, "d queues", |i| i.waiters.len() == 1).await;
+    let info = watched.until("d queues", |i| i.waiters.len() == 1).await;
     assert_eq!(info.permits, Some(1));
     assert_eq!(info.holders.len(), 2, "lowering N takes no permit away");
 
@@ -249,28 +182,11 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     // still waits; slot 0's floor is the release.
     let token_arg = permit_c.token().0.to_string();
     let session_arg = c.id().to_string();
-    let requested = json_of(cluster.picketctl_as(
-        "alice",
-        ROLES,
-        &[
-            "--json",
-            "force-release",
-            "request",
-            NS,
-            KEY,
-            "--token",
-            &token_arg,
-            "--session",
-            &session_arg,
-            "--reason",
-            "render job wedged",
-            "--holder-stopped",
-            "yes",
-            "--double-run-acceptable",
-            "no",
-        ],
-    ))
-    .await;
+    let reason = "render job wedged";
+    let mut request = force_release_args(NS, KEY, &token_arg, reason, &["--session", &session_arg]);
+    request.extend(CHECKLIST_ANSWERED);
+    let requested =
+        json_of(cluster.picketctl_as("alice", ROLES, &[&["--json"][..], &request].concat())).await;
     let id = requested["force_release_id"].as_u64().unwrap().to_string();
     let approved = json_of(cluster.picketctl_as(
         "bob",
@@ -287,7 +203,7 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     .await;
     assert_eq!(approved["released_token"], permit_c.token().0, "{approved}");
     let floor = approved["floor"].as_u64().unwrap();
-    let info = eventually(&cluster, leader, "c released", |i| i.holders.len() == 1).await;
+    let info = watched.until("c released", |i| i.holders.len() == 1).await;
     assert_eq!(
         holders(&info),
         vec![(ctl_hold.session_id, ctl_hold.token, Some(1))]
@@ -301,17 +217,9 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     assert!(!d_waiting.is_finished(), "1 holder of 1 permit: d waits");
 
     // The picketctl holder ends: d is granted slot 0 (the only slot below N).
-    std::fs::write(&stop, b"").unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), ctl_holder.wait())
-        .await
-        .expect("picketctl exits when its command does")
-        .unwrap();
-    assert!(code.success(), "{code:?}");
-    let permit_d = tokio::time::timeout(Duration::from_secs(10), d_waiting)
-        .await
-        .expect("d is granted")
-        .unwrap()
-        .unwrap();
+    hold.stop();
+    exits_successfully(&mut ctl_holder).await;
+    let permit_d = joined(d_waiting, "d is granted").await;
     assert_eq!(permit_d.slot(), Some(0));
     assert!(permit_d.token().0 > floor);
     gate.check_slot(&fence_key, 0, permit_d.token()).unwrap();
@@ -322,31 +230,30 @@ async fn permits_take_distinct_slots_and_are_fenced_per_slot() {
     permit_d.release().await.unwrap();
 
     // Free again, the declaration stays until removed.
-    let removed = json_of(cluster.picketctl_as(
-        "carol",
-        ROLES,
-        &[
-            "--json",
-            "semaphore",
-            "set",
-            NS,
-            KEY,
-            "--permits",
-            "0",
-            "--reason",
-            "done",
-        ],
-    ))
-    .await;
+    let removed = ctl_set_permits(&cluster, "0", "done").await;
     assert_eq!(removed["previous_permits"], 1, "{removed}");
-    let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
-        .await
-        .unwrap();
+    let info = inspect(&watched.endpoint, NS, KEY, false).await.unwrap();
     assert_eq!(info.permits, None);
 }
 
 fn proto_token(token: u64) -> picket_core::locks::Token {
     picket_core::locks::Token(token)
+}
+
+/// `picketctl --json semaphore set` of the test's key, as carol: its JSON answer.
+async fn ctl_set_permits(cluster: &Cluster, permits: &str, reason: &str) -> serde_json::Value {
+    let args = [
+        "--json",
+        "semaphore",
+        "set",
+        NS,
+        KEY,
+        "--permits",
+        permits,
+        "--reason",
+        reason,
+    ];
+    json_of(cluster.picketctl_as("carol", ROLES, &args)).await
 }
 
 /// `SetSemaphore` of the test's key, as `admin`.

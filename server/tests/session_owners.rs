@@ -197,18 +197,10 @@ async fn open_victim(caller: Caller) -> Victim {
         created.session_secret.is_empty(),
         "a client-chosen secret is never sent back"
     );
+    let request = try_acquire_request(created.session_id, 1, NS, KEY, secret.clone());
     let acquired = caller
         .lock()
-        .acquire(caller.request(proto::AcquireRequest {
-            session_id: created.session_id,
-            request_id: 1,
-            namespace: NS.into(),
-            key: KEY.into(),
-            wait_ms: 0,
-            wait_timeout_ms: 0,
-            session_secret: secret.clone(),
-            mode: 0,
-        }))
+        .acquire(caller.request(request))
         .await
         .unwrap()
         .into_inner();
@@ -283,19 +275,8 @@ async fn attack(attacker: &Attacker, victim: &Victim) -> Vec<(&'static str, Stri
     rules.push(("keepalive", rule));
     // The victim's own request id (a "retry") and a fresh one for another key.
     for (request_id, key) in [(1, KEY), (1_000, "order/31")] {
-        let acquire = caller
-            .lock()
-            .acquire(caller.request(proto::AcquireRequest {
-                session_id: victim.session,
-                request_id,
-                namespace: NS.into(),
-                key: key.into(),
-                wait_ms: 0,
-                wait_timeout_ms: 0,
-                session_secret: secret.clone(),
-                mode: 0,
-            }))
-            .await;
+        let request = try_acquire_request(victim.session, request_id, NS, key, secret.clone());
+        let acquire = caller.lock().acquire(caller.request(request)).await;
         rules.push(("acquire", rule_of(acquire, "acquire", name)));
     }
     let release = caller
@@ -455,11 +436,8 @@ async fn with_oidc_nobody_acts_on_another_principals_session() {
 async fn with_mutual_tls_nobody_acts_on_another_principals_session() {
     // Every verified certificate may lock (`certificate_roles` defaults to picket-client).
     let cluster = OidcCluster::start_with(Options {
-        oidc: false,
-        tls: true,
-        mtls: true,
-        extra: String::new(),
         election_timeout_ms: STABLE_ELECTIONS_MS,
+        ..Options::mtls(String::new())
     });
     let leader = cluster.leader(Duration::from_secs(20)).await;
     let endpoint = &cluster.endpoints[leader];

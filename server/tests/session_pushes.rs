@@ -10,14 +10,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket_net::client::{
-    Client, ClientConfig, Credentials, KeepAliveAck, LockGuard, LostReason, Session, SessionEnd,
-    SessionEvent, SessionState,
+    Client, KeepAliveAck, LockGuard, LostReason, Session, SessionEnd, SessionEvent, SessionState,
 };
 use picket_net::proto::{
     self, session_event, session_request::Request as In, session_response::Response as Out,
@@ -35,14 +31,7 @@ const TTL: Duration = Duration::from_secs(300);
 const STEP: Duration = Duration::from_secs(60);
 
 fn client(cluster: &Cluster, principal: Option<&str>) -> Client {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "session-pushes");
-    config.session_ttl = Some(TTL);
-    config.credentials = Credentials {
-        principal: principal.map(str::to_owned),
-        roles: principal.map(|_| "on-call".to_owned()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
+    on_call_client(cluster, "session-pushes", TTL, principal)
 }
 
 /// A session whose first keepalive was acknowledged (the next one is `TTL / 3` away), and its
@@ -69,25 +58,10 @@ async fn force_release(cluster: &Cluster, guard: &LockGuard, revoke_session: boo
 
 /// Alice requests and Bob approves a force-release of the hold of `key` with `token`: its id.
 async fn force_release_of(cluster: &Cluster, key: &str, token: u64, revoke_session: bool) -> u64 {
-    let requested = client(cluster, Some("alice"))
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: key.into(),
-            expected_token: token,
-            reason: "test: pushes".into(),
-            revoke_session,
-            holder_session_id: 0,
-            checklist: None,
-        })
-        .await
-        .unwrap();
-    client(cluster, Some("bob"))
-        .approve_force_release(proto::ApproveForceReleaseRequest {
-            force_release_id: requested.force_release_id,
-            acknowledged_fenced: requested.fenced,
-        })
-        .await
-        .unwrap();
+    let request = force_release_request(NS, key, token, "test: pushes", revoke_session);
+    let alice = client(cluster, Some("alice"));
+    let requested = alice.request_force_release(request).await.unwrap();
+    approve_as_requested(&client(cluster, Some("bob")), &requested).await;
     requested.force_release_id
 }
 
@@ -190,22 +164,7 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
     cluster.leader(ELECTION).await;
     let ttl_ms = TTL.as_millis().to_string();
     let args = ["lock", NS, "job", "--ttl-ms", &ttl_ms, "--", "sleep", "600"];
-    let mut ctl = Command::new(picketctl_binary())
-        .arg("--endpoints")
-        .arg(cluster.endpoints.join(","))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let pipe = ctl.stderr.take().unwrap();
-    let collected = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            collected.lock().unwrap().push(line);
-        }
-    });
+    let mut ctl = Picketctl::start(&cluster, &args);
     let at = cluster.endpoints[cluster.leader(ELECTION).await].clone();
     let holder = loop {
         let info = inspect(&at, NS, "job", false).await.unwrap();
@@ -216,37 +175,13 @@ async fn picketctl_lock_logs_a_pushed_force_release() {
     };
     let request = force_release_of(&cluster, "job", holder.token, false).await;
     let wanted = format!("request {request}");
-    let deadline = tokio::time::Instant::now() + STEP;
-    let line = loop {
-        let found = lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("LOCK LOST"))
-            .cloned();
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "picketctl logged no loss: {:#?}",
-            lines.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = ctl.wait_for_line("LOCK LOST", STEP).await;
     assert!(
         line.contains("force-released") && line.contains(&wanted),
         "{line}"
     );
-    let status = tokio::task::spawn_blocking(move || ctl.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        status.code(),
-        Some(3),
-        "lock lost: {:#?}",
-        lines.lock().unwrap()
-    );
+    let code = ctl.exit_code(STEP).await;
+    assert_eq!(code, 3, "lock lost: {:#?}", ctl.lines());
 }
 
 /// A raw `Session` stream (no client library).
@@ -298,16 +233,7 @@ impl Raw {
 
     /// A grant of `key` to `session` (a try): its token. Nothing is pushed meanwhile.
     async fn acquire(&mut self, seq: u64, at: &str, session: u64, key: &str) -> u64 {
-        let acquire = proto::AcquireRequest {
-            session_id: session,
-            request_id: seq,
-            namespace: NS.into(),
-            key: key.into(),
-            wait_ms: 0,
-            session_secret: secret_of(at, session),
-            wait_timeout_ms: 0,
-            mode: 0,
-        };
+        let acquire = try_acquire_request(session, seq, NS, key, secret_of(at, session));
         let (Out::Acquire(acquired), before) = self.call(seq, In::Acquire(acquire)).await else {
             panic!("an acquire answer");
         };
@@ -336,9 +262,7 @@ fn no_pushes(messages: &[proto::SessionResponse]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_stream_that_subscribed_gets_pushes_and_an_old_style_stream_works_unchanged() {
-    let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let at = cluster.endpoints[leader].clone();
+    let (cluster, _, at) = cluster_with_leader(ELECTION).await;
     let a = create_session(&at, "raw-a", 10_000).await;
 
     // `subscribed` asked for pushes and carries `a`; `old` is a client from before pushes;

@@ -8,14 +8,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picket_net::client::{
-    Client, ClientConfig, Credentials, LostReason, Session, SessionEvent, SessionState,
-};
+use picket_net::client::{Client, LostReason, Session, SessionEvent, SessionState};
 use picket_net::proto;
 use support::*;
 
@@ -24,83 +19,7 @@ const ELECTION: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(10);
 
 fn client(cluster: &Cluster, principal: Option<&str>) -> Client {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), "session-states");
-    config.session_ttl = Some(TTL);
-    config.credentials = Credentials {
-        principal: principal.map(str::to_owned),
-        roles: principal.map(|_| "on-call".to_owned()),
-        bearer: None,
-    };
-    Client::new(config).unwrap()
-}
-
-/// `picketctl lock` started in the background, its stderr lines collected as they come.
-struct Picketctl {
-    child: std::process::Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Picketctl {
-    fn start(cluster: &Cluster, args: &[&str]) -> Picketctl {
-        let mut child = Command::new(picketctl_binary())
-            .arg("--endpoints")
-            .arg(cluster.endpoints.join(","))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let pipe = child.stderr.take().unwrap();
-        let lines = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        });
-        Picketctl { child, stderr }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    async fn wait_for_line(&self, what: &str, within: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(line) = self.lines().into_iter().find(|l| l.contains(what)) {
-                return line;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "picketctl said no `{what}` within {within:?}: {:#?}",
-                self.lines()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn exit_code(&mut self, within: Duration) -> i32 {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().expect("exited, not signalled");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "picketctl still runs after {within:?}: {:#?}",
-                self.lines()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Picketctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    on_call_client(cluster, "session-states", TTL, principal)
 }
 
 async fn wait_for_state(
@@ -233,24 +152,9 @@ async fn a_force_release_without_revocation_is_a_hold_lost_and_the_session_stays
     let mut events = session.events();
     let alice = client(&cluster, Some("alice"));
     let bob = client(&cluster, Some("bob"));
-    let requested = alice
-        .request_force_release(proto::RequestForceReleaseRequest {
-            namespace: NS.into(),
-            key: "stuck".into(),
-            expected_token: guard.token().0,
-            reason: "test: no revocation".into(),
-            revoke_session: false,
-            holder_session_id: 0,
-            checklist: None,
-        })
-        .await
-        .unwrap();
-    bob.approve_force_release(proto::ApproveForceReleaseRequest {
-        force_release_id: requested.force_release_id,
-        acknowledged_fenced: requested.fenced,
-    })
-    .await
-    .unwrap();
+    let request = force_release_request(NS, "stuck", guard.token().0, "test: no revocation", false);
+    let requested = alice.request_force_release(request).await.unwrap();
+    approve_as_requested(&bob, &requested).await;
     let event = tokio::time::timeout(TTL, events.next())
         .await
         .expect("reported at a keepalive")

@@ -129,14 +129,8 @@ fn acquire_message(
     wait_ms: u64,
 ) -> proto::AcquireRequest {
     proto::AcquireRequest {
-        session_id: session,
-        request_id,
-        namespace: NS.into(),
-        key: key.into(),
         wait_ms,
-        session_secret: secret_of(at, session),
-        wait_timeout_ms: 0,
-        mode: 0,
+        ..try_acquire_request(session, request_id, NS, key, secret_of(at, session))
     }
 }
 

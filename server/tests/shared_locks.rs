@@ -9,39 +9,13 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Session};
+use picket_net::client::ClientError;
 use picket_net::proto;
 use support::*;
 
 const NS: &str = "orders";
 const KEY: &str = "catalog/1";
 const ELECTION: Duration = Duration::from_secs(10);
-
-async fn session(cluster: &Cluster, name: &str) -> Session {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
-    config.session_ttl = Some(Duration::from_secs(10));
-    Client::new(config).unwrap().create_session().await.unwrap()
-}
-
-/// Waits until the leader's inspection of the key satisfies `ok`, and returns it.
-async fn eventually(
-    cluster: &Cluster,
-    leader: usize,
-    what: &str,
-    ok: impl Fn(&proto::KeyInfo) -> bool,
-) -> proto::KeyInfo {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let info = inspect(&cluster.endpoints[leader], NS, KEY, false)
-            .await
-            .unwrap();
-        if ok(&info) {
-            return info;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn holders(info: &proto::KeyInfo) -> Vec<(u64, u64)> {
     info.holders
@@ -63,28 +37,21 @@ const EXCLUSIVE: i32 = proto::LockMode::Exclusive as i32;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
     let cluster = Cluster::start();
-    let leader = cluster.leader(ELECTION).await;
-    let dir = tempfile::tempdir().unwrap();
-    let stop = dir.path().join("stop");
+    let watched = cluster.key_at(cluster.leader(ELECTION).await, NS, KEY);
+    let hold = HoldUntilStopped::new();
 
     // Reader 1: the client library.
-    let reader = session(&cluster, "reader").await;
+    let reader = cluster.session("reader").await;
     let read = reader.lock_shared(NS, KEY).await.unwrap();
-    // Reader 2: picketctl, holding until the stop file appears.
-    // Bounded (60 s): if the test fails, picketctl is killed but this command, in its own
-    // process group, is not; it must end by itself once its stop file's directory is gone.
-    let script = format!(
-        "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
-        stop.display()
-    );
+    // Reader 2: picketctl, holding until told to stop.
+    let script = hold.script("");
     let mut ctl_reader = cluster
         .picketctl(&["lock", "--shared", NS, KEY, "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    let info = eventually(&cluster, leader, "two shared holders", |i| {
-        i.holders.len() == 2
-    })
-    .await;
+    let info = watched
+        .until("two shared holders", |i| i.holders.len() == 2)
+        .await;
     assert_eq!(info.mode, SHARED);
     assert!(info.holders.iter().all(|h| h.mode == SHARED));
     assert_eq!(info.holder.as_ref().unwrap().session_id, reader.id());
@@ -93,35 +60,32 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     assert!(ctl_hold.token > read_token);
 
     // A writer waits for both readers.
-    let writer = session(&cluster, "writer").await;
+    let writer = cluster.session("writer").await;
     let writing = tokio::spawn({
         let writer = writer.clone();
         async move { writer.lock(NS, KEY).await }
     });
-    eventually(&cluster, leader, "the writer queues", |i| {
-        waiters(i) == vec![(writer.id(), EXCLUSIVE)]
-    })
-    .await;
+    watched
+        .until("the writer queues", |i| {
+            waiters(i) == vec![(writer.id(), EXCLUSIVE)]
+        })
+        .await;
     // A reader after the writer does not overtake it: busy without waiting, queued with.
-    let late = session(&cluster, "late-reader").await;
+    let late = cluster.session("late-reader").await;
     assert!(matches!(
         late.try_lock_shared(NS, KEY).await,
         Err(ClientError::Held { .. })
     ));
-    let busy = cluster
-        .picketctl(&["lock", "--shared", "--no-wait", NS, KEY, "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+    assert_busy(cluster.picketctl(&["lock", "--shared", "--no-wait", NS, KEY, "--", "true"])).await;
     let late_reading = tokio::spawn({
         let late = late.clone();
         async move { late.lock_shared(NS, KEY).await }
     });
-    eventually(&cluster, leader, "the late reader queues behind", |i| {
-        waiters(i) == vec![(writer.id(), EXCLUSIVE), (late.id(), SHARED)]
-    })
-    .await;
+    watched
+        .until("the late reader queues behind", |i| {
+            waiters(i) == vec![(writer.id(), EXCLUSIVE), (late.id(), SHARED)]
+        })
+        .await;
 
     // picketctl inspect lists every holder with its mode, and the waiters' modes.
     let shown = cluster
@@ -132,15 +96,10 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
     assert!(shown.status.success(), "{shown:?}");
     let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(json["mode"], "shared");
-    let listed: Vec<(u64, String)> = json["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            let mode = h["mode"].as_str().unwrap().to_owned();
-            (h["session_id"].as_u64().unwrap(), mode)
-        })
-        .collect();
+    let listed: Vec<(u64, String)> = each(&json["holders"], |h| {
+        let mode = h["mode"].as_str().unwrap().to_owned();
+        (h["session_id"].as_u64().unwrap(), mode)
+    });
     assert_eq!(
         listed,
         vec![
@@ -160,32 +119,24 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
 
     // Both readers leave; only then the writer is granted, with a token above both.
     read.release().await.unwrap();
-    let info = eventually(&cluster, leader, "one reader left", |i| {
-        i.holders.len() == 1
-    })
-    .await;
+    let info = watched
+        .until("one reader left", |i| i.holders.len() == 1)
+        .await;
     assert_eq!(holders(&info), vec![(ctl_hold.session_id, ctl_hold.token)]);
     assert!(
         !writing.is_finished(),
         "the writer still waits for the other reader"
     );
-    std::fs::write(&stop, b"").unwrap();
-    let code = tokio::time::timeout(Duration::from_secs(10), ctl_reader.wait())
-        .await
-        .expect("picketctl exits when its command does")
-        .unwrap();
-    assert!(code.success(), "{code:?}");
-    let write = tokio::time::timeout(Duration::from_secs(10), writing)
-        .await
-        .expect("the writer is granted")
-        .unwrap()
-        .unwrap();
+    hold.stop();
+    exits_successfully(&mut ctl_reader).await;
+    let write = joined(writing, "the writer is granted").await;
     let write_token = write.token().0;
     assert!(write_token > read_token && write_token > ctl_hold.token);
-    let info = eventually(&cluster, leader, "the writer holds", |i| {
-        i.mode == EXCLUSIVE && !i.holders.is_empty()
-    })
-    .await;
+    let info = watched
+        .until("the writer holds", |i| {
+            i.mode == EXCLUSIVE && !i.holders.is_empty()
+        })
+        .await;
     assert_eq!(holders(&info), vec![(writer.id(), write_token)]);
     assert_eq!(
         info.floor,
@@ -196,10 +147,6 @@ async fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_wr
 
     // The late reader follows the writer.
     write.release().await.unwrap();
-    let late_read = tokio::time::timeout(Duration::from_secs(10), late_reading)
-        .await
-        .expect("the late reader is granted")
-        .unwrap()
-        .unwrap();
+    let late_read = joined(late_reading, "the late reader is granted").await;
     assert!(late_read.token().0 > write_token);
 }

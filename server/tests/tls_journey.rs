@@ -44,13 +44,7 @@ fn start() -> (OidcCluster, People) {
          {SVC:?} = [\"picket-client:orders\"]\n{ALICE:?} = [\"picket-operator\"]\n\
          {BOB:?} = [\"picket-operator:orders\"]\ncarol = [\"picket-admin\"]\n"
     );
-    let cluster = OidcCluster::start_with(Options {
-        oidc: false,
-        tls: true,
-        mtls: true,
-        extra,
-        ..Options::default()
-    });
+    let cluster = OidcCluster::start_with(Options::mtls(extra));
     let pki = cluster.pki.as_ref().unwrap();
     let people = People {
         svc: pki.client("svc", Name::Uri(SVC)),
@@ -107,16 +101,8 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
     cluster.leader(STEP).await;
 
     // Carol (CN) is the class admin; alice (an operator) may not put classes.
-    let class = [
-        "classes",
-        "put",
-        NS,
-        "--name",
-        "ledger",
-        "--fenced",
-        "--ttl-ms-default",
-        "3000",
-    ];
+    let mut class = class_put_args(NS, "ledger");
+    class.extend(["--fenced", "--ttl-ms-default", "3000"]);
     let (rule, error) = cluster
         .picketctl_cert(Some(&people.alice), None, &class)
         .await
@@ -168,17 +154,7 @@ async fn a_stuck_holder_is_force_released_over_mutual_tls_by_two_people() {
     // Alice requests; she cannot approve her own request; bob approves.
     let token_arg = old_token.to_string();
     let reason = "INC-9: ledger holder hung";
-    let request = [
-        "force-release",
-        "request",
-        NS,
-        KEY,
-        "--token",
-        &token_arg,
-        "--reason",
-        reason,
-        "--revoke-session",
-    ];
+    let request = force_release_args(NS, KEY, &token_arg, reason, &["--revoke-session"]);
     let (rule, error) = cluster
         .picketctl_cert(Some(&people.mallory), None, &request)
         .await

@@ -679,21 +679,8 @@ async fn rolling_upgrade_from_the_previous_release_with_a_rollback_under_load() 
         cluster.spawn_binary(i, &previous.picketd, &["--init"]);
     }
     let (leader, _) = cluster.current_leader().await;
-    cluster
-        .admin_client("upgrade-admin")
-        .put_class(proto::PutClassRequest {
-            namespace: NS.into(),
-            class: Some(proto::ClassSpec {
-                name: "ledger".into(),
-                prefix: "ledger/".into(),
-                fenced: true,
-                session_ttl_ms_default: 10_000,
-                session_ttl_ms_max: 60_000,
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
+    let admin = cluster.admin_client("upgrade-admin");
+    support::put_class(&admin, NS, support::fenced_class("ledger", 10_000, 60_000)).await;
     let load = Load::start(&cluster).await;
     load.progress(PROGRESS_PER_STEP, "on the previous release")
         .await;

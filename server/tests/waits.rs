@@ -8,18 +8,12 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, Session};
+use picket_net::client::ClientError;
 use support::*;
 
 const NS: &str = "orders";
 const KEY: &str = "invoice/7";
 const ELECTION: Duration = Duration::from_secs(10);
-
-async fn session(cluster: &Cluster, name: &str) -> Session {
-    let mut config = ClientConfig::new(cluster.endpoints.clone(), name);
-    config.session_ttl = Some(Duration::from_secs(10));
-    Client::new(config).unwrap().create_session().await.unwrap()
-}
 
 /// The sessions queued for the key, in order, as the leader's inspection shows them.
 async fn waiters(cluster: &Cluster, leader: usize) -> Vec<u64> {
@@ -48,11 +42,11 @@ async fn eventually_waiters(cluster: &Cluster, leader: usize, want: &[u64], what
 async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_gets_the_key() {
     let cluster = Cluster::start();
     let leader = cluster.leader(ELECTION).await;
-    let holder = session(&cluster, "holder").await;
+    let holder = cluster.session("holder").await;
     let guard = holder.lock(NS, KEY).await.unwrap();
 
     // 1. A server-side deadline: the wait is removed by the cluster, the call says so.
-    let timed = session(&cluster, "timed").await;
+    let timed = cluster.session("timed").await;
     let gave_up = timed
         .lock_within(NS, KEY, Duration::from_millis(300))
         .await
@@ -70,7 +64,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_gets_the_key()
     eventually_waiters(&cluster, leader, &[], "the expired wait is gone").await;
 
     // 2. A dropped `lock` future: the client cancels the wait in the background.
-    let dropped = session(&cluster, "dropped").await;
+    let dropped = cluster.session("dropped").await;
     let pending = tokio::spawn({
         let dropped = dropped.clone();
         async move { dropped.lock(NS, KEY).await }
@@ -81,7 +75,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_gets_the_key()
     eventually_waiters(&cluster, leader, &[], "the dropped wait is cancelled").await;
 
     // 3. An explicit cancel is idempotent.
-    let cancelled = session(&cluster, "cancelled").await;
+    let cancelled = cluster.session("cancelled").await;
     let pending = tokio::spawn({
         let cancelled = cancelled.clone();
         async move { cancelled.lock(NS, KEY).await }
@@ -96,7 +90,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_gets_the_key()
     );
 
     // The waiter that stays is next: granted in the release's revision, nobody else before it.
-    let stays = session(&cluster, "stays").await;
+    let stays = cluster.session("stays").await;
     let next = tokio::spawn({
         let stays = stays.clone();
         async move { stays.lock(NS, KEY).await }

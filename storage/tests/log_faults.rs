@@ -3,6 +3,8 @@
 //! holds every record that was durable before the failed operation (less what a failed truncation
 //! or compaction was asked to remove), and it starts no later than a failed compaction allowed.
 
+mod common;
+
 use std::path::Path;
 
 use picket_storage::{CrashMode, Error, Log, LogConfig, SimDisk};
@@ -34,6 +36,19 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1u32..3).prop_map(Op::FailSyncs),
         1 => any::<Option<bool>>().prop_map(Op::Restart),
     ]
+}
+
+proptest! {
+    // Cheap, and its bugs hide in rare interleavings of faults: run 8x the configured cases.
+    #![proptest_config(ProptestConfig::with_cases(common::cases_times(8)))]
+
+    #[test]
+    fn failed_fsyncs_never_lose_durable_records(
+        seed in any::<u64>(),
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        run(seed, ops)?;
+    }
 }
 
 fn config() -> LogConfig {
@@ -216,25 +231,4 @@ fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
-}
-
-/// Cheap, and its bugs hide in rare interleavings of faults: run 8x the configured cases.
-fn cases() -> u32 {
-    let base = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256u32);
-    base.saturating_mul(8)
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
-
-    #[test]
-    fn failed_fsyncs_never_lose_durable_records(
-        seed in any::<u64>(),
-        ops in prop::collection::vec(op(), 1..40),
-    ) {
-        run(seed, ops)?;
-    }
 }

@@ -2,6 +2,8 @@
 //! `SimDisk`. After every recovery the log holds every synced record, in order, followed by at
 //! most a prefix of the unsynced ones, and nothing else.
 
+mod common;
+
 use std::path::Path;
 
 use picket_storage::{CrashMode, Log, LogConfig, SimDisk, WriteMode};
@@ -37,6 +39,16 @@ fn payload(serial: u64, len: usize) -> Vec<u8> {
     let mut p = serial.to_le_bytes().to_vec();
     p.extend((0..len).map(|i| (i as u64 ^ serial) as u8));
     p
+}
+
+/// A payload of each length in `lens`, the serials after `serial` (which moves on).
+fn payloads(serial: &mut u64, lens: &[usize]) -> Vec<Vec<u8>> {
+    lens.iter()
+        .map(|&l| {
+            *serial += 1;
+            payload(*serial, l)
+        })
+        .collect()
 }
 
 struct Model {
@@ -79,24 +91,12 @@ fn run(
     for op in ops {
         match op {
             Op::Append(lens) => {
-                let batch: Vec<Vec<u8>> = lens
-                    .iter()
-                    .map(|&l| {
-                        serial += 1;
-                        payload(serial, l)
-                    })
-                    .collect();
+                let batch = payloads(&mut serial, &lens);
                 log.append(log.next_index(), &batch).expect("append");
                 m.records.extend(batch);
             }
             Op::AppendSync(lens) => {
-                let batch: Vec<Vec<u8>> = lens
-                    .iter()
-                    .map(|&l| {
-                        serial += 1;
-                        payload(serial, l)
-                    })
-                    .collect();
+                let batch = payloads(&mut serial, &lens);
                 log.append_sync(log.next_index(), &batch)
                     .expect("append_sync");
                 m.records.extend(batch);
@@ -179,17 +179,9 @@ fn run(
     Ok(())
 }
 
-/// This model is cheap and its bugs hide in rare sequences: run 8x the configured cases.
-fn cases() -> u32 {
-    let base = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256u32);
-    base.saturating_mul(8)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    // This model is cheap and its bugs hide in rare sequences: run 8x the configured cases.
+    #![proptest_config(ProptestConfig::with_cases(common::cases_times(8)))]
 
     #[test]
     fn recovery_keeps_synced_records_and_a_prefix_of_the_rest(

@@ -161,11 +161,7 @@ impl LockStateMachine {
         mode: LockMode,
         wait: Option<Option<u64>>,
     ) -> Result<Reply, LockError> {
-        let state = self
-            .sessions
-            .get(&session)
-            .ok_or(LockError::UnknownSession { session })?;
-        state.check_proof(session, proof)?;
+        let state = self.proven_session(session, proof)?;
         let this = (
             "Acquire",
             namespace.as_str(),
@@ -406,11 +402,7 @@ impl LockStateMachine {
         key: String,
         token: Token,
     ) -> Result<Reply, LockError> {
-        let state = self
-            .sessions
-            .get(&session)
-            .ok_or(LockError::UnknownSession { session })?;
-        state.check_proof(session, proof)?;
+        let state = self.proven_session(session, proof)?;
         let this = (
             "Release",
             namespace.as_str(),

@@ -193,15 +193,7 @@ impl LockStateMachine {
         membership: String,
     ) {
         if let Some(stamp) = stamp {
-            self.time = self.time.max(stamp);
-            self.revision = Revision(
-                self.revision
-                    .0
-                    .checked_add(1)
-                    .expect("revision overflow after 2^64 commands"),
-            );
-            self.wait_ends.0.clear();
-            self.sweep_force_releases();
+            self.advance(stamp);
         }
         self.audit.push(AuditRecord {
             reason: reason.to_owned(),
@@ -234,6 +226,16 @@ impl LockStateMachine {
     /// Applies one command at log time `max(previous, stamp)`. The revision advances by one
     /// whatever the outcome; an error changes nothing else.
     pub fn apply(&mut self, stamp: Instant, command: Command) -> Outcome {
+        self.advance(stamp);
+        let outcome = self.dispatch(command);
+        self.check_invariants_cheap();
+        outcome
+    }
+
+    /// What every change of the log does first: log time moves to `max(previous, stamp)`, the
+    /// revision advances by one, the last change's wait ends are forgotten and expired
+    /// force-release requests are swept.
+    fn advance(&mut self, stamp: Instant) {
         self.time = self.time.max(stamp);
         self.revision = Revision(
             self.revision
@@ -243,9 +245,6 @@ impl LockStateMachine {
         );
         self.wait_ends.0.clear();
         self.sweep_force_releases();
-        let outcome = self.dispatch(command);
-        self.check_invariants_cheap();
-        outcome
     }
 
     fn dispatch(&mut self, command: Command) -> Outcome {

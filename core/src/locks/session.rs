@@ -256,10 +256,21 @@ impl LockStateMachine {
         session: SessionId,
         proof: &SessionProof,
     ) -> Result<(), LockError> {
-        self.sessions
+        self.proven_session(session, proof).map(|_| ())
+    }
+
+    /// Live session `session`, if `proof` may act on it.
+    pub(crate) fn proven_session(
+        &self,
+        session: SessionId,
+        proof: &SessionProof,
+    ) -> Result<&Session, LockError> {
+        let state = self
+            .sessions
             .get(&session)
-            .ok_or(LockError::UnknownSession { session })?
-            .check_proof(session, proof)
+            .ok_or(LockError::UnknownSession { session })?;
+        state.check_proof(session, proof)?;
+        Ok(state)
     }
 
     pub(crate) fn apply_create_session(

@@ -83,11 +83,7 @@ impl LockStateMachine {
         namespace: String,
         key: String,
     ) -> Result<Reply, LockError> {
-        let state = self
-            .sessions
-            .get(&session)
-            .ok_or(LockError::UnknownSession { session })?;
-        state.check_proof(session, proof)?;
+        let state = self.proven_session(session, proof)?;
         validate_namespace(&namespace)?;
         validate_key(&key)?;
         if state.holds(&namespace, &key) {

@@ -380,6 +380,58 @@ where
         self.blocked.clear();
     }
 
+    /// Heals, then isolates the replicas whose bit is set in `mask` (bit 0: node 1) from the
+    /// others.
+    pub fn partition_mask(&mut self, mask: u8) {
+        let group: Vec<NodeId> = self
+            .ids()
+            .into_iter()
+            .filter(|id| id.0 <= 8 && mask & (1 << (id.0 - 1)) != 0)
+            .collect();
+        self.heal();
+        self.partition(&group);
+    }
+
+    /// Crashes `id` losing its disk and restarts it, unless a disk is lost already
+    /// ([`Cluster::any_disk_lost`]: one at a time): whether it did.
+    pub fn lose_one_disk(&mut self, id: NodeId) -> bool {
+        if self.any_disk_lost() {
+            return false;
+        }
+        self.crash_losing_disk(id);
+        self.restart(id);
+        true
+    }
+
+    /// The end of a schedule of faults: heals every cut, restarts every replica, and no message
+    /// is lost or duplicated from now on.
+    pub fn heal_everything(&mut self) {
+        self.heal();
+        for id in self.ids() {
+            self.restart(id);
+        }
+        self.cfg.drop_per_mille = 0;
+        self.cfg.duplicate_per_mille = 0;
+    }
+
+    /// Runs, 100 ms at a time and `ms_max` at the most, until no replica is amnesiac (lost its
+    /// disk and has not rejoined): whether none is.
+    pub fn until_no_amnesiac(&mut self, ms_max: u64) -> bool {
+        let mut waited = 0;
+        while self
+            .ids()
+            .iter()
+            .any(|id| self.replica(*id).is_some_and(|r| r.is_amnesiac()))
+        {
+            if waited >= ms_max {
+                return false;
+            }
+            self.run_for(100);
+            waited += 100;
+        }
+        true
+    }
+
     /// Drops every message in flight from `from` to `to`.
     pub fn drop_in_flight(&mut self, from: NodeId, to: NodeId) -> usize {
         let before = self.net.len();

@@ -81,6 +81,14 @@ fn error_of(text: &str) -> String {
     Config::parse(text).unwrap_err().to_string()
 }
 
+/// The good file with `[storage]` `line`: its storage section, or the error.
+fn storage_with(line: &str) -> Result<StorageSection, String> {
+    let text = format!("{GOOD}\n[storage]\n{line}\n");
+    Config::parse(&text)
+        .map(|c| c.storage)
+        .map_err(|e| e.to_string())
+}
+
 #[test]
 fn a_backup_section_has_defaults_and_bounds() {
     assert_eq!(Config::parse(GOOD).unwrap().backup, None);
@@ -160,16 +168,11 @@ fn errors_name_the_field() {
 
 #[test]
 fn the_persist_mode_is_inline_unless_the_thread_is_chosen() {
-    assert_eq!(
-        Config::parse(GOOD).unwrap().storage.persist,
-        PersistMode::Inline
-    );
-    let thread = format!("{GOOD}\n[storage]\npersist = \"thread\"\n");
-    assert_eq!(
-        Config::parse(&thread).unwrap().storage.persist,
-        PersistMode::Thread
-    );
-    let e = error_of(&format!("{GOOD}\n[storage]\npersist = \"async\"\n"));
+    let default = Config::parse(GOOD).unwrap().storage;
+    assert_eq!(default.persist, PersistMode::Inline);
+    let thread = storage_with("persist = \"thread\"").unwrap();
+    assert_eq!(thread.persist, PersistMode::Thread);
+    let e = storage_with("persist = \"async\"").unwrap_err();
     assert!(
         e.contains("storage.persist") || e.contains("persist"),
         "{e}"
@@ -179,16 +182,11 @@ fn the_persist_mode_is_inline_unless_the_thread_is_chosen() {
 
 #[test]
 fn the_write_mode_is_fdatasync_unless_dsync_is_chosen() {
-    assert_eq!(
-        Config::parse(GOOD).unwrap().storage.write_mode,
-        WriteMode::Fdatasync
-    );
-    let dsync = format!("{GOOD}\n[storage]\nwrite_mode = \"dsync\"\n");
-    assert_eq!(
-        Config::parse(&dsync).unwrap().storage.write_mode,
-        WriteMode::Dsync
-    );
-    let e = error_of(&format!("{GOOD}\n[storage]\nwrite_mode = \"odirect\"\n"));
+    let default = Config::parse(GOOD).unwrap().storage;
+    assert_eq!(default.write_mode, WriteMode::Fdatasync);
+    let dsync = storage_with("write_mode = \"dsync\"").unwrap();
+    assert_eq!(dsync.write_mode, WriteMode::Dsync);
+    let e = storage_with("write_mode = \"odirect\"").unwrap_err();
     assert!(e.contains("fdatasync") && e.contains("dsync"), "{e}");
 }
 

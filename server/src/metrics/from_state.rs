@@ -138,6 +138,17 @@ mod tests {
         assert!(reply.is_ok(), "{reply:?}");
     }
 
+    /// The namespace's stats at 61 s: two holds and one waiter, the longest hold (`what`) held
+    /// for 60 s with that waiter behind it.
+    fn assert_two_holds_and_a_waiter(sm: &LockStateMachine, what: &str) {
+        let stats = namespace_stats(sm, Instant::from_millis(61_000));
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].holds, stats[0].waiters), (2, 1));
+        let longest = stats[0].longest_hold.as_ref().unwrap();
+        assert_eq!(longest.held_for, Duration::from_secs(60), "{what}");
+        assert_eq!(longest.queue_depth, 1);
+    }
+
     #[test]
     fn every_shared_holder_counts_and_the_queue_once() {
         let mut sm = LockStateMachine::new(LockConfig::default());
@@ -147,16 +158,7 @@ mod tests {
         acquire_in(&mut sm, 1_000, a, 1, ("docs", "page"), LockMode::Shared);
         acquire_in(&mut sm, 2_000, b, 1, ("docs", "page"), LockMode::Shared);
         acquire(&mut sm, 3_000, w, 1, "docs", "page"); // queued behind both readers
-        let stats = namespace_stats(&sm, Instant::from_millis(61_000));
-        assert_eq!(stats.len(), 1);
-        assert_eq!((stats[0].holds, stats[0].waiters), (2, 1));
-        let longest = stats[0].longest_hold.as_ref().unwrap();
-        assert_eq!(
-            longest.held_for,
-            Duration::from_secs(60),
-            "the oldest reader"
-        );
-        assert_eq!(longest.queue_depth, 1);
+        assert_two_holds_and_a_waiter(&sm, "the oldest reader");
     }
 
     #[test]
@@ -179,16 +181,7 @@ mod tests {
         acquire_in(&mut sm, 1_000, a, 1, ("jobs", "pool"), LockMode::Permit);
         acquire_in(&mut sm, 2_000, b, 1, ("jobs", "pool"), LockMode::Permit);
         acquire_in(&mut sm, 3_000, c, 1, ("jobs", "pool"), LockMode::Permit); // queued
-        let stats = namespace_stats(&sm, Instant::from_millis(61_000));
-        assert_eq!(stats.len(), 1);
-        assert_eq!((stats[0].holds, stats[0].waiters), (2, 1));
-        let longest = stats[0].longest_hold.as_ref().unwrap();
-        assert_eq!(
-            longest.held_for,
-            Duration::from_secs(60),
-            "the oldest permit"
-        );
-        assert_eq!(longest.queue_depth, 1);
+        assert_two_holds_and_a_waiter(&sm, "the oldest permit");
     }
 
     #[test]

@@ -266,3 +266,17 @@ pub fn csrf(body: &str) -> String {
 pub fn refused_rule(page: &Page) -> String {
     between(&page.body, "<code class=\"rule\">", "</code>")
 }
+
+/// Asserts that `page` is a refusal (403) naming `rule`.
+#[track_caller]
+pub fn assert_refused(page: &Page, rule: &str) {
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert_eq!(refused_rule(page), rule, "{}", page.body);
+}
+
+/// Asserts that `page` answered 200 and shows `text`.
+#[track_caller]
+pub fn assert_shows(page: &Page, text: &str) {
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains(text), "no {text:?} in {}", page.body);
+}

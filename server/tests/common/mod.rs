@@ -10,10 +10,14 @@
 
 #[path = "../support/binaries.rs"]
 mod binaries;
+#[path = "../support/client.rs"]
+mod client;
 #[path = "../support/prom.rs"]
 mod prom;
 #[allow(unused_imports)] // not every test binary runs picketctl
 pub use binaries::picketctl_binary;
+#[allow(unused_imports)] // not every test binary drives the client library
+pub use client::*;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 pub mod alerts;
@@ -61,6 +65,20 @@ pub struct Options {
     /// test that pins its calls to the leader it found takes a slower range, so that a loaded
     /// machine's late heartbeat does not move the leader under it.
     pub election_timeout_ms: (u64, u64),
+}
+
+impl Options {
+    /// Mutual TLS instead of OIDC: client certificates are the credentials; `extra` as
+    /// [`Options::extra`].
+    pub fn mtls(extra: String) -> Options {
+        Options {
+            oidc: false,
+            tls: true,
+            mtls: true,
+            extra,
+            ..Options::default()
+        }
+    }
 }
 
 /// The election timeouts of a test whose calls go to one replica, the leader it found first.
@@ -226,6 +244,12 @@ impl OidcCluster {
     /// status and its stdout parsed as JSON (`Null` when it printed nothing).
     pub async fn picketctl(&self, token: Option<&str>, args: &[&str]) -> Ctl {
         self.picketctl_cert(None, token, args).await
+    }
+
+    /// `picketctl force-release approve ID --ack ACK` as the holder of `token`: its JSON answer.
+    pub async fn approve(&self, token: &str, id: &str, ack: &str) -> serde_json::Value {
+        let args = ["force-release", "approve", id, "--ack", ack];
+        self.picketctl(Some(token), &args).await.ok()
     }
 
     /// [`OidcCluster::picketctl`] presenting the client certificate `cert` (`--cert/--key`).

@@ -3,9 +3,12 @@
 #![allow(dead_code)]
 
 mod binaries;
+mod client;
 mod prom;
 #[allow(unused_imports)] // not every test binary runs picketctl
 pub use binaries::picketctl_binary;
+#[allow(unused_imports)] // not every test binary drives the client library
+pub use client::*;
 #[allow(unused_imports)] // not every test binary reads metrics
 pub use prom::sample;
 
@@ -410,6 +413,196 @@ impl Drop for Cluster {
         for i in 0..self.procs.len() {
             self.kill(i);
         }
+    }
+}
+
+/// A client-library client of every replica of `cluster`, named `name`, asking for sessions of
+/// `ttl`: as `principal` with the role `on-call` (dev auth), or with no credentials at all.
+pub fn on_call_client(
+    cluster: &Cluster,
+    name: &str,
+    ttl: Duration,
+    principal: Option<&str>,
+) -> picket_net::client::Client {
+    let mut config = picket_net::client::ClientConfig::new(cluster.endpoints.clone(), name);
+    config.session_ttl = Some(ttl);
+    if let Some(principal) = principal {
+        config.credentials = dev_credentials(principal, "on-call");
+    }
+    picket_net::client::Client::new(config).unwrap()
+}
+
+/// `picketctl --endpoints <every replica> ARGS` (e.g. `lock`) started in the background, its
+/// stderr lines collected as they come; killed when dropped.
+pub struct Picketctl {
+    child: std::process::Child,
+    stderr: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Picketctl {
+    pub fn start(cluster: &Cluster, args: &[&str]) -> Picketctl {
+        let mut child = Command::new(picketctl_binary())
+            .arg("--endpoints")
+            .arg(cluster.endpoints.join(","))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let pipe = child.stderr.take().unwrap();
+        let lines = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Picketctl { child, stderr }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub async fn wait_for_line(&self, what: &str, within: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|l| l.contains(what)) {
+                return line;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "picketctl said no `{what}` within {within:?}: {:#?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn exit_code(&mut self, within: Duration) -> i32 {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().expect("exited, not signalled");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "picketctl still runs after {within:?}: {:#?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Picketctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Cluster {
+    /// A session named `name` of a client-library client of every replica, with a 10 s TTL.
+    pub async fn session(&self, name: &str) -> picket_net::client::Session {
+        let mut config = picket_net::client::ClientConfig::new(self.endpoints.clone(), name);
+        config.session_ttl = Some(Duration::from_secs(10));
+        let client = picket_net::client::Client::new(config).unwrap();
+        client.create_session().await.unwrap()
+    }
+
+    /// `ns`/`key` as replica `i` shows it.
+    pub fn key_at(&self, i: usize, ns: &str, key: &str) -> KeyAt {
+        KeyAt {
+            endpoint: self.endpoints[i].clone(),
+            ns: ns.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+}
+
+/// One key as one replica's inspection shows it ([`Cluster::key_at`]).
+pub struct KeyAt {
+    pub endpoint: String,
+    pub ns: String,
+    pub key: String,
+}
+
+impl KeyAt {
+    /// Waits (15 s at the most) until the inspection satisfies `ok`, and returns it.
+    pub async fn until(&self, what: &str, ok: impl Fn(&proto::KeyInfo) -> bool) -> proto::KeyInfo {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let info = inspect(&self.endpoint, &self.ns, &self.key, false)
+                .await
+                .unwrap();
+            if ok(&info) {
+                return info;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}: {info:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Waits (10 s at the most) for `child` (a picketctl whose command was told to stop) to exit
+/// successfully.
+pub async fn exits_successfully(child: &mut tokio::process::Child) {
+    let code = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("picketctl exits when its command does")
+        .unwrap();
+    assert!(code.success(), "{code:?}");
+}
+
+/// Runs `command` (a `picketctl lock --no-wait` of a held key) and asserts that it exits with
+/// picketctl's status for busy (5).
+pub async fn assert_busy(mut command: tokio::process::Command) {
+    let busy = command.output().await.unwrap();
+    assert_eq!(busy.status.code(), Some(5), "picketctl: busy");
+}
+
+/// [`Cluster::start`] with a leader elected within `election`: the cluster, the leader's index
+/// and its endpoint.
+pub async fn cluster_with_leader(election: Duration) -> (Cluster, usize, String) {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(election).await;
+    let at = cluster.endpoints[leader].clone();
+    (cluster, leader, at)
+}
+
+/// A command for `picketctl lock ... -- sh -c` that holds the lock until the test says stop:
+/// it waits for a stop file in a temporary directory of its own. Bounded (60 s): if the test
+/// fails, picketctl is killed but this command, in its own process group, is not; it must end
+/// by itself once its stop file's directory is gone.
+pub struct HoldUntilStopped {
+    dir: tempfile::TempDir,
+}
+
+impl HoldUntilStopped {
+    pub fn new() -> HoldUntilStopped {
+        HoldUntilStopped {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// A file `name` in the directory (for the command to write to).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The script: `first`, then the wait for the stop file.
+    pub fn script(&self, first: &str) -> String {
+        format!(
+            "{first}i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+            self.file("stop").display()
+        )
+    }
+
+    /// Tells the command to end.
+    pub fn stop(&self) {
+        std::fs::write(self.file("stop"), b"").unwrap();
     }
 }
 

@@ -51,8 +51,51 @@ struct Harness {
     mode: PersistMode,
     clock: Arc<ManualClock>,
     drivers: Vec<Driver<SimDisk, ManualClock>>,
-    outs: Vec<Vec<(NodeId, mpsc::Receiver<NodeMessage>)>>,
+    outs: Vec<Outs>,
     disks: Vec<SimDisk>,
+}
+
+/// The receiving ends of a driver's channels to the other members.
+type Outs = Vec<(NodeId, mpsc::Receiver<NodeMessage>)>;
+
+/// The driver of `node` (of cluster `test`, started as `boot`) over `store`, wired by a channel
+/// to each other one of `members`, whose receiving ends come with it.
+fn wired_driver(
+    node: Node,
+    store: DurableStore<SimDisk>,
+    mode: PersistMode,
+    clock: &Arc<ManualClock>,
+    boot: u64,
+    members: &[NodeId],
+) -> (Driver<SimDisk, ManualClock>, Outs) {
+    let id = node.replica().id();
+    let mut peers_out = BTreeMap::new();
+    let mut out = Vec::new();
+    for other in members.iter().filter(|m| **m != id) {
+        let (tx, rx) = mpsc::channel(100_000);
+        peers_out.insert(*other, tx);
+        out.push((*other, rx));
+    }
+    let endpoints = members
+        .iter()
+        .map(|m| (*m, format!("http://node-{}:7400", m.0)))
+        .collect();
+    let driver = Driver::new(DriverParts {
+        node,
+        store,
+        persist: mode,
+        clock: clock.clone(),
+        limits: DriverLimits::default(),
+        boot,
+        cluster_id: "test".into(),
+        endpoints,
+        http_endpoints: BTreeMap::new(),
+        peers_out,
+        dialer: None,
+        member_set: None,
+        metrics: Default::default(),
+    });
+    (driver, out)
 }
 
 fn harness(batch_commands_max: usize, mode: PersistMode) -> Harness {
@@ -95,32 +138,8 @@ fn harness_compacting(
             clock.now(),
         )
         .unwrap();
-        let mut peers_out = BTreeMap::new();
-        let mut out = Vec::new();
-        for other in members.iter().filter(|m| m.0 != id) {
-            let (tx, rx) = mpsc::channel(100_000);
-            peers_out.insert(*other, tx);
-            out.push((*other, rx));
-        }
-        let endpoints = members
-            .iter()
-            .map(|m| (*m, format!("http://node-{}:7400", m.0)))
-            .collect();
-        drivers.push(Driver::new(DriverParts {
-            node,
-            store,
-            persist: mode,
-            clock: clock.clone(),
-            limits: DriverLimits::default(),
-            boot: recovered.boot,
-            cluster_id: "test".into(),
-            endpoints,
-            http_endpoints: BTreeMap::new(),
-            peers_out,
-            dialer: None,
-            member_set: None,
-            metrics: Default::default(),
-        }));
+        let (driver, out) = wired_driver(node, store, mode, &clock, recovered.boot, &members);
+        drivers.push(driver);
         outs.push(out);
         disks.push(disk);
     }
@@ -339,32 +358,8 @@ impl Harness {
             self.clock.now(),
         )
         .unwrap();
-        let mut peers_out = BTreeMap::new();
-        let mut out = Vec::new();
-        for other in members.iter().filter(|m| m.0 != id) {
-            let (tx, rx) = mpsc::channel(100_000);
-            peers_out.insert(*other, tx);
-            out.push((*other, rx));
-        }
-        let endpoints = members
-            .iter()
-            .map(|m| (*m, format!("http://node-{}:7400", m.0)))
-            .collect();
-        self.drivers[i] = Driver::new(DriverParts {
-            node,
-            store,
-            persist: self.mode,
-            clock: self.clock.clone(),
-            limits: DriverLimits::default(),
-            boot: 7,
-            cluster_id: "test".into(),
-            endpoints,
-            http_endpoints: BTreeMap::new(),
-            peers_out,
-            dialer: None,
-            member_set: None,
-            metrics: Default::default(),
-        });
+        let (driver, out) = wired_driver(node, store, self.mode, &self.clock, 7, &members);
+        self.drivers[i] = driver;
         self.outs[i] = out;
         self.disks[i] = disk;
     }

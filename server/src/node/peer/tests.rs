@@ -125,6 +125,16 @@ struct Listening {
 }
 
 async fn listen_at(addr: SocketAddr, me: u64, timing: PeerTiming) -> Listening {
+    listen_with(addr, me, timing, None).await
+}
+
+/// [`listen_at`], with `tls` as the TLS server end.
+async fn listen_with(
+    addr: SocketAddr,
+    me: u64,
+    timing: PeerTiming,
+    tls: Option<crate::tls::PeerServerTls>,
+) -> Listening {
     let listener = bind(addr).await.unwrap();
     let addr = listener.addr;
     let (driver, delivered) = detached_handle(NodeId(me), "c");
@@ -136,7 +146,7 @@ async fn listen_at(addr: SocketAddr, me: u64, timing: PeerTiming) -> Listening {
         driver,
         counters: counters.clone(),
         faults: picket_core::faults::Faults::NONE,
-        tls: None,
+        tls,
     };
     let task = tokio::spawn(run_inbound(listener, inbound, stopped));
     Listening {
@@ -457,27 +467,8 @@ mod tls {
     }
 
     async fn tls_listener(tls: &PeerTls) -> Listening {
-        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let addr = listener.addr;
-        let (driver, delivered) = detached_handle(NodeId(2), "c");
-        let counters = Arc::new(PeerCounters::default());
-        let (stop, stopped) = watch::channel(false);
-        let inbound = Inbound {
-            link: link(2, "c"),
-            timing: fast(),
-            driver,
-            counters: counters.clone(),
-            faults: picket_core::faults::Faults::NONE,
-            tls: Some(tls.server()),
-        };
-        let task = tokio::spawn(run_inbound(listener, inbound, stopped));
-        Listening {
-            addr,
-            delivered,
-            counters,
-            stop,
-            task,
-        }
+        let addr = "127.0.0.1:0".parse().unwrap();
+        listen_with(addr, 2, fast(), Some(tls.server())).await
     }
 
     #[tokio::test]
