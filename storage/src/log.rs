@@ -271,9 +271,20 @@ impl<D: Disk> Log<D> {
     /// [`Log::next_index`]. The records are readable at once and durable after the next
     /// [`Log::sync`]. Bad input (wrong index, record or batch too large) changes nothing.
     pub fn append<R: AsRef<[u8]>>(&mut self, first_index: u64, records: &[R]) -> Result<()> {
+        self.checked_write(first_index, records, Self::append_unchecked)
+    }
+
+    /// The one guard of every write of a batch: a closed or poisoned log and bad input
+    /// (`check_batch`) change nothing; a write that fails poisons the log.
+    fn checked_write<R: AsRef<[u8]>>(
+        &mut self,
+        first_index: u64,
+        records: &[R],
+        write: fn(&mut Self, &[R]) -> Result<()>,
+    ) -> Result<()> {
         self.check_open()?;
         self.check_batch(first_index, records)?;
-        let result = self.append_unchecked(records);
+        let result = write(self, records);
         if result.is_err() {
             self.poisoned = true;
         }
@@ -323,14 +334,7 @@ impl<D: Disk> Log<D> {
     /// marker, not itself synced, as after every sync). A batch that rolls the segment over,
     /// or earlier appends not yet synced, take the two-step path of `append` + `sync`.
     pub fn append_sync<R: AsRef<[u8]>>(&mut self, first_index: u64, records: &[R]) -> Result<()> {
-        self.check_open()?;
-        self.check_batch(first_index, records)?;
-        let result = self.append_sync_unchecked(records);
-        if result.is_err() {
-            self.poisoned = true;
-        }
-        self.check_invariants();
-        result
+        self.checked_write(first_index, records, Self::append_sync_unchecked)
     }
 
     fn append_sync_unchecked<R: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<()> {
