@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 pub use crate::error::StartError;
 use crate::shutdown::stopped;
 
-use crate::api::service::{AdminService, Api, LockService, ServiceLimits};
+use crate::api::admin::AdminService;
+use crate::api::service::{Api, LockService, ServiceLimits};
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::metrics::Metrics;

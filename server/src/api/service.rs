@@ -1,4 +1,5 @@
-//! The public gRPC services, `Lock` and `Admin` (docs/api.md), over a [`DriverHandle`].
+//! The public gRPC `Lock` service (docs/api.md) and the [`Api`] it shares with `Admin`
+//! ([`crate::api::admin`]), over a [`DriverHandle`].
 //!
 //! Every request is validated at the edge (`picket_net::convert`, `INVALID_ARGUMENT` naming the
 //! field) before anything is proposed; the driver answers a non-leader's proposals and
@@ -7,11 +8,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use picket_core::locks::{Actor, Command, Reply, Revision, Role, WatchError, FORCE_RELEASE_ROLES};
+use picket_core::locks::{Reply, Revision, Role, WatchError};
 use picket_core::node::{Answer, Proposal, Query};
-use picket_net::convert::api::{
-    AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart, WrongReply,
-};
+use picket_net::convert::api::{KeepAlive, WatchStart, WrongReply};
 use picket_net::proto;
 use picket_net::status::{
     busy_status, keepalive_answer, keepalive_refused, lock_error_status, watch_error_status,
@@ -112,7 +111,7 @@ impl Api {
 
     /// A membership change: role picket-admin in every namespace (`Role::ClassAdmin`
     /// unscoped), answered once the log chose it.
-    async fn change_membership<T>(
+    pub(crate) async fn change_membership<T>(
         &self,
         request: Request<T>,
         make: impl FnOnce(T, String) -> Result<ChangeRequest, Status>,
@@ -136,7 +135,7 @@ impl Api {
     /// The namespace of pending force-release request `id` (linearizable read), so that the
     /// approver's namespace-scoped roles count; `None` when there is no such request (the state
     /// machine then refuses the approval with its own error).
-    async fn force_release_namespace(&self, id: u64) -> Result<Option<String>, Status> {
+    pub(crate) async fn force_release_namespace(&self, id: u64) -> Result<Option<String>, Status> {
         let (_, answer) = self.read(Query::ForceReleases, false).await?;
         Ok(match answer {
             Answer::ForceReleases(requests) => requests
@@ -222,7 +221,7 @@ pub(crate) async fn keep_alive_entry(
     })
 }
 
-fn reply_as<T: TryFrom<Reply, Error = WrongReply>>(reply: Reply) -> Result<T, Status> {
+pub(crate) fn reply_as<T: TryFrom<Reply, Error = WrongReply>>(reply: Reply) -> Result<T, Status> {
     T::try_from(reply).map_err(Status::from)
 }
 
@@ -464,254 +463,5 @@ impl proto::lock_server::Lock for LockService {
             }
         });
         Ok(Response::new(ChannelStream::new(rx)))
-    }
-}
-
-/// The `Admin` service.
-#[derive(Debug, Clone)]
-pub struct AdminService(pub Api);
-
-impl AdminService {
-    async fn mutate<T: TryFrom<Reply, Error = WrongReply>>(
-        &self,
-        command: Command,
-    ) -> Result<Response<T>, Status> {
-        let (reply, _) = self.0.propose(command).await?;
-        Ok(Response::new(reply_as(reply)?))
-    }
-
-    /// The actor of a mutation on namespace `ns` that needs one of `roles`.
-    async fn actor_on<T>(
-        &self,
-        request: &Request<T>,
-        ns: &str,
-        roles: &[Role],
-    ) -> Result<Actor, Status> {
-        self.0.auth.admin_actor_for(request, Some(ns), roles).await
-    }
-
-    /// The actor approving or denying force-release request `id`, checked against the
-    /// request's namespace. An unknown request (no namespace) is left to the state machine,
-    /// which answers that it is unknown.
-    async fn force_release_actor<T>(&self, request: &Request<T>, id: u64) -> Result<Actor, Status> {
-        match self.0.force_release_namespace(id).await? {
-            Some(ns) => {
-                self.0
-                    .auth
-                    .admin_actor_for(request, Some(&ns), FORCE_RELEASE_ROLES)
-                    .await
-            }
-            None => self.0.auth.admin_actor_for(request, None, &[]).await,
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl proto::admin_server::Admin for AdminService {
-    async fn inspect(
-        &self,
-        request: Request<proto::InspectRequest>,
-    ) -> Result<Response<proto::KeyInfo>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let q = InspectQuery::try_from(request.into_inner())?;
-        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
-        Ok(Response::new(proto::KeyInfo::from_answer(answer)?))
-    }
-
-    async fn list_holds(
-        &self,
-        request: Request<proto::ListHoldsRequest>,
-    ) -> Result<Response<proto::ListHoldsResponse>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let q = ListHoldsQuery::try_from(request.into_inner())?;
-        let (revision, answer) = self.0.read(q.query(), q.allow_stale).await?;
-        Ok(Response::new(proto::ListHoldsResponse::from_answer(
-            answer, revision,
-        )?))
-    }
-
-    async fn longest_holds(
-        &self,
-        request: Request<proto::LongestHoldsRequest>,
-    ) -> Result<Response<proto::LongestHoldsResponse>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let stale = request.into_inner().allow_stale;
-        let (revision, answer) = self.0.read(Query::LongestHolds, stale).await?;
-        Ok(Response::new(proto::LongestHoldsResponse::from_answer(
-            answer, revision,
-        )?))
-    }
-
-    async fn put_class(
-        &self,
-        request: Request<proto::PutClassRequest>,
-    ) -> Result<Response<proto::PutClassResponse>, Status> {
-        let ns = &request.get_ref().namespace;
-        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
-        self.mutate(request.into_inner().into_command(actor)?).await
-    }
-
-    async fn remove_class(
-        &self,
-        request: Request<proto::RemoveClassRequest>,
-    ) -> Result<Response<proto::RemoveClassResponse>, Status> {
-        let ns = &request.get_ref().namespace;
-        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
-        self.mutate(request.into_inner().into_command(actor)?).await
-    }
-
-    async fn set_semaphore(
-        &self,
-        request: Request<proto::SetSemaphoreRequest>,
-    ) -> Result<Response<proto::SetSemaphoreResponse>, Status> {
-        let ns = &request.get_ref().namespace;
-        let actor = self.actor_on(&request, ns, &[Role::ClassAdmin]).await?;
-        let command = request.into_inner().into_command(actor)?;
-        let (reply, revision) = self.0.propose(command).await?;
-        let response = proto::SetSemaphoreResponse::from_reply(reply, revision)?;
-        Ok(Response::new(response))
-    }
-
-    async fn list_classes(
-        &self,
-        request: Request<proto::ListClassesRequest>,
-    ) -> Result<Response<proto::ListClassesResponse>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let q = ListClassesQuery::try_from(request.into_inner())?;
-        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
-        Ok(Response::new(proto::ListClassesResponse::from_answer(
-            answer,
-        )?))
-    }
-
-    async fn request_force_release(
-        &self,
-        request: Request<proto::RequestForceReleaseRequest>,
-    ) -> Result<Response<proto::RequestForceReleaseResponse>, Status> {
-        let ns = &request.get_ref().namespace;
-        let actor = self.actor_on(&request, ns, FORCE_RELEASE_ROLES).await?;
-        self.mutate(request.into_inner().into_command(actor)?).await
-    }
-
-    async fn approve_force_release(
-        &self,
-        request: Request<proto::ApproveForceReleaseRequest>,
-    ) -> Result<Response<proto::ApproveForceReleaseResponse>, Status> {
-        let id = request.get_ref().force_release_id;
-        let actor = self.force_release_actor(&request, id).await?;
-        self.mutate(request.into_inner().into_command(actor)?).await
-    }
-
-    async fn deny_force_release(
-        &self,
-        request: Request<proto::DenyForceReleaseRequest>,
-    ) -> Result<Response<proto::DenyForceReleaseResponse>, Status> {
-        let id = request.get_ref().force_release_id;
-        let actor = self.force_release_actor(&request, id).await?;
-        self.mutate(request.into_inner().into_command(actor)?).await
-    }
-
-    async fn list_force_releases(
-        &self,
-        request: Request<proto::ListForceReleasesRequest>,
-    ) -> Result<Response<proto::ListForceReleasesResponse>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let stale = request.into_inner().allow_stale;
-        let (_, answer) = self.0.read(Query::ForceReleases, stale).await?;
-        Ok(Response::new(
-            proto::ListForceReleasesResponse::from_answer(answer)?,
-        ))
-    }
-
-    async fn query_audit(
-        &self,
-        request: Request<proto::QueryAuditRequest>,
-    ) -> Result<Response<proto::QueryAuditResponse>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let q = AuditRead::try_from(request.into_inner())?;
-        let (_, answer) = self.0.read(q.query(), q.allow_stale).await?;
-        Ok(Response::new(proto::QueryAuditResponse::from_answer(
-            answer,
-        )?))
-    }
-
-    async fn add_member(
-        &self,
-        request: Request<proto::AddMemberRequest>,
-    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
-        self.0
-            .change_membership(request, membership::add_request)
-            .await
-    }
-
-    async fn promote_member(
-        &self,
-        request: Request<proto::PromoteMemberRequest>,
-    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
-        self.0
-            .change_membership(request, membership::promote_request)
-            .await
-    }
-
-    async fn remove_member(
-        &self,
-        request: Request<proto::RemoveMemberRequest>,
-    ) -> Result<Response<proto::MembershipChangeResponse>, Status> {
-        self.0
-            .change_membership(request, membership::remove_request)
-            .await
-    }
-
-    type SaveSnapshotStream = ChannelStream<Result<proto::SnapshotChunk, Status>>;
-
-    async fn save_snapshot(
-        &self,
-        request: Request<proto::SaveSnapshotRequest>,
-    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
-        crate::api::backup::save_snapshot(&self.0, request).await
-    }
-
-    async fn get_replica_status(
-        &self,
-        request: Request<proto::GetReplicaStatusRequest>,
-    ) -> Result<Response<proto::ReplicaStatus>, Status> {
-        self.0.auth.admit_reader(&request).await?;
-        let driver = &self.0.driver;
-        let status = driver.ask(|reply| DriverRequest::Status { reply }).await?;
-        let storage = &status.storage;
-        Ok(Response::new(proto::ReplicaStatus {
-            cluster_id: driver.cluster_id.to_string(),
-            node_id: status.id.0,
-            role: crate::metrics::role_name(status.role).to_owned(),
-            leader_node_id: status.leader.map(|l| l.0),
-            ready: status.not_serving_because().is_none(),
-            detail: status.not_serving_because().unwrap_or_default().to_owned(),
-            revision: status.revision.0,
-            slot_applied: status.slot_applied,
-            boot: status.boot,
-            storage: Some(proto::ReplicaStorage {
-                recovery: storage.recovery.clone(),
-                durable_state_lost: storage.durable_state_lost,
-                lost_reason: storage.lost_reason.clone(),
-                generation_dir: storage.generation_dir.clone(),
-                damaged_dir: storage.damaged_dir.clone(),
-            }),
-            members: status
-                .members(|n| driver.endpoint_of(n))
-                .into_iter()
-                .map(|m| proto::Member {
-                    node_id: m.id.0,
-                    client_endpoint: m.client_endpoint,
-                    voter: m.voter,
-                    slot_applied: m.slot_applied,
-                })
-                .collect(),
-            membership_from_slot: status.membership_from,
-            release: crate::version::VERSION.to_owned(),
-            cluster_version: status.cluster_version,
-            cluster_version_max: crate::version::CLUSTER_VERSION,
-            peer_protocol_version_min: crate::version::PEER_PROTOCOL_VERSION_MIN,
-            peer_protocol_version_max: crate::version::PEER_PROTOCOL_VERSION,
-        }))
     }
 }
