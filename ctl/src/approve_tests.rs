@@ -202,6 +202,22 @@ impl Admin for FakeAdmin {
     }
 }
 
+/// Serves `service` on every connection `listener` accepts (HTTP/2, as gRPC needs), with hyper
+/// itself: tonic's router would bring axum into picketctl's dependencies.
+async fn serve(listener: tokio::net::TcpListener, service: AdminServer<FakeAdmin>) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    while let Ok((stream, _)) = listener.accept().await {
+        let service = TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let _ = Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 pub(super) async fn fake_admin(
     fenced: bool,
 ) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
@@ -213,20 +229,17 @@ async fn fake_admin_now(
     fenced: bool,
     fenced_now: bool,
 ) -> (Client, Arc<Mutex<Vec<proto::ApproveForceReleaseRequest>>>) {
-    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
         .expect("bind loopback");
-    let addr = incoming.local_addr().unwrap();
+    let addr = listener.local_addr().unwrap();
     let approvals = Arc::new(Mutex::new(Vec::new()));
-    let service = FakeAdmin {
+    let service = AdminServer::new(FakeAdmin {
         fenced,
         fenced_now,
         approvals: approvals.clone(),
-    };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(AdminServer::new(service))
-            .serve_with_incoming(incoming),
-    );
+    });
+    tokio::spawn(serve(listener, service));
     let cli = Cli::try_parse_from([
         "picketctl",
         "--endpoints",
