@@ -567,7 +567,7 @@ fn revoking_the_session_releases_everything_in_the_same_revision() {
         session: other,
         token: Token(revision.0),
         mode: LockMode::Exclusive,
-        slot: None,
+        permit: None,
     }));
     let audit = w.sm.audit(&AuditQuery {
         revision_min: revision,

@@ -123,7 +123,7 @@ fn snapshot_round_trip_is_exact_and_the_restored_state_behaves_the_same() {
         a[1],
         Ok(Reply::Acquire(AcquireReply::Granted {
             token: Token(8),
-            slot: None
+            permit: None
         }))
     );
     assert_eq!(restored.snapshot(), sm.snapshot());
@@ -283,7 +283,7 @@ fn watch_pages_resume_and_filter() {
             session: b,
             token: Token(close.0),
             mode: LockMode::Exclusive,
-            slot: None,
+            permit: None,
         }
     )));
     assert!(kinds.iter().all(|(key, _)| key.starts_with("x/")));

@@ -219,7 +219,10 @@ fn a_reused_request_id_with_another_command_is_refused_naming_both() {
     // A true retry is still answered.
     assert_eq!(
         apply(&mut sm, acquire(session, &owner, 1, "first")),
-        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
+        Ok(Reply::Acquire(AcquireReply::Granted {
+            token,
+            permit: None
+        }))
     );
     assert_eq!(
         apply(&mut sm, release(session, &owner, 2, "first", token)),
@@ -285,7 +288,10 @@ fn a_remembered_reply_from_an_old_snapshot_answers_its_id_as_before() {
     }
     assert_eq!(
         snapshot.sessions[0].replies[0].reply,
-        RememberedReply::Acquire(AcquireReply::Granted { token, slot: None })
+        RememberedReply::Acquire(AcquireReply::Granted {
+            token,
+            permit: None
+        })
     );
     let mut old = LockStateMachine::restore(snapshot).unwrap();
     let owner = SessionProof::new(SECRET, "alice");
@@ -296,7 +302,10 @@ fn a_remembered_reply_from_an_old_snapshot_answers_its_id_as_before() {
     );
     assert_eq!(
         outcome,
-        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
+        Ok(Reply::Acquire(AcquireReply::Granted {
+            token,
+            permit: None
+        }))
     );
     old.check_invariants();
     // Requests remembered after the restore are bound.

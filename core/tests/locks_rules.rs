@@ -148,7 +148,7 @@ fn from_cluster_version_2_a_hand_off_removes_the_expired_wait_at_the_head_of_its
             key: "k".into(),
             kind: WaitEndKind::Granted {
                 token: at,
-                slot: None,
+                permit: None,
             },
         };
         if version == 1 {

@@ -9,8 +9,8 @@ use common::World;
 
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditQuery, Command, EventKind, LockError, LockMode,
-    LockStateMachine, Reply, Revision, Role, SessionId, SessionProof, Token, Wait, WatchFilter,
-    PERMITS_MAX,
+    LockStateMachine, PermitSlot, Reply, Revision, Role, SessionId, SessionProof, Token, Wait,
+    WatchFilter, PERMITS_MAX,
 };
 use picket_core::time::Instant;
 
@@ -48,23 +48,23 @@ impl World {
         }
     }
 
-    /// A permit granted now: (token, slot).
+    /// A permit granted now: (token, permit slot).
     fn granted(&mut self, session: SessionId) -> (Token, u32) {
         match self.acquire(session, true) {
             AcquireReply::Granted {
                 token,
-                slot: Some(slot),
-            } => (token, slot),
+                permit: Some(permit),
+            } => (token, permit.0),
             other => panic!("{session}: {other:?}"),
         }
     }
 
-    /// (session, token, slot) of every holder, oldest first.
+    /// (session, token, permit slot) of every holder, oldest first.
     fn holders(&self) -> Vec<(SessionId, Token, Option<u32>)> {
         let info = self.inspect_k();
         info.holders
             .iter()
-            .map(|h| (h.session, h.token, h.slot))
+            .map(|h| (h.session, h.token, h.permit.map(|p| p.0)))
             .collect()
     }
 
@@ -73,8 +73,9 @@ impl World {
         info.waiters.iter().map(|w| w.session).collect()
     }
 
-    fn slot_floors(&self) -> Vec<(u32, Revision)> {
-        self.inspect_k().slot_floors
+    fn permit_floors(&self) -> Vec<(u32, Revision)> {
+        let floors = self.inspect_k().permit_floors;
+        floors.into_iter().map(|(p, f)| (p.0, f)).collect()
     }
 }
 
@@ -115,12 +116,12 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
     let next = w.release(a, ta);
     let tc = Token(w.sm.revision().0);
     assert_eq!(next, Some((c, tc)));
-    assert_eq!(w.granted_slots(), vec![(c, tc, Some(0))]);
+    assert_eq!(w.granted_permits(), vec![(c, tc, Some(0))]);
     assert_eq!(w.holders(), vec![(b, tb, Some(1)), (c, tc, Some(0))]);
     assert_eq!(w.waiters(), vec![d]);
     // Slot 0's floor is c's grant: a's token on slot 0 is superseded.
     assert_eq!(
-        w.slot_floors(),
+        w.permit_floors(),
         vec![(0, Revision(tc.0)), (1, Revision(tb.0))]
     );
     // A retry by the holder is answered with its token and slot.
@@ -128,7 +129,7 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
         w.acquire(c, true),
         AcquireReply::Granted {
             token: tc,
-            slot: Some(0)
+            permit: Some(PermitSlot(0))
         }
     );
     // The watch's Granted event carries the mode and the slot.
@@ -140,7 +141,7 @@ fn permits_take_the_lowest_free_slot_and_waiters_get_them_as_they_free() {
             session: c,
             token: tc,
             mode: Permit,
-            slot: Some(0)
+            permit: Some(PermitSlot(0))
         }));
 }
 
@@ -157,8 +158,10 @@ fn locks_and_permits_never_mix_on_a_key() {
         })
     );
     // A key held (or queued for) as a lock cannot be declared.
-    let Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None })) =
-        w.try_acquire(a, Exclusive, false)
+    let Ok(Reply::Acquire(AcquireReply::Granted {
+        token,
+        permit: None,
+    })) = w.try_acquire(a, Exclusive, false)
     else {
         panic!("lock refused");
     };
@@ -263,7 +266,7 @@ fn set_semaphore_rules_audit_and_watch() {
     w.release(a, t);
     // Free, the declaration stays (and its slot floors with it).
     assert_eq!(w.sm.semaphore_permits("ns", "k"), Some(3));
-    assert_eq!(w.slot_floors(), vec![(0, Revision(t.0))]);
+    assert_eq!(w.permit_floors(), vec![(0, Revision(t.0))]);
     assert_eq!(
         w.set(0),
         Ok(Reply::SemaphoreSet {
@@ -339,7 +342,7 @@ fn lowering_n_keeps_the_holders_and_grants_only_slots_below_n() {
         })
     );
     assert_eq!(
-        w.granted_slots(),
+        w.granted_permits(),
         vec![(e, Token(w.sm.revision().0), Some(1))]
     );
 }
@@ -406,7 +409,7 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
         vec![(b, tb, Some(1)), (c, Token(revision.0), Some(sa))],
         "the waiter takes the freed slot"
     );
-    assert_eq!(w.slot_floors()[0], (sa, revision));
+    assert_eq!(w.permit_floors()[0], (sa, revision));
     let approval =
         w.sm.audit(&AuditQuery {
             revision_min: revision,
@@ -416,7 +419,7 @@ fn force_release_of_a_permit_raises_its_slot_floor_and_hands_the_slot_on() {
         .into_iter()
         .find(|r| r.action == AuditAction::ForceReleaseApproved)
         .expect("audited");
-    assert_eq!(approval.slot, Some(sa));
+    assert_eq!(approval.permit, Some(PermitSlot(sa)));
     assert_eq!(w.sm.holds_lost(a).len(), 1, "a is told it lost the permit");
 }
 
@@ -448,7 +451,7 @@ fn ending_sessions_and_cancelled_waits_free_permits_for_the_queue() {
     })
     .unwrap();
     assert_eq!(
-        w.granted_slots(),
+        w.granted_permits(),
         vec![(c, Token(w.sm.revision().0), Some(0))]
     );
 }
@@ -469,7 +472,7 @@ fn a_snapshot_breaking_a_semaphore_invariant_is_refused() {
     };
     // Two permits in one slot.
     let mut same_slot = good.clone();
-    same_slot.locks[0].holders[1].slot = Some(0);
+    same_slot.locks[0].holders[1].permit = Some(PermitSlot(0));
     refused(same_slot, "slot 0 held twice");
     // A holder's token below its slot's floor.
     let mut below = good.clone();

@@ -76,7 +76,7 @@ impl World {
 
     /// The sessions the last command granted the key to (its wait ends).
     fn granted_now(&self) -> Vec<(SessionId, Token)> {
-        let granted = self.granted_slots();
+        let granted = self.granted_permits();
         granted.into_iter().map(|(s, t, _)| (s, t)).collect()
     }
 }
@@ -242,7 +242,7 @@ fn a_session_cannot_change_its_mode_on_a_key() {
         w.acquire(r1, Shared, false),
         AcquireReply::Granted {
             token: t1,
-            slot: None
+            permit: None
         }
     );
     // Upgrade: refused at once, even for the only reader (two readers upgrading would wait for

@@ -643,7 +643,10 @@ fn keepalives_go_to_the_leader_and_a_deposed_leader_fails_its_proposals() {
     keep_alive_for(&mut sim, session, 1_000, 400);
     assert_eq!(
         sim.commit(command),
-        Ok(Reply::Acquire(AcquireReply::Granted { token, slot: None }))
+        Ok(Reply::Acquire(AcquireReply::Granted {
+            token,
+            permit: None
+        }))
     );
     sim.run_for(200);
     let revisions: Vec<_> = sim.live().map(|n| n.state().revision()).collect();
@@ -984,7 +987,7 @@ fn a_waiting_acquire_is_answered_once_when_it_is_granted() {
             replies_to(&sim, leader, proposal),
             vec![Ok(Reply::Acquire(AcquireReply::Granted {
                 token: granted,
-                slot: None
+                permit: None
             }))],
             "seed {seed}: one reply, the grant"
         );

@@ -4,7 +4,7 @@
 
 use picket_core::locks::{
     AcquireReply, Actor, Command, EventKind, Identity, LockConfig, LockMode, LockStateMachine,
-    Remembered, Reply, RequestId, Role, SessionProof,
+    PermitSlot, Remembered, Reply, RequestId, Role, SessionProof,
 };
 use picket_core::time::Instant;
 use picket_net::convert::decode_lock_snapshot;
@@ -47,7 +47,10 @@ fn a_state_with_a_semaphore_round_trips_through_the_snapshot_encoding() {
     };
     assert!(matches!(
         sm.apply(at, acquire),
-        Ok(Reply::Acquire(AcquireReply::Granted { slot: Some(0), .. }))
+        Ok(Reply::Acquire(AcquireReply::Granted {
+            permit: Some(PermitSlot(0)),
+            ..
+        }))
     ));
     let bytes = proto::LockSnapshot::from(sm.snapshot()).encode_to_vec();
     let decoded = decode_lock_snapshot(&bytes).unwrap();
@@ -74,7 +77,7 @@ fn old_records_read_as_before_semaphores() {
         slot: None,
     };
     let decoded = picket_core::locks::HoldSnapshot::try_from(hold).unwrap();
-    assert_eq!(decoded.slot, None);
+    assert_eq!(decoded.permit, None);
     // A remembered reply bound to its key but not its mode matches a retry in any mode.
     let remembered = proto::RememberedReply {
         request_id: 4,
@@ -111,7 +114,7 @@ fn old_records_read_as_before_semaphores() {
         EventKind::try_from(granted),
         Ok(EventKind::Granted {
             mode: LockMode::Exclusive,
-            slot: None,
+            permit: None,
             ..
         })
     ));

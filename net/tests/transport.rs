@@ -77,7 +77,7 @@ impl Lock for Toy {
         Ok(Response::new(proto::AcquireResponse::new(
             AcquireReply::Granted {
                 token: Token(7),
-                slot: None,
+                permit: None,
             },
             Revision(7),
         )))

@@ -58,7 +58,7 @@ fn hold(key: &str) -> HoldInfo {
         session_remaining_ms: Some(8_500),
         hold_ms_max_expected: 600_000,
         mode: LockMode::Exclusive,
-        slot: None,
+        permit: None,
     }
 }
 
@@ -80,7 +80,7 @@ fn key_info() -> KeyInfo {
         }],
         floor: Some(Revision(41)),
         permits: None,
-        slot_floors: vec![],
+        permit_floors: vec![],
         pending_force_releases: vec![ForceReleaseRequest {
             id: ForceReleaseId(55),
             namespace: "orders".to_owned(),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::command::Role;
-use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, Revision, SessionId, Token};
 use crate::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub struct AuditRecord {
     /// Semaphore records: the N before and after (0: not a semaphore).
     pub permits: Option<(u32, u32)>,
     /// Force-release records of a semaphore holder: the permit's slot.
-    pub slot: Option<u32>,
+    pub permit: Option<PermitSlot>,
     /// Membership records: the members the change asked for, as `voters n1,n2,n3 learners n4`.
     pub membership: String,
     /// Force-release requests and approvals: the requester's checklist answers and statement,
@@ -107,7 +107,7 @@ impl AuditRecord {
             next: None,
             revoke_session: None,
             permits: None,
-            slot: None,
+            permit: None,
             membership: String::new(),
             checklist: None,
             holder: None,

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use super::class::ClassSpec;
 use super::error::LockError;
-use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, RequestId, Revision, SessionId, Token};
 use super::owner::{SecretHash, SessionProof};
 use crate::time::Instant;
 
@@ -263,7 +263,10 @@ pub enum Command {
 pub enum AcquireReply {
     /// The session holds the key with this token (also the answer to a retry by the holder);
     /// `slot`: the permit's slot on a semaphore key (`None` for a lock).
-    Granted { token: Token, slot: Option<u32> },
+    Granted {
+        token: Token,
+        permit: Option<PermitSlot>,
+    },
     /// The session waits; `position` 1 is next in line.
     Queued { position: u32 },
     /// Held by another session and the caller did not want to wait (for a shared key, its

@@ -14,7 +14,7 @@ use super::audit::{AuditAction, AuditRecord};
 use super::class::{check_len, ClassSpec};
 use super::command::{Actor, Reply, Role};
 use super::error::LockError;
-use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, Revision, SessionId, Token};
 use super::lock::{Hold, HoldEnd, LockEntry};
 use super::names::{validate_key, validate_namespace};
 use super::session::LostHold;
@@ -287,7 +287,7 @@ impl LockStateMachine {
             requester: actor.principal.clone(),
             requester_roles: actor.roles.clone(),
             revoke_session: Some(revoke_session),
-            slot: hold.slot,
+            permit: hold.permit,
             ..AuditRecord::new(
                 self.revision,
                 self.time,
@@ -426,7 +426,7 @@ impl LockStateMachine {
         // The key's floor now: this revision, unless other shared holders hold on (the floor
         // stays, so their tokens stay valid; the next exclusive grant raises it above all). A
         // semaphore permit's floor is its slot's, which is now this revision.
-        let floor = match current.slot {
+        let floor = match current.permit {
             Some(_) => self.revision,
             None => self
                 .namespaces
@@ -434,7 +434,7 @@ impl LockStateMachine {
                 .and_then(|ns| ns.locks.get(key))
                 .map_or(self.revision, |entry| entry.floor),
         };
-        self.audit_approval(&actor, &request, fenced, next, (floor, current.slot));
+        self.audit_approval(&actor, &request, fenced, next, (floor, current.permit));
         Ok(Reply::ForceReleaseApproved {
             floor,
             released_token: request.token,
@@ -450,7 +450,7 @@ impl LockStateMachine {
         request: &ForceReleaseRequest,
         fenced: bool,
         next: Option<(SessionId, Token)>,
-        (floor, slot): (Revision, Option<u32>),
+        (floor, permit): (Revision, Option<PermitSlot>),
     ) {
         let mut record = AuditRecord {
             actor_roles: actor.roles.clone(),
@@ -461,7 +461,7 @@ impl LockStateMachine {
             floor: Some(floor),
             next,
             revoke_session: Some(request.revoke_session),
-            slot,
+            permit,
             ..AuditRecord::new(
                 self.revision,
                 self.time,

@@ -8,6 +8,19 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision(pub u64);
 
+/// A semaphore permit's slot: which of a semaphore key's N permits a holder has (`0..N`, the
+/// lowest free one when it was granted). A resource that fences per (key, permit slot) refuses
+/// a superseded holder of the same permit. Named apart from a Paxos log slot
+/// ([`crate::paxos::Slot`]); on the wire it is the `slot` field of grants, holds and events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PermitSlot(pub u32);
+
+impl std::fmt::Display for PermitSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A fencing token: the revision at which the lock was granted. Tokens therefore rise strictly per
 /// key (and globally), across leaders, crashes and restores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

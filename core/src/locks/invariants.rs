@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::command::LockMode;
-use super::ids::{SessionId, Token};
+use super::ids::{PermitSlot, SessionId, Token};
 use super::lock::LockEntry;
 use super::semaphore::{Semaphore, PERMITS_MAX};
 use super::LockStateMachine;
@@ -131,10 +131,10 @@ impl LockStateMachine {
                     semaphore.permits_set_at,
                     self.revision
                 );
-                for (slot, floor) in &semaphore.floors {
+                for (permit, floor) in &semaphore.floors {
                     ensure!(
-                        *slot < PERMITS_MAX && floor.0 <= self.revision.0,
-                        "semaphore `{namespace}/{key}`: slot {slot} floor {floor} (revision {})",
+                        permit.0 < PERMITS_MAX && floor.0 <= self.revision.0,
+                        "semaphore `{namespace}/{key}`: slot {permit} floor {floor} (revision {})",
                         self.revision
                     );
                 }
@@ -422,10 +422,10 @@ fn check_permits(
         );
         for hold in entry.holders.values() {
             ensure!(
-                hold.slot.is_none(),
+                hold.permit.is_none(),
                 "`{namespace}/{key}`: lock holder {} has slot {:?}",
                 hold.session,
-                hold.slot
+                hold.permit
             );
         }
         return Ok(());
@@ -436,33 +436,33 @@ fn check_permits(
         entry.mode
     );
     let permits = semaphore.permits as usize;
-    let mut slots: BTreeSet<u32> = BTreeSet::new();
+    let mut taken_permits: BTreeSet<PermitSlot> = BTreeSet::new();
     let mut before_change = 0;
     for hold in entry.holders.values() {
-        let Some(slot) = hold.slot else {
+        let Some(permit) = hold.permit else {
             return Err(format!(
                 "`{namespace}/{key}`: permit holder {} has no slot",
                 hold.session
             ));
         };
         ensure!(
-            slots.insert(slot),
-            "`{namespace}/{key}`: slot {slot} held twice"
+            taken_permits.insert(permit),
+            "`{namespace}/{key}`: slot {permit} held twice"
         );
-        let floor = semaphore.floors.get(&slot).copied();
+        let floor = semaphore.floors.get(&permit).copied();
         ensure!(
             floor.is_some_and(|floor| hold.token.0 >= floor.0),
-            "`{namespace}/{key}`: slot {slot} token {} below its floor {floor:?}",
+            "`{namespace}/{key}`: slot {permit} token {} below its floor {floor:?}",
             hold.token
         );
         let old = hold.token.0 < semaphore.permits_set_at.0;
         if old {
             before_change += 1;
         }
-        if slot >= semaphore.permits {
+        if permit.0 >= semaphore.permits {
             ensure!(
                 old,
-                "`{namespace}/{key}`: slot {slot} (N {permits}) granted at {} after N was set at {}",
+                "`{namespace}/{key}`: slot {permit} (N {permits}) granted at {} after N was set at {}",
                 hold.token,
                 semaphore.permits_set_at
             );

@@ -24,7 +24,7 @@ use super::command::{
 };
 use super::config::LockConfig;
 use super::error::LockError;
-use super::ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, RequestId, Revision, SessionId, Token};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SessionProof;
 use super::semaphore::Semaphore;
@@ -112,7 +112,7 @@ pub(crate) struct Hold {
     /// Log time of the grant.
     pub granted_at: Instant,
     /// A permit's slot (`Some` exactly when the key is held in permit mode).
-    pub slot: Option<u32>,
+    pub permit: Option<PermitSlot>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,7 +218,7 @@ impl LockStateMachine {
             if let Some(hold) = entry.holders.get(&session) {
                 return Ok(Reply::Acquire(AcquireReply::Granted {
                     token: hold.token,
-                    slot: hold.slot,
+                    permit: hold.permit,
                 }));
             }
             if let Some(position) = waiter_position(entry, session) {
@@ -266,7 +266,10 @@ impl LockStateMachine {
             );
             ns_state.locks.insert(key, entry);
             self.namespaces.insert(namespace, ns_state);
-            return Ok(AcquireReply::Granted { token, slot: None });
+            return Ok(AcquireReply::Granted {
+                token,
+                permit: None,
+            });
         };
         let NamespaceState {
             name: namespace,
@@ -282,23 +285,23 @@ impl LockStateMachine {
             Entry::Vacant(vacant) => {
                 let class = class_of(Some(classes), &self.default_class, &key);
                 admit(session, state, class, &self.config)?;
-                let slot = semaphore.as_mut().map(|s| s.take_slot(None, revision));
+                let permit = semaphore.as_mut().map(|s| s.take_permit(None, revision));
                 let (token, entry) = grant(
                     session,
                     state,
                     holds_by_age,
                     (&namespace, &key),
-                    (mode, slot),
+                    (mode, permit),
                     (revision, time, self.faults),
                     &mut self.watch,
                 );
-                if let (Some(semaphore), Some(slot)) = (semaphore, slot) {
+                if let (Some(semaphore), Some(permit)) = (semaphore, permit) {
                     // The token's revision: `revision` itself (but for the planted bug
                     // `Faults::token_wrap`), as the key's floor in `grant`.
-                    semaphore.floors.insert(slot, Revision(token.0));
+                    semaphore.floors.insert(permit, Revision(token.0));
                 }
                 vacant.insert(entry);
-                return Ok(AcquireReply::Granted { token, slot });
+                return Ok(AcquireReply::Granted { token, permit });
             }
             Entry::Occupied(occupied) => occupied,
         };
@@ -307,7 +310,7 @@ impl LockStateMachine {
             check_same_mode(session, &namespace, &key, entry.mode, mode, true)?;
             return Ok(AcquireReply::Granted {
                 token: hold.token,
-                slot: hold.slot,
+                permit: hold.permit,
             });
         }
         if let Some(index) = entry.waiters.iter().position(|w| w.session == session) {
@@ -337,9 +340,9 @@ impl LockStateMachine {
         admit(session, state, class, &self.config)?;
         if joins {
             let token = Token::at(revision);
-            let slot = semaphore
+            let permit = semaphore
                 .as_mut()
-                .map(|s| s.take_slot(Some(entry), revision));
+                .map(|s| s.take_permit(Some(entry), revision));
             add_hold(
                 entry,
                 holds_by_age,
@@ -349,12 +352,12 @@ impl LockStateMachine {
                     session,
                     token,
                     granted_at: time,
-                    slot,
+                    permit,
                 },
                 &mut self.watch,
                 revision,
             );
-            return Ok(AcquireReply::Granted { token, slot });
+            return Ok(AcquireReply::Granted { token, permit });
         }
         let timeout_ms = wait.expect("checked above");
         if entry.waiters.len() >= self.config.waiters_per_key_max {
@@ -489,13 +492,13 @@ impl LockStateMachine {
             "hold of `{namespace}/{key}` with {} ends at {revision}",
             hold.token
         );
-        if let (HoldEnd::Forced { .. }, Some(slot)) = (end, hold.slot) {
+        if let (HoldEnd::Forced { .. }, Some(permit)) = (end, hold.permit) {
             // A force-released permit's slot: its tokens so far are superseded.
             let semaphore = ns_state
                 .semaphores
                 .get_mut(&key)
                 .expect("a permit is held on a semaphore");
-            semaphore.floors.insert(slot, revision);
+            semaphore.floors.insert(permit, revision);
         }
         let entry = ns_state.locks.get_mut(&key).expect("found above");
         entry.holders.remove(&session);
@@ -620,14 +623,14 @@ impl LockStateMachine {
             set_remove(&mut state.waits, &namespace, &key);
             state.holds_and_waits -= 1;
             let token = Token::at(revision);
-            let slot = semaphore
+            let permit = semaphore
                 .as_mut()
-                .map(|s| s.take_slot(Some(entry), revision));
+                .map(|s| s.take_permit(Some(entry), revision));
             let hold = Hold {
                 session: head.session,
                 token,
                 granted_at: time,
-                slot,
+                permit,
             };
             let ns_key = (&namespace, &key);
             add_hold(
@@ -643,7 +646,7 @@ impl LockStateMachine {
                 session: head.session,
                 namespace: namespace.clone(),
                 key: key.clone(),
-                kind: WaitEndKind::Granted { token, slot },
+                kind: WaitEndKind::Granted { token, permit },
             });
             granted.push((head.session, token));
         }
@@ -845,7 +848,7 @@ fn add_hold(
     let Hold {
         session,
         token,
-        slot,
+        permit,
         ..
     } = hold;
     let inserted = holds_by_age.insert((token, key.clone(), session));
@@ -870,7 +873,7 @@ fn add_hold(
             session,
             token,
             mode: entry.mode,
-            slot,
+            permit,
         },
         &state.identity,
     );
@@ -882,7 +885,7 @@ fn grant(
     state: &mut Session,
     holds_by_age: &mut BTreeSet<(Token, Arc<str>, SessionId)>,
     ns_key: (&Arc<str>, &Arc<str>),
-    (mode, slot): (LockMode, Option<u32>),
+    (mode, permit): (LockMode, Option<PermitSlot>),
     (revision, time, faults): (Revision, Instant, Faults),
     watch: &mut WatchLog,
 ) -> (Token, LockEntry) {
@@ -899,7 +902,7 @@ fn grant(
         session,
         token,
         granted_at: time,
-        slot,
+        permit,
     };
     add_hold(
         &mut entry,

@@ -67,7 +67,7 @@ pub use force_release::{
     STATEMENT_LEN_MAX,
 };
 pub use history::EventHistory;
-pub use ids::{ForceReleaseId, RequestId, Revision, SessionId, Token};
+pub use ids::{ForceReleaseId, PermitSlot, RequestId, Revision, SessionId, Token};
 pub use names::{
     validate_class_name, validate_key, validate_namespace, validate_prefix, NameError, KEY_LEN_MAX,
     NAME_LEN_MAX,

@@ -11,7 +11,7 @@ use super::class::ClassSpec;
 use super::command::{Identity, LockMode};
 use super::error::{LockError, WatchError};
 use super::force_release::ForceReleaseRequest;
-use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry};
 use super::names::{validate_key, validate_namespace};
 use super::watch::{WatchFilter, WatchPage};
@@ -30,7 +30,7 @@ pub struct HoldInfo {
     /// The grant revision, which is the token.
     pub token: Token,
     /// A permit's slot on a semaphore key (`None` for a lock).
-    pub slot: Option<u32>,
+    pub permit: Option<PermitSlot>,
     /// Log time of the grant.
     pub granted_at: Instant,
     /// `now - granted_at`.
@@ -84,7 +84,7 @@ pub struct KeyInfo {
     pub permits: Option<u32>,
     /// A semaphore's slot floors (slot, floor), by slot: the revision of each slot's latest
     /// grant or force-release; empty for a lock.
-    pub slot_floors: Vec<(u32, Revision)>,
+    pub permit_floors: Vec<(PermitSlot, Revision)>,
 }
 
 /// A pending force-release request as listed at a moment: what changed since it was made.
@@ -139,7 +139,7 @@ impl LockStateMachine {
             pending_force_releases,
             class,
             permits: None,
-            slot_floors: Vec::new(),
+            permit_floors: Vec::new(),
         };
         let semaphore = self
             .namespaces
@@ -147,7 +147,7 @@ impl LockStateMachine {
             .and_then(|ns| ns.semaphores.get(key));
         if let Some(semaphore) = semaphore {
             info.permits = Some(semaphore.permits);
-            info.slot_floors = semaphore.floors.iter().map(|(s, f)| (*s, *f)).collect();
+            info.permit_floors = semaphore.floors.iter().map(|(s, f)| (*s, *f)).collect();
         }
         if let Some(entry) = entry {
             info.mode = Some(entry.mode);
@@ -178,7 +178,7 @@ impl LockStateMachine {
                 .entry(namespace, key)
                 .map_or_else(LockMode::default, |e| e.mode),
             token: hold.token,
-            slot: hold.slot,
+            permit: hold.permit,
             granted_at: hold.granted_at,
             held_for_ms: now.ms_since(hold.granted_at),
             session_ttl_ms: session.ttl_ms,

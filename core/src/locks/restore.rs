@@ -93,7 +93,7 @@ impl LockStateMachine {
                 requester: request.requester,
                 requester_roles: request.requester_roles,
                 revoke_session: Some(request.revoke_session),
-                slot: None,
+                permit: None,
                 ..AuditRecord::new(
                     floor,
                     self.time,
@@ -204,7 +204,7 @@ mod tests {
             reply,
             Reply::Acquire(AcquireReply::Granted {
                 token: Token(1_002),
-                slot: None
+                permit: None
             })
         );
     }

@@ -16,7 +16,7 @@ use super::class::require_class_admin;
 use super::command::{Actor, Reply};
 use super::error::LockError;
 use super::force_release::check_reason;
-use super::ids::Revision;
+use super::ids::{PermitSlot, Revision};
 use super::lock::{LockEntry, NamespaceState};
 use super::names::{validate_key, validate_namespace};
 use super::watch::EventKind;
@@ -36,7 +36,7 @@ pub(crate) struct Semaphore {
     /// slot -> the revision of the slot's latest grant or force-release. A slot's tokens below
     /// its floor are superseded; every holder's token is at or above its slot's floor. Never
     /// decreases per slot; kept while the key is free (at most `PERMITS_MAX` entries).
-    pub floors: BTreeMap<u32, Revision>,
+    pub floors: BTreeMap<PermitSlot, Revision>,
 }
 
 impl Semaphore {
@@ -47,12 +47,13 @@ impl Semaphore {
 
     /// Takes the lowest slot below N that no holder of `entry` has, and makes `revision` its
     /// floor. The caller checked [`Self::has_room`], so one is free.
-    pub fn take_slot(&mut self, entry: Option<&LockEntry>, revision: Revision) -> u32 {
-        let taken: Vec<u32> = entry
-            .map(|e| e.holders.values().filter_map(|h| h.slot).collect())
+    pub fn take_permit(&mut self, entry: Option<&LockEntry>, revision: Revision) -> PermitSlot {
+        let taken: Vec<PermitSlot> = entry
+            .map(|e| e.holders.values().filter_map(|h| h.permit).collect())
             .unwrap_or_default();
-        let slot = (0..self.permits)
-            .find(|slot| !taken.contains(slot))
+        let permit = (0..self.permits)
+            .map(PermitSlot)
+            .find(|permit| !taken.contains(permit))
             .unwrap_or_else(|| {
                 panic!(
                     "no free slot below {} with {} holders",
@@ -60,8 +61,8 @@ impl Semaphore {
                     taken.len()
                 )
             });
-        self.floors.insert(slot, revision);
-        slot
+        self.floors.insert(permit, revision);
+        permit
     }
 }
 

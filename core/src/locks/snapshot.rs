@@ -14,7 +14,7 @@ use super::command::{Identity, LockMode, Remembered};
 use super::config::LockConfig;
 use super::force_release::ForceReleaseRequest;
 use super::history::EventHistory;
-use super::ids::{RequestId, Revision, SessionId, Token};
+use super::ids::{PermitSlot, RequestId, Revision, SessionId, Token};
 use super::lock::{Hold, LockEntry, NamespaceState, Waiter};
 use super::names::{validate_key, validate_namespace};
 use super::owner::SecretHash;
@@ -59,7 +59,7 @@ pub struct SemaphoreSnapshot {
     /// The revision of the `SetSemaphore` that set N.
     pub permits_set_at: Revision,
     /// (slot, floor) by slot.
-    pub floors: Vec<(u32, Revision)>,
+    pub floors: Vec<(PermitSlot, Revision)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub struct HoldSnapshot {
     pub token: Token,
     pub granted_at: Instant,
     /// A permit's slot (`None` for a lock, and in snapshots written before semaphores).
-    pub slot: Option<u32>,
+    pub permit: Option<PermitSlot>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl LockStateMachine {
                             session: hold.session,
                             token: hold.token,
                             granted_at: hold.granted_at,
-                            slot: hold.slot,
+                            permit: hold.permit,
                         })
                         .collect(),
                     waiters: entry
@@ -178,7 +178,7 @@ impl LockStateMachine {
                 key: key.to_string(),
                 permits: s.permits,
                 permits_set_at: s.permits_set_at,
-                floors: s.floors.iter().map(|(slot, f)| (*slot, *f)).collect(),
+                floors: s.floors.iter().map(|(permit, f)| (*permit, *f)).collect(),
             }));
         }
         LockSnapshot {
@@ -294,11 +294,11 @@ impl LockStateMachine {
                 "semaphore `{namespace}/{key}` has {permits} permits"
             )));
         }
-        let mut by_slot = BTreeMap::new();
-        for (slot, floor) in floors {
-            if slot >= PERMITS_MAX || by_slot.insert(slot, floor).is_some() {
+        let mut by_permit = BTreeMap::new();
+        for (permit, floor) in floors {
+            if permit.0 >= PERMITS_MAX || by_permit.insert(permit, floor).is_some() {
                 return Err(bad(format!(
-                    "semaphore `{namespace}/{key}`: slot {slot} listed twice or beyond {PERMITS_MAX}"
+                    "semaphore `{namespace}/{key}`: slot {permit} listed twice or beyond {PERMITS_MAX}"
                 )));
             }
         }
@@ -310,7 +310,7 @@ impl LockStateMachine {
         let restored = Semaphore {
             permits,
             permits_set_at,
-            floors: by_slot,
+            floors: by_permit,
         };
         if ns
             .semaphores
@@ -403,7 +403,7 @@ impl LockStateMachine {
                         session: h.session,
                         token: h.token,
                         granted_at: h.granted_at,
-                        slot: h.slot,
+                        permit: h.permit,
                     };
                     (h.session, hold)
                 })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::command::Reply;
 use super::error::LockError;
-use super::ids::{Revision, SessionId, Token};
+use super::ids::{PermitSlot, Revision, SessionId, Token};
 use super::lock::Waiter;
 use super::names::{validate_key, validate_namespace};
 use super::owner::SessionProof;
@@ -40,7 +40,10 @@ pub struct WaitEnd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitEndKind {
     /// The waiter was granted the key with this token (and a permit's slot).
-    Granted { token: Token, slot: Option<u32> },
+    Granted {
+        token: Token,
+        permit: Option<PermitSlot>,
+    },
     /// The waiter left the queue without the key.
     Removed { cause: ReleaseCause },
 }
@@ -237,12 +240,12 @@ impl LockStateMachine {
         session: SessionId,
         namespace: &str,
         key: &str,
-    ) -> Option<(Token, Option<u32>)> {
+    ) -> Option<(Token, Option<PermitSlot>)> {
         let entry = self.namespaces.get(namespace)?.locks.get(key)?;
         entry
             .holders
             .get(&session)
-            .map(|hold| (hold.token, hold.slot))
+            .map(|hold| (hold.token, hold.permit))
     }
 
     /// `session`'s 1-based place in the queue of `namespace/key`, if it waits.

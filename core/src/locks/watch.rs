@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::command::{Identity, LockMode};
 use super::error::WatchError;
 use super::history::EventHistory;
-use super::ids::{ForceReleaseId, Revision, SessionId, Token};
+use super::ids::{ForceReleaseId, PermitSlot, Revision, SessionId, Token};
 use crate::time::Instant;
 
 /// Why a hold or a wait ended.
@@ -35,7 +35,7 @@ pub enum EventKind {
         session: SessionId,
         token: Token,
         mode: LockMode,
-        slot: Option<u32>,
+        permit: Option<PermitSlot>,
     },
     Queued {
         session: SessionId,

@@ -135,8 +135,8 @@ impl PendingWaits {
 fn ended_answer(end: &WaitEnd, waited: &Waited) -> Outcome {
     let (session, namespace, key) = (end.session, end.namespace.to_string(), end.key.to_string());
     match end.kind {
-        WaitEndKind::Granted { token, slot } => {
-            Ok(Reply::Acquire(AcquireReply::Granted { token, slot }))
+        WaitEndKind::Granted { token, permit } => {
+            Ok(Reply::Acquire(AcquireReply::Granted { token, permit }))
         }
         WaitEndKind::Removed {
             cause: ReleaseCause::WaitExpired,
@@ -161,8 +161,8 @@ fn ended_answer(end: &WaitEnd, waited: &Waited) -> Outcome {
 /// What is true now of a wait: granted (its token), still queued, or ended.
 fn answer_now(sm: &LockStateMachine, key: &WaitKey) -> Option<Outcome> {
     let (session, namespace, k) = key;
-    if let Some((token, slot)) = sm.holder_grant(*session, namespace, k) {
-        return Some(Ok(Reply::Acquire(AcquireReply::Granted { token, slot })));
+    if let Some((token, permit)) = sm.holder_grant(*session, namespace, k) {
+        return Some(Ok(Reply::Acquire(AcquireReply::Granted { token, permit })));
     }
     if sm.wait_position(*session, namespace, k).is_some() {
         return None;

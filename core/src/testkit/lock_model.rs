@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::locks::{
     AcquireReply, Actor, Command, Identity, LockConfig, LockError, LockMode, LockStateMachine,
-    NameError, NotYours, Outcome, Reply, RequestId, Role, SecretHash, SessionId, SessionProof,
-    Token, Wait, PERMITS_MAX, UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
+    NameError, NotYours, Outcome, PermitSlot, Reply, RequestId, Role, SecretHash, SessionId,
+    SessionProof, Token, Wait, PERMITS_MAX, UNAUTHENTICATED_PRINCIPAL, WAIT_TIMEOUT_MS_MAX,
 };
 
 pub const NAMESPACES: [&str; 3] = ["a", "b", "Bad"];
@@ -175,7 +175,7 @@ struct Held {
     /// session -> token.
     holds: BTreeMap<u64, u64>,
     /// session -> permit slot (semaphore keys only).
-    slots: BTreeMap<u64, u32>,
+    permit_slots: BTreeMap<u64, u32>,
     floor: u64,
 }
 
@@ -255,28 +255,28 @@ impl Model {
                 let held = self.holders.entry(key.clone()).or_insert_with(|| Held {
                     mode,
                     holds: BTreeMap::new(),
-                    slots: BTreeMap::new(),
+                    permit_slots: BTreeMap::new(),
                     floor: revision,
                 });
                 if held.holds.len() >= sem.permits as usize {
                     break;
                 }
-                let slot = (0..sem.permits)
-                    .find(|slot| !held.slots.values().any(|s| s == slot))
+                let permit = (0..sem.permits)
+                    .find(|permit| !held.permit_slots.values().any(|s| s == permit))
                     .expect("fewer holders than permits");
                 held.holds.insert(next, revision);
-                held.slots.insert(next, slot);
-                sem.floors.insert(slot, revision);
+                held.permit_slots.insert(next, permit);
+                sem.floors.insert(permit, revision);
             } else {
                 match self.holders.get_mut(key) {
                     None => {
                         let holds = BTreeMap::from([(next, self.revision)]);
                         let floor = self.revision;
-                        let slots = BTreeMap::new();
+                        let permit_slots = BTreeMap::new();
                         let held = Held {
                             mode,
                             holds,
-                            slots,
+                            permit_slots,
                             floor,
                         };
                         self.holders.insert(key.clone(), held);
@@ -304,7 +304,7 @@ impl Model {
     fn release(&mut self, key: &LockKey, session: u64) -> Option<(SessionId, Token)> {
         let held = self.holders.get_mut(key).expect("releasing a held key");
         held.holds.remove(&session);
-        held.slots.remove(&session);
+        held.permit_slots.remove(&session);
         if held.holds.is_empty() {
             self.holders.remove(key);
         }
@@ -585,7 +585,7 @@ impl Model {
                 if let Some(token) = held.holds.get(&s) {
                     let reply = AcquireReply::Granted {
                         token: Token(*token),
-                        slot: held.slots.get(&s).copied(),
+                        permit: held.permit_slots.get(&s).copied().map(PermitSlot),
                     };
                     return Some((true, held.mode, reply));
                 }
@@ -672,23 +672,23 @@ impl Model {
             let held = self.holders.entry(k.clone()).or_insert_with(|| Held {
                 mode,
                 holds: BTreeMap::new(),
-                slots: BTreeMap::new(),
+                permit_slots: BTreeMap::new(),
                 floor: revision,
             });
             held.holds.insert(s, revision);
-            let slot = self.semaphores.get_mut(&k).map(|sem| {
-                let slot = (0..sem.permits)
-                    .find(|slot| !held.slots.values().any(|t| t == slot))
+            let permit = self.semaphores.get_mut(&k).map(|sem| {
+                let permit = (0..sem.permits)
+                    .find(|permit| !held.permit_slots.values().any(|t| t == permit))
                     .expect("a permit is free");
-                sem.floors.insert(slot, revision);
-                slot
+                sem.floors.insert(permit, revision);
+                permit
             });
-            if let Some(slot) = slot {
-                held.slots.insert(s, slot);
+            if let Some(permit) = permit {
+                held.permit_slots.insert(s, permit);
             }
             AcquireReply::Granted {
                 token: Token(revision),
-                slot,
+                permit: permit.map(PermitSlot),
             }
         } else {
             let queue = self.queues.entry(k.clone()).or_default();
@@ -1044,14 +1044,14 @@ pub fn assert_same_state(
             let mut holders: Vec<(u64, u64, Option<u32>)> = info
                 .holders
                 .iter()
-                .map(|h| (h.session.0, h.token.0, h.slot))
+                .map(|h| (h.session.0, h.token.0, h.permit.map(|p| p.0)))
                 .collect();
             holders.sort();
             let model_holders: Vec<(u64, u64, Option<u32>)> = held
                 .map(|h| {
                     h.holds
                         .iter()
-                        .map(|(s, t)| (*s, *t, h.slots.get(s).copied()))
+                        .map(|(s, t)| (*s, *t, h.permit_slots.get(s).copied()))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -1061,9 +1061,10 @@ pub fn assert_same_state(
             );
             let sem = model.semaphores.get(&k);
             assert_eq!(info.permits, sem.map(|s| s.permits), "permits of {k:?}");
-            let floors: Vec<(u32, u64)> = info.slot_floors.iter().map(|(s, f)| (*s, f.0)).collect();
+            let floors: Vec<(u32, u64)> =
+                info.permit_floors.iter().map(|(s, f)| (s.0, f.0)).collect();
             let model_floors: Vec<(u32, u64)> = sem
-                .map(|s| s.floors.iter().map(|(slot, f)| (*slot, *f)).collect())
+                .map(|s| s.floors.iter().map(|(permit, f)| (*permit, *f)).collect())
                 .unwrap_or_default();
             assert_eq!(floors, model_floors, "slot floors of {k:?}");
             assert_eq!(info.mode, held.map(|h| h.mode), "mode of {k:?}");

@@ -169,13 +169,15 @@ impl World {
         self.sm.inspect("ns", "k", Instant::ZERO).unwrap()
     }
 
-    /// (session, token, slot) of every waiter the last command granted the key to.
-    pub fn granted_slots(&self) -> Vec<(SessionId, Token, Option<u32>)> {
+    /// (session, token, permit slot) of every waiter the last command granted the key to.
+    pub fn granted_permits(&self) -> Vec<(SessionId, Token, Option<u32>)> {
         self.sm
             .wait_ends()
             .iter()
             .filter_map(|end| match end.kind {
-                WaitEndKind::Granted { token, slot } => Some((end.session, token, slot)),
+                WaitEndKind::Granted { token, permit } => {
+                    Some((end.session, token, permit.map(|p| p.0)))
+                }
                 WaitEndKind::Removed { .. } => None,
             })
             .collect()

@@ -1,8 +1,8 @@
 //! Log commands and the state machine's replies (records: decoded structurally, losslessly).
 
 use picket_core::locks::{
-    AcquireReply, ClassSpec, Command, ForceReleaseId, Reply, RequestId, Revision, SecretHash,
-    SessionId, SessionProof, Token, Wait, SECRET_HASH_LEN,
+    AcquireReply, ClassSpec, Command, ForceReleaseId, PermitSlot, Reply, RequestId, Revision,
+    SecretHash, SessionId, SessionProof, Token, Wait, SECRET_HASH_LEN,
 };
 use picket_core::time::Instant;
 
@@ -306,9 +306,9 @@ impl From<AcquireReply> for proto::AcquireReply {
     fn from(v: AcquireReply) -> Self {
         use proto::acquire_reply as pa;
         let kind = match v {
-            AcquireReply::Granted { token, slot } => pa::Kind::Granted(pa::Granted {
+            AcquireReply::Granted { token, permit } => pa::Kind::Granted(pa::Granted {
                 token: token.0,
-                slot,
+                slot: permit.map(|p| p.0),
             }),
             AcquireReply::Queued { position } => pa::Kind::Queued(pa::Queued { position }),
             AcquireReply::Busy { holder, token } => pa::Kind::Busy(pa::Busy {
@@ -327,7 +327,7 @@ impl TryFrom<proto::AcquireReply> for AcquireReply {
         Ok(match required(v.kind, "kind")? {
             pa::Kind::Granted(g) => AcquireReply::Granted {
                 token: Token(g.token),
-                slot: g.slot,
+                permit: g.slot.map(PermitSlot),
             },
             pa::Kind::Queued(q) => AcquireReply::Queued {
                 position: q.position,

@@ -4,7 +4,7 @@
 use picket_core::locks::{
     Actor, AuditAction, AuditRecord, Checklist, ChecklistAnswer, ClassSpec, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, Identity, KeyInfo, LockMode, LostHold,
-    PendingForceRelease, ReleaseCause, Revision, Role, SessionId, Token, WaiterInfo,
+    PendingForceRelease, PermitSlot, ReleaseCause, Revision, Role, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
 use std::collections::BTreeSet;
@@ -203,7 +203,7 @@ impl From<HoldInfo> for proto::HoldInfo {
             session_remaining_ms: v.session_remaining_ms,
             hold_ms_max_expected: v.hold_ms_max_expected,
             mode: mode_to_wire(v.mode),
-            slot: v.slot,
+            slot: v.permit.map(|p| p.0),
         }
     }
 }
@@ -218,7 +218,7 @@ impl TryFrom<proto::HoldInfo> for HoldInfo {
             key: v.key,
             session: SessionId(v.session_id),
             token: Token(v.token),
-            slot: v.slot,
+            permit: v.slot.map(PermitSlot),
             granted_at: Instant::from_millis(v.granted_at_ms),
             held_for_ms: v.held_for_ms,
             session_ttl_ms: v.session_ttl_ms,
@@ -380,10 +380,10 @@ impl From<KeyInfo> for proto::KeyInfo {
                 .collect(),
             permits: v.permits,
             slot_floors: v
-                .slot_floors
+                .permit_floors
                 .into_iter()
-                .map(|(slot, floor)| proto::SlotFloor {
-                    slot,
+                .map(|(permit, floor)| proto::SlotFloor {
+                    slot: permit.0,
                     floor: floor.0,
                 })
                 .collect(),
@@ -423,10 +423,10 @@ impl TryFrom<proto::KeyInfo> for KeyInfo {
             namespace: v.namespace,
             key: v.key,
             permits: v.permits,
-            slot_floors: v
+            permit_floors: v
                 .slot_floors
                 .into_iter()
-                .map(|f| (f.slot, Revision(f.floor)))
+                .map(|f| (PermitSlot(f.slot), Revision(f.floor)))
                 .collect(),
         })
     }
@@ -491,7 +491,7 @@ impl From<AuditRecord> for proto::AuditRecord {
             revoke_session: v.revoke_session,
             previous_permits: v.permits.map(|(previous, _)| previous),
             permits: v.permits.map(|(_, permits)| permits),
-            slot: v.slot,
+            slot: v.permit.map(|p| p.0),
             membership: v.membership,
             checklist: v.checklist.map(checklist_message),
             holder: v.holder.map(Into::into),
@@ -521,7 +521,7 @@ impl TryFrom<proto::AuditRecord> for AuditRecord {
             next: super::command::grant_from_wire(v.next),
             revoke_session: v.revoke_session,
             permits: v.previous_permits.zip(v.permits),
-            slot: v.slot,
+            permit: v.slot.map(PermitSlot),
             membership: v.membership,
             checklist: v
                 .checklist
@@ -566,12 +566,12 @@ impl From<EventKind> for proto::event::Kind {
                 session,
                 token,
                 mode,
-                slot,
+                permit,
             } => P::Kind::Granted(P::Granted {
                 session_id: session.0,
                 token: token.0,
                 mode: mode_to_wire(mode),
-                slot,
+                slot: permit.map(|p| p.0),
             }),
             EventKind::Queued { session, position } => P::Kind::Queued(P::Queued {
                 session_id: session.0,
@@ -624,7 +624,7 @@ impl TryFrom<proto::event::Kind> for EventKind {
                 session: SessionId(g.session_id),
                 token: Token(g.token),
                 mode: mode_from_wire(g.mode, "granted.mode")?,
-                slot: g.slot,
+                permit: g.slot.map(PermitSlot),
             },
             P::Queued(q) => EventKind::Queued {
                 session: SessionId(q.session_id),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use picket_core::locks::{
     AcquireReply, ClassSpec, Command, Event, HoldSnapshot, LockConfig, LockSnapshot,
-    LockSnapshotEntry, Remembered, RememberedReply, Reply, RequestId, RequestTarget, Revision,
-    SemaphoreSnapshot, SessionId, SessionSnapshot, Token, WaiterSnapshot,
+    LockSnapshotEntry, PermitSlot, Remembered, RememberedReply, Reply, RequestId, RequestTarget,
+    Revision, SemaphoreSnapshot, SessionId, SessionSnapshot, Token, WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use prost::Message;
@@ -159,7 +159,7 @@ impl From<LockSnapshotEntry> for proto::LockRecord {
             session_id: h.session.0,
             token: h.token.0,
             granted_at_ms: h.granted_at.as_millis(),
-            slot: h.slot,
+            slot: h.permit.map(|p| p.0),
         });
         proto::LockRecord {
             namespace: v.namespace,
@@ -189,7 +189,7 @@ impl TryFrom<proto::HoldRecord> for HoldSnapshot {
             session: SessionId(v.session_id),
             token: Token(v.token),
             granted_at: Instant::from_millis(v.granted_at_ms),
-            slot: v.slot,
+            permit: v.slot.map(PermitSlot),
         })
     }
 }
@@ -261,8 +261,8 @@ impl From<LockSnapshot> for proto::LockSnapshot {
                     floors: s
                         .floors
                         .into_iter()
-                        .map(|(slot, floor)| proto::SlotFloorRecord {
-                            slot,
+                        .map(|(permit, floor)| proto::SlotFloorRecord {
+                            slot: permit.0,
                             floor: floor.0,
                         })
                         .collect(),
@@ -301,7 +301,7 @@ impl TryFrom<proto::LockSnapshot> for LockSnapshot {
                     floors: s
                         .floors
                         .into_iter()
-                        .map(|f| (f.slot, Revision(f.floor)))
+                        .map(|f| (PermitSlot(f.slot), Revision(f.floor)))
                         .collect(),
                 })
                 .collect(),

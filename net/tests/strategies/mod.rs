@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 use picket_core::locks::{
     AcquireReply, Actor, AuditAction, AuditRecord, ClassSpec, Command, Event, EventKind,
     ForceReleaseId, ForceReleaseRequest, HoldInfo, HoldSnapshot, Identity, KeyInfo, LockConfig,
-    LockMode, LockSnapshot, LockSnapshotEntry, LostHold, ReleaseCause, Remembered, RememberedReply,
-    Reply, RequestId, RequestTarget, Revision, Role, SecretHash, SemaphoreSnapshot, SessionId,
-    SessionProof, SessionSnapshot, Token, Wait, WaiterInfo, WaiterSnapshot,
+    LockMode, LockSnapshot, LockSnapshotEntry, LostHold, PermitSlot, ReleaseCause, Remembered,
+    RememberedReply, Reply, RequestId, RequestTarget, Revision, Role, SecretHash,
+    SemaphoreSnapshot, SessionId, SessionProof, SessionSnapshot, Token, Wait, WaiterInfo,
+    WaiterSnapshot,
 };
 use picket_core::time::Instant;
 use proptest::collection::vec;
@@ -228,8 +229,10 @@ pub fn command() -> impl Strategy<Value = Command> {
 
 pub fn acquire_reply() -> impl Strategy<Value = AcquireReply> {
     prop_oneof![
-        (token(), option::of(any::<u32>()))
-            .prop_map(|(token, slot)| AcquireReply::Granted { token, slot }),
+        (token(), option::of(any::<u32>())).prop_map(|(token, slot)| AcquireReply::Granted {
+            token,
+            permit: slot.map(PermitSlot)
+        }),
         any::<u32>().prop_map(|position| AcquireReply::Queued { position }),
         (session(), token()).prop_map(|(holder, token)| AcquireReply::Busy { holder, token }),
     ]
@@ -312,7 +315,7 @@ pub fn event() -> impl Strategy<Value = Event> {
                 session,
                 token,
                 mode,
-                slot
+                permit: slot.map(PermitSlot)
             }
         ),
         (any::<u32>(), any::<u32>()).prop_map(|(permits, previous_permits)| {
@@ -420,7 +423,7 @@ pub fn audit_record() -> impl Strategy<Value = AuditRecord> {
                     next,
                     revoke_session,
                     permits,
-                    slot,
+                    permit: slot.map(PermitSlot),
                     membership,
                     checklist,
                     holder,
@@ -486,7 +489,7 @@ pub fn hold_info() -> impl Strategy<Value = HoldInfo> {
                     session,
                     identity,
                     token,
-                    slot,
+                    permit: slot.map(PermitSlot),
                     granted_at,
                     held_for_ms: held,
                     session_ttl_ms: ttl,
@@ -558,9 +561,9 @@ pub fn key_info() -> impl Strategy<Value = KeyInfo> {
                     holders,
                     mode,
                     permits,
-                    slot_floors: slot_floors
+                    permit_floors: slot_floors
                         .into_iter()
-                        .map(|(slot, floor)| (slot, Revision(floor)))
+                        .map(|(slot, floor)| (PermitSlot(slot), Revision(floor)))
                         .collect(),
                 }
             },
@@ -666,7 +669,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                         session,
                         token,
                         granted_at,
-                        slot,
+                        permit: slot.map(PermitSlot),
                     })
                     .collect(),
                 waiters: waiters
@@ -696,7 +699,7 @@ pub fn snapshot() -> impl Strategy<Value = LockSnapshot> {
                 permits_set_at: Revision(set_at),
                 floors: floors
                     .into_iter()
-                    .map(|(slot, floor)| (slot, Revision(floor)))
+                    .map(|(slot, floor)| (PermitSlot(slot), Revision(floor)))
                     .collect(),
             },
         );

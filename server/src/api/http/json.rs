@@ -86,7 +86,7 @@ impl From<&HoldInfo> for HoldJson {
             session_remaining_ms: h.session_remaining_ms,
             hold_ms_max_expected: h.hold_ms_max_expected,
             mode: h.mode.as_str(),
-            slot: h.slot,
+            slot: h.permit.map(|p| p.0),
         }
     }
 }
@@ -194,10 +194,10 @@ impl KeyInfoJson {
                 .collect(),
             permits: k.permits,
             slot_floors: k
-                .slot_floors
+                .permit_floors
                 .iter()
-                .map(|(slot, floor)| SlotFloorJson {
-                    slot: *slot,
+                .map(|(permit, floor)| SlotFloorJson {
+                    slot: permit.0,
                     floor: floor.0,
                 })
                 .collect(),
