@@ -59,6 +59,11 @@ pub struct Faults {
     /// log's addresses), so a replica that joined with a short contact list never reaches the
     /// members its file leaves out.
     pub peers_from_file: bool,
+    /// Planted bug (`--break stale-read`): a replica answers every linearizable read from its
+    /// own state, leader or not, as if `allow_stale` were set (no read index, no lease): a
+    /// replica cut off from the leader, or a leader deposed without knowing it yet, answers from
+    /// a state that misses grants the cluster acknowledged: checker 9 (reads-linearizable).
+    pub reads_local: bool,
     /// Injected faults, simulation only: the server's buggify points are on (the peer
     /// transport's frame-fault layer drops, duplicates, delays and swaps received frames; 5% of
     /// group commits take a slow fsync). Drawn from the simulator's seeded RNG; ignored outside
@@ -75,6 +80,7 @@ impl Faults {
         reconfig_at_once: false,
         old_tail_rule: false,
         peers_from_file: false,
+        reads_local: false,
         buggify: false,
     };
 

@@ -23,6 +23,51 @@ pub fn check_all(history: &History) -> Vec<Violation> {
     found.extend(waits_end(history));
     found.extend(grants_past_deadline(history));
     found.extend(no_rewind(history));
+    found.extend(reads_linearizable(history));
+    found
+}
+
+/// Checker 9: Linearizable reads. A read without `allow_stale` (`Inspect`; with
+/// `[timing] read_mode = "lease"` the leader answers it on its read lease, with `read_index`
+/// after a heartbeat round) reflects every write acknowledged before it was asked: the revision
+/// it answered from is at least the token of every grant a client was told of before the read
+/// started (a grant's token is the revision that granted it). A leader that answered on a lease
+/// it no longer held, or from a state behind its commit point, answers from an older revision.
+/// Both times are the simulation's true time, recorded on the safe side: a grant's after its
+/// answer arrived, a read's before it was sent.
+pub fn reads_linearizable(history: &History) -> Vec<Violation> {
+    let mut acked: Vec<(u64, u64)> = history
+        .grants_acked
+        .iter()
+        .map(|g| (g.at_ms, g.token))
+        .collect();
+    acked.sort_unstable();
+    // The highest token acknowledged up to each acknowledgement, and that token's time.
+    let mut highest: Vec<(u64, u64)> = Vec::with_capacity(acked.len());
+    for &(at_ms, token) in &acked {
+        let best = match highest.last() {
+            Some(&(best, best_at)) if best >= token => (best, best_at),
+            _ => (token, at_ms),
+        };
+        highest.push(best);
+    }
+    let mut found = Vec::new();
+    for read in &history.reads {
+        let before = acked.partition_point(|&(at_ms, _)| at_ms < read.started_ms);
+        let Some(&(token, at_ms)) = before.checked_sub(1).and_then(|i| highest.get(i)) else {
+            continue;
+        };
+        if read.revision < token {
+            found.push(violation(
+                Checker::ReadsLinearizable,
+                format!(
+                    "client {} read `{}` asked at {} ms answered from revision {}, but token {} \
+                     was acknowledged at {} ms, before the read was asked",
+                    read.client, read.key, read.started_ms, read.revision, token, at_ms
+                ),
+            ));
+        }
+    }
     found
 }
 

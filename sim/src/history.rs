@@ -234,6 +234,26 @@ pub struct Attempt {
     pub cancel: Option<CancelSeen>,
 }
 
+/// A grant a client was told of, and when (simulated ms since the run's start, read after the
+/// call returned: never before the answer arrived). A grant's token is its revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantAcked {
+    pub at_ms: u64,
+    pub token: u64,
+}
+
+/// A linearizable read (`Inspect` without `allow_stale`) a client was answered: when it was
+/// asked (read before the call), and the revision of the state it answered from (checker 9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadSeen {
+    pub client: u64,
+    /// `namespace/key`.
+    pub key: String,
+    pub started_ms: u64,
+    pub answered_ms: u64,
+    pub revision: u64,
+}
+
 /// A keepalive the leader acknowledged; `sent_at_ms` is when the client sent it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeepAliveAcked {
@@ -285,6 +305,10 @@ pub struct History {
     /// The fenced resource's accepted writes and reads, in acceptance order.
     pub accepted: Vec<Accepted>,
     pub acked: Vec<AckedOp>,
+    /// When each grant of `acked` was acknowledged (checker 9's evidence of what a read must see).
+    pub grants_acked: Vec<GrantAcked>,
+    /// The linearizable reads the clients were answered (runs with reads only, checker 9).
+    pub reads: Vec<ReadSeen>,
     /// Every wait and hold event of every replica boot's lock log (checker 7).
     pub log: Vec<LogEvent>,
     /// Every acquire of the workload's clients (checker 7; mode and deadline evidence).
@@ -363,10 +387,11 @@ pub enum Checker {
     Liveness,
     WaitsEnd,
     NoRewind,
+    ReadsLinearizable,
 }
 
 impl Checker {
-    pub const ALL: [Checker; 8] = [
+    pub const ALL: [Checker; 9] = [
         Checker::TokensRise,
         Checker::Fencing,
         Checker::AppliedPrefix,
@@ -375,6 +400,7 @@ impl Checker {
         Checker::Liveness,
         Checker::WaitsEnd,
         Checker::NoRewind,
+        Checker::ReadsLinearizable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -387,6 +413,7 @@ impl Checker {
             Checker::Liveness => "liveness",
             Checker::WaitsEnd => "waits-end",
             Checker::NoRewind => "no-rewind",
+            Checker::ReadsLinearizable => "reads-linearizable",
         }
     }
 }

@@ -133,6 +133,32 @@ pub struct Plan {
     /// "thread"`, a simulation task here), not in the driver's turn. Not drawn: the plan's
     /// option ([`PlanConfig::persist_thread`]).
     pub persist_thread: bool,
+    /// Linearizable reads in the workload, and how the replicas answer them. Not drawn: the
+    /// plan's option ([`PlanConfig::reads`]).
+    pub reads: Reads,
+}
+
+/// Linearizable reads in the workload (`Inspect` without `allow_stale`, checked by checker 9),
+/// and how the replicas answer them (`scripts/sim --reads`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reads {
+    /// No reads: every seed replays as it did before reads existed.
+    #[default]
+    Off,
+    /// Reads confirmed by a heartbeat round (`[timing] read_mode = "read_index"`, the default).
+    ReadIndex,
+    /// Reads answered on the leader's read lease (`[timing] read_mode = "lease"`).
+    Lease,
+}
+
+impl Reads {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reads::Off => "off",
+            Reads::ReadIndex => "read-index",
+            Reads::Lease => "lease",
+        }
+    }
 }
 
 /// Knobs of the plan.
@@ -146,6 +172,9 @@ pub struct PlanConfig {
     /// Every replica runs with `[storage] persist = "thread"` (`scripts/sim --persist thread`).
     /// Draws nothing: a seed's faults are the same either way.
     pub persist_thread: bool,
+    /// Reads in the workload, and the replicas' read mode (`scripts/sim --reads`). Draws nothing
+    /// from the plan; with reads on, the clients' reads change the run's later draws.
+    pub reads: Reads,
 }
 
 impl Default for PlanConfig {
@@ -157,6 +186,7 @@ impl Default for PlanConfig {
             drift_bound_ppm: 10_000,
             steps: 6,
             persist_thread: false,
+            reads: Reads::Off,
         }
     }
 }
@@ -218,6 +248,7 @@ impl Plan {
             buggify: matches!(scenario, Scenario::Mixed | Scenario::Membership)
                 && below(&mut rng, 2) == 0,
             persist_thread: config.persist_thread,
+            reads: config.reads,
         };
         plan.keep_one_corruption();
         plan
@@ -409,6 +440,9 @@ impl fmt::Display for Plan {
         // Only when set: the traces of inline runs are as before the option existed.
         if self.persist_thread {
             write!(f, " persist=thread")?;
+        }
+        if self.reads != Reads::Off {
+            write!(f, " reads={}", self.reads.name())?;
         }
         Ok(())
     }

@@ -3,7 +3,8 @@
 //! - `seed_run`: one seed (`PICKET_SIM_SEED`, default 1) of `PICKET_SIM_SCENARIO` (default
 //!   `mixed`) with `PICKET_SIM_REPLICAS` replicas (3, default, or 5), optionally broken
 //!   (`PICKET_SIM_BREAK`), its replicas persisting inline or, with `PICKET_SIM_PERSIST=thread`,
-//!   on the persist thread; prints one `SIM ...` summary line and fails with the replay command
+//!   on the persist thread, with linearizable reads in the workload (`PICKET_SIM_READS`:
+//!   `read-index` or `lease`, the replicas' read mode); prints one `SIM ...` summary line and fails with the replay command
 //!   if a checker found a violation;
 //! - `regression_seeds`: the committed seeds of `sim/regression-seeds.txt`;
 //! - `checkers_bite`: each broken build is caught within a bounded number of seeds.
@@ -14,15 +15,24 @@ use madsim::Config;
 use picket_sim::checkers::stale_writes_over_reads;
 use picket_sim::cluster::{restored_grants, run, Break, RunConfig, RunReport};
 use picket_sim::history::{Access, AckedOp, Ask, Checker, Mode, Outcome};
-use picket_sim::plan::{Fault, Plan, PlanConfig, Scenario};
+use picket_sim::plan::{Fault, Plan, PlanConfig, Reads, Scenario};
 
 fn run_seed_on(seed: u64, scenario: Scenario, broken: Option<Break>) -> RunReport {
+    run_seed_with(seed, scenario, broken, plan_config())
+}
+
+fn run_seed_with(
+    seed: u64,
+    scenario: Scenario,
+    broken: Option<Break>,
+    plan: PlanConfig,
+) -> RunReport {
     let runtime = Runtime::with_seed_and_config(seed, Config::default());
     runtime.block_on(run(RunConfig {
         seed,
         scenario,
         broken,
-        plan: plan_config(),
+        plan,
     }))
 }
 
@@ -30,7 +40,20 @@ fn plan_config() -> PlanConfig {
     PlanConfig {
         replicas: env_replicas(),
         persist_thread: env_persist_thread(),
+        reads: env_reads(),
         ..PlanConfig::default()
+    }
+}
+
+/// `PICKET_SIM_READS`: `off` (default), `read-index` or `lease` (`Reads`).
+fn env_reads() -> Reads {
+    match std::env::var("PICKET_SIM_READS").ok().as_deref() {
+        None | Some("") | Some("off") => Reads::Off,
+        Some("read-index") => Reads::ReadIndex,
+        Some("lease") => Reads::Lease,
+        Some(other) => {
+            panic!("PICKET_SIM_READS must be off, read-index or lease, got `{other}`")
+        }
     }
 }
 
@@ -91,7 +114,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     format!(
-        "SIM seed={seed} scenario={} replicas={} persist={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} finals={} rejoined={} replaced={} restored={} restored_grants={} restored_accesses={} slow_fsyncs={} faults=[{}] violations={}",
+        "SIM seed={seed} scenario={} replicas={} persist={} read_mode={} sim_ms={} trace={:016x} lines={} grants={} seen={} shared={} permits={} semaphores={} waits={} timed_out={} dropped={} cancels={} digests={} keepalives={} gone={} forced={} writes={} slot_writes={} slot_refused={} reads={} over_reads={} lin_reads={} finals={} rejoined={} replaced={} restored={} restored_grants={} restored_accesses={} slow_fsyncs={} faults=[{}] violations={}",
         report.plan.scenario.name(),
         report.plan.replicas,
         if report.plan.persist_thread {
@@ -99,6 +122,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
         } else {
             "inline"
         },
+        report.plan.reads.name(),
         report.sim_ms,
         report.trace_hash,
         report.trace_lines,
@@ -132,6 +156,7 @@ fn summary(seed: u64, report: &RunReport) -> String {
             .unwrap_or(0),
         h.accepted.iter().filter(|a| a.access == Access::Read).count(),
         stale_writes_over_reads(h),
+        h.reads.len(),
         report.history.final_replicas.len(),
         report.counters.get("rejoined").copied().unwrap_or(0),
         report
@@ -251,6 +276,7 @@ fn checkers_bite() {
         (Break::SlotBypass, Checker::Fencing),
         (Break::PeersFromFile, Checker::Liveness),
         (Break::RestoreNoBump, Checker::NoRewind),
+        (Break::StaleRead, Checker::ReadsLinearizable),
     ];
     for (broken, checker) in cases {
         // Peers from the file again needs a membership change with a short contact list.
@@ -278,7 +304,15 @@ fn checkers_bite() {
             _ => (1..=seeds_max).collect(),
         };
         let caught = seeds.into_iter().find(|seed| {
-            let report = run_seed_on(*seed, scenario, Some(broken));
+            // Reads are checked only in runs with reads.
+            let plan = match broken {
+                Break::StaleRead => PlanConfig {
+                    reads: Reads::ReadIndex,
+                    ..plan_config()
+                },
+                _ => plan_config(),
+            };
+            let report = run_seed_with(*seed, scenario, Some(broken), plan);
             println!("{} break={}", summary(*seed, &report), broken.name());
             report.violations.iter().any(|v| v.checker == checker)
         });

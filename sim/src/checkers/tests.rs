@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::history::{
-    Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantSeen, KeepAliveAcked, LeaderSeen,
-    LogEvent, RecoverySeen, Refused, SessionGone, SyncedDamage, WaitCause,
+    Asked, Attempt, CancelSeen, DigestSeen, FinalReplica, GrantAcked, GrantSeen, KeepAliveAcked,
+    LeaderSeen, LogEvent, ReadSeen, RecoverySeen, Refused, SessionGone, SyncedDamage, WaitCause,
 };
 
 fn grant(node: u64, boot: u64, revision: u64, key: &str) -> GrantSeen {
@@ -122,6 +122,9 @@ fn good() -> History {
             },
             acked_grant("ns/a", 7, 1, Mode::Exclusive),
         ],
+        grants_acked: vec![grant_acked(200, 3), grant_acked(400, 7)],
+        // One before any grant, one after both: answered from revision 8.
+        reads: vec![lin_read(100, 2), lin_read(450, 8)],
         log: Vec::new(),
         attempts: Vec::new(),
         semaphores: BTreeMap::new(),
@@ -810,4 +813,71 @@ fn waits_end_catches_a_client_granted_after_its_cancel_was_acknowledged() {
         revision: 40,
     });
     assert_eq!(waits_end(&h).len(), 1);
+}
+
+fn lin_read(started_ms: u64, revision: u64) -> ReadSeen {
+    ReadSeen {
+        client: 7,
+        key: "sim/k0".to_string(),
+        started_ms,
+        answered_ms: started_ms + 3,
+        revision,
+    }
+}
+
+fn grant_acked(at_ms: u64, token: u64) -> GrantAcked {
+    GrantAcked { at_ms, token }
+}
+
+/// Checker 9: a read sees every grant acknowledged before it was asked; one asked before (or in
+/// the same millisecond as) an acknowledgement may miss it; a stale answer is caught, naming
+/// the highest token it missed.
+#[test]
+fn reads_linearizable_catches_a_read_behind_an_acknowledged_grant() {
+    let mut h = History {
+        grants_acked: vec![
+            grant_acked(100, 40),
+            grant_acked(120, 55),
+            grant_acked(90, 12),
+        ],
+        reads: vec![
+            // Before any acknowledgement: anything goes.
+            lin_read(80, 1),
+            // Asked in the millisecond of the grant of 40: it may not have seen it.
+            lin_read(100, 12),
+            // After the grants of 12 and 40, answered from 40 and above.
+            lin_read(101, 40),
+            lin_read(150, 60),
+        ],
+        ..History::default()
+    };
+    assert!(
+        reads_linearizable(&h).is_empty(),
+        "{:?}",
+        reads_linearizable(&h)
+    );
+
+    // Asked at 130 (after the grant of 55 at 120), answered from revision 50.
+    h.reads.push(lin_read(130, 50));
+    let found = reads_linearizable(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].checker, Checker::ReadsLinearizable);
+    assert!(
+        found[0]
+            .detail
+            .contains("revision 50, but token 55 was acknowledged at 120 ms"),
+        "{}",
+        found[0].detail
+    );
+    // The highest token acknowledged before, not the last one: 40 at 90, then 12 at 95.
+    let h = History {
+        grants_acked: vec![grant_acked(90, 40), grant_acked(95, 12)],
+        reads: vec![lin_read(96, 20)],
+        ..History::default()
+    };
+    let found = reads_linearizable(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0]
+        .detail
+        .contains("token 40 was acknowledged at 90 ms"));
 }

@@ -95,6 +95,7 @@ pub async fn run(config: RunConfig) -> RunReport {
         plan.persist_thread,
     );
     lock(&shared).semaphores = workload::draw_semaphores(config.seed);
+    lock(&shared).reads = plan.reads;
     lock(&shared).trace(&format!("seed {} {plan}", config.seed));
     let mut cluster = Cluster::start(config, plan.clone(), shared.clone());
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -171,6 +172,7 @@ fn faults(broken: Option<Break>, buggify: bool) -> Faults {
         late_wait_expiry: broken == Some(Break::LateExpiry),
         old_tail_rule: broken == Some(Break::CutSynced),
         peers_from_file: broken == Some(Break::PeersFromFile),
+        reads_local: broken == Some(Break::StaleRead),
         buggify,
         ..Faults::NONE
     }

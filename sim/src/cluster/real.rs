@@ -40,6 +40,7 @@ use crate::history::{
     AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent, LogKind,
     SessionGone, WaitCause,
 };
+use crate::plan::Reads;
 
 /// How often a replica's status (role, applied revision) is read.
 const STATUS_POLL_MS: u64 = 50;
@@ -190,7 +191,13 @@ pub async fn real_replica_main(ctx: ReplicaCtx, ttl_ms: u64) {
         (None, None) => ctx,
     };
     let cluster_id = restored.as_ref().map(|r| r.cluster_id.as_str());
-    let mut config = picket_server::config::Config::parse(&config_text(&ctx, ttl_ms, cluster_id))
+    let mut text = config_text(&ctx, ttl_ms, cluster_id);
+    if lock(&ctx.shared).reads == Reads::Lease {
+        // As an operator turns leases on; the file's checks (the election timeout above the
+        // heartbeat and the drift margin) apply.
+        text.push_str("\n[timing]\nread_mode = \"lease\"\n");
+    }
+    let mut config = picket_server::config::Config::parse(&text)
         .expect("the simulated replica's configuration is valid");
     let (start, broken) = {
         let s = lock(&ctx.shared);
@@ -479,6 +486,12 @@ fn library_config(ctx: &ClientCtx) -> ClientConfig {
 /// while the guard is held, release), a new session when one is lost.
 pub async fn real_client_main(ctx: ClientCtx) {
     let client = Client::new(library_config(&ctx)).expect("valid client configuration");
+    if lock(&ctx.shared).reads != Reads::Off {
+        // A client of its own, as an inspection tool is: it follows the leader by its own
+        // reads' answers, not by the sessions'.
+        let reader = Client::new(library_config(&ctx)).expect("valid client configuration");
+        tokio::spawn(super::workload::run_reader(ctx.clone(), reader));
+    }
     let mut resource = None;
     while !lock(&ctx.shared).clients_stop {
         match client.create_session().await {

@@ -10,6 +10,7 @@ use picket_core::paxos::NodeId;
 use picket_server::node::durable::EmptyDataDir;
 
 use crate::history::{FinalKind, Fnv, History};
+use crate::plan::Reads;
 
 /// A deliberately broken build, to show that each checker bites (`docs/simulation.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,10 +59,15 @@ pub enum Break {
     /// smallest bump it takes): the restored cluster's tokens start just above the backup's
     /// revision, at or below tokens the old cluster granted after the backup: checker 8.
     RestoreNoBump,
+    /// Every replica answers linearizable reads from its own state, leader or not (the planted
+    /// bug `Faults::reads_local`): a replica cut off from the leader answers reads from a state
+    /// that misses grants the cluster acknowledged: checker 9. Bites only in runs with reads
+    /// (`--reads read-index` or `lease`).
+    StaleRead,
 }
 
 impl Break {
-    pub const ALL: [Break; 13] = [
+    pub const ALL: [Break; 14] = [
         Break::TokenReuse,
         Break::GateBypass,
         Break::DigestMutation,
@@ -75,6 +81,7 @@ impl Break {
         Break::SlotBypass,
         Break::PeersFromFile,
         Break::RestoreNoBump,
+        Break::StaleRead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +99,7 @@ impl Break {
             Break::SlotBypass => "slot-bypass",
             Break::PeersFromFile => "peers-from-file",
             Break::RestoreNoBump => "restore-no-bump",
+            Break::StaleRead => "stale-read",
         }
     }
 
@@ -118,6 +126,8 @@ pub struct Shared {
     pub faults: Faults,
     /// Every replica runs with `[storage] persist = "thread"` (`Plan::persist_thread`).
     pub persist_thread: bool,
+    /// Reads in the workload and the replicas' read mode (`Plan::reads`).
+    pub reads: Reads,
     /// Each boot's slow fsyncs (`DriverCounters::slow_fsyncs`), as of its last status read.
     pub slow_fsyncs: BTreeMap<(NodeId, u64), u64>,
     /// The last replica that reported itself leader.
@@ -171,6 +181,7 @@ impl Shared {
             broken,
             faults,
             persist_thread,
+            reads: Reads::Off,
             slow_fsyncs: BTreeMap::new(),
             leader: None,
             wedged: BTreeSet::new(),

@@ -11,12 +11,15 @@ use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
 use picket_core::locks::Token;
-use picket_net::client::{ClientError, LockGuard, Session};
+use picket_net::client::{Client, ClientError, LockGuard, Session};
+use picket_net::proto;
 
 use super::real::{ClientCtx, KEYS, NAMESPACE};
 use super::resource::{read_as, write_as, ResourceConn};
 use super::shared::{lock, Break};
-use crate::history::{AckedOp, Ask, Asked, Attempt, CancelSeen, Fnv, Mode, Outcome};
+use crate::history::{
+    AckedOp, Ask, Asked, Attempt, CancelSeen, Fnv, GrantAcked, Mode, Outcome, ReadSeen,
+};
 
 /// The longest a waiting call is polled after its explicit cancel was answered.
 const AFTER_CANCEL_MS: u64 = 2_000;
@@ -291,6 +294,8 @@ async fn give_back(ctx: &ClientCtx, session: &Session, draw: &Draw, token: u64) 
             mode,
         });
     }
+    let at_ms = s.now_ms();
+    s.history.grants_acked.push(GrantAcked { at_ms, token });
     if released.is_ok() {
         s.history.acked.push(AckedOp::Release {
             key: draw.gate_key.clone(),
@@ -326,6 +331,8 @@ async fn use_grant(
             session: guard.session_id(),
             mode,
         });
+        let at_ms = s.now_ms();
+        s.history.grants_acked.push(GrantAcked { at_ms, token });
     }
     let accesses = thread_rng().gen_range(1..=4);
     for _ in 0..accesses {
@@ -373,5 +380,36 @@ async fn access(
         Mode::Exclusive => write_as(client_id, resource, gate_key, None, token).await,
         Mode::Permit { slot } => write_as(client_id, resource, gate_key, Some(slot), token).await,
         Mode::Shared => read_as(client_id, resource, gate_key, token).await,
+    }
+}
+
+/// Linearizable reads of the workload's keys (`Inspect` without `allow_stale`, as
+/// `picketctl inspect` asks), one every 50-250 ms, each recorded with when it was asked and the
+/// revision it answered from (checker 9). Runs only with reads (`scripts/sim --reads`): the
+/// seeds of runs without replay as before.
+pub async fn run_reader(ctx: ClientCtx, client: Client) {
+    while !lock(&ctx.shared).clients_stop {
+        let pause = thread_rng().gen_range(50..250);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let key = format!("k{}", thread_rng().gen_range(0..KEYS));
+        let started_ms = lock(&ctx.shared).now_ms();
+        let answer = client
+            .inspect(proto::InspectRequest {
+                namespace: NAMESPACE.to_string(),
+                key: key.clone(),
+                allow_stale: false,
+            })
+            .await;
+        if let Ok(info) = answer {
+            let mut s = lock(&ctx.shared);
+            let answered_ms = s.now_ms();
+            s.history.reads.push(ReadSeen {
+                client: ctx.id,
+                key: format!("{NAMESPACE}/{key}"),
+                started_ms,
+                answered_ms,
+                revision: info.revision,
+            });
+        }
     }
 }

@@ -423,24 +423,25 @@ impl<D: Disk + Clone + 'static, C: Clock> Driver<D, C> {
             }
             Request::Read {
                 query,
-                stale: true,
+                stale,
                 reply,
             } => {
-                let answer = self.node.read_local(now, &query);
-                let _ = reply.send(Ok((self.node.state().revision(), answer)));
+                // The planted bug `Faults::reads_local` (picketd never sets it): every read is
+                // answered from this replica's own state.
+                if stale || self.node.replica().config().faults.reads_local {
+                    let answer = self.node.read_local(now, &query);
+                    let _ = reply.send(Ok((self.node.state().revision(), answer)));
+                } else {
+                    match self.node.read(now, query) {
+                        Ok(read) => {
+                            self.reads.insert(read, reply);
+                        }
+                        Err(error) => {
+                            let _ = reply.send(Err(self.propose_error(&error)));
+                        }
+                    }
+                }
             }
-            Request::Read {
-                query,
-                stale: false,
-                reply,
-            } => match self.node.read(now, query) {
-                Ok(read) => {
-                    self.reads.insert(read, reply);
-                }
-                Err(error) => {
-                    let _ = reply.send(Err(self.propose_error(&error)));
-                }
-            },
             Request::Watch {
                 from,
                 filter,
