@@ -9,6 +9,12 @@ use super::ballot::{Ballot, NodeId, Slot, Value};
 use super::message::Message;
 use super::replica::{Replica, Role};
 
+/// After refusing a proposer because of a lease it granted, an acceptor grants no lease until
+/// that proposer was answered, or for at most this many of the longest election timeouts after
+/// the lease ends (a proposer that never comes back costs the leader its lease for that long;
+/// its reads take a heartbeat round meanwhile).
+const LEASE_WITHHELD_TIMEOUTS: u64 = 8;
+
 impl<C, S> Replica<C, S>
 where
     C: Clone + Debug + Eq,
@@ -32,13 +38,26 @@ where
             // so no other proposer may take over through us until it ends. No answer: the
             // candidate campaigns again at its next election timeout.
             self.counters.lease_refusals += 1;
-            // And grant no more leases until it can have tried again: the holder's lease then
-            // lapses (it reads by read-index again) and the next prepare is answered. Without
-            // this, a live leader renewing its lease would keep out for ever a proposer that
-            // does not need to win a pre-vote first: a replica recovering from disk loss.
+            // And grant no more leases until it tried again and was answered: the holder's
+            // lease then lapses (it reads by read-index again) and the next prepare is
+            // answered. Without this, a live leader renewing its lease would keep out for ever
+            // a proposer that does not need to win a pre-vote first: a replica recovering from
+            // disk loss. Its next prepare may come late (its candidacy times out, then its
+            // recovery rounds run again: about twice the longest election timeout with
+            // picketd's defaults), so the withholding lasts until it is answered, bounded by
+            // `LEASE_WITHHELD_TIMEOUTS` election timeouts for a proposer that never comes back.
+            // (A bound of one election timeout let such a replica be refused on every attempt
+            // for ever: the simulation's `--reads lease`, 5 replicas, seed 76.)
             let until = self.lease_granted.map_or(self.now, |(_, u)| u);
-            self.lease_withheld_until = until.add_ms(self.cfg.election_timeout_ms_max);
+            self.lease_withheld_until = until
+                .add_ms(LEASE_WITHHELD_TIMEOUTS.saturating_mul(self.cfg.election_timeout_ms_max));
+            self.lease_withheld_for = Some(from);
             return;
+        }
+        if self.lease_withheld_for == Some(from) {
+            // The proposer we refused for a lease is answered now: leases may be granted again.
+            self.lease_withheld_for = None;
+            self.lease_withheld_until = self.now;
         }
         if ballot > self.promised {
             self.raise_promise(ballot);

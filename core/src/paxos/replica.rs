@@ -156,6 +156,9 @@ pub struct Replica<C, S> {
     pub(super) lease_granted: Option<(Option<NodeId>, Instant)>,
     /// No lease granted before this instant: we refused a proposer because of one.
     pub(super) lease_withheld_until: Instant,
+    /// The proposer we refused because of a lease, until we answer it (then leases may be
+    /// granted again at once).
+    pub(super) lease_withheld_for: Option<NodeId>,
     pub(super) role_reported: (RoleKind, Option<NodeId>),
     pub(super) next_read_id: u64,
 
@@ -256,6 +259,7 @@ where
             deadline_election: Instant::ZERO,
             lease_granted: None,
             lease_withheld_until: Instant::ZERO,
+            lease_withheld_for: None,
             role_reported: (RoleKind::Follower, None),
             next_read_id: 1,
             actions: VecDeque::new(),

@@ -1272,6 +1272,61 @@ fn a_lease_grantor_promises_no_other_proposer_until_it_ends() {
     );
 }
 
+/// A proposer refused for a lease may come back late: a replica recovering from disk loss runs
+/// its recovery rounds again before its next prepare. Until it is answered the grantor grants
+/// no lease, so the holder's renewals cannot keep it out for ever. (With the withholding
+/// bounded by one election timeout, the simulation's `--reads lease`, 5 replicas, seed 76, saw
+/// such a replica refused on every attempt for 30 s.) Once answered, leases are granted again.
+#[test]
+fn a_proposer_refused_for_a_lease_is_answered_when_it_comes_back_late() {
+    let mut r = lease_replica(2);
+    let max_et = r.config().election_timeout_ms_max;
+    let hb = |ballot, seq| Message::Heartbeat {
+        ballot,
+        slot_chosen: Slot(0),
+        seq,
+        incarnation: 0,
+        lease_ms: 150,
+    };
+    let ack = |to, ballot, seq, lease_ms| {
+        send(
+            to,
+            Message::HeartbeatAck {
+                ballot,
+                seq,
+                applied: Slot(0),
+                lease_ms,
+            },
+        )
+    };
+    assert_eq!(
+        deliver_at(&mut r, 1000, 1, hb(b(1, 1), 1)).last(),
+        Some(&ack(1, b(1, 1), 1, 150))
+    );
+    assert_eq!(deliver_at(&mut r, 1100, 3, prepare(b(2, 3), 1)), vec![]);
+    assert_eq!(r.counters().lease_refusals, 1);
+    // The holder goes on sending heartbeats, long after its lease and one election timeout
+    // ended: acknowledged, without a lease.
+    let late = 1150 + 3 * max_et;
+    for (seq, at) in [(2, 1200), (3, 1150 + max_et + 1), (4, late - 1)] {
+        assert_eq!(
+            deliver_at(&mut r, at, 1, hb(b(1, 1), seq)).last(),
+            Some(&ack(1, b(1, 1), seq, 0)),
+            "at {at}"
+        );
+    }
+    // The refused proposer comes back late, and is promised.
+    assert_eq!(
+        deliver_at(&mut r, late, 3, prepare(b(2, 3), 1)),
+        vec![persist_promise(1, b(2, 3))]
+    );
+    // Answered: the leader at the promised ballot is granted a lease again.
+    assert_eq!(
+        deliver_at(&mut r, late + 10, 3, hb(b(2, 3), 1)).last(),
+        Some(&ack(3, b(2, 3), 1, 150))
+    );
+}
+
 #[test]
 fn a_started_replica_promises_nobody_for_a_lease() {
     // Its previous run may have granted a lease it no longer remembers.

@@ -605,6 +605,23 @@ impl Cluster {
             // The harness keeps the old replica: the cluster may still count on it.
             return;
         }
+        // The runbook's step 5: stop the old replica only once the change is in effect on every
+        // remaining replica that runs. Stopped before, with the change not yet in effect, the
+        // old membership still governs the slots up to it, and with another voter recovering
+        // from disk loss its quorum is gone for good (`membership` seed 42 with `--reads lease`).
+        if !self.change_in_effect_without(old, new).await {
+            let mut s = lock(&self.shared);
+            s.trace(&format!(
+                "membership change: the removal of replica {} not in effect within {} ms",
+                old.0, MEMBERSHIP_CHANGE_BOUND_MS
+            ));
+            s.history.membership_failures.push(format!(
+                "the removal of replica {} was not in effect on the other replicas within {} ms \
+                 of its answer (faults healed)",
+                old.0, MEMBERSHIP_CHANGE_BOUND_MS
+            ));
+            return;
+        }
         self.kill_replica(index, false);
         self.members_before = self.members.clone();
         self.replicas[index] = node;
@@ -618,6 +635,46 @@ impl Cluster {
             "replica {} replaced replica {} (stopped for good)",
             new.0, old.0
         ));
+    }
+
+    /// Waits (at most [`MEMBERSHIP_CHANGE_BOUND_MS`]) until every replica but `old` that
+    /// reported its status in the last second has a newest membership without `old` in effect
+    /// (its applied slot reached the slot that membership governs from): what
+    /// docs/runbooks/replace-machine.md, step 5, has an operator read from each remaining
+    /// replica's `/metrics` before stopping the old one. A replica down now is not waited for.
+    async fn change_in_effect_without(&self, old: NodeId, new: NodeId) -> bool {
+        let start = lock(&self.shared).now_ms();
+        let remaining: Vec<NodeId> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != old)
+            .chain([new])
+            .collect();
+        loop {
+            let (now, ok) = {
+                let s = lock(&self.shared);
+                let now = s.now_ms();
+                let ok = remaining.iter().all(|id| match s.membership_seen.get(id) {
+                    Some(seen) if now.saturating_sub(seen.at_ms) <= 1_000 => {
+                        seen.in_effect_without(old)
+                    }
+                    _ => true,
+                });
+                (now, ok)
+            };
+            if ok {
+                lock(&self.shared).trace(&format!(
+                    "membership change: the removal of replica {} is in effect",
+                    old.0
+                ));
+                return true;
+            }
+            if now.saturating_sub(start) > MEMBERSHIP_CHANGE_BOUND_MS {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The whole cluster lost and restored from an older backup, as

@@ -34,7 +34,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::addr::{replica_ip, REPLICA_PORT};
 use super::lying_disk::NoSyncDisk;
-use super::shared::{lock, BootEvents, Break, SharedRef};
+use super::shared::{lock, BootEvents, Break, MembershipSeen, SharedRef};
 use crate::clock::DriftClock;
 use crate::history::{
     AckedOp, DigestSeen, FinalKind, GrantSeen, KeepAliveAcked, LeaderSeen, LogEvent, LogKind,
@@ -261,6 +261,16 @@ async fn serve_replica<D: Disk + Clone + 'static>(
         if let Some(status) = running.status().await {
             let mut s = lock(&ctx.shared);
             s.applied.insert(ctx.id, status.revision.0);
+            let at_ms = s.now_ms();
+            s.membership_seen.insert(
+                ctx.id,
+                MembershipSeen {
+                    at_ms,
+                    members: status.membership.members().collect(),
+                    from_slot: status.membership_from,
+                    slot_applied: status.slot_applied,
+                },
+            );
             s.slow_fsyncs
                 .insert((ctx.id, boot), status.counters.slow_fsyncs);
             s.ready

@@ -108,6 +108,26 @@ impl Break {
     }
 }
 
+/// A replica's newest membership, from its status (the sim's reading of the runbook's
+/// `picket_paxos_slot_applied` and `picket_cluster_config_revision`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipSeen {
+    /// When the status was read (simulated ms since the run's start).
+    pub at_ms: u64,
+    /// The members of the newest membership its log scheduled.
+    pub members: Vec<NodeId>,
+    /// The first slot that membership governs, and the last slot applied here.
+    pub from_slot: u64,
+    pub slot_applied: u64,
+}
+
+impl MembershipSeen {
+    /// The newest membership leaves `old` out and is in effect here.
+    pub fn in_effect_without(&self, old: NodeId) -> bool {
+        !self.members.contains(&old) && self.slot_applied >= self.from_slot
+    }
+}
+
 /// Events a replica's current boot has seen, for the final check.
 #[derive(Clone, Debug, Default)]
 pub struct BootEvents {
@@ -136,6 +156,9 @@ pub struct Shared {
     pub wedged: BTreeSet<NodeId>,
     /// Applied revision per replica.
     pub applied: BTreeMap<NodeId, u64>,
+    /// Each replica's last status read: when, and its newest membership as the runbook's check
+    /// reads it (docs/runbooks/replace-machine.md, step 5).
+    pub membership_seen: BTreeMap<NodeId, MembershipSeen>,
     pub boot_events: BTreeMap<NodeId, BootEvents>,
     /// Starts per replica, and how far each replica's watcher has read.
     pub boots: BTreeMap<NodeId, u64>,
@@ -186,6 +209,7 @@ impl Shared {
             leader: None,
             wedged: BTreeSet::new(),
             applied: BTreeMap::new(),
+            membership_seen: BTreeMap::new(),
             boot_events: BTreeMap::new(),
             boots: BTreeMap::new(),
             watched: BTreeMap::new(),
