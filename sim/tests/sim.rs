@@ -247,7 +247,19 @@ fn regression_seeds() {
             .next()
             .and_then(Scenario::parse)
             .unwrap_or(Scenario::Mixed);
-        let report = run_seed_on(seed, scenario, None);
+        // Options after the scenario: `replicas=5`, `reads=read-index|lease`.
+        let mut plan = plan_config();
+        for option in parts {
+            match option.split_once('=') {
+                Some(("replicas", n)) => {
+                    plan.replicas = n.parse().unwrap_or_else(|_| panic!("bad line `{line}`"))
+                }
+                Some(("reads", "read-index")) => plan.reads = Reads::ReadIndex,
+                Some(("reads", "lease")) => plan.reads = Reads::Lease,
+                _ => panic!("bad option `{option}` in `{line}`"),
+            }
+        }
+        let report = run_seed_with(seed, scenario, None, plan);
         println!("{}", summary(seed, &report));
         assert!(
             report.violations.is_empty(),
