@@ -25,7 +25,7 @@
 //! };
 //! let reply = sm.apply(Instant::from_millis(1_005), acquire);
 //! // The token is the revision of the grant: the second command applied.
-//! assert_eq!(reply, Ok(Reply::Acquire(AcquireReply::Granted { token: picket_core::locks::Token(2), slot: None })));
+//! assert_eq!(reply, Ok(Reply::Acquire(AcquireReply::Granted { token: picket_core::locks::Token(2), permit: None })));
 //! sm.check_invariants();
 //! ```
 
