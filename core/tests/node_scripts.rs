@@ -10,7 +10,7 @@
 //! what the command produced, one line per event ("ok" when nothing)
 //! ```
 //!
-//! The world is deterministic: disks are synchronous (a `Persist` is durable and acknowledged
+//! The world (the testkit `Cluster` in held weather) is deterministic: disks are synchronous (a `Persist` is durable and acknowledged
 //! at once), messages wait in the recipient's inbox until `deliver-msgs` or `stabilize` hands
 //! them over, and time moves only with `tick`. By default only what a client or an operator
 //! sees is printed (replies, failed proposals, role changes); `verbose=true` on `stabilize`,
@@ -50,15 +50,16 @@
 //! Regenerate with `UPDATE_TESTDATA=1 cargo test -p picket-core --test node_scripts` and review
 //! the diff (a `FAILED` check is never written: the update refuses it).
 
-use std::collections::{BTreeSet, VecDeque};
-
 use picket_core::locks::{
     Command, Identity, LockConfig, LockMode, LockStateMachine, RequestId, SecretHash, SessionId,
     SessionProof, Token, Wait,
 };
-use picket_core::node::{Action, Node, NodeConfig, NodeDurable, NodeMessage, Proposal};
-use picket_core::paxos::{self, Input, Membership, NodeId, Schedule, Slot, Value};
+use picket_core::node::{
+    Action, Node, NodeCommand, NodeConfig, NodeDurable, NodeMessage, NodeSnapshot, Proposal,
+};
+use picket_core::paxos::{self, Membership, NodeId, PersistId, Schedule, Slot, Value};
 use picket_core::testkit::script::Line;
+use picket_core::testkit::{Cluster, Event, Host, Routed, Weather};
 use picket_core::time::Instant;
 
 mod common;
@@ -117,19 +118,149 @@ fn config(index: usize, nodes: usize, boot: u64, window: usize) -> NodeConfig {
     }
 }
 
-/// The nodes, their disks and the network.
-struct World {
-    now: Instant,
-    nodes: Vec<Option<Node>>,
-    durable: Vec<NodeDurable>,
-    boots: Vec<u64>,
-    /// Messages for each node, in the order they were sent.
-    inbox: Vec<VecDeque<(NodeId, Msg)>>,
-    isolated: BTreeSet<usize>,
+/// The Node scripts' [`Host`]: a whole [`Node`] on each machine, in held weather (messages
+/// wait in inboxes until delivered, disks acknowledge at once), printing what a client or an
+/// operator sees.
+struct Scripted;
+
+/// The knobs of `setup`.
+struct Setup {
+    count: usize,
     /// The leader's pipeline window in slots (`setup window=N`; default 64).
     window: usize,
+}
+
+/// What the scripts print.
+#[derive(Default)]
+struct Printer {
     out: Vec<String>,
     verbose: bool,
+}
+
+impl Host for Scripted {
+    type Command = NodeCommand;
+    type Snapshot = NodeSnapshot;
+    type Stepped = Node;
+    type Action = Action;
+    /// The machine's boot count (a restart is a new boot).
+    type Local = u64;
+    type Watch = Printer;
+    type Config = Setup;
+
+    fn weather(_: &Setup) -> Weather {
+        Weather {
+            seed: 0,
+            drop_per_mille: 0,
+            duplicate_per_mille: 0,
+            delay_ms_max: 0,
+            persist_delay_ms_max: 0,
+            held: true,
+        }
+    }
+
+    fn receive(node: &mut Node, now: Instant, from: NodeId, msg: Msg) {
+        // A message a node refuses (e.g. from a stale ballot) is its business, not an error of
+        // the script.
+        node.receive(now, from, msg);
+    }
+
+    fn tick(node: &mut Node, now: Instant) {
+        node.tick(now);
+    }
+
+    fn persisted(node: &mut Node, now: Instant, id: PersistId) {
+        node.persisted(now, id).expect("persist acknowledged");
+    }
+
+    fn poll_action(node: &mut Node) -> Option<Action> {
+        node.poll_action()
+    }
+
+    fn poll_timeout(node: &Node) -> Option<Instant> {
+        node.poll_timeout()
+    }
+
+    fn route(action: Action) -> Routed<Self> {
+        match action {
+            Action::Persist(persist) => Routed::Persist(persist),
+            Action::Send { to, msg } => Routed::Send { to, msg },
+            other => Routed::Local(other),
+        }
+    }
+
+    /// Prints what a client or an operator sees.
+    fn handle(c: &mut Cluster<Self>, id: NodeId, action: Action) {
+        let n = id.0;
+        let line = match action {
+            Action::Reply {
+                proposal, outcome, ..
+            } => format!("n{n}: reply p{} {outcome:?}", proposal.0),
+            Action::ProposalFailed {
+                proposal,
+                leader_hint,
+            } => format!(
+                "n{n}: proposal p{} failed (leader hint {})",
+                proposal.0,
+                leader_hint.map_or("-".into(), |l| l.to_string())
+            ),
+            Action::RoleChanged { role, leader } => format!(
+                "n{n}: role {role:?} leader={}",
+                leader.map_or("-".into(), |l| l.to_string())
+            ),
+            Action::ReadReply { read, answer, .. } => format!("n{n}: read r{} {answer:?}", read.0),
+            Action::ReadFailed { read, .. } => format!("n{n}: read r{} failed", read.0),
+            Action::Applied { .. } => return,
+            Action::Persist(_) | Action::Send { .. } => unreachable!("routed to disk and network"),
+        };
+        c.watch.out.push(line);
+    }
+
+    /// With `verbose=true`, prints each persist and message too.
+    fn observe(c: &mut Cluster<Self>, event: Event<'_, Self>) {
+        if !c.watch.verbose {
+            return;
+        }
+        let line = match event {
+            Event::Action {
+                id,
+                action: Action::Persist(persist),
+            } => {
+                let slots: Vec<String> = persist
+                    .accepted
+                    .iter()
+                    .map(|(s, _, _)| s.to_string())
+                    .collect();
+                let promised = persist.promised.map_or("-".into(), |b| b.to_string());
+                format!(
+                    "n{}: persist promised={promised} accepted=[{}]",
+                    id.0,
+                    slots.join(", ")
+                )
+            }
+            Event::Sent {
+                from,
+                to,
+                msg,
+                dropped,
+            } => {
+                let what = if dropped { " (dropped)" } else { "" };
+                format!("n{} -> {to}: {}{what}", from.0, kind(msg))
+            }
+            Event::Delivered { from, to, msg } => format!("n{} <- {from}: {}", to.0, kind(msg)),
+            Event::Action { .. } | Event::Durable { .. } => return,
+        };
+        c.watch.out.push(line);
+    }
+}
+
+/// The nodes, their disks and the network: the testkit cluster with the [`Scripted`] host.
+struct World {
+    c: Cluster<Scripted>,
+}
+
+/// Node `i`'s id (`i` is 0-based, as in `NodeLine::node`).
+fn id(i: usize) -> NodeId {
+    NodeId(i as u64 + 1)
 }
 
 impl World {
@@ -144,157 +275,36 @@ impl World {
             };
             durable.schedule = Some(Schedule::new(first));
         }
-        let mut world = World {
-            now: Instant::ZERO,
-            nodes: Vec::new(),
-            durable: vec![durable; count],
-            boots: vec![1; count],
-            inbox: vec![VecDeque::new(); count],
-            isolated: BTreeSet::new(),
-            window,
-            out: Vec::new(),
-            verbose: false,
-        };
+        let mut c = Cluster::empty(Setup { count, window }, Printer::default());
         for i in 0..count {
-            let durable = world.durable[i].clone();
-            let node =
-                Node::new(config(i, count, 1, window), durable, Instant::ZERO).expect("config");
-            world.nodes.push(Some(node));
-            world.drain(i);
+            let node = Node::new(config(i, count, 1, window), durable.clone(), Instant::ZERO)
+                .expect("config");
+            let id = c.seat(Some(node), durable.clone(), 1);
+            c.drain(id);
         }
-        world
+        World { c }
     }
 
     fn node(&mut self, i: usize) -> &mut Node {
-        self.nodes[i]
-            .as_mut()
+        self.c
+            .up_mut(id(i))
             .unwrap_or_else(|| panic!("n{} is crashed", i + 1))
     }
 
     fn say(&mut self, line: String) {
-        self.out.push(line);
+        self.c.watch.out.push(line);
     }
 
-    /// Handles node `i`'s actions: persists at once, sends to inboxes, prints the rest.
     fn drain(&mut self, i: usize) {
-        let n = i + 1;
-        while let Some(action) = self.nodes[i].as_mut().and_then(Node::poll_action) {
-            match action {
-                Action::Persist(persist) => {
-                    if self.verbose {
-                        let slots: Vec<String> = persist
-                            .accepted
-                            .iter()
-                            .map(|(s, _, _)| s.to_string())
-                            .collect();
-                        let promised = persist.promised.map_or("-".into(), |b| b.to_string());
-                        self.say(format!(
-                            "n{n}: persist promised={promised} accepted=[{}]",
-                            slots.join(", ")
-                        ));
-                    }
-                    self.durable[i].apply_persist(&persist);
-                    let now = self.now;
-                    self.node(i)
-                        .step(now, Input::Persisted { id: persist.id })
-                        .expect("persist acknowledged");
-                }
-                Action::Send { to, msg } => {
-                    let j = to.0 as usize - 1;
-                    let dropped = self.isolated.contains(&i) || self.isolated.contains(&j);
-                    if self.verbose {
-                        let what = if dropped { " (dropped)" } else { "" };
-                        self.say(format!("n{n} -> {to}: {}{what}", kind(&msg)));
-                    }
-                    if !dropped {
-                        self.inbox[j].push_back((NodeId(n as u64), msg));
-                    }
-                }
-                Action::Reply {
-                    proposal, outcome, ..
-                } => self.say(format!("n{n}: reply p{} {outcome:?}", proposal.0)),
-                Action::ProposalFailed {
-                    proposal,
-                    leader_hint,
-                } => self.say(format!(
-                    "n{n}: proposal p{} failed (leader hint {})",
-                    proposal.0,
-                    leader_hint.map_or("-".into(), |l| l.to_string())
-                )),
-                Action::RoleChanged { role, leader } => self.say(format!(
-                    "n{n}: role {role:?} leader={}",
-                    leader.map_or("-".into(), |l| l.to_string())
-                )),
-                Action::ReadReply { read, answer, .. } => {
-                    self.say(format!("n{n}: read r{} {answer:?}", read.0))
-                }
-                Action::ReadFailed { read, .. } => {
-                    self.say(format!("n{n}: read r{} failed", read.0))
-                }
-                Action::Applied { .. } => {}
-            }
-        }
+        self.c.drain(id(i));
     }
 
-    /// Delivers the first `count` messages of node `i`'s inbox; returns how many it took.
-    fn deliver(&mut self, i: usize, count: usize) -> usize {
-        let batch: Vec<(NodeId, Msg)> = {
-            let inbox = &mut self.inbox[i];
-            let take = count.min(inbox.len());
-            inbox.drain(..take).collect()
-        };
-        let delivered = batch.len();
-        for (from, msg) in batch {
-            if self.nodes[i].is_none() {
-                continue;
-            }
-            if self.verbose {
-                self.say(format!("n{} <- {from}: {}", i + 1, kind(&msg)));
-            }
-            let now = self.now;
-            // A message a node refuses (e.g. from a stale ballot) is its business, not an error
-            // of the script.
-            let _ = self.node(i).step(now, Input::Message { from, msg });
-            self.drain(i);
-        }
-        delivered
-    }
-
-    fn stabilize(&mut self) {
-        while (0..self.nodes.len()).any(|i| !self.inbox[i].is_empty()) {
-            for i in 0..self.nodes.len() {
-                let count = self.inbox[i].len();
-                self.deliver(i, count);
-            }
-        }
-    }
-
-    /// Fires the timeouts of `only` (or of every node) due up to `now + ms`, in time order,
-    /// stabilizing after each.
     fn tick(&mut self, ms: u64, only: Option<usize>) {
-        let end = self.now.add_ms(ms);
-        loop {
-            let due = (0..self.nodes.len())
-                .filter(|i| only.is_none_or(|o| o == *i))
-                .filter_map(|i| {
-                    let at = self.nodes[i].as_ref()?.poll_timeout()?;
-                    Some((at, i))
-                })
-                .min();
-            let Some((at, i)) = due.filter(|(at, _)| *at <= end) else {
-                break;
-            };
-            self.now = self.now.max(at);
-            let now = self.now;
-            self.node(i).step(now, Input::Timeout).expect("timeout");
-            self.drain(i);
-            self.stabilize();
-        }
-        self.now = end;
+        self.c.tick(ms, only.map(id));
     }
 
     fn propose(&mut self, i: usize, command: Command, answer_within_ms: Option<u64>) {
-        let now = self.now;
+        let now = self.c.now;
         let proposal = Proposal {
             command,
             answer_within_ms,
@@ -308,8 +318,8 @@ impl World {
     }
 
     fn status(&mut self) {
-        for i in 0..self.nodes.len() {
-            let line = match &self.nodes[i] {
+        for i in 0..self.c.cfg.count {
+            let line = match self.c.up(id(i)) {
                 None => format!("n{}: crashed", i + 1),
                 Some(node) => format!(
                     "n{}: {:?}{} leader={} applied={} revision={} waits={} sessions-tracked={}",
@@ -330,7 +340,9 @@ impl World {
     /// The values node `i` applied, slot by slot, from its disk (nothing is compacted here).
     fn applied_log(&mut self, i: usize) -> Vec<(Slot, Value<picket_core::node::NodeCommand>)> {
         let applied = self.node(i).replica().slot_applied();
-        self.durable[i]
+        self.c
+            .seat_of(id(i))
+            .durable
             .accepted
             .range(..=applied)
             .map(|(slot, (_, value))| (*slot, value.clone()))
@@ -398,15 +410,15 @@ impl World {
     }
 
     fn run(&mut self, line: &Line) {
-        self.verbose = line.flag("verbose");
+        self.c.watch.verbose = line.flag("verbose");
         match line.name.as_str() {
             "setup" => unreachable!("setup starts a script"),
             "tick" => self.tick(line.num("ms"), None),
-            "stabilize" => self.stabilize(),
+            "stabilize" => self.c.stabilize(),
             "deliver-msgs" => {
                 let i = line.node();
                 let count = line.opt_num("count").map_or(usize::MAX, |c| c as usize);
-                let delivered = self.deliver(i, count);
+                let delivered = self.c.deliver(id(i), count);
                 self.say(format!("n{}: {delivered} delivered", i + 1));
             }
             "create-session" => {
@@ -469,7 +481,7 @@ impl World {
                 self.propose(line.node(), command, None);
             }
             "keepalive" => {
-                let (i, now) = (line.node(), self.now);
+                let (i, now) = (line.node(), self.c.now);
                 let result = self.node(i).keepalive(now, line.session(), &line.proof());
                 let said = match result {
                     Ok(ttl_ms) => format!("n{}: keepalive ok ttl={ttl_ms}", i + 1),
@@ -480,23 +492,23 @@ impl World {
             }
             "crash" => {
                 let i = line.node();
-                self.nodes[i] = None;
-                self.inbox[i].clear();
+                self.c.take_down(id(i));
                 self.say(format!("n{}: crashed", i + 1));
             }
             "restart" => {
                 let i = line.node();
-                self.boots[i] += 1;
-                let cfg = config(i, self.nodes.len(), self.boots[i], self.window);
-                let node = Node::new(cfg, self.durable[i].clone(), Instant::ZERO).expect("restart");
-                self.nodes[i] = Some(node);
-                self.say(format!("n{}: restarted (boot {})", i + 1, self.boots[i]));
+                let seat = self.c.seat_mut(id(i));
+                seat.local += 1;
+                let boot = seat.local;
+                let durable = seat.durable.clone();
+                let cfg = config(i, self.c.cfg.count, boot, self.c.cfg.window);
+                let node = Node::new(cfg, durable, Instant::ZERO).expect("restart");
+                self.c.put_up(id(i), node);
+                self.say(format!("n{}: restarted (boot {boot})", i + 1));
                 self.drain(i);
             }
-            "isolate" => {
-                self.isolated.insert(line.node());
-            }
-            "heal" => self.isolated.clear(),
+            "isolate" => self.c.isolate(id(line.node())),
+            "heal" => self.c.heal(),
             "status" => self.status(),
             "log" => self.log(line.node()),
             "check-replay" => self.check_replay(line.node()),
@@ -576,11 +588,8 @@ fn setup(line: &Line) -> (World, String) {
         .map(|v| u32::try_from(v).expect("a cluster version"));
     let mut world = World::new(count, window, cluster_version);
     for _ in 0..100 {
-        if world.nodes[leader]
-            .as_ref()
-            .is_some_and(Node::is_ready_leader)
-        {
-            world.out.clear();
+        if world.c.up(id(leader)).is_some_and(Node::is_ready_leader) {
+            world.c.watch.out.clear();
             return (world, format!("n{} leads, ready", leader + 1));
         }
         world.tick(50, Some(leader));
@@ -602,7 +611,7 @@ fn run_file(name: &str) {
             .as_mut()
             .unwrap_or_else(|| panic!("{at}: a script starts with setup"));
         w.run(&line);
-        std::mem::take(&mut w.out)
+        std::mem::take(&mut w.c.watch.out)
     });
 }
 
@@ -627,6 +636,11 @@ fn wait_deadlines_v2() {
 }
 
 #[test]
+fn crash_restart() {
+    run_file("crash_restart");
+}
+
+#[test]
 fn leader_change() {
     run_file("leader_change");
 }
@@ -637,6 +651,7 @@ fn every_script_runs() {
     common::script::assert_all_named(
         "node",
         &[
+            "crash_restart",
             "leader_change",
             "sessions",
             "wait_deadlines",
@@ -655,7 +670,7 @@ fn a_failed_check_is_printed_not_panicked() {
     world.run(&Line::parse("check-session node=1 session=99 live=true"));
     world.run(&Line::parse("check-holder node=3 key=k session=4"));
     assert_eq!(
-        world.out,
+        world.c.watch.out,
         [
             "FAILED: session 99 live=false",
             "FAILED: session 4 does not hold k"

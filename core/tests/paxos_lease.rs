@@ -3,9 +3,9 @@
 //! against every slot applied anywhere before the read started.
 
 use picket_core::paxos::{NodeId, RoleKind};
-use picket_core::testkit::{Cluster, ClusterConfig, History};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Paxos};
 
-type Sim = Cluster<u64, History<u64>>;
+type Sim = Cluster<Paxos<u64, History<u64>>>;
 
 fn leading(c: &Sim, id: NodeId) -> bool {
     c.replica(id).is_some_and(|r| r.role() == RoleKind::Leader)

@@ -6,11 +6,11 @@
 //! time.
 
 use picket_core::paxos::{NodeId, RoleKind};
-use picket_core::testkit::{Cluster, ClusterConfig, History};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Paxos};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-type Sim = Cluster<u64, History<u64>>;
+type Sim = Cluster<Paxos<u64, History<u64>>>;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -168,7 +168,7 @@ fn schedule(c: &mut Sim, ops: Vec<Op>) {
         eprintln!(
             "stats: now={} applied={} reads={reads}",
             c.now,
-            c.checker.slots_applied()
+            c.checker().slots_applied()
         );
     }
     for id in c.ids() {

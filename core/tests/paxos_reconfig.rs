@@ -10,11 +10,11 @@
 
 use picket_core::faults::Faults;
 use picket_core::paxos::{Membership, MembershipError, NodeId, ReconfigError, RoleKind};
-use picket_core::testkit::{Cluster, ClusterConfig, History, Machine};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Machine, Paxos};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-type Sim = Cluster<u64, History<u64>>;
+type Sim = Cluster<Paxos<u64, History<u64>>>;
 
 fn ids(v: &[u64]) -> Vec<NodeId> {
     v.iter().copied().map(NodeId).collect()

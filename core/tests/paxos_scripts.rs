@@ -17,7 +17,7 @@ use std::fmt;
 
 use picket_core::paxos::{NodeId, RoleKind, Slot, Value};
 use picket_core::testkit::script::Line;
-use picket_core::testkit::{Cluster, ClusterConfig, History};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Paxos};
 
 mod common;
 
@@ -31,7 +31,7 @@ impl fmt::Debug for Cmd {
     }
 }
 
-type Sim = Cluster<Cmd, History<Cmd>>;
+type Sim = Cluster<Paxos<Cmd, History<Cmd>>>;
 
 /// `key=I` as a node id.
 fn node(a: &Line, key: &str) -> NodeId {

@@ -1,9 +1,9 @@
 //! Whole-cluster smoke tests through the testkit harness.
 
 use picket_core::paxos::{NodeId, RoleKind};
-use picket_core::testkit::{Cluster, ClusterConfig, History, Machine};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Machine, Paxos};
 
-type Sim = Cluster<u64, History<u64>>;
+type Sim = Cluster<Paxos<u64, History<u64>>>;
 
 #[test]
 fn three_nodes_elect_and_commit() {

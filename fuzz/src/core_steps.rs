@@ -13,9 +13,9 @@
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use picket_core::paxos::NodeId;
-use picket_core::testkit::{Cluster, ClusterConfig, History};
+use picket_core::testkit::{Cluster, ClusterConfig, History, Paxos};
 
-type Sim = Cluster<u64, History<u64>>;
+type Sim = Cluster<Paxos<u64, History<u64>>>;
 
 const NODES: u64 = 3;
 /// Steps per input, so one input stays well under a second.

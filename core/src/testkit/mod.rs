@@ -1,4 +1,5 @@
-//! A deterministic in-memory cluster for tests, fuzzing and benchmarks.
+//! A deterministic in-memory cluster for tests, fuzzing and benchmarks: the generic fixture
+//! ([`Cluster`], `cluster.rs`) and its Paxos host ([`Paxos`], here).
 //!
 //! N replicas, a network that can drop, delay (and so reorder), duplicate and partition, storage
 //! that acknowledges persists after a delay and loses unacknowledged ones at a crash, crash and
@@ -7,24 +8,23 @@
 //! two values are chosen at one slot or applied prefixes disagree.
 
 mod checker;
+mod cluster;
 pub mod lock_model;
 mod machine;
 pub mod script;
 mod trace;
 
-use std::collections::{BTreeSet, VecDeque};
 use std::fmt::Debug;
-
-use rand_chacha::rand_core::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use std::marker::PhantomData;
 
 pub use checker::Checker;
+pub use cluster::{Cluster, Event, Host, Routed, Seat, Weather};
 pub use machine::{History, Machine};
 
 use crate::faults::Faults;
 use crate::paxos::{
-    Action, Ballot, Config, Durable, Input, Membership, Message, NodeId, Persist, ProposeError,
-    ReadId, ReconfigError, Replica, RoleKind, Schedule, Slot, Value,
+    Action, Ballot, Config, Durable, Membership, Message, NodeId, PersistId, ProposeError, ReadId,
+    ReconfigError, Replica, RoleKind, Schedule, Slot, Value,
 };
 use crate::time::Instant;
 
@@ -103,17 +103,8 @@ impl ClusterConfig {
     }
 }
 
-struct PendingPersist<C, S> {
-    due: Instant,
-    persist: Persist<C, S>,
-}
-
-/// One simulated machine: replica, disk and state machine.
+/// What a test keeps beside each replica: the state machine it applies to, and its reads.
 pub struct SimNode<C, M: Machine<C>> {
-    pub replica: Option<Replica<C, M::Snapshot>>,
-    /// What storage acknowledged: survives crashes (not disk loss).
-    pub durable: Durable<C, M::Snapshot>,
-    unacked: VecDeque<PendingPersist<C, M::Snapshot>>,
     pub machine: M,
     /// Last slot the state machine applied (or installed by snapshot).
     pub applied: Slot,
@@ -122,35 +113,151 @@ pub struct SimNode<C, M: Machine<C>> {
     /// Per pending read: the highest slot applied anywhere when the read started. A read must
     /// see every write completed before it started (linearizability).
     reads_started: Vec<(ReadId, Slot)>,
+    _command: PhantomData<C>,
 }
 
-struct Envelope<C, S> {
-    deliver_at: Instant,
-    seq: u64,
-    from: NodeId,
-    to: NodeId,
-    msg: Message<C, S>,
+impl<C, M: Machine<C>> SimNode<C, M> {
+    fn empty() -> Self {
+        SimNode {
+            machine: M::empty(),
+            applied: Slot::ZERO,
+            reads_ready: Vec::new(),
+            reads_failed: Vec::new(),
+            reads_started: Vec::new(),
+            _command: PhantomData,
+        }
+    }
 }
 
-/// The simulated cluster.
-pub struct Cluster<C, M: Machine<C>> {
-    pub now: Instant,
-    pub cfg: ClusterConfig,
-    rng: ChaCha8Rng,
-    pub nodes: Vec<SimNode<C, M>>,
-    net: Vec<Envelope<C, M::Snapshot>>,
-    seq: u64,
-    /// Directed links that drop everything (a partition).
-    blocked: BTreeSet<(NodeId, NodeId)>,
-    pub checker: Checker<C>,
-    /// When `Some`, every action is rendered here (scripted tests).
-    pub trace: Option<Vec<String>>,
+/// The [`Host`] of a cluster of Paxos [`Replica`]s applying to a [`Machine`], checked by the
+/// [`Checker`].
+pub struct Paxos<C, M>(PhantomData<(C, M)>);
+
+impl<C, M> Host for Paxos<C, M>
+where
+    C: Clone + Debug + Eq,
+    M: Machine<C>,
+{
+    type Command = C;
+    type Snapshot = M::Snapshot;
+    type Stepped = Replica<C, M::Snapshot>;
+    type Action = Action<C, M::Snapshot>;
+    type Local = SimNode<C, M>;
+    type Watch = Checker<C>;
+    type Config = ClusterConfig;
+
+    fn weather(cfg: &ClusterConfig) -> Weather {
+        Weather {
+            seed: cfg.seed,
+            drop_per_mille: cfg.drop_per_mille,
+            duplicate_per_mille: cfg.duplicate_per_mille,
+            delay_ms_max: cfg.delay_ms_max,
+            persist_delay_ms_max: cfg.persist_delay_ms_max,
+            held: false,
+        }
+    }
+
+    fn receive(r: &mut Self::Stepped, now: Instant, from: NodeId, msg: Message<C, M::Snapshot>) {
+        r.receive(now, from, msg);
+    }
+
+    fn tick(r: &mut Self::Stepped, now: Instant) {
+        r.tick(now);
+    }
+
+    fn persisted(r: &mut Self::Stepped, now: Instant, id: PersistId) {
+        r.persisted(now, id).expect("persisted");
+    }
+
+    fn poll_action(r: &mut Self::Stepped) -> Option<Self::Action> {
+        r.poll_action()
+    }
+
+    fn poll_timeout(r: &Self::Stepped) -> Option<Instant> {
+        r.poll_timeout()
+    }
+
+    fn route(action: Self::Action) -> Routed<Self> {
+        match action {
+            Action::Persist(persist) => Routed::Persist(persist),
+            Action::Send { to, msg } => Routed::Send { to, msg },
+            other => Routed::Local(other),
+        }
+    }
+
+    fn handle(c: &mut Cluster<Self>, id: NodeId, action: Self::Action) {
+        let seed = c.cfg.seed;
+        let n = &mut c.seat_mut(id).local;
+        match action {
+            Action::Persist(_) | Action::Send { .. } => unreachable!("routed to disk and network"),
+            Action::Apply { slot, value } => {
+                assert_eq!(
+                    slot,
+                    n.applied.next(),
+                    "seed {seed}: {id} applied {slot} after {}",
+                    n.applied
+                );
+                n.machine.apply(slot, &value);
+                n.applied = slot;
+                c.watch.on_apply(id, slot, &value);
+            }
+            Action::InstallSnapshot { slot, snapshot } => {
+                n.machine = M::restore(&snapshot);
+                n.applied = slot;
+                let values = n.machine.values();
+                c.watch.on_snapshot(id, slot, values);
+            }
+            Action::ReadReady {
+                id: rid,
+                slot_applied_min,
+            } => {
+                assert!(
+                    n.applied >= slot_applied_min,
+                    "read ready before applied reached {slot_applied_min}"
+                );
+                if let Some(k) = n.reads_started.iter().position(|(r, _)| *r == rid) {
+                    let (_, must_see) = n.reads_started.remove(k);
+                    assert!(
+                        n.applied >= must_see,
+                        "seed {seed}: {id} read {rid:?} at applied {} misses slot {must_see} \
+                         applied elsewhere before the read started",
+                        n.applied
+                    );
+                }
+                n.reads_ready.push(rid);
+            }
+            Action::ReadFailed { id: rid } => n.reads_failed.push(rid),
+            Action::RoleChanged { .. } => {}
+        }
+    }
+
+    fn observe(c: &mut Cluster<Self>, event: Event<'_, Self>) {
+        match event {
+            Event::Action { id, action } => {
+                if c.trace.is_some() {
+                    let line = trace::render(id, action);
+                    c.log(line);
+                }
+            }
+            Event::Sent { from, msg, .. } => c.check_durable_before_reply(from, msg),
+            Event::Durable { id, persist } => {
+                for (slot, ballot, value) in &persist.accepted {
+                    c.watch.on_durable_accept(id, *slot, *ballot, value);
+                }
+            }
+            Event::Delivered { .. } => {}
+        }
+    }
+
+    /// The replica wants a snapshot now (recovery from disk loss, a membership change in
+    /// effect): take it, as a node's driver does.
+    fn idle(c: &mut Cluster<Self>, id: NodeId) -> bool {
+        let wanted = c.replica(id).is_some_and(|r| r.snapshot_wanted());
+        wanted && c.compact(id)
+    }
 }
 
-/// Events processed in one settle before the cluster is declared livelocked.
-const SETTLE_STEPS_MAX: usize = 2_000_000;
-
-impl<C, M> Cluster<C, M>
+impl<C, M> Cluster<Paxos<C, M>>
 where
     C: Clone + Debug + Eq,
     M: Machine<C>,
@@ -158,65 +265,41 @@ where
     pub fn new(cfg: ClusterConfig) -> Self {
         assert!(cfg.members == 3 || cfg.members == 5, "3 or 5 first members");
         assert!(cfg.nodes >= cfg.members, "fewer nodes than members");
-        let mut c = Cluster {
-            now: Instant::ZERO,
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-            nodes: Vec::new(),
-            net: Vec::new(),
-            seq: 0,
-            blocked: BTreeSet::new(),
-            checker: Checker::new(
-                Schedule::new(Membership::voters(cfg.first_members())),
-                cfg.reconfig_delay_slots,
-                cfg.seed,
-            ),
-            trace: None,
-            cfg,
-        };
+        let checker = Checker::new(
+            Schedule::new(Membership::voters(cfg.first_members())),
+            cfg.reconfig_delay_slots,
+            cfg.seed,
+        );
+        let mut c = Self::empty(cfg, checker);
         for i in 0..c.cfg.nodes {
             let id = NodeId(i as u64 + 1);
             let replica = Replica::new(c.cfg.replica_config(id), Durable::default(), Instant::ZERO)
                 .expect("valid config");
-            c.nodes.push(SimNode {
-                replica: Some(replica),
-                durable: Durable::default(),
-                unacked: VecDeque::new(),
-                machine: M::empty(),
-                applied: Slot::ZERO,
-                reads_ready: Vec::new(),
-                reads_failed: Vec::new(),
-                reads_started: Vec::new(),
-            });
+            c.seat(Some(replica), Durable::default(), SimNode::empty());
         }
         c
     }
 
-    pub fn ids(&self) -> Vec<NodeId> {
-        (1..=self.nodes.len() as u64).map(NodeId).collect()
+    /// The checker of every durable acceptance and every applied value.
+    pub fn checker(&self) -> &Checker<C> {
+        &self.watch
     }
 
-    fn idx(id: NodeId) -> usize {
-        id.0 as usize - 1
-    }
-
+    /// What the test keeps beside replica `id`.
     pub fn node(&self, id: NodeId) -> &SimNode<C, M> {
-        &self.nodes[Self::idx(id)]
+        &self.seat_of(id).local
     }
 
     pub fn replica(&self, id: NodeId) -> Option<&Replica<C, M::Snapshot>> {
-        self.nodes[Self::idx(id)].replica.as_ref()
+        self.up(id)
     }
 
     /// Whether some replica lost its disk and has not recovered yet (a test loses one disk at
     /// a time: recovery needs the others' answers).
     pub fn any_disk_lost(&self) -> bool {
         self.ids().iter().any(|id| {
-            self.node(*id).durable.lost || self.replica(*id).is_some_and(|r| r.is_amnesiac())
+            self.seat_of(*id).durable.lost || self.replica(*id).is_some_and(|r| r.is_amnesiac())
         })
-    }
-
-    pub fn is_up(&self, id: NodeId) -> bool {
-        self.replica(id).is_some()
     }
 
     /// The live leader with the highest ballot, if any.
@@ -229,21 +312,12 @@ where
             .map(|(id, _)| id)
     }
 
-    fn random(&mut self, below: u64) -> u64 {
-        if below == 0 {
-            0
-        } else {
-            self.rng.next_u64() % below
-        }
-    }
-
     // ---- driver inputs ----
 
     pub fn propose(&mut self, id: NodeId, commands: Vec<C>) -> Result<(), ProposeError> {
         let now = self.now;
-        let r = self.nodes[Self::idx(id)]
-            .replica
-            .as_mut()
+        let r = self
+            .up_mut(id)
             .ok_or(ProposeError::NotLeader { leader_hint: None })?;
         let res = r.propose_many(now, commands);
         self.drain(id);
@@ -258,9 +332,8 @@ where
         force: bool,
     ) -> Result<(), ReconfigError> {
         let now = self.now;
-        let r = self.nodes[Self::idx(id)]
-            .replica
-            .as_mut()
+        let r = self
+            .up_mut(id)
             .ok_or(ReconfigError::NotLeader { leader_hint: None })?;
         let res = r.propose_membership(now, membership, force);
         self.drain(id);
@@ -269,19 +342,19 @@ where
 
     pub fn read_index(&mut self, id: NodeId) -> Result<ReadId, ProposeError> {
         let now = self.now;
-        let r = self.nodes[Self::idx(id)]
-            .replica
-            .as_mut()
+        let r = self
+            .up_mut(id)
             .ok_or(ProposeError::NotLeader { leader_hint: None })?;
         let res = r.read_index(now);
         if let Ok(rid) = res {
             let applied_anywhere = self
                 .nodes
                 .iter()
-                .map(|n| n.applied)
+                .map(|n| n.local.applied)
                 .max()
                 .unwrap_or_default();
-            self.nodes[Self::idx(id)]
+            self.seat_mut(id)
+                .local
                 .reads_started
                 .push((rid, applied_anywhere));
         }
@@ -291,39 +364,29 @@ where
 
     /// Compacts `id`'s log at what its state machine applied.
     pub fn compact(&mut self, id: NodeId) -> bool {
-        let n = &mut self.nodes[Self::idx(id)];
-        let Some(r) = n.replica.as_mut() else {
+        let seat = self.seat_mut(id);
+        let Some(r) = seat.up.as_mut() else {
             return false;
         };
-        let ok = r.compact(n.applied, n.machine.snapshot()).is_ok();
+        let ok = r
+            .compact(seat.local.applied, seat.local.machine.snapshot())
+            .is_ok();
         self.drain(id);
         ok
     }
 
-    /// Stops `id`; unacknowledged persists are lost, the durable state stays.
-    /// A random prefix of the persists not yet acknowledged reached the disk anyway (written,
-    /// but the crash came before the acknowledgement); the rest is lost.
+    /// Stops `id`; unacknowledged persists are lost (but a random prefix of them), the durable
+    /// state stays ([`Cluster::take_down`]).
     pub fn crash(&mut self, id: NodeId) {
-        let pending = self.nodes[Self::idx(id)].unacked.len() as u64;
-        let reached = self.random(pending + 1) as usize;
-        let n = &mut self.nodes[Self::idx(id)];
-        n.replica = None;
-        let written: Vec<_> = n.unacked.drain(..).take(reached).collect();
-        n.reads_started.clear();
-        for p in written {
-            n.durable.apply_persist(&p.persist);
-            for (slot, ballot, value) in &p.persist.accepted {
-                self.checker.on_durable_accept(id, *slot, *ballot, value);
-            }
-        }
+        self.seat_mut(id).local.reads_started.clear();
+        self.take_down(id);
         self.log(format!("{id}: crash"));
     }
 
     /// Crashes `id` and loses its disk.
     pub fn crash_losing_disk(&mut self, id: NodeId) {
         self.crash(id);
-        let n = &mut self.nodes[Self::idx(id)];
-        n.durable = Durable {
+        self.seat_mut(id).durable = Durable {
             lost: true,
             ..Durable::default()
         };
@@ -332,13 +395,10 @@ where
 
     /// Restarts `id` from its durable state.
     pub fn restart(&mut self, id: NodeId) {
-        let cfg = self.cfg.replica_config(id);
-        let n = &mut self.nodes[Self::idx(id)];
-        if n.replica.is_some() {
+        if self.is_up(id) {
             return;
         }
-        n.machine = M::empty();
-        n.applied = Slot::ZERO;
+        let cfg = self.cfg.replica_config(id);
         // Started at the cluster's time when leases are on: a restarted replica refuses
         // promises for a lease from its start (`Config::read_lease_ms`). Without them, at
         // zero, as the recorded scripts were (its first election deadline is then past).
@@ -347,37 +407,13 @@ where
         } else {
             Instant::ZERO
         };
-        n.replica = Some(Replica::new(cfg, n.durable.clone(), start).expect("valid config"));
+        let seat = self.seat_mut(id);
+        seat.local.machine = M::empty();
+        seat.local.applied = Slot::ZERO;
+        let replica = Replica::new(cfg, seat.durable.clone(), start).expect("valid config");
+        self.put_up(id, replica);
         self.log(format!("{id}: restart"));
         self.drain(id);
-    }
-
-    /// Cuts `a` and `b` apart (both directions).
-    pub fn cut(&mut self, a: NodeId, b: NodeId) {
-        self.blocked.insert((a, b));
-        self.blocked.insert((b, a));
-    }
-
-    /// Loses every message from `from` to `to` (the other direction still works).
-    pub fn cut_one_way(&mut self, from: NodeId, to: NodeId) {
-        if from != to {
-            self.blocked.insert((from, to));
-        }
-    }
-
-    /// Isolates the `group` from everybody else.
-    pub fn partition(&mut self, group: &[NodeId]) {
-        for a in self.ids() {
-            for b in self.ids() {
-                if group.contains(&a) != group.contains(&b) {
-                    self.blocked.insert((a, b));
-                }
-            }
-        }
-    }
-
-    pub fn heal(&mut self) {
-        self.blocked.clear();
     }
 
     /// Heals, then isolates the replicas whose bit is set in `mask` (bit 0: node 1) from the
@@ -432,226 +468,10 @@ where
         true
     }
 
-    /// Drops every message in flight from `from` to `to`.
-    pub fn drop_in_flight(&mut self, from: NodeId, to: NodeId) -> usize {
-        let before = self.net.len();
-        self.net.retain(|e| !(e.from == from && e.to == to));
-        before - self.net.len()
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.net.len()
-    }
-
-    // ---- the event loop ----
-
-    /// Processes everything due at `now` until nothing more happens.
-    pub fn settle(&mut self) {
-        for step in 0.. {
-            assert!(
-                step < SETTLE_STEPS_MAX,
-                "seed {}: livelock at {}",
-                self.cfg.seed,
-                self.now
-            );
-            if !self.step_once() {
-                break;
-            }
-        }
-    }
-
-    /// Advances time by `ms`, processing every event on the way.
-    pub fn run_for(&mut self, ms: u64) {
-        let end = self.now.add_ms(ms);
-        loop {
-            self.settle();
-            match self.next_event() {
-                Some(t) if t <= end => self.now = self.now.max(t),
-                _ => break,
-            }
-        }
-        self.now = end;
-        self.settle();
-    }
-
-    fn next_event(&self) -> Option<Instant> {
-        let net = self.net.iter().map(|e| e.deliver_at).min();
-        let disks = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.unacked.front().map(|p| p.due))
-            .min();
-        let timers = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.replica.as_ref().and_then(|r| r.poll_timeout()))
-            .min();
-        [net, disks, timers].into_iter().flatten().min()
-    }
-
-    /// One event due now, if any: a message, a disk acknowledgement or a timeout.
-    fn step_once(&mut self) -> bool {
-        let now = self.now;
-        if let Some(i) = self
-            .net
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.deliver_at <= now)
-            .min_by_key(|(_, e)| (e.deliver_at, e.seq))
-            .map(|(i, _)| i)
-        {
-            let e = self.net.remove(i);
-            self.deliver(e);
-            return true;
-        }
-        for id in self.ids() {
-            let n = &mut self.nodes[Self::idx(id)];
-            if n.unacked.front().is_some_and(|p| p.due <= now) {
-                self.ack_persists(id);
-                return true;
-            }
-        }
-        for id in self.ids() {
-            let n = &mut self.nodes[Self::idx(id)];
-            let Some(r) = n.replica.as_mut() else {
-                continue;
-            };
-            if r.poll_timeout().is_some_and(|t| t <= now) {
-                r.step(now, Input::Timeout).expect("timeout");
-                self.drain(id);
-                return true;
-            }
-        }
-        false
-    }
-
-    fn deliver(&mut self, e: Envelope<C, M::Snapshot>) {
-        if self.blocked.contains(&(e.from, e.to)) {
-            return;
-        }
-        let now = self.now;
-        let Some(r) = self.nodes[Self::idx(e.to)].replica.as_mut() else {
-            return;
-        };
-        r.step(
-            now,
-            Input::Message {
-                from: e.from,
-                msg: e.msg,
-            },
-        )
-        .expect("message");
-        self.drain(e.to);
-    }
-
-    /// Makes every due persist of `id` durable and acknowledges the last one.
-    fn ack_persists(&mut self, id: NodeId) {
-        let now = self.now;
-        let n = &mut self.nodes[Self::idx(id)];
-        let mut last = None;
-        while n.unacked.front().is_some_and(|p| p.due <= now) {
-            let p = n.unacked.pop_front().expect("front");
-            n.durable.apply_persist(&p.persist);
-            for (slot, ballot, value) in &p.persist.accepted {
-                self.checker.on_durable_accept(id, *slot, *ballot, value);
-            }
-            last = Some(p.persist.id);
-        }
-        if let (Some(id_last), Some(r)) = (last, n.replica.as_mut()) {
-            r.step(now, Input::Persisted { id: id_last })
-                .expect("persisted");
-            self.drain(id);
-        }
-    }
-
-    /// Takes every action out of `id`'s replica.
-    fn drain(&mut self, id: NodeId) {
-        loop {
-            let i = Self::idx(id);
-            let Some(action) = self.nodes[i].replica.as_mut().and_then(|r| r.poll_action()) else {
-                // The replica wants a snapshot now (recovery from disk loss, a membership
-                // change in effect): take it, as a node's driver does.
-                let wanted = self.nodes[i]
-                    .replica
-                    .as_ref()
-                    .is_some_and(|r| r.snapshot_wanted());
-                if wanted && self.compact(id) {
-                    continue;
-                }
-                return;
-            };
-            if self.trace.is_some() {
-                let line = trace::render(id, &action);
-                self.log(line);
-            }
-            self.handle(id, action);
-        }
-    }
-
-    fn handle(&mut self, id: NodeId, action: Action<C, M::Snapshot>) {
-        let i = Self::idx(id);
-        match action {
-            Action::Persist(persist) => {
-                let delay = self.random(self.cfg.persist_delay_ms_max + 1);
-                let due = self.now.add_ms(delay);
-                let due = self.nodes[i].unacked.back().map_or(due, |p| p.due.max(due));
-                self.nodes[i]
-                    .unacked
-                    .push_back(PendingPersist { due, persist });
-            }
-            Action::Send { to, msg } => {
-                self.check_durable_before_reply(id, &msg);
-                self.send(id, to, msg);
-            }
-            Action::Apply { slot, value } => {
-                let n = &mut self.nodes[i];
-                assert_eq!(
-                    slot,
-                    n.applied.next(),
-                    "seed {}: {id} applied {slot} after {}",
-                    self.cfg.seed,
-                    n.applied
-                );
-                n.machine.apply(slot, &value);
-                n.applied = slot;
-                self.checker.on_apply(id, slot, &value);
-            }
-            Action::InstallSnapshot { slot, snapshot } => {
-                let n = &mut self.nodes[i];
-                n.machine = M::restore(&snapshot);
-                n.applied = slot;
-                self.checker.on_snapshot(id, slot, n.machine.values());
-            }
-            Action::ReadReady {
-                id: rid,
-                slot_applied_min,
-            } => {
-                let n = &mut self.nodes[i];
-                assert!(
-                    n.applied >= slot_applied_min,
-                    "read ready before applied reached {slot_applied_min}"
-                );
-                if let Some(k) = n.reads_started.iter().position(|(r, _)| *r == rid) {
-                    let (_, must_see) = n.reads_started.remove(k);
-                    assert!(
-                        n.applied >= must_see,
-                        "seed {}: {id} read {rid:?} at applied {} misses slot {must_see} applied \
-                         elsewhere before the read started",
-                        self.cfg.seed,
-                        n.applied
-                    );
-                }
-                n.reads_ready.push(rid);
-            }
-            Action::ReadFailed { id: rid } => self.nodes[i].reads_failed.push(rid),
-            Action::RoleChanged { .. } => {}
-        }
-    }
-
     /// Persist before reply: a `Promise` or `Accepted` may only leave once storage holds
     /// what it reports.
     fn check_durable_before_reply(&self, id: NodeId, msg: &Message<C, M::Snapshot>) {
-        let d = &self.nodes[Self::idx(id)].durable;
+        let d = &self.seat_of(id).durable;
         match msg {
             Message::Promise { ballot, .. } => assert!(
                 d.promised >= *ballot,
@@ -672,44 +492,13 @@ where
         }
     }
 
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Message<C, M::Snapshot>) {
-        if self.blocked.contains(&(from, to)) {
-            return;
-        }
-        if self.random(1000) < self.cfg.drop_per_mille {
-            return;
-        }
-        let copies = if self.random(1000) < self.cfg.duplicate_per_mille {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let delay = self.random(self.cfg.delay_ms_max + 1);
-            self.seq += 1;
-            self.net.push(Envelope {
-                deliver_at: self.now.add_ms(delay),
-                seq: self.seq,
-                from,
-                to,
-                msg: msg.clone(),
-            });
-        }
-    }
-
-    fn log(&mut self, line: String) {
-        if let Some(t) = self.trace.as_mut() {
-            t.push(line);
-        }
-    }
-
     // ---- checks ----
 
     /// Panics unless every live replica's state machine holds the same prefix.
     pub fn check_prefixes_agree(&self) {
         for n in &self.nodes {
-            let values = n.machine.values();
-            self.checker.check_prefix(&values);
+            let values = n.local.machine.values();
+            self.watch.check_prefix(&values);
         }
     }
 
@@ -736,8 +525,7 @@ where
                 .map(|r| r.membership_latest().0.clone());
             let done = members.is_some_and(|m| {
                 self.ids().into_iter().all(|id| {
-                    let n = self.node(id);
-                    n.replica.is_none() || !m.is_member(id) || n.machine.contains(&command)
+                    !self.is_up(id) || !m.is_member(id) || self.node(id).machine.contains(&command)
                 })
             });
             if done {
@@ -749,6 +537,6 @@ where
 
     /// The values chosen so far (by durable quorum), in slot order, for scripts.
     pub fn chosen(&self, slot: Slot) -> Option<&Value<C>> {
-        self.checker.chosen(slot)
+        self.watch.chosen(slot)
     }
 }
