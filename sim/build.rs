@@ -1,5 +1,5 @@
 //! Generates the fenced resource's gRPC service from `proto/` with `protox` (no system `protoc`),
-//! the same way `net/build.rs` does; `tonic::include_proto!` picks the simulated code under
+//! the same way `proto/build.rs` does; `tonic::include_proto!` picks the simulated code under
 //! `cfg(madsim)`.
 
 use std::path::PathBuf;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picket_net::client::{Client, ClientError};
+use picket_client::{Client, ClientError};
 
 use crate::stats::SplitMix64;
 use crate::workload::{config, find_leader, key_name, order_for};

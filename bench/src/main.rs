@@ -3,7 +3,7 @@
 //!
 //! Workloads (one op each; every logical client runs ops back to back):
 //! - `lock`: setup (untimed) creates one session per client (TTL `--lease-ttl`, 60 s) through
-//!   the public client library (`picket_net::client`), one `Client` (= one HTTP/2 connection)
+//!   the public client library (`picket_client`), one `Client` (= one HTTP/2 connection)
 //!   per client. op = `Session::lock(namespace, "<prefix>/lock/<k>")` (waits in the FIFO queue)
 //!   then `LockGuard::release`; latency = lock sent .. release answered. k = 0 for `--keys 1`,
 //!   else `splitmix64(client) % keys`.

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picket_net::client::{Client, ClientConfig, ClientError, Session, Transport};
-use picket_net::proto::{self, lock_client::LockClient};
+use picket_client::{Client, ClientConfig, ClientError, Session, Transport};
+use picket_proto::proto::{self, lock_client::LockClient};
 use tokio::sync::mpsc;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use picket_net::proto;
+use picket_proto::proto;
 use serde_json::{json, Value};
 
 use crate::wall_clock::utc;

@@ -13,10 +13,10 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const COMMIT: &str = env!("PICKET_GIT_COMMIT");
 
 /// The peer protocol version this build speaks (`PeerHello.protocol_version`).
-pub const PEER_PROTOCOL_VERSION: u32 = picket_net::PEER_PROTOCOL_VERSION;
+pub const PEER_PROTOCOL_VERSION: u32 = picket_proto::PEER_PROTOCOL_VERSION;
 
 /// The lowest peer protocol version this build speaks (`PeerHello.protocol_version_min`).
-pub const PEER_PROTOCOL_VERSION_MIN: u32 = picket_net::PEER_PROTOCOL_VERSION_MIN;
+pub const PEER_PROTOCOL_VERSION_MIN: u32 = picket_proto::PEER_PROTOCOL_VERSION_MIN;
 
 /// The highest cluster version this build supports (docs/upgrades.md, "The cluster version").
 pub const CLUSTER_VERSION: u32 = picket_core::locks::CLUSTER_VERSION;
@@ -85,9 +85,9 @@ mod tests {
             lines[2],
             format!(
                 "peer protocol: {} (speaks {} to {})",
-                picket_net::PEER_PROTOCOL_VERSION,
-                picket_net::PEER_PROTOCOL_VERSION_MIN,
-                picket_net::PEER_PROTOCOL_VERSION
+                picket_proto::PEER_PROTOCOL_VERSION,
+                picket_proto::PEER_PROTOCOL_VERSION_MIN,
+                picket_proto::PEER_PROTOCOL_VERSION
             )
         );
         assert!(lines[3].starts_with(&format!(

@@ -211,9 +211,9 @@ pub enum Answer {
 impl Answer {
     pub fn to_wire(self) -> i32 {
         (match self {
-            Answer::Yes => picket_net::proto::ChecklistAnswer::Yes,
-            Answer::No => picket_net::proto::ChecklistAnswer::No,
-            Answer::Unknown => picket_net::proto::ChecklistAnswer::Unknown,
+            Answer::Yes => picket_proto::proto::ChecklistAnswer::Yes,
+            Answer::No => picket_proto::proto::ChecklistAnswer::No,
+            Answer::Unknown => picket_proto::proto::ChecklistAnswer::Unknown,
         }) as i32
     }
 }

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
-use picket_net::client::Client;
-use picket_net::proto::admin_server::{Admin, AdminServer};
-use picket_net::proto::{self};
+use picket_client::Client;
+use picket_proto::proto::admin_server::{Admin, AdminServer};
+use picket_proto::proto::{self};
 use tonic::{Request, Response, Status};
 
 use super::commands::approve;
@@ -155,7 +155,7 @@ impl Admin for FakeAdmin {
         let state =
             picket_core::locks::LockStateMachine::new(picket_core::locks::LockConfig::default())
                 .snapshot();
-        let bytes = picket_net::backup::encode_backup(&proto::BackupHeader::default(), state);
+        let bytes = picket_proto::backup::encode_backup(&proto::BackupHeader::default(), state);
         let (tx, rx) = tokio::sync::mpsc::channel(bytes.len() / 10 + 1);
         for (i, data) in bytes.chunks(10).enumerate() {
             if i == 2 {

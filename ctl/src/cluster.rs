@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use picket_net::client::Client;
-use picket_net::proto;
+use picket_client::Client;
+use picket_proto::proto;
 use serde_json::{json, Value};
 
 use super::render::Report;

@@ -3,9 +3,9 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 
-use picket_net::client::Client;
-use picket_net::proto;
-use picket_net::secret::SessionSecret;
+use picket_client::Client;
+use picket_proto::proto;
+use picket_proto::secret::SessionSecret;
 use serde_json::json;
 
 use super::confirm::Confirm;

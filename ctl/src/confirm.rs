@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, Read, Write};
 
-use picket_net::proto;
+use picket_proto::proto;
 
 use super::render::fenced_words;
 use super::{Ack, CtlError};

@@ -1,7 +1,7 @@
 //! `picketctl`: the command line of Picket, for service engineers (sessions, locks around a
 //! command) and operators (inspect, holds, watch, classes, force-release, audit).
 //!
-//! Every command talks to the cluster through `picket_net::client` (leader following, retries,
+//! Every command talks to the cluster through `picket_client` (leader following, retries,
 //! timeouts). Output is for people by default and JSON with `--json` (one object per command;
 //! `watch` prints one object per event). See `picketctl --help` and `docs/client.md`.
 //!
@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
+use picket_client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
 
 pub use actions::{
     Ack, Answer, ClassesAction, ClusterAction, ForceRelease, SemaphoreAction, SnapshotAction,

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use picket_common::audit_report::{self, kind_word, role_words};
 pub use picket_common::wall_clock::utc;
-use picket_net::proto;
+use picket_proto::proto;
 use serde_json::{json, Value};
 
 use super::CtlError;

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use picket_client::{Client, ClientError, KeepAliveAck, LockGuard, LostReason, SessionState};
 use picket_core::locks::WAIT_TIMEOUT_MS_MAX;
-use picket_net::client::{Client, ClientError, KeepAliveAck, LockGuard, LostReason, SessionState};
-use picket_net::proto;
+use picket_proto::proto;
 use serde_json::json;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
@@ -72,7 +72,7 @@ pub async fn session(client: &Client, keep: bool, json: bool) -> Result<u8, CtlE
 }
 
 fn lost_error(session_id: u64, reason: LostReason) -> CtlError {
-    CtlError::Client(picket_net::client::ClientError::SessionLost { session_id, reason })
+    CtlError::Client(picket_client::ClientError::SessionLost { session_id, reason })
 }
 
 /// A signal picketctl stops on (SIGINT, SIGTERM, SIGHUP): the command's group is stopped, the

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use picket_net::backup::{decode_backup, read_backup_file, write_file_atomically, Backup};
-use picket_net::client::Client;
+use picket_client::Client;
+use picket_proto::backup::{decode_backup, read_backup_file, write_file_atomically, Backup};
 use serde_json::json;
 
 use super::render::{utc, Report};

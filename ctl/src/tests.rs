@@ -2,7 +2,7 @@
 //! (the approval against a fake Admin service is in approve_tests.rs).
 
 use clap::{CommandFactory, Parser};
-use picket_net::proto::{self};
+use picket_proto::proto::{self};
 
 use super::approve_tests::fake_admin;
 use super::render;
@@ -284,12 +284,12 @@ fn tls_flags_read_the_files_and_a_certificate_needs_its_key() {
 
 #[test]
 fn a_tls_mismatch_is_explained_with_the_flag_to_use() {
-    let error = CtlError::Client(picket_net::client::ClientError::Unavailable {
+    let error = CtlError::Client(picket_client::ClientError::Unavailable {
         what: "list_holds",
         attempts: 3,
         elapsed_ms: 1_500,
         last: "https://127.0.0.1:1: Cancelled: transport error: connection closed".into(),
-        tls_mismatch: Some(picket_net::client::TlsMismatch::ClientCertificateRequired),
+        tls_mismatch: Some(picket_client::TlsMismatch::ClientCertificateRequired),
     });
     assert!(error.hint().unwrap().contains("--cert"));
     let json = render::error_json(&error);

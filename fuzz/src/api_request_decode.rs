@@ -11,10 +11,10 @@ use picket_core::locks::{
     Actor, Command, Identity, LockError, LockStateMachine, Outcome, Role, SessionId,
 };
 use picket_core::time::Instant;
-use picket_net::convert::api::{
+use picket_proto::convert::api::{
     AuditRead, InspectQuery, KeepAlive, ListClassesQuery, ListHoldsQuery, WatchStart,
 };
-use picket_net::{proto, ConvertError};
+use picket_proto::{proto, ConvertError};
 use prost::Message;
 
 /// Number of request kinds the first byte chooses from.
@@ -132,7 +132,7 @@ pub const SESSION_SECRET: [u8; 16] = [0; 16];
 /// session-scoped commands get past `UnknownSession` and `SessionNotYours`.
 fn machine() -> LockStateMachine {
     let mut sm = LockStateMachine::new(Default::default());
-    let secret = picket_net::secret::SessionSecret::from_request(&SESSION_SECRET, "secret")
+    let secret = picket_proto::secret::SessionSecret::from_request(&SESSION_SECRET, "secret")
         .expect("16 bytes is a valid secret");
     let created = sm.apply(
         Instant::from_millis(1),

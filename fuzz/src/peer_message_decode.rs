@@ -8,10 +8,10 @@
 use picket_core::locks::LockSnapshot;
 use picket_core::node::NodeCommand;
 use picket_core::paxos::{Message, NodeId};
-use picket_net::convert::paxos::{
+use picket_proto::convert::paxos::{
     decode_peer_message, message_from_wire, message_to_wire, PeerBatchIn,
 };
-use picket_net::proto;
+use picket_proto::proto;
 use prost::Message as _;
 
 use crate::record_decode::check_error;

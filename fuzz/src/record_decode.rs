@@ -1,7 +1,7 @@
 //! `record_decode`: arbitrary bytes into every decoder of durable state. The first byte picks
 //! the decoder, the rest is its input.
 //!
-//! - `net`'s durable protobuf records (log entry, hard state, snapshot record, command, reply,
+//! - `proto`'s durable protobuf records (log entry, hard state, snapshot record, command, reply,
 //!   lock snapshot) -> core types: never a panic; an error names a field; a value that decodes
 //!   encodes and decodes back to itself (`core -> proto -> core` is the identity).
 //! - A lock snapshot that decodes is restored: `LockStateMachine::restore` either refuses it or
@@ -15,12 +15,12 @@ use picket_core::locks::{Command, LockSnapshot, LockStateMachine, RequestId, Ses
 use picket_core::node::NodeCommand;
 use picket_core::paxos::AcceptedEntry;
 use picket_core::time::Instant;
-use picket_net::convert::records::{
+use picket_proto::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, SnapshotWithSchedule,
 };
-use picket_net::convert::{decode_command, decode_lock_snapshot, decode_reply};
-use picket_net::{proto, DecodeError};
+use picket_proto::convert::{decode_command, decode_lock_snapshot, decode_reply};
+use picket_proto::{proto, DecodeError};
 use picket_storage::format::{
     check_frame, check_record, decode_blob, decode_segment_header, encode_blob,
     encode_segment_header, scan_for_valid_record, ScanAhead, HARD_STATE_MAGIC, SEGMENT_VERSION_1,

@@ -15,9 +15,9 @@ use picket_core::paxos::{
     Ballot, MemberAddress, Membership, Message, NodeId, Schedule, Slot, Value,
 };
 use picket_core::time::Instant;
-use picket_net::convert::paxos::{batch_to_wire, message_to_wire};
-use picket_net::convert::records::{log_entry_to_wire, snapshot_to_wire, HardState};
-use picket_net::proto;
+use picket_proto::convert::paxos::{batch_to_wire, message_to_wire};
+use picket_proto::convert::records::{log_entry_to_wire, snapshot_to_wire, HardState};
+use picket_proto::proto;
 use picket_storage::format::{
     encode_blob, encode_record, encode_segment_header, HARD_STATE_MAGIC, SNAPSHOT_MAGIC,
 };

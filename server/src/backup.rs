@@ -2,7 +2,7 @@
 //! backup"; docs/runbooks/restore-from-backup.md):
 //!
 //! - [`write_file_atomically`], [`read_backup_file`]: a backup file written whole or not at
-//!   all, and read and checked whole (re-exported from `picket_net::backup`, which picketctl
+//!   all, and read and checked whole (re-exported from `picket_proto::backup`, which picketctl
 //!   shares);
 //! - [`restore_floor`]: the revision the restored cluster starts at, above every token the old
 //!   cluster could have granted;
@@ -15,9 +15,9 @@ use std::sync::Arc;
 use picket_core::locks::{LockSnapshot, Revision, RESTORED_REVISION_MAX};
 use picket_core::node::NodePersist;
 use picket_core::paxos::{Persist, Slot};
-use picket_net::backup::Backup;
-pub use picket_net::backup::{read_backup_file, write_file_atomically};
-use picket_net::convert::records::decode_snapshot_record;
+use picket_proto::backup::Backup;
+pub use picket_proto::backup::{read_backup_file, write_file_atomically};
+use picket_proto::convert::records::decode_snapshot_record;
 use picket_storage::{Disk, LogConfig, RealDisk, StorageConfig};
 
 use crate::config::Config;

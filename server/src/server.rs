@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use picket_core::node::{Node, NodeConfig};
 use picket_core::paxos::{self, MemberAddress, NodeId};
-use picket_net::proto::admin_server::AdminServer;
-use picket_net::proto::lock_server::LockServer;
-use picket_net::API_MESSAGE_BYTES_MAX;
+use picket_proto::proto::admin_server::AdminServer;
+use picket_proto::proto::lock_server::LockServer;
+use picket_proto::API_MESSAGE_BYTES_MAX;
 use picket_storage::{Disk, LogConfig, StorageConfig};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -361,11 +361,11 @@ pub async fn start<D: Disk + Clone + 'static, C: Clock>(
                     .map(|m| m.client_address.clone())
                     .collect(),
                 tls: match config.tls.as_ref() {
-                    Some(tls) => Some(picket_net::client::TlsConfig {
+                    Some(tls) => Some(picket_client::TlsConfig {
                         ca_pem: Some(std::fs::read(&tls.ca).map_err(|e| {
                             StartError::Tls(format!("tls.ca: {}: {e}", tls.ca.display()))
                         })?),
-                        ..picket_net::client::TlsConfig::default()
+                        ..picket_client::TlsConfig::default()
                     }),
                     None => None,
                 },

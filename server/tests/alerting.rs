@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use common::alerts::{start_alertmanager, start_prometheus, wait_ready, STEP};
 use common::*;
-use picket_net::client::{Client, ClientConfig};
+use picket_client::{Client, ClientConfig};
 use serde_json::Value;
 
 const NS: &str = "orders";
@@ -278,7 +278,7 @@ async fn a_stuck_lock_pages_with_working_links_resolves_on_force_release_and_a_d
     })
     .unwrap();
     let longest = admin
-        .longest_holds(picket_net::proto::LongestHoldsRequest { allow_stale: false })
+        .longest_holds(picket_proto::proto::LongestHoldsRequest { allow_stale: false })
         .await
         .unwrap();
     let overdue: Vec<&str> = longest.overdue.iter().map(|h| h.key.as_str()).collect();

@@ -398,7 +398,7 @@ async fn the_authenticator_reads_bearer_tokens_from_metadata() {
 #[tokio::test]
 async fn status_details_carry_the_rule() {
     let error = refused(&sign_rs256(&claims("a", &[]), PRIVATE, Some("nope"))).await;
-    let detail = picket_net::status::error_detail(&error.status()).unwrap();
+    let detail = picket_proto::status::error_detail(&error.status()).unwrap();
     assert_eq!(detail.rule, "unknown_kid");
     assert!(!detail.retryable);
 }

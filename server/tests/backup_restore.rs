@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use picket_client::FencingGate;
 use picket_core::locks::Token;
-use picket_net::FencingGate;
 use support::*;
 
 const NS: &str = "orders";

@@ -15,8 +15,8 @@ mod support;
 use std::time::Duration;
 
 use pages::{between, csrf, Browser, Page};
-use picket_net::client::{Client, ClientConfig, Session};
-use picket_net::proto;
+use picket_client::{Client, ClientConfig, Session};
+use picket_proto::proto;
 use picket_server::dev::DevCluster;
 use reqwest::header::COOKIE;
 use reqwest::StatusCode;

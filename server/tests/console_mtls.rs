@@ -18,7 +18,7 @@ use common::console::{assert_refused, assert_shows, csrf, refused_rule, Browser}
 use common::oidc_provider::Provider;
 use common::pki::{Name, TestPki};
 use common::{OidcCluster, Options, STABLE_ELECTIONS_MS};
-use picket_net::client::{Client, ClientConfig, TlsConfig};
+use picket_client::{Client, ClientConfig, TlsConfig};
 use reqwest::StatusCode;
 
 const NS: &str = "orders";

@@ -12,7 +12,7 @@ use common::console::{
     assert_refused, assert_shows, csrf, param, refused_rule, with_param, Browser,
 };
 use common::oidc_provider::{cluster_for, Provider};
-use picket_net::client::{Client, ClientConfig, Credentials};
+use picket_client::{Client, ClientConfig, Credentials};
 use reqwest::StatusCode;
 
 const NS: &str = "orders";

@@ -8,8 +8,8 @@ mod requests;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError, LostReason, SessionEnd};
-use picket_net::{FencingError, FencingGate};
+use picket_client::{Client, ClientConfig, ClientError, LostReason, SessionEnd};
+use picket_client::{FencingError, FencingGate};
 use picket_server::dev::DevCluster;
 
 use picketctl::commands::approve;

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::proto;
+use picket_proto::proto;
 use support::*;
 use tonic::Code;
 
@@ -198,7 +198,7 @@ async fn the_peer_port_refuses_a_bad_handshake_and_drops_malformed_messages() {
     use proto::peer_frame::Kind;
     let (cluster, leader, _) = dev_cluster_with_leader().await;
     let peer = cluster.config(0).me().peer_address.clone();
-    let version = picket_net::PEER_PROTOCOL_VERSION;
+    let version = picket_proto::PEER_PROTOCOL_VERSION;
     for (bad, rule) in [
         (hello(version, "other", 2, 1), "peer_cluster_id"),
         (
@@ -300,7 +300,7 @@ async fn a_session_not_kept_alive_expires_and_its_waiter_is_granted() {
 }
 
 fn rule_of(status: &tonic::Status) -> String {
-    picket_net::status::error_detail(status)
+    picket_proto::status::error_detail(status)
         .map(|d| d.rule)
         .unwrap_or_default()
 }

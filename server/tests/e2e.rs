@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::proto;
+use picket_proto::proto;
 use support::*;
 use tonic::Code;
 
@@ -27,7 +27,7 @@ async fn sessions_locks_fifo_handoff_and_rising_tokens() {
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::Unavailable);
-        let hint = picket_net::status::leader_hint(&status).unwrap();
+        let hint = picket_proto::status::leader_hint(&status).unwrap();
         if hint.endpoint.is_some() || tokio::time::Instant::now() > deadline {
             assert_eq!(hint.endpoint.as_deref(), Some(at.as_str()));
             break status;
@@ -327,7 +327,7 @@ async fn leader_killed_under_load(mut cluster: Cluster) {
                 }
                 // Not the leader, or the leader is gone: retry the same request elsewhere.
                 Err(status) => {
-                    let hint = picket_net::status::leader_hint(&status)
+                    let hint = picket_proto::status::leader_hint(&status)
                         .and_then(|h| h.node_id)
                         .map(|n| n as usize - 1);
                     at = hint.unwrap_or((at + 1) % 3);

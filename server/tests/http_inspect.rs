@@ -12,7 +12,7 @@ use picket_core::locks::{
     LockMode, Revision, SessionId, Token, WaiterInfo,
 };
 use picket_core::time::Instant;
-use picket_net::status::{lock_error_status, not_leader_status, LeaderHint};
+use picket_proto::status::{lock_error_status, not_leader_status, LeaderHint};
 use picket_server::api::http::{
     replica_router, router, BoxFuture, Health, HttpCluster, InspectSource,
 };

@@ -4,7 +4,7 @@
 //!
 //! Against three real `picketd` processes (`tests/common`) with OIDC on: every admin mutation
 //! carries a bearer token minted by a test issuer whose key set is the cluster's `jwks_file`.
-//! - The services (the holder and the waiters) use the client library (`picket_net::client`)
+//! - The services (the holder and the waiters) use the client library (`picket_client`)
 //!   with their own tokens, so their sessions record a principal.
 //! - Every operator step (class setup, inspect, force-release request/list/approve, watch,
 //!   audit) runs the `picketctl` binary with `--auth-token ...` (mostly `--json`; `inspect` and
@@ -27,11 +27,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use picket_core::locks::Token;
-use picket_net::client::{
+use picket_client::{
     Client, ClientConfig, Credentials, LockGuard, LostReason, Session, SessionEnd,
 };
-use picket_net::{proto, FencingError, FencingGate};
+use picket_client::{FencingError, FencingGate};
+use picket_core::locks::Token;
+use picket_proto::proto;
 use serde_json::Value;
 
 const NS: &str = "orders";

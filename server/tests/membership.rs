@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError};
-use picket_net::proto;
+use picket_client::{Client, ClientConfig, ClientError};
+use picket_proto::proto;
 use support::{acquire, admin, at_leader, create_session, granted, json_of, release, Cluster};
 
 const NS: &str = "orders";
@@ -638,7 +638,7 @@ async fn says_removed(cluster: &Cluster, removed: usize, leader: usize) {
             .await
             .unwrap_err();
         assert_eq!(support::rule(&refused), "not_leader", "{refused:?}");
-        let detail = picket_net::status::error_detail(&refused).expect("a detail");
+        let detail = picket_proto::status::error_detail(&refused).expect("a detail");
         if detail.leader_endpoint == cluster.endpoints[leader] {
             break;
         }

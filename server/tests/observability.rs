@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::proto;
+use picket_proto::proto;
 use picket_server::auth::dev::DevIssuer;
 use picket_server::auth::OidcSection;
 use picket_server::dev::{DevCluster, DevOptions};

@@ -76,9 +76,9 @@ fn version_names_the_release_the_commit_and_the_format_versions() {
             lines[2],
             format!(
                 "peer protocol: {} (speaks {} to {})",
-                picket_net::PEER_PROTOCOL_VERSION,
-                picket_net::PEER_PROTOCOL_VERSION_MIN,
-                picket_net::PEER_PROTOCOL_VERSION
+                picket_proto::PEER_PROTOCOL_VERSION,
+                picket_proto::PEER_PROTOCOL_VERSION_MIN,
+                picket_proto::PEER_PROTOCOL_VERSION
             )
         );
         assert_eq!(

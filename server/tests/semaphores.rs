@@ -11,9 +11,9 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, ClientConfig, ClientError};
-use picket_net::fencing::{FencingError, FencingGate};
-use picket_net::proto;
+use picket_client::fencing::{FencingError, FencingGate};
+use picket_client::{Client, ClientConfig, ClientError};
+use picket_proto::proto;
 use support::*;
 
 const NS: &str = "jobs";

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use common::pki::Name;
 use common::*;
-use picket_net::proto::{self, admin_client::AdminClient, lock_client::LockClient};
-use picket_net::secret::SessionSecret;
-use picket_net::status::error_detail;
+use picket_proto::proto::{self, admin_client::AdminClient, lock_client::LockClient};
+use picket_proto::secret::SessionSecret;
+use picket_proto::status::error_detail;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 

@@ -12,10 +12,10 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{
+use picket_client::{
     Client, KeepAliveAck, LockGuard, LostReason, Session, SessionEnd, SessionEvent, SessionState,
 };
-use picket_net::proto::{
+use picket_proto::proto::{
     self, session_event, session_request::Request as In, session_response::Response as Out,
 };
 use picket_server::api::stream::ChannelStream;

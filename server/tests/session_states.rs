@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::{Client, LostReason, Session, SessionEvent, SessionState};
-use picket_net::proto;
+use picket_client::{Client, LostReason, Session, SessionEvent, SessionState};
+use picket_proto::proto;
 use support::*;
 
 const NS: &str = "jobs";

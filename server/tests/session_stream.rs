@@ -11,9 +11,11 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use picket_net::proto::{self, session_request::Request as In, session_response::Response as Out};
-use picket_net::session_stream::status_from_proto;
-use picket_net::status::{error_detail, leader_hint};
+use picket_proto::proto::{
+    self, session_request::Request as In, session_response::Response as Out,
+};
+use picket_proto::session_stream::status_from_proto;
+use picket_proto::status::{error_detail, leader_hint};
 use picket_server::api::stream::ChannelStream;
 use prost::Message;
 use support::*;
@@ -166,7 +168,7 @@ async fn eventually_waiting(at: &str, key: &str, want: &[u64]) {
 
 /// A session created by `principal` (dev metadata): its id and secret.
 async fn create_session_as(at: &str, principal: &str) -> (u64, Vec<u8>) {
-    let secret = picket_net::secret::SessionSecret::generate()
+    let secret = picket_proto::secret::SessionSecret::generate()
         .as_bytes()
         .to_vec();
     let mut request = tonic::Request::new(proto::CreateSessionRequest {

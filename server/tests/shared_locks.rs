@@ -9,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::ClientError;
-use picket_net::proto;
+use picket_client::ClientError;
+use picket_proto::proto;
 use support::*;
 
 const NS: &str = "orders";

@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::proto;
-use picket_net::status::{ERROR_DETAIL_TYPE_URL, ERROR_DOMAIN};
+use picket_proto::proto;
+use picket_proto::status::{ERROR_DETAIL_TYPE_URL, ERROR_DOMAIN};
 use prost::Message;
 use support::*;
 use tonic::codegen::http::uri::PathAndQuery;
@@ -92,7 +92,7 @@ async fn every_refusal_carries_the_standard_detail() {
     );
     assert_eq!(standard_rule(&status), "unknown_session");
 
-    let huge = "k".repeat(picket_net::API_MESSAGE_BYTES_MAX + 1);
+    let huge = "k".repeat(picket_proto::API_MESSAGE_BYTES_MAX + 1);
     let status = assert_code(
         acquire(&at, session, 2, NS, &huge, 0).await,
         Code::OutOfRange,

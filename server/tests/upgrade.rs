@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use picket_client::FencingGate;
+use picket_client::{Client, ClientConfig, ClientError, Session, SessionEvent};
 use picket_core::locks::Token;
-use picket_net::client::{Client, ClientConfig, ClientError, Session, SessionEvent};
-use picket_net::{proto, FencingGate};
+use picket_proto::proto;
 use serde_json::Value;
 use support::{json_of, picketctl_binary, Cluster};
 
@@ -391,7 +392,7 @@ async fn watch_session(shared: Arc<Shared>, w: usize, session: Session) {
     while let Some(event) = events.next().await {
         match event {
             SessionEvent::State(state) if state.is_healthy() => {}
-            SessionEvent::State(picket_net::client::SessionState::Jeopardy { .. }) => {
+            SessionEvent::State(picket_client::SessionState::Jeopardy { .. }) => {
                 eprintln!("worker {w}: session {id} in jeopardy ({})", shared.step());
             }
             other => shared.problem(format!(

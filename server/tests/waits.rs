@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use picket_net::client::ClientError;
+use picket_client::ClientError;
 use support::*;
 
 const NS: &str = "orders";

@@ -3,9 +3,9 @@ language's standard status library: Python's `grpc_status.rpc_status.from_call` 
 that the google.rpc.Status in `grpc-status-details-bin` has the call's own code and message).
 
 Three `picketd run` processes on free loopback ports with a temporary data directory; stubs
-generated from net/proto by grpcio-tools at test time. Run by scripts/test-python, which passes:
+generated from proto/ (the schema, proto/picket/v1/) by grpcio-tools at test time. Run by scripts/test-python, which passes:
   PICKETD            the picketd binary
-  PICKET_PROTO_DIR   net/proto
+  PICKET_PROTO_DIR   proto
   PICKET_PY_TMP      a temporary directory (configs, data, logs, stubs)
   PICKET_PY_PIDFILE  where each started process's PID is written (the script kills them on exit)
 """
@@ -31,7 +31,7 @@ def generate_stubs():
     proto_dir = Path(os.environ["PICKET_PROTO_DIR"])
     STUBS.mkdir(parents=True, exist_ok=True)
     files = sorted(str(p) for p in (proto_dir / "picket" / "v1").glob("*.proto"))
-    # The well-known types (google/protobuf/any.proto, imported by net/proto's
+    # The well-known types (google/protobuf/any.proto, imported by proto/'s
     # google/rpc/status.proto) ship with grpcio-tools; google.rpc's Python module comes from
     # googleapis-common-protos, so only picket/v1 is generated.
     well_known = Path(protoc.__file__).parent / "_proto"
@@ -42,7 +42,7 @@ def generate_stubs():
         f"--python_out={STUBS}",
         f"--grpc_python_out={STUBS}",
     ]
-    assert protoc.main(args + files) == 0, "grpcio-tools could not compile net/proto"
+    assert protoc.main(args + files) == 0, "grpcio-tools could not compile proto/"
     sys.path.insert(0, str(STUBS))
 
 

@@ -2,7 +2,7 @@
 //!
 //! Everything that makes a lock safe — sessions, keepalives on the session stream, leader
 //! following, retries that keep their request ids, self-fencing before the server can expire a
-//! session, lost-hold pushes, cancel on drop — is `picket_net::client`, unchanged. This module
+//! session, lost-hold pushes, cancel on drop — is `picket_client`, unchanged. This module
 //! only moves calls and answers across the language boundary:
 //!
 //! - Every call that talks to the cluster is spawned on one tokio runtime per process and
@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use picket_core::locks::Token;
-use picket_net::client::{
+use picket_client::{
     self as pc, ClientError, LostReason, SessionEnd, SessionEvent, SessionState, TlsConfig,
     Transport,
 };
-use picket_net::proto;
+use picket_core::locks::Token;
+use picket_proto::proto;
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, SerializeOptions};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -1172,14 +1172,14 @@ impl CoreWatcher {
 // ---------------------------------------------------------------------------------------------
 // FencingGate
 
-/// `picket_net::FencingGate`, as it is: the same checks, the same errors.
+/// `picket_client::FencingGate`, as it is: the same checks, the same errors.
 #[pyclass(module = "picket._picket", frozen)]
 struct CoreFencingGate {
-    gate: picket_net::FencingGate,
+    gate: picket_client::FencingGate,
 }
 
-fn fencing_error(py: Python<'_>, error: picket_net::FencingError) -> PyErr {
-    use picket_net::FencingError as E;
+fn fencing_error(py: Python<'_>, error: picket_client::FencingError) -> PyErr {
+    use picket_client::FencingError as E;
     let fields = PyDict::new(py);
     let filled: PyResult<&str> = (|| {
         Ok(match &error {
@@ -1240,7 +1240,7 @@ impl CoreFencingGate {
             ));
         }
         Ok(CoreFencingGate {
-            gate: picket_net::FencingGate::new(capacity),
+            gate: picket_client::FencingGate::new(capacity),
         })
     }
 

@@ -2,7 +2,7 @@
 //! authenticated principal, only that principal).
 //!
 //! The state machine never sees a secret, only its SHA-256 hash ([`SecretHash`]), computed at
-//! the edge (`picket_net::secret`). A session remembers the hash it was created with; every
+//! the edge (`picket_proto::secret`). A session remembers the hash it was created with; every
 //! command that acts on it carries a [`SessionProof`] (the hash of the secret the caller
 //! presented and the caller's principal), checked here at apply time, so every replica gives
 //! the same answer. Sessions and commands written before secrets existed have no hash

@@ -1,4 +1,4 @@
-//! Snapshot and restore of the whole state as a plain Rust value (no byte encoding here: `net`
+//! Snapshot and restore of the whole state as a plain Rust value (no byte encoding here: `proto`
 //! encodes it). `restore(sm.snapshot()) == sm`, and snapshotting a restored state gives the same
 //! snapshot. A snapshot comes from outside (disk, a peer), so restore checks it and answers a
 //! typed error instead of panicking on an inconsistent one.

@@ -1,4 +1,4 @@
-//! Peer messages. Plain Rust types: `net` encodes them; `core` never sees bytes.
+//! Peer messages. Plain Rust types: `proto` (picket-proto) encodes them; `core` never sees bytes.
 
 use super::ballot::{Ballot, Slot, Value};
 use super::membership::Schedule;

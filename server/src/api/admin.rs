@@ -3,10 +3,10 @@
 
 use picket_core::locks::{Actor, Command, Reply, Role, FORCE_RELEASE_ROLES};
 use picket_core::node::Query;
-use picket_net::convert::api::{
+use picket_proto::convert::api::{
     AuditRead, InspectQuery, ListClassesQuery, ListHoldsQuery, WrongReply,
 };
-use picket_net::proto;
+use picket_proto::proto;
 use tonic::{Request, Response, Status};
 
 use crate::api::membership;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use picket_core::locks::{Command, LockSnapshot, Role};
 use picket_core::node::{Answer, Query};
-use picket_net::backup::encode_backup;
-use picket_net::proto;
+use picket_proto::backup::encode_backup;
+use picket_proto::proto;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
@@ -97,8 +97,8 @@ pub async fn save_snapshot(
     let recorded_at = match recorded {
         Ok((_, at)) => at.0,
         Err(status)
-            if picket_net::status::error_detail(&status)
-                .is_some_and(|d| d.rule == picket_net::status::rule::CLUSTER_VERSION_TOO_LOW) =>
+            if picket_proto::status::error_detail(&status)
+                .is_some_and(|d| d.rule == picket_proto::status::rule::CLUSTER_VERSION_TOO_LOW) =>
         {
             tracing::warn!(target: "picket_server::audit", principal = %actor.principal,
                 "Admin.SaveSnapshot: not in the replicated audit trail, the cluster version is \

@@ -1,11 +1,11 @@
 //! [`ErrorDetailLayer`]: a tower layer on the client gRPC server that gives every refusal the
 //! standard-form detail (`google.rpc.Status` with `ErrorDetail` and `ErrorInfo`, see
-//! [`picket_net::status::detail_status`]), including the refusals the gRPC library answers by
+//! [`picket_proto::status::detail_status`]), including the refusals the gRPC library answers by
 //! itself before any Picket code runs: a request message above the size limit, bytes that are
 //! not the method's protobuf, an unknown service or method.
 //!
 //! A response whose `grpc-status` is non-zero and that has no `grpc-status-details-bin` gets one
-//! ([`picket_net::status::with_standard_detail`]), wherever the status is: in the headers of a
+//! ([`picket_proto::status::with_standard_detail`]), wherever the status is: in the headers of a
 //! "trailers-only" response (how tonic answers a unary error or a stream that fails to open) or
 //! in the trailers at the end of the body (a stream that fails later). Statuses that already
 //! carry details (every status Picket code builds) pass unchanged.
@@ -95,7 +95,7 @@ pub fn add_detail(headers: &mut HeaderMap, method: &str) {
     let Some(status) = Status::from_header_map(headers) else {
         return;
     };
-    let detailed = picket_net::status::with_standard_detail(status, method);
+    let detailed = picket_proto::status::with_standard_detail(status, method);
     let mut encoded = HeaderMap::new();
     if let Err(error) = detailed.add_header(&mut encoded) {
         tracing::warn!(%error, method, "a refusal's detail could not be encoded: sent without");
@@ -111,7 +111,7 @@ pub fn add_detail(headers: &mut HeaderMap, method: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_net::status::error_detail;
+    use picket_proto::status::error_detail;
 
     fn headers_of(status: Status) -> HeaderMap {
         let response: http::Response<()> = status.into_http();
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn detailed_refusals_and_successes_pass_unchanged() {
-        let busy = headers_of(picket_net::status::busy_status("waits"));
+        let busy = headers_of(picket_proto::status::busy_status("waits"));
         let mut headers = busy.clone();
         add_detail(&mut headers, "/picket.v1.Lock/Acquire");
         assert_eq!(headers, busy);

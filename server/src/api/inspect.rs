@@ -2,13 +2,13 @@
 //!
 //! Reads are exactly `Admin.Inspect` / `Admin.ListHolds`: validated as the gRPC edge validates
 //! them, linearizable (read-index on the leader; a follower answers `not_leader`) unless
-//! `allow_stale`, errors mapped by `picket_net::status`.
+//! `allow_stale`, errors mapped by `picket_proto::status`.
 
 use picket_core::locks::{HoldInfo, KeyInfo};
 use picket_core::node::{Answer, Query};
-use picket_net::convert::api::{InspectQuery, ListHoldsQuery};
-use picket_net::proto;
-use picket_net::status::lock_error_status;
+use picket_proto::convert::api::{InspectQuery, ListHoldsQuery};
+use picket_proto::proto;
+use picket_proto::status::lock_error_status;
 use tonic::Status;
 
 use crate::api::http::{BoxFuture, Health, HealthMember, InspectSource};

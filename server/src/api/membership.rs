@@ -3,8 +3,8 @@
 //! membership").
 
 use picket_core::paxos::{MemberAddress, NodeId, ADDRESS_MAX, REASON_MAX};
-use picket_net::error::ConvertError;
-use picket_net::proto;
+use picket_proto::error::ConvertError;
+use picket_proto::proto;
 use tonic::Status;
 
 use crate::node::members::{ChangeRequest, MemberChange, MembershipChanged};
@@ -100,7 +100,7 @@ fn host_port(address: String, field: &str, required: bool) -> Result<String, Sta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_net::status::error_detail;
+    use picket_proto::status::error_detail;
 
     #[test]
     fn bad_requests_name_their_field() {

@@ -2,8 +2,8 @@
 //! details name, the leader hint of a `not_leader`, whether a client may retry.
 
 use picket_core::paxos::ReconfigError;
-use picket_net::proto;
-use picket_net::status::{
+use picket_proto::proto;
+use picket_proto::status::{
     busy_status, detail_status, node_propose_error_status, not_leader_status,
 };
 use tonic::{Code, Status};
@@ -30,7 +30,7 @@ impl From<Refusal> for Status {
 }
 
 /// The status of a change the replica refused.
-fn reconfig_status(error: &ReconfigError, leader: picket_net::status::LeaderHint) -> Status {
+fn reconfig_status(error: &ReconfigError, leader: picket_proto::status::LeaderHint) -> Status {
     let message = error.to_string();
     match error {
         ReconfigError::NotLeader { .. } => not_leader_status(&leader),
@@ -62,7 +62,7 @@ fn refused(code: Code, rule: &str, message: String) -> Status {
 mod tests {
     use picket_core::node::NodeProposeError;
     use picket_core::paxos::{NodeId, ProposeError};
-    use picket_net::status::{error_detail, leader_hint, LeaderHint};
+    use picket_proto::status::{error_detail, leader_hint, LeaderHint};
 
     use super::*;
 

@@ -1,7 +1,7 @@
 //! The public gRPC `Lock` service (docs/api.md) and the [`Api`] it shares with `Admin`
 //! ([`crate::api::admin`]), over a [`DriverHandle`].
 //!
-//! Every request is validated at the edge (`picket_net::convert`, `INVALID_ARGUMENT` naming the
+//! Every request is validated at the edge (`picket_proto::convert`, `INVALID_ARGUMENT` naming the
 //! field) before anything is proposed; the driver answers a non-leader's proposals and
 //! linearizable reads with `not_leader` and the leader's client endpoint.
 
@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use picket_core::locks::{Reply, Revision, Role, WatchError};
 use picket_core::node::{Answer, Proposal, Query};
-use picket_net::convert::api::{KeepAlive, WatchStart, WrongReply};
-use picket_net::proto;
-use picket_net::status::{
+use picket_proto::convert::api::{KeepAlive, WatchStart, WrongReply};
+use picket_proto::proto;
+use picket_proto::status::{
     busy_status, keepalive_answer, keepalive_refused, lock_error_status, watch_error_status,
 };
 use tokio::sync::{mpsc, watch};

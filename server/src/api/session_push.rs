@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use picket_core::locks::{
     Event, EventKind, LostHold, ReleaseCause, Revision, WatchError, WatchFilter,
 };
-use picket_net::proto::{self, session_event, session_response};
+use picket_proto::proto::{self, session_event, session_response};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{broadcast, mpsc, watch};

@@ -24,10 +24,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use picket_net::error::ConvertError;
-use picket_net::proto::{self, session_request, session_response};
-use picket_net::session_stream::status_to_proto;
-use picket_net::status::busy_status;
+use picket_proto::error::ConvertError;
+use picket_proto::proto::{self, session_request, session_response};
+use picket_proto::session_stream::status_to_proto;
+use picket_proto::status::busy_status;
 use tokio::sync::mpsc;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};

@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use picket_net::proto;
+use picket_proto::proto;
 use serde::{Deserialize, Serialize};
 
 /// Records kept per replica at most; beyond, the oldest are dropped.

@@ -1,7 +1,7 @@
 //! Why a caller was refused, as a typed error that becomes a gRPC status with a stable rule.
 
 use picket_core::locks::Role;
-use picket_net::proto;
+use picket_proto::proto;
 use tonic::{Code, Status};
 
 /// A refused caller. Every variant names what was wrong; [`AuthError::status`] turns it into the
@@ -153,7 +153,7 @@ impl AuthError {
             retryable: matches!(self, AuthError::KeySetUnavailable(_)),
             ..proto::ErrorDetail::default()
         };
-        picket_net::status::detail_status(self.code(), detail, None)
+        picket_proto::status::detail_status(self.code(), detail, None)
     }
 }
 

@@ -458,7 +458,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);
-        let detail = picket_net::status::error_detail(&refused).unwrap();
+        let detail = picket_proto::status::error_detail(&refused).unwrap();
         assert_eq!(detail.rule, "missing_role");
         assert!(
             refused
@@ -517,7 +517,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);
         assert_eq!(
-            picket_net::status::error_detail(&refused).unwrap().rule,
+            picket_proto::status::error_detail(&refused).unwrap().rule,
             "missing_role"
         );
         assert!(
@@ -580,7 +580,7 @@ mod tests {
         let refused = auth.lock_caller(&anonymous, None).await.unwrap_err();
         assert_eq!(refused.code(), tonic::Code::Unauthenticated);
         assert_eq!(
-            picket_net::status::error_detail(&refused).unwrap().rule,
+            picket_proto::status::error_detail(&refused).unwrap().rule,
             "missing_credentials"
         );
         assert!(auth.admit_reader(&anonymous).await.is_err());

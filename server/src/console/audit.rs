@@ -7,7 +7,7 @@ use askama::Template;
 use axum::extract::Query;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use picket_net::proto;
+use picket_proto::proto;
 use serde::Deserialize;
 
 use super::{render, view, Refused, Viewer, Who};

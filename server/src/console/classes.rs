@@ -17,9 +17,9 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use picket_client::ClientError;
 use picket_core::locks::{ClassSpec, LockConfig, Role};
-use picket_net::client::ClientError;
-use picket_net::proto;
+use picket_proto::proto;
 use serde::Deserialize;
 
 use super::view::{encode_path, key_href, kind_word, ClassView, PendingView};

@@ -4,7 +4,7 @@
 //! judge-and-request form, the second person's approval page.
 //!
 //! Every page acts as the signed-in person through the client library against the cluster's own
-//! gRPC services ([`picket_net::client::Client`] with that person's credentials), so every rule
+//! gRPC services ([`picket_client::Client`] with that person's credentials), so every rule
 //! (roles, the two-person rule, the fenced acknowledgement, the class kind at approval) is the
 //! server's, answered with its `ErrorDetail` rule, never a second implementation here. The
 //! templates (`server/templates/console/`) and assets are compiled into the binary.
@@ -38,8 +38,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use picket_net::client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
-use picket_net::proto;
+use picket_client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
+use picket_proto::proto;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::{header, HeaderMap};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use picket_net::client::Client;
+use picket_client::Client;
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// The console's cookie.

@@ -13,8 +13,8 @@ use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use picket_net::client::{Client, ClientError};
-use picket_net::proto;
+use picket_client::{Client, ClientError};
+use picket_proto::proto;
 use serde::Deserialize;
 
 use super::alerts::{AlertView, AlertsView};

@@ -3,7 +3,7 @@
 //! the core, never from a second copy here).
 
 use picket_core::locks::ClassSpec;
-use picket_net::proto;
+use picket_proto::proto;
 
 use crate::wall_clock::{duration, utc};
 

@@ -35,7 +35,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use picket_core::node::{NodeCommand, NodeDurable, NodePersist, NodeSnapshot};
 use picket_core::paxos::{Membership, Schedule, Slot};
-use picket_net::convert::records::{
+use picket_proto::convert::records::{
     decode_hard_state, decode_log_entry, decode_snapshot_record, log_entry_to_wire,
     snapshot_to_wire, HardState,
 };
@@ -643,7 +643,7 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
     }
 
     fn save_hard_state(&mut self) -> Result<(), StoreError> {
-        let bytes = picket_net::proto::HardState::from(self.hard.clone()).encode_to_vec();
+        let bytes = picket_proto::proto::HardState::from(self.hard.clone()).encode_to_vec();
         self.hard_state.save(&bytes)?;
         self.counters.hard_state_saves += 1;
         Ok(())

@@ -4,7 +4,7 @@
 
 use picket_core::node::NodeProposeError;
 use picket_core::paxos::{NodeId, ProposeError, ReconfigError};
-use picket_net::status::LeaderHint;
+use picket_proto::status::LeaderHint;
 use thiserror::Error;
 
 /// A request the node refused, with what the caller needs to act on it. Its text is what a

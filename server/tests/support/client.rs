@@ -1,11 +1,11 @@
-//! Requests the tests make through the client library (`picket_net::client`) or picketctl,
+//! Requests the tests make through the client library (`picket_client`) or picketctl,
 //! whichever way they start the cluster: `tests/support` (plain clusters), `tests/common` (OIDC
 //! clusters) and the tests of an in-process dev cluster include this one file.
 
 #![allow(dead_code)]
 
-use picket_net::client::{Client, Credentials};
-use picket_net::proto;
+use picket_client::{Client, Credentials};
+use picket_proto::proto;
 
 /// Insecure dev auth: `principal` with the comma-separated `roles`, believed from metadata.
 pub fn dev_credentials(principal: &str, roles: &str) -> Credentials {

@@ -18,9 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use picket_net::proto;
-use picket_net::proto::admin_client::AdminClient;
-use picket_net::proto::lock_client::LockClient;
+use picket_proto::proto;
+use picket_proto::proto::admin_client::AdminClient;
+use picket_proto::proto::lock_client::LockClient;
 use picket_server::dev::{free_ports, DevCluster};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -328,8 +328,8 @@ impl Cluster {
 
     /// A client-library client (dev auth: `alice`, `class-admin`) of every replica running
     /// now, named `name`.
-    pub fn admin_client(&self, name: &str) -> picket_net::client::Client {
-        use picket_net::client::{Client, ClientConfig, Credentials};
+    pub fn admin_client(&self, name: &str) -> picket_client::Client {
+        use picket_client::{Client, ClientConfig, Credentials};
         let endpoints: Vec<String> = self
             .running()
             .into_iter()
@@ -423,13 +423,13 @@ pub fn on_call_client(
     name: &str,
     ttl: Duration,
     principal: Option<&str>,
-) -> picket_net::client::Client {
-    let mut config = picket_net::client::ClientConfig::new(cluster.endpoints.clone(), name);
+) -> picket_client::Client {
+    let mut config = picket_client::ClientConfig::new(cluster.endpoints.clone(), name);
     config.session_ttl = Some(ttl);
     if let Some(principal) = principal {
         config.credentials = dev_credentials(principal, "on-call");
     }
-    picket_net::client::Client::new(config).unwrap()
+    picket_client::Client::new(config).unwrap()
 }
 
 /// `picketctl --endpoints <every replica> ARGS` (e.g. `lock`) started in the background, its
@@ -505,10 +505,10 @@ impl Drop for Picketctl {
 
 impl Cluster {
     /// A session named `name` of a client-library client of every replica, with a 10 s TTL.
-    pub async fn session(&self, name: &str) -> picket_net::client::Session {
-        let mut config = picket_net::client::ClientConfig::new(self.endpoints.clone(), name);
+    pub async fn session(&self, name: &str) -> picket_client::Session {
+        let mut config = picket_client::ClientConfig::new(self.endpoints.clone(), name);
         config.session_ttl = Some(Duration::from_secs(10));
-        let client = picket_net::client::Client::new(config).unwrap();
+        let client = picket_client::Client::new(config).unwrap();
         client.create_session().await.unwrap()
     }
 
@@ -692,7 +692,7 @@ pub async fn try_create_session(endpoint: &str, name: &str, ttl_ms: u64) -> Resu
     let mut client = lock(endpoint)
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    let secret = picket_net::secret::SessionSecret::generate();
+    let secret = picket_proto::secret::SessionSecret::generate();
     let session = client
         .create_session(proto::CreateSessionRequest {
             ttl_ms: Some(ttl_ms),
@@ -728,7 +728,7 @@ where
             Err(status)
                 if status.code() == Code::Unavailable && tokio::time::Instant::now() < deadline =>
             {
-                let hint = picket_net::status::leader_hint(&status)
+                let hint = picket_proto::status::leader_hint(&status)
                     .and_then(|h| h.node_id)
                     .map(|n| n as usize - 1);
                 at = hint.unwrap_or((at + 1) % endpoints.len());
@@ -838,7 +838,7 @@ pub fn granted(response: &proto::AcquireResponse) -> Option<u64> {
 }
 
 pub fn rule(status: &Status) -> String {
-    picket_net::status::error_detail(status)
+    picket_proto::status::error_detail(status)
         .map(|d| d.rule)
         .unwrap_or_default()
 }

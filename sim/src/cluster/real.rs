@@ -1,7 +1,7 @@
 //! The nodes of a run: replicas running the **real** node — `picket_server::server::start` (the
 //! driver, its durable store, the gRPC `Lock`/`Admin` services, the framed peer transport on
 //! madsim TCP) on the harness's `SimDisk` and a drifting clock — and clients built on the
-//! **real client library** (`picket_net::client`). Observation goes through the public API and
+//! **real client library** (`picket_client`). Observation goes through the public API and
 //! two small hooks of the real code:
 //!
 //! - a watcher per replica follows that replica's lock log (checkers 1, 2, 4 and 7), the driver's
@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
+use picket_client::{Client, ClientConfig, ClientError, KeepAliveAck};
 use picket_core::node::{Answer, Query};
 use picket_core::paxos::{NodeId, RoleKind};
 use picket_core::time::Instant;
-use picket_net::backup::{decode_backup, Backup};
-use picket_net::client::{Client, ClientConfig, ClientError, KeepAliveAck};
-use picket_net::proto;
+use picket_proto::backup::{decode_backup, Backup};
+use picket_proto::proto;
 use picket_server::node::driver::{DriverHandle, Request};
 use picket_server::node::durable::{EmptyDataDir, StoreError};
 use picket_server::server::StartError;
@@ -531,7 +531,7 @@ fn record_opened(shared: &SharedRef, session: u64) {
 /// Saves a backup as `picketctl snapshot save` does, on the real client library: an admin
 /// (`erin`, role `picket-admin`, dev credentials) asks the leader for `Admin.SaveSnapshot`,
 /// reads the stream to its end (each chunk at the offset the bytes so far reach) and checks the
-/// file whole (`picket_net::backup::decode_backup`). Retried until it succeeds.
+/// file whole (`picket_proto::backup::decode_backup`). Retried until it succeeds.
 pub async fn save_backup(replicas: Vec<NodeId>, shared: SharedRef) -> Backup {
     let admin = operator_client(&replicas, "erin", "picket-admin")
         .expect("the admin's client configuration is valid");

@@ -1,13 +1,13 @@
 //! The fenced resource: a tiny gRPC service (`proto/picket/sim/v1/resource.proto`) guarded by
-//! `picket_net::FencingGate` (`check` for writes, `check_slot` for semaphore permit holders'
+//! `picket_client::FencingGate` (`check` for writes, `check_slot` for semaphore permit holders'
 //! writes, fenced per slot, `check_read` for shared holders' reads),
 //! recording every access it accepts in the history (checker 2), and the clients' side of it
 //! ([`write_as`], [`read_as`]).
 
 use std::time::Duration;
 
+use picket_client::{FencingError, FencingGate};
 use picket_core::locks::Token;
-use picket_net::{FencingError, FencingGate};
 use tonic::{Request, Response, Status};
 
 use super::addr::{resource_ip, RESOURCE_PORT};

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
+use picket_client::{Client, ClientError, LockGuard, Session};
 use picket_core::locks::Token;
-use picket_net::client::{Client, ClientError, LockGuard, Session};
-use picket_net::proto;
+use picket_proto::proto;
 
 use super::real::{ClientCtx, KEYS, NAMESPACE};
 use super::resource::{read_as, write_as, ResourceConn};

@@ -1,7 +1,7 @@
 """Picket locks for Python: sessions kept alive in the background, locks that carry a fencing
 token, and a signal when a lock is lost.
 
-A thin binding of Picket's Rust client library (`picket_net::client`): the sessions, keepalives,
+A thin binding of Picket's Rust client library (`picket_client`): the sessions, keepalives,
 leader following, retries, self-fencing and lost-hold pushes are that library's, unchanged.
 
 ```

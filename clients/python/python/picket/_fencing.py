@@ -10,7 +10,7 @@ from ._common import U32_MAX, U64_MAX, check_int, check_str
 
 class FencingGate:
     """Remembers the highest token accepted per key and refuses lower ones: the Rust
-    `picket_net::FencingGate` itself (the same checks, the same bound), so a paused,
+    `picket_client::FencingGate` itself (the same checks, the same bound), so a paused,
     partitioned or force-released holder can never write after a later holder did.
 
     - `check(key, token)`: admits a write with `token` (equal to the highest is admitted: one

@@ -6,7 +6,7 @@
 use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;
 use axum::response::Response;
-use picket_net::proto;
+use picket_proto::proto;
 use serde::de::DeserializeOwned;
 use tonic::{Code, Status};
 
@@ -15,10 +15,10 @@ use super::{error_response, HttpCluster};
 /// A refusal of a bad parameter: `invalid_argument`, naming the parameter (`field`).
 pub fn invalid_parameter(field: &str, message: impl Into<String>) -> Status {
     let message = message.into();
-    picket_net::status::detail_status(
+    picket_proto::status::detail_status(
         Code::InvalidArgument,
         proto::ErrorDetail {
-            rule: picket_net::status::rule::INVALID_ARGUMENT.to_owned(),
+            rule: picket_proto::status::rule::INVALID_ARGUMENT.to_owned(),
             message,
             field: field.to_owned(),
             ..proto::ErrorDetail::default()

@@ -30,7 +30,7 @@ const RELAYED_HEADERS: [&str; 4] = [
     "content-type",
     NODE,
     STALE,
-    picket_net::status::LEADER_METADATA,
+    picket_proto::status::LEADER_METADATA,
 ];
 
 pub use crate::node::driver::HttpEndpoints;
@@ -112,7 +112,7 @@ where
         Ok(value) => return Outcome::Local { value, stale: None },
         Err(status) => status,
     };
-    let Some(hint) = picket_net::status::leader_hint(&status) else {
+    let Some(hint) = picket_proto::status::leader_hint(&status) else {
         return Outcome::Refused(status);
     };
     if headers.contains_key(FORWARDED_BY) {

@@ -57,7 +57,7 @@ pub const HOLDS_LIMIT_MAX: usize = 10_000;
 
 /// What the HTTP endpoint reads. The server implements it on its node handle: `inspect` and
 /// `list_holds` are `Admin.Inspect` / `Admin.ListHolds` (read-index on the leader unless
-/// `allow_stale`), errors as the gRPC services would answer them (`picket_net::status`).
+/// `allow_stale`), errors as the gRPC services would answer them (`picket_proto::status`).
 pub trait InspectSource: Send + Sync + 'static {
     fn inspect(
         &self,
@@ -523,8 +523,8 @@ pub fn http_status(code: Code) -> StatusCode {
 /// leader's node id and its HTTP address in `cluster` (also as the `picket-leader` header): the
 /// gRPC hint names the client port, which does not speak HTTP/1.
 pub fn error_response(status: &Status, cluster: &HttpCluster) -> Response {
-    let detail = picket_net::status::error_detail(status);
-    let hint = picket_net::status::leader_hint(status);
+    let detail = picket_proto::status::error_detail(status);
+    let hint = picket_proto::status::leader_hint(status);
     let leader_node_id = hint.as_ref().and_then(|h| h.node_id);
     let leader_endpoint = leader_node_id.and_then(|node| cluster.endpoint_of(node));
     let mut message = status.message().to_owned();
@@ -553,7 +553,7 @@ pub fn error_response(status: &Status, cluster: &HttpCluster) -> Response {
     if let Some(value) = leader_endpoint.and_then(|e| HeaderValue::from_str(&e).ok()) {
         response
             .headers_mut()
-            .insert(picket_net::status::LEADER_METADATA, value);
+            .insert(picket_proto::status::LEADER_METADATA, value);
     }
     response
 }

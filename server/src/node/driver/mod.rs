@@ -31,7 +31,7 @@ use picket_core::paxos::{
     self, MemberAddress, Membership, NodeId, ReadId, ReconfigError, RoleKind, Schedule,
 };
 use picket_core::time::Instant;
-use picket_net::status::LeaderHint;
+use picket_proto::status::LeaderHint;
 use picket_storage::Disk;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use picket_net::DecodeError;
+use picket_proto::DecodeError;
 use picket_storage::Error as StorageError;
 
 use super::StoreError;

@@ -5,9 +5,9 @@ use std::fmt;
 
 use picket_core::node::{NodeCommand, NodeSnapshot};
 use picket_core::paxos::NodeId;
-use picket_net::convert::paxos::message_to_wire;
-use picket_net::proto::peer_frame::Kind;
-use picket_net::proto::PeerPing;
+use picket_proto::convert::paxos::message_to_wire;
+use picket_proto::proto::peer_frame::Kind;
+use picket_proto::proto::PeerPing;
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};

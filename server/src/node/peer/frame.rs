@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{BufMut, BytesMut};
 use picket_core::paxos::{Membership, NodeId, Slot};
-use picket_net::convert::records::{membership_from_wire, membership_to_wire};
-use picket_net::proto::peer_frame::Kind;
-use picket_net::proto::{self, PeerFrame};
-use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION, PEER_PROTOCOL_VERSION_MIN};
+use picket_proto::convert::records::{membership_from_wire, membership_to_wire};
+use picket_proto::proto::peer_frame::Kind;
+use picket_proto::proto::{self, PeerFrame};
+use picket_proto::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION, PEER_PROTOCOL_VERSION_MIN};
 use prost::Message as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};

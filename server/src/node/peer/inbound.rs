@@ -7,8 +7,8 @@ use std::sync::Arc;
 use picket_core::faults::Faults;
 use picket_core::node::{NodeCommand, NodeSnapshot};
 use picket_core::paxos::NodeId;
-use picket_net::convert::paxos::message_from_wire;
-use picket_net::proto::peer_frame::Kind;
+use picket_proto::convert::paxos::message_from_wire;
+use picket_proto::proto::peer_frame::Kind;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 

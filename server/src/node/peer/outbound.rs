@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use picket_core::paxos::NodeId;
-use picket_net::proto::peer_frame::Kind;
+use picket_proto::proto::peer_frame::Kind;
 use tokio::sync::{mpsc, watch};
 
 use super::conn::{self, Conn, Ended, Outbound};

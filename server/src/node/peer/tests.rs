@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_core::paxos::{Message, NodeId};
-use picket_net::proto::peer_frame::Kind;
-use picket_net::proto::{self, PeerFrame};
-use picket_net::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION};
+use picket_proto::proto::peer_frame::Kind;
+use picket_proto::proto::{self, PeerFrame};
+use picket_proto::{PEER_MESSAGE_BYTES_MAX, PEER_PROTOCOL_VERSION};
 use prost::Message as _;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
@@ -71,9 +71,9 @@ async fn frames_round_trip_and_the_reader_refuses_what_is_not_a_whole_frame() {
     let mut writer = FrameWriter::new(a);
     let frames = [
         hello_frame(1, "c", 1, 2),
-        frame::frame(Kind::Message(picket_net::convert::paxos::message_to_wire(
-            pre_vote(7),
-        ))),
+        frame::frame(Kind::Message(
+            picket_proto::convert::paxos::message_to_wire(pre_vote(7)),
+        )),
         frame::frame(Kind::Ping(proto::PeerPing {})),
     ];
     for f in &frames {
