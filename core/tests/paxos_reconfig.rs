@@ -362,6 +362,52 @@ fn recovered(c: &mut Sim, id: NodeId) -> bool {
     false
 }
 
+/// Two voters of five that lose their disks at once (docs/runbooks/replace-disk.md, step 1): the
+/// other three serve, but neither of the two recovers while the other is a member, since each
+/// waits for the other's answer. The runbook's way out works: stop both, remove one, rejoin the
+/// other.
+#[test]
+fn two_of_five_disks_lost_at_once_recover_once_one_is_removed() {
+    for seed in [21, 22, 23] {
+        let mut c = cluster(5, 5, seed);
+        commit(&mut c, 1);
+        let l = leader(&mut c);
+        let lost: Vec<NodeId> = c.ids().into_iter().filter(|n| *n != l).take(2).collect();
+        for n in &lost {
+            c.crash_losing_disk(*n);
+        }
+        for n in &lost {
+            c.restart(*n);
+        }
+        commit(&mut c, 2);
+        c.run_for(5_000);
+        assert!(
+            lost.iter().all(|n| c.replica(*n).unwrap().is_amnesiac()),
+            "seed {seed}: one of {lost:?} recovered while both had lost their disks"
+        );
+        for n in &lost {
+            c.crash(*n);
+        }
+        let rest: Vec<u64> = c
+            .ids()
+            .iter()
+            .filter(|n| **n != lost[1])
+            .map(|n| n.0)
+            .collect();
+        change(&mut c, &voters(&rest), false);
+        c.restart(lost[0]);
+        assert!(
+            recovered(&mut c, lost[0]),
+            "seed {seed}: {} still recovering with {} removed",
+            lost[0],
+            lost[1]
+        );
+        commit(&mut c, 3);
+        assert!(c.node(lost[0]).machine.contains(&3), "seed {seed}");
+        c.check_prefixes_agree();
+    }
+}
+
 /// A replica that loses its disk after a member was replaced recovers from the members of
 /// today's membership: its config file still names the replaced one, which is gone for good.
 /// (Its recovery catches up and takes a snapshot first, so the older membership governs none of
