@@ -58,6 +58,8 @@ pub enum ClusterAction {
         /// Why (required; goes to the audit log).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        wait: WaitInEffect,
     },
     /// Promote learner NODE_ID to voter. Refused while it is more than 64 slots behind the
     /// leader or has not answered it (rule learner_not_caught_up) unless --force.
@@ -71,6 +73,8 @@ pub enum ClusterAction {
         /// the quorum).
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        wait: WaitInEffect,
     },
     /// Remove member NODE_ID (voter or learner, the leader included: it steps down once the
     /// change is in effect). Refused when fewer of the remaining voters than their quorum
@@ -84,7 +88,24 @@ pub enum ClusterAction {
         reason: String,
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        wait: WaitInEffect,
     },
+}
+
+/// `--wait` of `cluster add | promote | remove`.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct WaitInEffect {
+    /// Answer once the change is in effect on every member of the new membership (each one
+    /// applied the slot it governs from, as its own status reports), not only once the log
+    /// chose it: after `remove --wait`, the old replica may be stopped
+    /// (docs/runbooks/replace-machine.md, step 5). A member that does not answer is waited
+    /// for. Exit status 4 when --wait-timeout passes first (the change stays chosen).
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits (e.g. 30s, 2m; 1ms to one day).
+    #[arg(long, value_parser = crate::parse_duration, default_value = "60s", requires = "wait")]
+    pub wait_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,7 @@ use picket_client::Client;
 use picket_proto::proto;
 use serde_json::{json, Value};
 
+use super::actions::WaitInEffect;
 use super::render::Report;
 use super::{ClusterAction, CtlError, Global};
 
@@ -86,15 +87,21 @@ pub async fn members(global: &Global, client: &Client) -> Result<Report, CtlErro
     Ok(Report { json, human })
 }
 
-/// `cluster add | promote | remove`: the change, answered once the log chose it.
-pub async fn change(client: &Client, action: ClusterAction) -> Result<Report, CtlError> {
-    let (verb, answer) = match action {
+/// `cluster add | promote | remove`: the change, answered once the log chose it, or with
+/// `--wait` once it is in effect on every member of the new membership.
+pub async fn change(
+    global: &Global,
+    client: &Client,
+    action: ClusterAction,
+) -> Result<Report, CtlError> {
+    let (verb, answer, wait) = match action {
         ClusterAction::Add {
             node_id,
             peer_address,
             client_address,
             http_address,
             reason,
+            wait,
         } => {
             let request = proto::AddMemberRequest {
                 node_id,
@@ -103,31 +110,38 @@ pub async fn change(client: &Client, action: ClusterAction) -> Result<Report, Ct
                 http_address,
                 reason,
             };
-            ("added as a learner", client.add_member(request).await?)
+            (
+                "added as a learner",
+                client.add_member(request).await?,
+                wait,
+            )
         }
         ClusterAction::Promote {
             node_id,
             reason,
             force,
+            wait,
         } => {
             let request = proto::PromoteMemberRequest {
                 node_id,
                 reason,
                 force,
             };
-            ("promoted to voter", client.promote_member(request).await?)
+            let answer = client.promote_member(request).await?;
+            ("promoted to voter", answer, wait)
         }
         ClusterAction::Remove {
             node_id,
             reason,
             force,
+            wait,
         } => {
             let request = proto::RemoveMemberRequest {
                 node_id,
                 reason,
                 force,
             };
-            ("removed", client.remove_member(request).await?)
+            ("removed", client.remove_member(request).await?, wait)
         }
         ClusterAction::Members | ClusterAction::Status => unreachable!("not a change"),
     };
@@ -149,12 +163,99 @@ pub async fn change(client: &Client, action: ClusterAction) -> Result<Report, Ct
         " (chosen; it governs the log from slot {})",
         answer.from_slot
     );
-    let json = json!({
+    let mut json = json!({
         "voters": answer.voters,
         "learners": answer.learners,
         "from_slot": answer.from_slot,
     });
+    if wait.wait {
+        let members: Vec<u64> = answer
+            .voters
+            .iter()
+            .chain(&answer.learners)
+            .copied()
+            .collect();
+        let applied = wait_in_effect(global, client, answer.from_slot, &members, wait).await?;
+        let _ = writeln!(
+            human,
+            "in effect on {} (each applied slot {} or later)",
+            list(&members),
+            answer.from_slot
+        );
+        json["in_effect"] = json!(true);
+        json["applied"] = json!(applied
+            .iter()
+            .map(|(id, slot)| (id.to_string(), json!(slot)))
+            .collect::<serde_json::Map<_, _>>());
+    }
     Ok(Report { json, human })
+}
+
+/// How often `--wait` asks each member.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// Asks every member in `members` for its own status (at the endpoint the replica that answers
+/// `client` lists for it) until each has applied `from_slot` with a membership governing from it
+/// or later: the change is in effect there. Each member's applied slot, or `TimedOut` naming the
+/// members it is not yet in effect on.
+async fn wait_in_effect(
+    global: &Global,
+    client: &Client,
+    from_slot: u64,
+    members: &[u64],
+    wait: WaitInEffect,
+) -> Result<Vec<(u64, u64)>, CtlError> {
+    let deadline = tokio::time::Instant::now() + wait.wait_timeout;
+    let mut done: Vec<(u64, u64)> = Vec::new();
+    let mut last: Vec<String> = Vec::new();
+    loop {
+        let listed = client
+            .get_replica_status(proto::GetReplicaStatusRequest {})
+            .await?;
+        last.clear();
+        for id in members {
+            if done.iter().any(|(d, _)| d == id) {
+                continue;
+            }
+            let Some(member) = listed.members.iter().find(|m| m.node_id == *id) else {
+                last.push(format!(
+                    "n{id}: not yet listed by the replica that answered"
+                ));
+                continue;
+            };
+            let mut config = global.client_config(None);
+            config.endpoints = vec![member.client_endpoint.clone()];
+            config.retry_budget = Duration::ZERO;
+            let status = match Client::new(config) {
+                Ok(one) => one
+                    .get_replica_status(proto::GetReplicaStatusRequest {})
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match status {
+                Ok(s) if s.slot_applied >= from_slot && s.membership_from_slot >= from_slot => {
+                    done.push((*id, s.slot_applied));
+                }
+                Ok(s) => last.push(format!("n{id}: applied {} of {from_slot}", s.slot_applied)),
+                Err(e) => last.push(format!("n{id}: did not answer ({e})")),
+            }
+        }
+        if last.is_empty() {
+            done.sort_unstable();
+            return Ok(done);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(CtlError::TimedOut(format!(
+                "the change is chosen (it governs from slot {from_slot}) but not in effect on \
+                 every member after {:?}: {}; `picketctl cluster status` shows each one",
+                wait.wait_timeout,
+                last.join("; ")
+            )));
+        }
+        tokio::time::sleep(WAIT_POLL.min(deadline - now)).await;
+    }
 }
 
 /// What one member answered, or why it did not.

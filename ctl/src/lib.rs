@@ -32,6 +32,7 @@ use picket_client::{Client, ClientConfig, ClientError, Credentials, TlsConfig};
 
 pub use actions::{
     Ack, Answer, ClassesAction, ClusterAction, ForceRelease, SemaphoreAction, SnapshotAction,
+    WaitInEffect,
 };
 
 /// The client endpoints of `picketd dev`.
@@ -463,7 +464,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
             change @ (ClusterAction::Add { .. }
             | ClusterAction::Promote { .. }
             | ClusterAction::Remove { .. }),
-        ) => cluster::change(&client, change).await.map(out),
+        ) => cluster::change(&cli.global, &client, change).await.map(out),
         Command::Snapshot(SnapshotAction::Save { file }) => {
             snapshot::save(&client, &file).await.map(out)
         }

@@ -552,3 +552,63 @@ fn the_restore_runbooks_picketctl_commands_parse() {
     }
     assert!(seen >= 6, "only {seen} picketctl commands found");
 }
+
+#[test]
+fn membership_changes_wait_only_when_asked_and_for_60s_by_default() {
+    use super::ClusterAction;
+    let cli =
+        Cli::try_parse_from(["picketctl", "cluster", "remove", "1", "--reason", "x"]).unwrap();
+    match cli.command {
+        Command::Cluster(ClusterAction::Remove { wait, .. }) => {
+            assert!(!wait.wait);
+        }
+        other => panic!("{other:?}"),
+    }
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "cluster",
+        "remove",
+        "1",
+        "--reason",
+        "x",
+        "--wait",
+    ])
+    .unwrap();
+    match cli.command {
+        Command::Cluster(ClusterAction::Remove { wait, .. }) => {
+            assert!(wait.wait);
+            assert_eq!(wait.wait_timeout, std::time::Duration::from_secs(60));
+        }
+        other => panic!("{other:?}"),
+    }
+    let cli = Cli::try_parse_from([
+        "picketctl",
+        "cluster",
+        "promote",
+        "4",
+        "--reason",
+        "x",
+        "--wait",
+        "--wait-timeout",
+        "2m",
+    ])
+    .unwrap();
+    match cli.command {
+        Command::Cluster(ClusterAction::Promote { wait, .. }) => {
+            assert_eq!(wait.wait_timeout, std::time::Duration::from_secs(120));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A time box without --wait is a mistake, not silently ignored.
+    let bad = Cli::try_parse_from([
+        "picketctl",
+        "cluster",
+        "remove",
+        "1",
+        "--reason",
+        "x",
+        "--wait-timeout",
+        "5s",
+    ]);
+    assert!(bad.unwrap_err().to_string().contains("--wait"));
+}

@@ -456,3 +456,61 @@ async fn cluster_status_lists_every_member_and_names_the_one_that_does_not_answe
     assert_eq!(exit.unwrap(), picketctl::EXIT_ERROR);
     cluster.shutdown().await;
 }
+
+/// `cluster add --wait` exits 4 when the change is not in effect on every member in time, and
+/// names the member: here a learner whose picketd never runs, so it never applies the change.
+/// The change itself stays chosen: the learner is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_waited_for_times_out_naming_the_member_it_is_not_in_effect_on() {
+    let (cluster, _) = cluster().await;
+    let started = std::time::Instant::now();
+    let outcome = picketctl::execute(cli(
+        &cluster,
+        &[
+            "--principal",
+            "alice",
+            "--roles",
+            "picket-admin",
+            "cluster",
+            "add",
+            "9",
+            "--peer-address",
+            "127.0.0.1:9",
+            "--client-address",
+            "127.0.0.1:9",
+            "--reason",
+            "a learner that never starts",
+            "--wait",
+            "--wait-timeout",
+            "1s",
+        ],
+    ))
+    .await;
+    let error = outcome.expect_err("not in effect on n9");
+    assert_eq!(error.exit(), picketctl::EXIT_TIMED_OUT, "{error}");
+    let message = error.to_string();
+    assert!(message.contains("n9"), "{message}");
+    assert!(message.contains("not in effect"), "{message}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "gave up before its time box"
+    );
+    let command = cli(&cluster, &["cluster", "members"]);
+    let client = Client::new(command.global.client_config(None)).unwrap();
+    let members = picketctl::cluster::members(&command.global, &client)
+        .await
+        .unwrap();
+    let learner = members.json["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["node_id"] == 9)
+        .cloned();
+    assert_eq!(
+        learner.map(|m| m["voter"].clone()),
+        Some(serde_json::json!(false)),
+        "{}",
+        members.human
+    );
+    cluster.shutdown().await;
+}

@@ -136,7 +136,9 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
     let second = take_and_release(&cluster, session, 3, "invoice/1").await;
     assert!(second > first, "tokens rise: {first} then {second}");
 
-    // The leader itself is removed: it hands over once the change is in effect.
+    // The leader itself is removed: it hands over once the change is in effect. `--wait`
+    // answers once every remaining member applied the slot the change governs from (the
+    // runbook's step 5, before the old machine is stopped).
     let leader_id = (leader + 1).to_string();
     let removed = json_of(cluster.picketctl_as(
         "alice",
@@ -148,11 +150,20 @@ async fn a_replica_at_a_new_address_joins_is_promoted_and_the_leader_is_removed(
             &leader_id,
             "--reason",
             "machine retired",
+            "--wait",
         ],
     ))
     .await;
     let voters: Vec<u64> = (1..=4).filter(|n| *n != leader as u64 + 1).collect();
     assert_eq!(removed["voters"], serde_json::json!(voters), "{removed}");
+    assert_eq!(removed["in_effect"], serde_json::json!(true), "{removed}");
+    let from_slot = removed["from_slot"].as_u64().expect("from_slot");
+    for voter in &voters {
+        let applied = removed["applied"][voter.to_string()]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no applied slot for n{voter}: {removed}"));
+        assert!(applied >= from_slot, "n{voter} at {applied} < {from_slot}");
+    }
 
     // Another leader serves; the old one's data is all there and tokens still rise.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
