@@ -362,6 +362,39 @@ fn recovered(c: &mut Sim, id: NodeId) -> bool {
     false
 }
 
+/// A change takes full effect on an idle cluster too: every remaining replica applies the first
+/// slot the new membership governs (so it takes its snapshot, and `slot_applied` reaches the
+/// configuration revision that docs/runbooks/replace-machine.md, step 5, waits for). The removed
+/// leader stops one short of that slot (it is no voter there): the next leader fills it. Before,
+/// nobody did until a client wrote.
+#[test]
+fn a_change_is_applied_through_its_first_slot_without_traffic() {
+    for seed in [31, 32, 33] {
+        let mut c = cluster(4, 3, seed);
+        commit(&mut c, 1);
+        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        change(&mut c, &voters(&[1, 2, 3, 4]), false);
+        let l = leader(&mut c);
+        let rest: Vec<u64> = c.ids().iter().filter(|n| **n != l).map(|n| n.0).collect();
+        change(&mut c, &voters(&rest), false);
+        c.run_for(3_000);
+        let from = c.replica(NodeId(rest[0])).unwrap().membership_latest().1;
+        for id in &rest {
+            let applied = c.node(NodeId(*id)).applied;
+            assert!(
+                applied >= from,
+                "seed {seed}: n{id} applied {applied}, the change governs from {from}"
+            );
+            let r = c.replica(NodeId(*id)).unwrap();
+            assert!(
+                r.slot_snapshot() >= from,
+                "seed {seed}: n{id} took no snapshot"
+            );
+        }
+        c.check_prefixes_agree();
+    }
+}
+
 /// Two voters of five that lose their disks at once (docs/runbooks/replace-disk.md, step 1): the
 /// other three serve, but neither of the two recovers while the other is a member, since each
 /// waits for the other's answer. The runbook's way out works: stop both, remove one, rejoin the

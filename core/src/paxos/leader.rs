@@ -358,8 +358,8 @@ where
 
     /// Proposes in the next slots while it may: phase 1's findings first (re-proposed, or a
     /// no-op in a gap), then a membership change waiting, then queued commands while the
-    /// window has room, then no-ops while a scheduled change is not in effect yet (so that it
-    /// takes effect without waiting for traffic).
+    /// window has room, then no-ops up to the first slot a scheduled change governs (so that
+    /// it takes effect without waiting for traffic).
     ///
     /// It stops at a slot whose membership it does not know yet (above `applied + α`), whose
     /// voters have not given phase 1 a quorum at our ballot (it asks them: `Prepare`), or that
@@ -411,7 +411,11 @@ where
                     stamp: self.now,
                     commands,
                 }
-            } else if self.schedule.last_from() > slot {
+            } else if self.schedule.last_from() > Slot(1) && self.schedule.last_from() >= slot {
+                // Up to and including the first slot the newest membership governs: the change
+                // is in effect (`slot_applied` reached `membership_from`, every replica's snapshot
+                // taken) without waiting for traffic. A leader the change removes stops one
+                // short (it is no voter there), and the next leader fills that slot.
                 Value::Noop
             } else {
                 return;
