@@ -553,37 +553,29 @@ fn the_restore_runbooks_picketctl_commands_parse() {
     assert!(seen >= 6, "only {seen} picketctl commands found");
 }
 
+/// The `--wait` flags of `picketctl cluster ARGS...`.
+fn wait_flags(args: &[&str]) -> super::WaitInEffect {
+    use super::ClusterAction;
+    let argv = ["picketctl", "cluster"].iter().chain(args).copied();
+    match Cli::try_parse_from(argv).unwrap().command {
+        Command::Cluster(
+            ClusterAction::Add { wait, .. }
+            | ClusterAction::Promote { wait, .. }
+            | ClusterAction::Remove { wait, .. },
+        ) => wait,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn membership_changes_wait_only_when_asked_and_for_60s_by_default() {
-    use super::ClusterAction;
-    let cli =
-        Cli::try_parse_from(["picketctl", "cluster", "remove", "1", "--reason", "x"]).unwrap();
-    match cli.command {
-        Command::Cluster(ClusterAction::Remove { wait, .. }) => {
-            assert!(!wait.wait);
-        }
-        other => panic!("{other:?}"),
-    }
-    let cli = Cli::try_parse_from([
-        "picketctl",
-        "cluster",
-        "remove",
-        "1",
-        "--reason",
-        "x",
-        "--wait",
-    ])
-    .unwrap();
-    match cli.command {
-        Command::Cluster(ClusterAction::Remove { wait, .. }) => {
-            assert!(wait.wait);
-            assert_eq!(wait.wait_timeout, std::time::Duration::from_secs(60));
-        }
-        other => panic!("{other:?}"),
-    }
-    let cli = Cli::try_parse_from([
-        "picketctl",
-        "cluster",
+    let minute = std::time::Duration::from_secs(60);
+    let wait = wait_flags(&["remove", "1", "--reason", "x"]);
+    assert!(!wait.wait);
+    let wait = wait_flags(&["remove", "1", "--reason", "x", "--wait"]);
+    assert!(wait.wait);
+    assert_eq!(wait.wait_timeout, minute);
+    let wait = wait_flags(&[
         "promote",
         "4",
         "--reason",
@@ -591,14 +583,8 @@ fn membership_changes_wait_only_when_asked_and_for_60s_by_default() {
         "--wait",
         "--wait-timeout",
         "2m",
-    ])
-    .unwrap();
-    match cli.command {
-        Command::Cluster(ClusterAction::Promote { wait, .. }) => {
-            assert_eq!(wait.wait_timeout, std::time::Duration::from_secs(120));
-        }
-        other => panic!("{other:?}"),
-    }
+    ]);
+    assert_eq!(wait.wait_timeout, 2 * minute);
     // A time box without --wait is a mistake, not silently ignored.
     let bad = Cli::try_parse_from([
         "picketctl",
