@@ -223,17 +223,7 @@ async fn wait_in_effect(
                 ));
                 continue;
             };
-            let mut config = global.client_config(None);
-            config.endpoints = vec![member.client_endpoint.clone()];
-            config.retry_budget = Duration::ZERO;
-            let status = match Client::new(config) {
-                Ok(one) => one
-                    .get_replica_status(proto::GetReplicaStatusRequest {})
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match status {
+            match own_status(global, &member.client_endpoint).await {
                 Ok(s) if s.slot_applied >= from_slot && s.membership_from_slot >= from_slot => {
                     done.push((*id, s.slot_applied));
                 }
@@ -261,6 +251,21 @@ async fn wait_in_effect(
 /// What one member answered, or why it did not.
 type Answer = Result<proto::ReplicaStatus, String>;
 
+/// The status the replica at `endpoint` reports of itself, in one attempt: a member that is
+/// down is reported, not waited for.
+async fn own_status(global: &Global, endpoint: &str) -> Answer {
+    let mut config = global.client_config(None);
+    config.endpoints = vec![endpoint.to_owned()];
+    config.retry_budget = Duration::ZERO;
+    match Client::new(config) {
+        Ok(one) => one
+            .get_replica_status(proto::GetReplicaStatusRequest {})
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Asks every member (at the endpoint the first replica that answers lists for it) for its own
 /// status. `Ok((report, true))` when every member answered and serves.
 pub async fn status(global: &Global, client: &Client) -> Result<(Report, bool), CtlError> {
@@ -272,20 +277,8 @@ pub async fn status(global: &Global, client: &Client) -> Result<(Report, bool), 
         if member.node_id == asked.node_id {
             continue;
         }
-        let mut config = global.client_config(None);
-        config.endpoints = vec![member.client_endpoint.clone()];
-        // One attempt per member: a member that is down is reported, not waited for.
-        config.retry_budget = Duration::ZERO;
-        answers.spawn(async move {
-            let answer: Answer = match Client::new(config) {
-                Ok(client) => client
-                    .get_replica_status(proto::GetReplicaStatusRequest {})
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            (index, answer)
-        });
+        let (global, endpoint) = (global.clone(), member.client_endpoint.clone());
+        answers.spawn(async move { (index, own_status(&global, &endpoint).await) });
     }
     let mut rows: Vec<(proto::Member, Answer)> = asked
         .members

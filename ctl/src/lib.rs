@@ -84,7 +84,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct Global {
     /// Replica client endpoints, comma-separated: https://host:port (TLS), http://host:port
     /// (plaintext), or host:port (TLS when --ca, --cert or --key is given, else plaintext).

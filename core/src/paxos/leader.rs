@@ -411,7 +411,11 @@ where
                     stamp: self.now,
                     commands,
                 }
-            } else if self.schedule.last_from() > Slot(1) && self.schedule.last_from() >= slot {
+            } else if self
+                .schedule
+                .last_change_from()
+                .is_some_and(|from| from >= slot)
+            {
                 // Up to and including the first slot the newest membership governs: the change
                 // is in effect (`slot_applied` reached `membership_from`, every replica's snapshot
                 // taken) without waiting for traffic. A leader the change removes stops one

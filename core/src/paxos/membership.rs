@@ -315,6 +315,12 @@ impl Schedule {
         self.entries.last().expect("never empty").0
     }
 
+    /// The first slot the newest *change* governs: `None` when the newest entry is the first
+    /// membership (it governs from slot 1; nothing has to be brought into effect).
+    pub fn last_change_from(&self) -> Option<Slot> {
+        Some(self.last_from()).filter(|from| *from > Slot(1))
+    }
+
     /// Schedules `membership` from slot `from`. A repeat of an entry already scheduled (the
     /// same change learned twice, e.g. from a snapshot and then from the log) changes nothing.
     pub fn schedule(&mut self, from: Slot, membership: Membership) {
