@@ -3,10 +3,16 @@
 
 use std::path::Path;
 
-use picket_storage::{CorruptionKind, Disk, DiskFile, Error, Log, LogConfig, SimDisk};
+use picket_storage::{
+    ClearedSlot, CorruptionKind, CrashMode, Disk, DiskFile, Error, Log, LogConfig, SimDisk,
+};
 
 fn disk_with(files: &[(&str, Vec<u8>)]) -> SimDisk {
-    let disk = SimDisk::new(1);
+    disk_with_seed(1, files)
+}
+
+fn disk_with_seed(seed: u64, files: &[(&str, Vec<u8>)]) -> SimDisk {
+    let disk = SimDisk::new(seed);
     let dir = Path::new("/log");
     disk.create_dir_all(dir).unwrap();
     for (name, bytes) in files {
@@ -88,4 +94,61 @@ fn commit_record_before_any_record_is_corruption() {
         bytes,
         "recovery that refuses a log changes nothing"
     );
+}
+
+/// log_recovery (finding 12): the last segment's marker slot 1 held a marker with one byte
+/// flipped, so recovery ignored it, took the start of the data as the synced end and cut a torn
+/// record. The log then wrote its own marker (seq 1) into that slot, unsynced as every marker; a
+/// crash that tore that write kept a prefix of the new bytes over the damaged ones, which was the
+/// marker before the flip, claiming a synced end over the bytes recovery had cut: the log that
+/// had just recovered was refused as corruption. Recovery now zeroes the damaged slot, durably.
+#[test]
+fn a_damaged_marker_slot_is_cleared_before_it_is_written_again() {
+    use picket_storage::format::{encode_marker, encode_record, encode_segment_header_v2, Marker};
+    let name = "00000000000000000001.seg";
+    let path = Path::new("/log").join(name);
+    let mut bytes = encode_segment_header_v2(1).to_vec();
+    encode_record(&mut bytes, &[7; 69]);
+    let torn_at = bytes.len() as u64;
+    encode_record(&mut bytes, &[9; 21]);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1; // the second record's checksum fails: a torn write, nothing valid after it
+    let marker = encode_marker(Marker {
+        seq: 1,
+        synced_end: bytes.len() as u64,
+    });
+    bytes[64..96].copy_from_slice(&marker);
+    bytes[67] ^= 0x83; // slot 1 damaged: the marker it held, one byte flipped
+    let mut torn_markers = 0;
+    for seed in 0..64 {
+        let disk = disk_with_seed(seed, &[(name, bytes.clone())]);
+        let (log, report) = Log::open(disk.clone(), Path::new("/log"), LogConfig::default())
+            .expect("the damaged slot is ignored and the torn record cut");
+        assert_eq!(log.next_index(), 2, "the one whole record is kept");
+        assert_eq!(report.torn_tail.map(|t| t.offset), Some(torn_at));
+        assert_eq!(
+            report.cleared_marker_slots,
+            vec![ClearedSlot {
+                file: path.clone(),
+                offset: 64
+            }]
+        );
+        drop(log);
+        // The zeroing is durable: a crash that keeps nothing unsynced finds the slot empty.
+        let durable = disk.fork();
+        durable.crash_with(CrashMode::DropUnsynced);
+        let on_disk = durable.read_file(&path).unwrap();
+        assert_eq!(
+            on_disk[64..96],
+            [0; 32],
+            "seed {seed}: the slot was not cleared"
+        );
+        // And a crash that tears the marker written after recovery leaves a log that opens.
+        let written = disk.read_file(&path).unwrap();
+        disk.crash();
+        torn_markers += usize::from(disk.read_file(&path).unwrap()[64..96] != written[64..96]);
+        let log = open(&disk).unwrap_or_else(|e| panic!("seed {seed}: refused after a crash: {e}"));
+        assert_eq!(log.next_index(), 2, "seed {seed}");
+    }
+    assert!(torn_markers > 0, "no seed lost or tore the marker write");
 }

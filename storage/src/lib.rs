@@ -42,7 +42,7 @@ pub use blob::{DamagedSnapshot, HardStateFile, SnapshotLoad, SnapshotStore};
 pub use disk::{Disk, DiskFile, RealDisk, RealFile};
 pub use error::{CorruptionKind, Error, IoOp, Result};
 pub use log::{Log, LogConfig, WriteMode};
-pub use recovery::{RecoveryReport, TornTail};
+pub use recovery::{ClearedSlot, RecoveryReport, TornTail};
 pub use sim_disk::{CrashMode, SimDisk, SimFile};
 
 /// Configuration of a whole [`Storage`].

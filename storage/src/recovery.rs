@@ -31,6 +31,18 @@ pub struct RecoveryReport {
     /// `offset`; the zeros are kept as preallocation and the next append overwrites them.
     /// Reported so an operator can see where the log ended, never an error.
     pub zero_tail: Option<TornTail>,
+    /// Damaged synced-end marker slots of the last segment (not empty, not a valid marker),
+    /// cleared by recovery: zeroed and synced before the log writes a marker there again.
+    pub cleared_marker_slots: Vec<ClearedSlot>,
+}
+
+/// A damaged synced-end marker slot that recovery zeroed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClearedSlot {
+    /// The segment file.
+    pub file: PathBuf,
+    /// Offset of the slot (32 or 64).
+    pub offset: u64,
 }
 
 /// A torn tail cut off the last segment.
@@ -305,6 +317,9 @@ fn scan_segment<D: Disk>(
             }
         }
     }
+    if is_last && version >= format::SEGMENT_VERSION_2 {
+        clear_damaged_marker_slots(&mut file, path, buf, report)?;
+    }
     Ok(Segment {
         first_index: header.first_index,
         path: path.to_path_buf(),
@@ -320,6 +335,35 @@ fn scan_segment<D: Disk>(
         end: off as u64,
         len: file_len,
     })
+}
+
+/// Zeroes, durably, each marker slot of the last segment that is neither empty nor a valid marker.
+///
+/// Recovery ignores such a slot, but the log writes its markers without a sync of their own: a
+/// crash that tears the next marker written there keeps a prefix of the new bytes over the old
+/// ones, and that mix can be the marker the damage came from (one byte flipped back), claiming a
+/// synced end this recovery may just have cut away. Found by the `log_recovery` fuzz target.
+fn clear_damaged_marker_slots<F: DiskFile>(
+    file: &mut F,
+    path: &Path,
+    buf: &[u8],
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    for seq in 0..2 {
+        let offset = format::marker_slot_offset(seq);
+        let at = offset as usize;
+        let slot = &buf[at..at + format::MARKER_SLOT_LEN];
+        if format::decode_marker(slot).is_none() && slot.iter().any(|&b| b != 0) {
+            file.write_all_at(&[0; format::MARKER_SLOT_LEN], offset)
+                .map_err(Error::io(IoOp::Write, path))?;
+            file.sync_data().map_err(Error::io(IoOp::Fdatasync, path))?;
+            report.cleared_marker_slots.push(ClearedSlot {
+                file: path.to_path_buf(),
+                offset,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The last segment's creation was torn (short or zero header): rewrite the header from the

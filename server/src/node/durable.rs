@@ -337,6 +337,10 @@ impl<D: Disk + Clone + 'static> DurableStore<D> {
                 "recovery cut a torn log tail (past the synced end: a crash mid-write; nothing \
                  acknowledged was lost)");
         }
+        for slot in &report.cleared_marker_slots {
+            tracing::warn!(file = %slot.file.display(), offset = slot.offset,
+                "recovery zeroed a damaged synced-end marker slot (ignored, as the format says)");
+        }
         // A torn segment creation is reported at offset 0 with the bytes it replaced (possibly
         // none); count it as a cut of at least one byte so the outcome says a repair happened.
         let torn_tail_bytes = report.torn_tail.as_ref().map_or(0, |t| t.bytes.max(1));
