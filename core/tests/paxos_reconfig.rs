@@ -63,6 +63,15 @@ fn commit(c: &mut Sim, cmd: u64) {
 }
 
 /// Proposes `m` at the leader and runs until every live replica `m` names has it in effect.
+/// Where the replacement tests start: voters n1-n3 with one command chosen, and n4 (running)
+/// added as a learner.
+fn three_and_a_learner(seed: u64) -> Sim {
+    let mut c = cluster(4, 3, seed);
+    commit(&mut c, 1);
+    change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+    c
+}
+
 fn change(c: &mut Sim, m: &Membership, force: bool) {
     let l = leader(c);
     c.propose_membership(l, m.clone(), force)
@@ -119,9 +128,7 @@ fn a_cluster_grows_from_three_to_five_through_learners() {
 
 #[test]
 fn a_member_is_replaced_by_one_at_a_new_id() {
-    let mut c = cluster(4, 3, 2);
-    commit(&mut c, 1);
-    change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+    let mut c = three_and_a_learner(2);
     // Promote the new one and remove n3 in one change.
     change(&mut c, &voters(&[1, 2, 4]), false);
     c.crash(NodeId(3));
@@ -133,9 +140,7 @@ fn a_member_is_replaced_by_one_at_a_new_id() {
 
 #[test]
 fn the_leader_removes_itself_and_steps_down_once_the_change_is_in_effect() {
-    let mut c = cluster(4, 3, 3);
-    commit(&mut c, 1);
-    change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+    let mut c = three_and_a_learner(3);
     let old = leader(&mut c);
     let elections_before = c.replica(old).unwrap().counters().elections_started;
     let mut rest: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|n| *n != old.0).collect();
@@ -273,9 +278,7 @@ fn a_change_during_an_election_takes_effect_once() {
 
 #[test]
 fn a_removed_member_that_comes_back_does_not_disturb_the_cluster() {
-    let mut c = cluster(4, 3, 7);
-    commit(&mut c, 1);
-    change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+    let mut c = three_and_a_learner(7);
     let l = leader(&mut c);
     let gone = c.ids().into_iter().find(|n| *n != l && n.0 <= 3).unwrap();
     // It is down while it is removed; it comes back with its old state.
@@ -370,9 +373,7 @@ fn recovered(c: &mut Sim, id: NodeId) -> bool {
 #[test]
 fn a_change_is_applied_through_its_first_slot_without_traffic() {
     for seed in [31, 32, 33] {
-        let mut c = cluster(4, 3, seed);
-        commit(&mut c, 1);
-        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        let mut c = three_and_a_learner(seed);
         change(&mut c, &voters(&[1, 2, 3, 4]), false);
         let l = leader(&mut c);
         let rest: Vec<u64> = c.ids().iter().filter(|n| **n != l).map(|n| n.0).collect();
@@ -448,9 +449,7 @@ fn two_of_five_disks_lost_at_once_recover_once_one_is_removed() {
 #[test]
 fn a_replica_that_loses_its_disk_after_a_replacement_recovers_without_the_replaced_member() {
     for seed in [11, 12, 13] {
-        let mut c = cluster(4, 3, seed);
-        commit(&mut c, 1);
-        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        let mut c = three_and_a_learner(seed);
         change(&mut c, &voters(&[1, 2, 4]), false);
         commit(&mut c, 2);
         c.crash(NodeId(3));
@@ -490,9 +489,7 @@ fn a_replica_that_loses_its_disk_after_a_replacement_recovers_without_the_replac
 #[test]
 fn a_cluster_restarted_whole_after_a_replacement_keeps_it_with_one_disk_lost() {
     for seed in [21, 22, 23] {
-        let mut c = cluster(4, 3, seed);
-        commit(&mut c, 1);
-        change(&mut c, &with_learners(&[1, 2, 3], &[4]), false);
+        let mut c = three_and_a_learner(seed);
         let now = voters(&[1, 2, 4]);
         change(&mut c, &now, false);
         commit(&mut c, 2);
